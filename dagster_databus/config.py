@@ -1,0 +1,191 @@
+"""Configuration: the YAML file named by ``DATABUS_CONFIG`` (default: the embedded demo).
+
+Loading checks the file's shape and every identifier, and resolves relative paths against
+the file's folder. It touches no database and writes nothing; ``sources.preflight`` checks
+the databases themselves before a run writes anything.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dagster_databus.core.identifiers import PLAIN_NAME, RESERVED_PREFIX, is_plain_name
+from dagster_databus.errors import ConfigError
+
+CONFIG_ENV = "DATABUS_CONFIG"
+DEMO_CONFIG = Path(__file__).resolve().parent.parent / "config" / "demo.yaml"
+SUPPORTED_KINDS = ("sqlite",)
+
+
+def _plain(value: str) -> str:
+    if not is_plain_name(value):
+        raise ValueError(
+            f"{value!r} is not a plain identifier; use letters, digits and underscores, "
+            f"starting with a letter or underscore (pattern {PLAIN_NAME.pattern})"
+        )
+    if value.startswith(RESERVED_PREFIX):
+        raise ValueError(f"{value!r} starts with {RESERVED_PREFIX!r}, which is reserved for metadata columns")
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TableConfig(_Strict):
+    name: str
+    primary_key: tuple[str, ...] = Field(min_length=1)
+
+    _check_name = field_validator("name")(lambda cls, v: _plain(v))
+
+    @field_validator("primary_key")
+    @classmethod
+    def _check_key(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for column in value:
+            _plain(column)
+        if len(set(value)) != len(value):
+            raise ValueError("primary_key names a column twice")
+        return value
+
+
+class PollConfig(_Strict):
+    chunk_rows: int = Field(default=10_000, ge=1, le=10_000_000)
+    cron: str = "*/5 * * * *"
+
+
+class SqliteSourceConfig(_Strict):
+    name: str
+    kind: Literal["sqlite"]
+    path: Path
+    tables: tuple[TableConfig, ...] = Field(min_length=1)
+    poll: PollConfig = PollConfig()
+    prune_txlog: bool = True
+    busy_timeout_ms: int = Field(default=30_000, ge=0)
+
+    _check_name = field_validator("name")(lambda cls, v: _plain(v))
+
+    @field_validator("tables")
+    @classmethod
+    def _unique_tables(cls, value: tuple[TableConfig, ...]) -> tuple[TableConfig, ...]:
+        names = [t.name.lower() for t in value]
+        if len(set(names)) != len(names):
+            raise ValueError("a table is listed twice")
+        return value
+
+    def table(self, name: str) -> TableConfig:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+SourceConfig = Annotated[SqliteSourceConfig, Field(discriminator="kind")]
+
+
+class SparkConfig(_Strict):
+    master: str = "local[2]"
+    # Folder holding delta-spark's jars (delta-spark_*.jar, delta-storage-*.jar). When set,
+    # or when DATABUS_DELTA_JARS names one, Delta commits go through delta-spark.
+    delta_jars: Path | None = None
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class DatabusConfig(_Strict):
+    lake: Path
+    sources: tuple[SourceConfig, ...] = Field(min_length=1)
+    spark: SparkConfig = SparkConfig()
+    path: Path | None = None
+
+    @model_validator(mode="after")
+    def _unique_sources(self) -> DatabusConfig:
+        names = [s.name.lower() for s in self.sources]
+        if len(set(names)) != len(names):
+            raise ValueError("two sources share a name; each source needs its own name")
+        return self
+
+    def source(self, name: str) -> SourceConfig:
+        for s in self.sources:
+            if s.name == name:
+                return s
+        known = ", ".join(s.name for s in self.sources)
+        raise ConfigError("sources", f"no source named {name!r}", f"use one of: {known}")
+
+
+def config_path_from_env() -> Path:
+    return Path(os.environ.get(CONFIG_ENV) or DEMO_CONFIG)
+
+
+def load_config(path: str | Path | None = None) -> DatabusConfig:
+    """Read and validate a config file; raise ``ConfigError`` naming the field and the fix."""
+    file = Path(path) if path is not None else config_path_from_env()
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ConfigError(
+            CONFIG_ENV, f"cannot read config file {file}: {exc.strerror or exc}",
+            f"point {CONFIG_ENV} at a readable YAML file",
+        ) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(file), f"not valid YAML: {exc}", "fix the YAML syntax at the line shown") from None
+    return parse_config(raw, base=file.resolve().parent, origin=file)
+
+
+def parse_config(raw: Any, base: Path, origin: Path | None = None) -> DatabusConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError("(top level)", "the config must be a mapping with 'lake' and 'sources'",
+                          "start from the example in README.md")
+    for i, source in enumerate(raw.get("sources") or []):
+        if isinstance(source, dict) and source.get("kind") not in SUPPORTED_KINDS:
+            raise ConfigError(
+                f"sources[{i}].kind", f"unknown source kind {source.get('kind')!r}",
+                f"use one of: {', '.join(SUPPORTED_KINDS)}",
+            )
+    try:
+        config = DatabusConfig.model_validate({**raw, "path": origin})
+    except ValidationError as exc:
+        raise _config_error(exc) from None
+    return _resolve_paths(config, base)
+
+
+def _resolve_paths(config: DatabusConfig, base: Path) -> DatabusConfig:
+    def resolve(p: Path) -> Path:
+        p = p.expanduser()
+        return p if p.is_absolute() else (base / p).resolve()
+
+    sources = tuple(s.model_copy(update={"path": resolve(s.path)}) for s in config.sources)
+    spark = config.spark
+    if spark.delta_jars is not None:
+        spark = spark.model_copy(update={"delta_jars": resolve(spark.delta_jars)})
+    return config.model_copy(update={"lake": resolve(config.lake), "sources": sources, "spark": spark})
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    err = exc.errors()[0]
+    loc = _format_loc(err["loc"])
+    kind = err["type"]
+    msg = err["msg"].removeprefix("Value error, ")
+    if kind == "missing":
+        return ConfigError(loc, "required field is missing", f"add '{loc.rsplit('.', 1)[-1]}' to the config")
+    if kind == "extra_forbidden":
+        return ConfigError(loc, "unknown field", "remove it or check its spelling against README.md")
+    return ConfigError(loc, msg, "correct the value as described; README.md lists every field")
+
+
+def _format_loc(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part == "sqlite":  # the discriminator tag pydantic inserts into the path
+            continue
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"

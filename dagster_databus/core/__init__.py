@@ -1,0 +1,1 @@
+"""Core model: positions (SCN), change events and windows, Avro row schemas."""

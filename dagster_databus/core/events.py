@@ -1,0 +1,71 @@
+"""Change events (Databus's DbusEvent) and consistency windows."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from dagster_databus.core.scn import Scn
+
+
+class Op(StrEnum):
+    INSERT = "i"
+    UPDATE = "u"
+    DELETE = "d"
+
+
+def encode_key(values: Sequence[Any]) -> str:
+    """The primary key as a compact JSON array: a stable, comparable string form."""
+    return json.dumps(list(values), separators=(",", ":"), ensure_ascii=False, default=_bytes_hex)
+
+
+def _bytes_hex(value: object) -> str:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    raise TypeError(f"unsupported key value {value!r}")
+
+
+def key_partition(key: str, buckets: int = 1 << 16) -> int:
+    """A stable hash partition of an encoded key, stored with every event for server-side filters."""
+    return zlib.crc32(key.encode()) % buckets
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    """One row change. ``row`` is the after image (inserts, updates) or before image (deletes)."""
+
+    scn: Scn
+    seq: int
+    table: str
+    op: Op
+    key: tuple[Any, ...]
+    row: Mapping[str, Any]
+    commit_ts_ms: int
+    schema_version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A consistency window: whole source transactions, written, merged and delivered as a unit.
+
+    ``scn`` is the window's end SCN (Databus's EndDataEventSequence SCN): a checkpoint at
+    ``scn`` means every event of this window and all earlier ones has been handled.
+    """
+
+    scn: Scn
+    events: tuple[ChangeEvent, ...]
+
+    def __post_init__(self) -> None:
+        if not self.events:
+            raise ValueError("a window has at least one event")
+        scns = [e.scn for e in self.events]
+        if scns != sorted(scns) or scns[-1] > self.scn:
+            raise ValueError(f"events of window {self.scn} are not in SCN order")
+
+    @property
+    def first_scn(self) -> Scn:
+        return self.events[0].scn

@@ -1,0 +1,89 @@
+"""System change numbers and positions.
+
+An ``Scn`` is a 64-bit, commit-ordered position within one *epoch* (one lineage of a
+source: a SQLite install, a MySQL server's binlog series). Positions of different epochs
+are never compared: ``Position`` refuses to order them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import total_ordering
+from typing import ClassVar
+
+from dagster_databus.errors import EpochMismatchError
+
+_MAX = (1 << 63) - 1
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Scn:
+    """An ordered, immutable system change number. Serialized as a decimal string."""
+
+    value: int
+
+    BEGINNING: ClassVar[Scn]
+    MAX: ClassVar[Scn]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.value, bool) or not isinstance(self.value, int):
+            raise TypeError(f"SCN must be an int, got {type(self.value).__name__}")
+        if not 0 <= self.value <= _MAX:
+            raise ValueError(f"SCN {self.value} is outside 0..2^63-1")
+
+    @classmethod
+    def parse(cls, text: str | int) -> Scn:
+        if isinstance(text, int):
+            return cls(text)
+        stripped = text.strip()
+        if not stripped.isdigit():
+            raise ValueError(f"not an SCN: {text!r}")
+        return cls(int(stripped))
+
+    @classmethod
+    def from_binlog(cls, file_number: int, offset: int) -> Scn:
+        """Databus for MySQL: the binlog file number in the high 32 bits, the offset in the low."""
+        if not (0 <= file_number < (1 << 31) and 0 <= offset < (1 << 32)):
+            raise ValueError(f"binlog position out of range: file {file_number}, offset {offset}")
+        return cls((file_number << 32) | offset)
+
+    @property
+    def is_beginning(self) -> bool:
+        return self.value == 0
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __int__(self) -> int:
+        return self.value
+
+
+Scn.BEGINNING = Scn(0)
+Scn.MAX = Scn(_MAX)
+
+
+@total_ordering
+@dataclass(frozen=True, slots=True)
+class Position:
+    """An SCN within an epoch. Ordering across epochs raises instead of guessing."""
+
+    epoch: str
+    scn: Scn
+
+    def _check(self, other: Position) -> None:
+        if self.epoch != other.epoch:
+            raise EpochMismatchError(
+                f"positions from different epochs cannot be compared: {self.epoch!r} vs {other.epoch!r}",
+                "the source was replaced, restored or re-installed; bootstrap the affected tables",
+                ours=self.epoch,
+                theirs=other.epoch,
+            )
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
+        self._check(other)
+        return self.scn < other.scn
+
+    def __str__(self) -> str:
+        return f"{self.epoch}:{self.scn}"

@@ -1,0 +1,53 @@
+"""Typed errors. Each names what went wrong, where, and how to fix it."""
+
+from __future__ import annotations
+
+
+class DatabusError(Exception):
+    """Base class: ``problem`` says what happened, ``fix`` says what to do about it."""
+
+    def __init__(self, problem: str, fix: str, **context: object) -> None:
+        self.problem = problem
+        self.fix = fix
+        self.context = context
+        super().__init__(f"{problem}\nFix: {fix}")
+
+
+class ConfigError(DatabusError):
+    """The configuration file is missing, malformed or names things that do not exist."""
+
+    def __init__(self, field: str, problem: str, fix: str) -> None:
+        self.field = field
+        super().__init__(f"config error at {field}: {problem}", fix, field=field)
+
+
+class SourceUnavailableError(DatabusError):
+    """The source database cannot be opened or queried."""
+
+
+class CaptureNotInstalledError(DatabusError):
+    """The capture objects (txlog, triggers) are missing or out of date in the source."""
+
+
+class EpochMismatchError(DatabusError):
+    """A checkpoint belongs to a different lineage of the source and cannot be compared."""
+
+
+class LogGapError(DatabusError):
+    """Changes the checkpoint has not captured are gone from the source (purged or pruned)."""
+
+
+class SchemaMismatchError(DatabusError):
+    """A captured value does not fit the column type the Avro schema declares."""
+
+
+class ConcurrentRunError(DatabusError):
+    """Another process holds the lock on this source's log or this table's snapshot."""
+
+
+class ChangeLogCorruptError(DatabusError):
+    """The change log's manifest and segments disagree in a way recovery cannot repair."""
+
+
+class SnapshotMissingError(DatabusError):
+    """A snapshot was expected to exist (for a merge) but has not been bootstrapped."""

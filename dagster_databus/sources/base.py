@@ -1,0 +1,68 @@
+"""The contract every capture source implements, and the records it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import pyarrow as pa
+
+from dagster_databus.core.events import Window
+from dagster_databus.core.scn import Scn
+from dagster_databus.core.schema import TableSchema
+
+
+@dataclass(frozen=True, slots=True)
+class InstallReport:
+    epoch: str
+    version: str
+    changed: tuple[str, ...]
+    unchanged: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class PollStats:
+    """Filled in while a poll runs; read after its iterator is exhausted."""
+
+    until: Scn = Scn.BEGINNING
+    source_hwm: Scn = Scn.BEGINNING
+    chunks: int = 0
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    """A consistent read of one table at ``scn``: every change <= scn is in ``batches``."""
+
+    scn: Scn
+    schema: TableSchema
+    batches: Iterator[pa.RecordBatch] = field(repr=False)
+
+
+class CaptureSource(Protocol):
+    kind: str
+    name: str
+
+    def preflight(self) -> Mapping[str, TableSchema]:
+        """Check the database and the configured tables; raise before anything is written."""
+
+    def install(self) -> InstallReport:
+        """Create or update the capture objects, idempotently."""
+
+    def verify(self) -> list[str]:
+        """Problems with the installed capture objects, each naming the object; empty when healthy."""
+
+    def epoch(self) -> str:
+        """The source lineage that positions belong to."""
+
+    def high_water_mark(self) -> Scn:
+        """The newest committed SCN the source has allocated."""
+
+    def poll(self, since: Scn, epoch: str | None, stats: PollStats) -> Iterator[list[Window]]:
+        """Whole windows after ``since`` up to a bound fixed when the poll starts, in chunks."""
+
+    def snapshot(self, table: str, batch_rows: int = 50_000) -> TableSnapshot:
+        """A consistent, chunked read of one table at a known SCN (for bootstrap)."""
+
+    def release(self, through: Scn) -> None:
+        """The change log durably holds everything up to ``through``; the source may drop it."""

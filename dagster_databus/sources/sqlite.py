@@ -1,0 +1,423 @@
+"""SQLite capture: Databus's trigger + txlog design ported to an embedded database.
+
+Triggers append every row change to ``_databus_txlog`` with an AUTOINCREMENT SCN and the
+current epoch. SQLite shows triggers no transaction id, but writers are serialized, so a
+poll that bumps the epoch in its own write transaction cuts the stream between whole
+transactions: rows of closed epochs are committed and complete. A window is one closed
+epoch: one or more whole source transactions, never part of one.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from dagster_databus.config import SqliteSourceConfig
+from dagster_databus.core.events import ChangeEvent, Op, Window
+from dagster_databus.core.identifiers import RESERVED_PREFIX, is_plain_name, quote_literal, quote_sqlite
+from dagster_databus.core.schema import Column, LogicalType, TableSchema, coerce_value
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import (
+    CaptureNotInstalledError,
+    ConfigError,
+    EpochMismatchError,
+    LogGapError,
+    SourceUnavailableError,
+)
+from dagster_databus.sources import sqlfiles
+from dagster_databus.sources.base import InstallReport, PollStats, TableSnapshot
+
+CAPTURE_VERSION = "1"
+CORE_TABLES = ("_databus_settings", "_databus_epoch", "_databus_txlog")
+NOW_MS = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)"
+
+
+def sqlite_logical_type(declared: str) -> LogicalType:
+    """SQLite's type-affinity rules (section 3.1 of its datatype docs), mapped to Avro types."""
+    decl = declared.upper()
+    if "INT" in decl:
+        return "long"
+    if any(s in decl for s in ("CHAR", "CLOB", "TEXT")):
+        return "string"
+    if "BLOB" in decl:
+        return "bytes"
+    if any(s in decl for s in ("REAL", "FLOA", "DOUB")):
+        return "double"
+    if "BOOL" in decl:
+        return "boolean"
+    # NUMERIC affinity. Dates are usually stored as ISO text; untyped columns hold anything.
+    if not decl or "DATE" in decl or "TIME" in decl:
+        return "string"
+    return "double"
+
+
+class SqliteSource:
+    kind = "sqlite"
+
+    def __init__(self, config: SqliteSourceConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self._schemas: dict[str, TableSchema] | None = None
+
+    # -- connections -------------------------------------------------------------------
+
+    def _field(self, suffix: str) -> str:
+        return f"sources.{self.name}.{suffix}"
+
+    def _connect(self) -> sqlite3.Connection:
+        path = Path(self.config.path)
+        if not path.exists():
+            raise ConfigError(
+                self._field("path"), f"database file {path} does not exist",
+                "correct the path, or create the database first (make demo creates the demo database)",
+            )
+        if path.is_dir():
+            raise ConfigError(self._field("path"), f"{path} is a directory, not a database file",
+                              "point path at the SQLite database file")
+        try:
+            # mode=rw: never create a database by accident; capture must write its txlog.
+            conn = sqlite3.connect(
+                f"file:{path}?mode=rw", uri=True, isolation_level=None,
+                timeout=self.config.busy_timeout_ms / 1000,
+            )
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error as exc:
+            raise ConfigError(
+                self._field("path"), f"cannot open {path} as a writable SQLite database: {exc}",
+                "check that the file is a SQLite database and that this user can read and write it "
+                "(and its folder, for the journal)",
+            ) from None
+        return conn
+
+    # -- preflight ---------------------------------------------------------------------
+
+    def preflight(self) -> Mapping[str, TableSchema]:
+        with closing(self._connect()) as conn:
+            self._schemas = {t.name: self._table_schema(conn, i, t.name, t.primary_key)
+                             for i, t in enumerate(self.config.tables)}
+        return self._schemas
+
+    def schemas(self) -> Mapping[str, TableSchema]:
+        return self._schemas if self._schemas is not None else self.preflight()
+
+    def _table_schema(self, conn: sqlite3.Connection, index: int, table: str,
+                      key: tuple[str, ...]) -> TableSchema:
+        where = self._field(f"tables[{index}]")
+        info = conn.execute(f"PRAGMA table_info({quote_sqlite(table)})").fetchall()
+        if not info:
+            existing = [r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_databus\\_%' "
+                "ESCAPE '\\' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+            raise ConfigError(
+                f"{where}.name", f"table {table!r} does not exist in {self.config.path}",
+                f"use one of the database's tables: {', '.join(existing) or '(none)'}",
+            )
+        columns = []
+        for _cid, name, decl, _notnull, _default, _pk in info:
+            if not is_plain_name(name) or name.startswith(RESERVED_PREFIX):
+                raise ConfigError(
+                    f"{where}.name", f"table {table!r} has a column named {name!r}, which is not a plain "
+                    f"identifier (or starts with the reserved {RESERVED_PREFIX!r})",
+                    "rename the column, or leave this table out of capture",
+                )
+            columns.append(Column(name=name, type=sqlite_logical_type(decl or ""), source_type=decl or ""))
+        names = {c.name.lower(): c.name for c in columns}
+        missing = [k for k in key if k.lower() not in names]
+        if missing:
+            raise ConfigError(
+                f"{where}.primary_key", f"table {table!r} has no column {', '.join(map(repr, missing))}",
+                f"name the table's key columns; it has: {', '.join(c.name for c in columns)}",
+            )
+        key = tuple(names[k.lower()] for k in key)
+        if not self._is_unique_key(conn, table, info, key):
+            raise ConfigError(
+                f"{where}.primary_key", f"columns {list(key)} are not the primary key of {table!r} nor "
+                f"covered by a UNIQUE index, so two rows could share a key and the snapshot would lose one",
+                "name the table's PRIMARY KEY columns, or add a UNIQUE index on the columns you named",
+            )
+        return TableSchema(source=self.name, table=table, columns=tuple(columns), primary_key=key)
+
+    @staticmethod
+    def _is_unique_key(conn: sqlite3.Connection, table: str, info: list[Any], key: tuple[str, ...]) -> bool:
+        wanted = {k.lower() for k in key}
+        declared = {row[1].lower() for row in info if row[5]}
+        if declared == wanted:
+            return True
+        for index in conn.execute(f"PRAGMA index_list({quote_sqlite(table)})").fetchall():
+            if index[2]:  # unique
+                cols = {r[2].lower() for r in conn.execute(f"PRAGMA index_info({quote_sqlite(index[1])})")
+                        if r[2] is not None}
+                if cols and cols <= wanted:
+                    return True
+        return False
+
+    # -- install / verify --------------------------------------------------------------
+
+    def _trigger_names(self, table: str) -> dict[str, str]:
+        return {f"trg_{kind}": f"_databus_{table}_{kind}" for kind in ("insert", "update", "rekey", "delete")}
+
+    def _render_triggers(self, schema: TableSchema) -> str:
+        def row(alias: str) -> str:
+            return ", ".join(
+                f"{quote_literal(c.name)}, CASE typeof({alias}.{quote_sqlite(c.name)}) WHEN 'blob' "
+                f"THEN json_object('$b', hex({alias}.{quote_sqlite(c.name)})) "
+                f"ELSE {alias}.{quote_sqlite(c.name)} END"
+                for c in schema.columns
+            )
+
+        def key(alias: str) -> str:
+            return ", ".join(f"{alias}.{quote_sqlite(k)}" for k in schema.primary_key)
+
+        unchanged = " AND ".join(f"OLD.{quote_sqlite(k)} IS NEW.{quote_sqlite(k)}" for k in schema.primary_key)
+        names = {k: quote_sqlite(v) for k, v in self._trigger_names(schema.table).items()}
+        return sqlfiles.render(
+            "sqlite", "table_triggers.sql", table=quote_sqlite(schema.table),
+            table_literal=quote_literal(schema.table), new_key=key("NEW"), old_key=key("OLD"),
+            new_row=row("NEW"), old_row=row("OLD"), key_unchanged=unchanged, now_ms=NOW_MS, **names,
+        )
+
+    def install(self) -> InstallReport:
+        schemas = self.preflight()
+        changed, unchanged = [], []
+        with closing(self._connect()) as conn:
+            existing_sql = self._trigger_sql(conn)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                core = sqlfiles.render("sqlite", "install.sql", epoch_id=uuid.uuid4().hex,
+                                       version=CAPTURE_VERSION)
+                for statement in _split(core):
+                    conn.execute(statement)
+                for table, schema in schemas.items():
+                    script = self._render_triggers(schema)
+                    wanted = {stmt for stmt in _split(script) if stmt.upper().startswith("CREATE TRIGGER")}
+                    if wanted == {existing_sql.get(name) for name in self._trigger_names(table).values()}:
+                        unchanged.append(table)
+                        continue
+                    for statement in _split(script):
+                        conn.execute(statement)
+                    changed.append(table)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            epoch = self._settings(conn)["epoch_id"]
+        return InstallReport(epoch=epoch, version=CAPTURE_VERSION, changed=tuple(changed),
+                             unchanged=tuple(unchanged))
+
+    def uninstall(self) -> None:
+        with closing(self._connect()) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            for table in self.config.tables:
+                names = {k: quote_sqlite(v) for k, v in self._trigger_names(table.name).items()}
+                for statement in _split(sqlfiles.render("sqlite", "uninstall_table.sql", **names)):
+                    conn.execute(statement)
+            for statement in _split(sqlfiles.load("sqlite", "uninstall.sql")):
+                conn.execute(statement)
+            conn.execute("COMMIT")
+
+    @staticmethod
+    def _trigger_sql(conn: sqlite3.Connection) -> dict[str, str]:
+        rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+        return {name: (sql or "").strip() for name, sql in rows}
+
+    @staticmethod
+    def _settings(conn: sqlite3.Connection) -> dict[str, str]:
+        return dict(conn.execute("SELECT name, value FROM _databus_settings").fetchall())
+
+    def verify(self) -> list[str]:
+        schemas = self.preflight()
+        problems: list[str] = []
+        with closing(self._connect()) as conn:
+            present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            problems += [f"capture table {t} is missing" for t in CORE_TABLES if t not in present]
+            triggers = self._trigger_sql(conn)
+            for table, schema in schemas.items():
+                wanted = {s for s in _split(self._render_triggers(schema)) if s.upper().startswith("CREATE TRIGGER")}
+                names = list(self._trigger_names(table).values())
+                missing = [n for n in names if n not in triggers]
+                if missing:
+                    problems.append(f"table {table}: trigger(s) {', '.join(missing)} missing")
+                elif {triggers[n] for n in names} != wanted:
+                    problems.append(f"table {table}: triggers are out of date with the table's columns")
+        return problems
+
+    def _require_installed(self) -> None:
+        problems = self.verify()
+        if problems:
+            raise CaptureNotInstalledError(
+                f"capture is not installed correctly in source {self.name!r} ({self.config.path}): "
+                + "; ".join(problems),
+                f"materialize the '{self.name}/capture' asset (or run `databus install --source {self.name}`) "
+                "to install or update the txlog and triggers",
+            )
+
+    def epoch(self) -> str:
+        with closing(self._connect()) as conn:
+            try:
+                return self._settings(conn)["epoch_id"]
+            except sqlite3.OperationalError:
+                self._require_installed()
+                raise
+
+    def high_water_mark(self) -> Scn:
+        with closing(self._connect()) as conn:
+            return Scn(conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0])
+
+    # -- polling -----------------------------------------------------------------------
+
+    def poll(self, since: Scn, epoch: str | None, stats: PollStats) -> Iterator[list[Window]]:
+        self._require_installed()
+        schemas = self.schemas()
+        chunk_rows = self.config.poll.chunk_rows
+        with closing(self._connect()) as conn:
+            settings = self._settings(conn)
+            self._check_lineage(settings, since, epoch, conn)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                closed = conn.execute(sqlfiles.load("sqlite", "close_epoch.sql")).fetchone()[0]
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            stats.source_hwm = Scn(conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0])
+            chunk_sql = sqlfiles.load("sqlite", "poll_chunk.sql")
+            rest_sql = sqlfiles.load("sqlite", "poll_epoch_rest.sql")
+            last = since
+            while True:
+                rows = conn.execute(chunk_sql, {"since_scn": last.value, "closed_epoch": closed,
+                                                "chunk_rows": chunk_rows}).fetchall()
+                if not rows:
+                    break
+                if len(rows) == chunk_rows:
+                    rows += conn.execute(rest_sql, {"epoch": rows[-1][1], "after_scn": rows[-1][0]}).fetchall()
+                windows = self._windows(rows, schemas)
+                last = windows[-1].scn
+                stats.until = last
+                stats.chunks += 1
+                yield windows
+                if len(rows) < chunk_rows:
+                    break
+
+    def _check_lineage(self, settings: dict[str, str], since: Scn, epoch: str | None,
+                       conn: sqlite3.Connection) -> None:
+        if epoch is not None and settings["epoch_id"] != epoch:
+            raise EpochMismatchError(
+                f"source {self.name!r} ({self.config.path}) has capture epoch {settings['epoch_id']} but the "
+                f"change log's checkpoint belongs to epoch {epoch}: the database was replaced, restored or its "
+                "capture objects were re-installed, so positions cannot be compared",
+                f"bootstrap the source: remove {self.name}'s change log and snapshots from the lake "
+                "(see docs/operations.md) and materialize its assets again",
+                source=self.name,
+            )
+        hwm = Scn(conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0])
+        if since > hwm:
+            raise EpochMismatchError(
+                f"the checkpoint SCN {since} of source {self.name!r} is ahead of the source's newest SCN {hwm}: "
+                "the database was restored from an older copy",
+                "bootstrap the source (see docs/operations.md)", source=self.name,
+            )
+        pruned = Scn(int(settings.get("pruned_through", "0")))
+        if pruned > since:
+            raise LogGapError(
+                f"source {self.name!r} pruned its txlog through SCN {pruned}, but the change log has only "
+                f"captured through SCN {since}: the changes in between are gone",
+                "bootstrap the source (see docs/operations.md); make sure only one lake captures a database",
+                source=self.name,
+            )
+
+    def _windows(self, rows: list[tuple[Any, ...]], schemas: Mapping[str, TableSchema]) -> list[Window]:
+        windows: list[Window] = []
+        current: list[ChangeEvent] = []
+        current_epoch = rows[0][1]
+        for scn, epoch, tbl, op, pk, row, ts in rows:
+            if epoch != current_epoch:
+                windows.append(Window(scn=current[-1].scn, events=tuple(current)))
+                current, current_epoch = [], epoch
+            schema = schemas.get(tbl)
+            if schema is None:
+                continue  # a table captured earlier and since removed from config
+            where = f"source {self.name}, SCN {scn}"
+            image = schema.coerce_row(_decode_json(row), where)
+            current.append(ChangeEvent(
+                scn=Scn(scn), seq=len(current), table=tbl, op=Op(op),
+                key=tuple(image[k] for k in schema.primary_key), row=image, commit_ts_ms=ts,
+            ))
+        if current:
+            windows.append(Window(scn=current[-1].scn, events=tuple(current)))
+        return windows
+
+    # -- bootstrap ---------------------------------------------------------------------
+
+    def snapshot(self, table: str, batch_rows: int = 50_000) -> TableSnapshot:
+        schema = self.schemas()[table]
+        conn = self._connect()
+        # One read transaction: the txlog high-water mark and the table's rows come from
+        # the same database state, so the snapshot is exactly the source at that SCN.
+        conn.execute("BEGIN")
+        scn = Scn(conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0])
+        columns = ", ".join(quote_sqlite(c.name) for c in schema.columns)
+        order = ", ".join(quote_sqlite(k) for k in schema.primary_key)
+        cursor = conn.execute(f"SELECT {columns} FROM {quote_sqlite(table)} ORDER BY {order}")
+        arrow_schema = schema.arrow(with_meta=False)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            try:
+                while rows := cursor.fetchmany(batch_rows):
+                    where = f"source {self.name}, bootstrap of {table}"
+                    cols = list(zip(*rows, strict=True))
+                    arrays = [
+                        pa.array([coerce_value(v, c, table, where) for v in values], type=arrow_schema.field(c.name).type)
+                        for c, values in zip(schema.columns, cols, strict=True)
+                    ]
+                    yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+            finally:
+                conn.execute("COMMIT")
+                conn.close()
+
+        return TableSnapshot(scn=scn, schema=schema, batches=batches())
+
+    def release(self, through: Scn) -> None:
+        if not self.config.prune_txlog or through.is_beginning:
+            return
+        with closing(self._connect()) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in _split(sqlfiles.load("sqlite", "prune.sql")):
+                conn.execute(statement, {"through_scn": through.value})
+            conn.execute("COMMIT")
+
+    def read_table(self, table: str) -> list[dict[str, Any]]:
+        """Every row of a table, coerced like captured rows (used by checks and the demo)."""
+        snap = self.snapshot(table)
+        return [row for batch in snap.batches for row in batch.to_pylist()]
+
+
+def _decode_json(text: str) -> dict[str, Any]:
+    def hook(obj: dict[str, Any]) -> Any:
+        if len(obj) == 1 and "$b" in obj:
+            return bytes.fromhex(obj["$b"])
+        return obj
+
+    return json.loads(text, object_hook=hook)
+
+
+def _split(script: str) -> list[str]:
+    """Statements of a script, keeping trigger bodies (which contain ';') whole."""
+    statements, buffer = [], ""
+    for line in script.splitlines(keepends=True):
+        stripped = line.strip()
+        if not buffer and (not stripped or stripped.startswith("--")):
+            continue
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip().rstrip(";").strip())
+            buffer = ""
+    if buffer.strip():
+        statements.append(buffer.strip())
+    return statements

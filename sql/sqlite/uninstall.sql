@@ -1,0 +1,4 @@
+-- Removes the capture core objects. Run after every table's uninstall_table.sql. Re-runnable.
+DROP TABLE IF EXISTS _databus_txlog;
+DROP TABLE IF EXISTS _databus_epoch;
+DROP TABLE IF EXISTS _databus_settings;

@@ -1,0 +1,5 @@
+-- Removes one table's capture triggers. Re-runnable.
+DROP TRIGGER IF EXISTS {trg_insert};
+DROP TRIGGER IF EXISTS {trg_update};
+DROP TRIGGER IF EXISTS {trg_rekey};
+DROP TRIGGER IF EXISTS {trg_delete};
