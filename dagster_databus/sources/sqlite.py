@@ -86,6 +86,8 @@ class SqliteSource:
             conn = sqlite3.connect(
                 f"file:{path}?mode=rw", uri=True, isolation_level=None,
                 timeout=self.config.busy_timeout_ms / 1000,
+                # Bootstrap batches are pulled by delta-rs from its own thread, one at a time.
+                check_same_thread=False,
             )
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.Error as exc:

@@ -1,0 +1,86 @@
+"""Versioned Avro row schemas per table, kept in the lake beside the change log.
+
+``<lake>/log/<source>/schemas/<table>/v0001.avsc``: a new version is written only when the
+source's columns change, so every event can name the exact schema its payload was written in.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+from dagster_databus.core.schema import Column, TableSchema
+from dagster_databus.log.durable import write_json_atomic
+
+
+class SchemaRegistry:
+    def __init__(self, root: Path, source: str) -> None:
+        self.root = root
+        self.source = source
+
+    def _dir(self, table: str) -> Path:
+        return self.root / table
+
+    def versions(self, table: str) -> list[int]:
+        folder = self._dir(table)
+        if not folder.exists():
+            return []
+        return sorted(int(p.stem[1:]) for p in folder.glob("v*.avsc"))
+
+    def register(self, schema: TableSchema) -> int:
+        """The version for ``schema``: the latest if its columns are unchanged, else a new one."""
+        versions = self.versions(schema.table)
+        if versions:
+            latest = self.load(schema.table, versions[-1])
+            if latest.fingerprint() == schema.fingerprint():
+                return versions[-1]
+        version = (versions[-1] + 1) if versions else 1
+        folder = self._dir(schema.table)
+        folder.mkdir(parents=True, exist_ok=True)
+        document = {
+            **schema.avro(),
+            "databus": {
+                "version": version,
+                "primary_key": list(schema.primary_key),
+                "source_types": {c.name: c.source_type for c in schema.columns},
+                "fingerprint": schema.fingerprint(),
+            },
+        }
+        write_json_atomic(folder / f"v{version:04d}.avsc", document)
+        return version
+
+    def load(self, table: str, version: int) -> TableSchema:
+        return _load(self._dir(table) / f"v{version:04d}.avsc", self.source)
+
+    def latest(self, table: str) -> tuple[int, TableSchema] | None:
+        versions = self.versions(table)
+        return (versions[-1], self.load(table, versions[-1])) if versions else None
+
+    def parsed(self, table: str, version: int) -> Any:
+        return _parsed(self._dir(table) / f"v{version:04d}.avsc")
+
+
+@cache
+def _document(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def _load(path: Path, source: str) -> TableSchema:
+    doc = _document(path)
+    meta = doc["databus"]
+    columns = tuple(
+        Column(name=f["name"], type=f["type"][1], source_type=meta["source_types"].get(f["name"], ""))
+        for f in doc["fields"]
+    )
+    return TableSchema(source=source, table=doc["name"], columns=columns, primary_key=tuple(meta["primary_key"]))
+
+
+@cache
+def _parsed(path: Path) -> Any:
+    doc = dict(_document(path))
+    doc.pop("databus")
+    return fastavro.parse_schema(doc)

@@ -1,0 +1,320 @@
+"""Append-only change log per source: Avro segments, an SCN manifest, and the MaxSCN checkpoint.
+
+Layout under ``<lake>/log/<source>/``::
+
+    segments/<first_scn>-<last_scn>.avro   whole windows, Avro object container files
+    manifest.json                          the committed segments, in SCN order (the high watermark)
+    checkpoint.json                        Databus's MaxSCN: how far capture has durably got
+    schemas/<table>/vNNNN.avsc             row schemas the payloads were written with
+
+A segment becomes part of the log only when the manifest names it. Writing one goes:
+segment to a temp file, fsync, rename, fsync the folder; then the manifest (atomically);
+then the checkpoint (atomically). A crash anywhere leaves either an unpublished file that
+the next writer deletes, or a committed segment the checkpoint is rolled forward to.
+Readers see only manifest segments, so they never see a half-written window.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+from dagster_databus.core.events import ChangeEvent, Op, Window, encode_key, key_partition
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import ChangeLogCorruptError, EpochMismatchError
+from dagster_databus.log.durable import crash_point, exclusive_lock, fsync_dir, write_json_atomic
+from dagster_databus.log.schemas import SchemaRegistry
+
+FORMAT = 1
+
+EVENT_SCHEMA = fastavro.parse_schema({
+    "type": "record",
+    "name": "DbusEvent",
+    "namespace": "dagster_databus",
+    "doc": "One row change. payload is the row image, Avro-encoded with the table's schema version.",
+    "fields": [
+        {"name": "scn", "type": "long"},
+        {"name": "window_scn", "type": "long", "doc": "end SCN of the consistency window"},
+        {"name": "seq", "type": "int", "doc": "position within the window"},
+        {"name": "table", "type": "string"},
+        {"name": "op", "type": {"type": "enum", "name": "Op", "symbols": ["i", "u", "d"]}},
+        {"name": "key", "type": "string", "doc": "primary key values as a JSON array"},
+        {"name": "partition", "type": "int", "doc": "crc32(key) mod 65536, for server-side filters"},
+        {"name": "schema_version", "type": "int"},
+        {"name": "commit_ts_ms", "type": "long"},
+        {"name": "payload", "type": "bytes"},
+    ],
+})
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    file: str
+    first_scn: int
+    last_scn: int
+    windows: int
+    events: int
+    bytes: int
+    created_ms: int
+    tables: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    scn: Scn
+    epoch: str
+    updated_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scn": str(self.scn), "epoch": self.epoch, "updated_ms": self.updated_ms}
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    epoch: str | None
+    segments: tuple[SegmentInfo, ...]
+
+    @property
+    def last_scn(self) -> Scn:
+        return Scn(self.segments[-1].last_scn) if self.segments else Scn.BEGINNING
+
+    def between(self, since: Scn, until: Scn | None = None) -> list[SegmentInfo]:
+        """Segments holding any SCN in (since, until]."""
+        return [
+            s for s in self.segments
+            if s.last_scn > since.value and (until is None or s.first_scn <= until.value)
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    """A change event as read back from the log, with the window it belongs to."""
+
+    window_scn: Scn
+    schema_version: int
+    event: ChangeEvent
+
+
+class ChangeLog:
+    def __init__(self, lake: Path, source: str) -> None:
+        self.source = source
+        self.root = Path(lake) / "log" / source
+        self.segments_dir = self.root / "segments"
+        self.manifest_path = self.root / "manifest.json"
+        self.checkpoint_path = self.root / "checkpoint.json"
+        self.schemas = SchemaRegistry(self.root / "schemas", source)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def manifest(self) -> Manifest:
+        if not self.manifest_path.exists():
+            return Manifest(epoch=None, segments=())
+        doc = json.loads(self.manifest_path.read_text())
+        if doc.get("format") != FORMAT:
+            raise ChangeLogCorruptError(
+                f"{self.manifest_path} has format {doc.get('format')!r}; this version reads format {FORMAT}",
+                "upgrade dagster-databus, or bootstrap the source into a fresh lake",
+            )
+        return Manifest(epoch=doc["epoch"], segments=tuple(SegmentInfo(**s) for s in doc["segments"]))
+
+    def checkpoint(self) -> Checkpoint | None:
+        if not self.checkpoint_path.exists():
+            return None
+        doc = json.loads(self.checkpoint_path.read_text())
+        return Checkpoint(scn=Scn.parse(doc["scn"]), epoch=doc["epoch"], updated_ms=doc["updated_ms"])
+
+    def committed_scn(self) -> Scn:
+        """The log's high watermark: the last SCN of the last committed segment."""
+        return self.manifest().last_scn
+
+    def read(self, since: Scn = Scn.BEGINNING, until: Scn | None = None,
+             tables: Iterable[str] | None = None) -> Iterator[LogEvent]:
+        """Committed events with ``since < scn <= until``, in log order."""
+        wanted = set(tables) if tables is not None else None
+        for segment in self.manifest().between(since, until):
+            yield from self._read_segment(segment, since, until, wanted)
+
+    def read_windows(self, since: Scn = Scn.BEGINNING, until: Scn | None = None) -> Iterator[Window]:
+        """Whole windows after ``since``; ``until`` must be a window boundary (or None)."""
+        current: list[ChangeEvent] = []
+        current_scn: Scn | None = None
+        for item in self.read(since, until):
+            if current_scn is not None and item.window_scn != current_scn:
+                yield Window(scn=current_scn, events=tuple(current))
+                current = []
+            current_scn = item.window_scn
+            current.append(item.event)
+        if current_scn is not None:
+            yield Window(scn=current_scn, events=tuple(current))
+
+    def _read_segment(self, segment: SegmentInfo, since: Scn, until: Scn | None,
+                      tables: set[str] | None) -> Iterator[LogEvent]:
+        path = self.segments_dir / segment.file
+        try:
+            handle = open(path, "rb")
+        except FileNotFoundError:
+            raise ChangeLogCorruptError(
+                f"segment {segment.file} (SCN {segment.first_scn}..{segment.last_scn}) is listed in "
+                f"{self.manifest_path} but missing from {self.segments_dir}",
+                "restore the segment from backup, or bootstrap the source",
+            ) from None
+        with handle:
+            for record in fastavro.reader(handle):
+                scn = record["scn"]
+                if scn <= since.value or (until is not None and scn > until.value):
+                    continue
+                if tables is not None and record["table"] not in tables:
+                    continue
+                yield self._decode(record)
+
+    def _decode(self, record: dict[str, Any]) -> LogEvent:
+        table, version = record["table"], record["schema_version"]
+        row = fastavro.schemaless_reader(io.BytesIO(record["payload"]), self.schemas.parsed(table, version), None)
+        schema = self.schemas.load(table, version)
+        event = ChangeEvent(
+            scn=Scn(record["scn"]), seq=record["seq"], table=table, op=Op(record["op"]),
+            key=tuple(row[k] for k in schema.primary_key), row=row, commit_ts_ms=record["commit_ts_ms"],
+        )
+        return LogEvent(window_scn=Scn(record["window_scn"]), schema_version=version, event=event)
+
+    # -- writing -----------------------------------------------------------------------
+
+    def writer(self) -> LogWriter:
+        return LogWriter(self)
+
+
+class LogWriter:
+    """The single writer of a source's log. Use as a context manager: it holds the log lock."""
+
+    def __init__(self, log: ChangeLog) -> None:
+        self.log = log
+        self._lock = exclusive_lock(
+            log.root / ".lock", f"the change log of source {log.source!r}",
+            "wait for the other capture of this source to finish; runs of one source must not overlap",
+        )
+        self.versions: dict[str, int] = {}
+
+    def __enter__(self) -> LogWriter:
+        self.log.segments_dir.mkdir(parents=True, exist_ok=True)
+        self._lock.__enter__()
+        try:
+            self.recover()
+        except BaseException:
+            self._lock.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.__exit__(*exc)
+
+    def recover(self) -> list[str]:
+        """Delete files no manifest names (a crash mid-publish); roll the checkpoint forward."""
+        manifest = self.log.manifest()
+        listed = {s.file for s in manifest.segments}
+        removed = []
+        for path in self.log.segments_dir.iterdir():
+            if path.name not in listed:
+                path.unlink()
+                removed.append(path.name)
+        for path in self.log.root.glob(".tmp-*"):
+            path.unlink()
+            removed.append(path.name)
+        if removed:
+            fsync_dir(self.log.segments_dir)
+        checkpoint = self.log.checkpoint()
+        if manifest.segments and (checkpoint is None or checkpoint.scn < manifest.last_scn):
+            # The manifest only names fsynced segments, so everything it lists is durable.
+            self._write_checkpoint(manifest.last_scn, manifest.epoch or "")
+        return removed
+
+    def register_schemas(self, schemas: Iterable[Any]) -> dict[str, int]:
+        self.versions = {s.table: self.log.schemas.register(s) for s in schemas}
+        return self.versions
+
+    def append(self, windows: list[Window], epoch: str) -> SegmentInfo:
+        """Publish whole windows as one segment and advance the checkpoint past them."""
+        if not windows:
+            raise ValueError("nothing to append")
+        manifest = self.log.manifest()
+        if manifest.epoch is not None and manifest.epoch != epoch:
+            raise EpochMismatchError(
+                f"the change log of source {self.log.source!r} belongs to epoch {manifest.epoch}; a writer "
+                f"from epoch {epoch} may not append to it",
+                "bootstrap the source into a fresh log (see docs/operations.md)", source=self.log.source,
+            )
+        previous = manifest.last_scn
+        for window in windows:
+            if window.first_scn <= previous:
+                raise ValueError(
+                    f"window {window.scn} starts at SCN {window.first_scn}, not after {previous}: "
+                    "the log only grows in commit order"
+                )
+            previous = window.scn
+        first, last = windows[0].first_scn, windows[-1].scn
+        name = f"{first.value:020d}-{last.value:020d}.avro"
+        tmp = self.log.segments_dir / f".tmp-{name}-{os.getpid()}"
+        tables: dict[str, int] = {}
+        with open(tmp, "wb") as f:
+            fastavro.writer(
+                f, EVENT_SCHEMA, self._records(windows, tables), codec="deflate",
+                metadata={"databus.source": self.log.source, "databus.epoch": epoch,
+                          "databus.first_scn": str(first), "databus.last_scn": str(last)},
+            )
+            f.flush()
+            os.fsync(f.fileno())
+        crash_point("segment_written")
+        final = self.log.segments_dir / name
+        os.replace(tmp, final)
+        fsync_dir(self.log.segments_dir)
+        crash_point("segment_published")
+        info = SegmentInfo(
+            file=name, first_scn=first.value, last_scn=last.value, windows=len(windows),
+            events=sum(tables.values()), bytes=final.stat().st_size, created_ms=_now_ms(), tables=tables,
+        )
+        write_json_atomic(self.log.manifest_path, {
+            "format": FORMAT, "source": self.log.source, "epoch": epoch,
+            "segments": [asdict(s) for s in (*manifest.segments, info)],
+        })
+        crash_point("manifest_committed")
+        self._write_checkpoint(last, epoch)
+        crash_point("checkpoint_written")
+        return info
+
+    def _records(self, windows: list[Window], tables: dict[str, int]) -> Iterator[dict[str, Any]]:
+        buffer = io.BytesIO()
+        for window in windows:
+            for event in window.events:
+                version = self.versions[event.table]
+                buffer.seek(0)
+                buffer.truncate()
+                fastavro.schemaless_writer(buffer, self.log.schemas.parsed(event.table, version), event.row)
+                key = encode_key(event.key)
+                tables[event.table] = tables.get(event.table, 0) + 1
+                yield {
+                    "scn": event.scn.value, "window_scn": window.scn.value, "seq": event.seq,
+                    "table": event.table, "op": event.op.value, "key": key, "partition": key_partition(key),
+                    "schema_version": version, "commit_ts_ms": event.commit_ts_ms, "payload": buffer.getvalue(),
+                }
+
+    def _write_checkpoint(self, scn: Scn, epoch: str) -> None:
+        write_json_atomic(self.log.checkpoint_path, Checkpoint(scn, epoch, _now_ms()).to_json())
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def table_counts(segments: Iterable[SegmentInfo]) -> Mapping[str, int]:
+    out: dict[str, int] = {}
+    for s in segments:
+        for table, n in s.tables.items():
+            out[table] = out.get(table, 0) + n
+    return out

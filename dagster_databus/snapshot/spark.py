@@ -1,0 +1,75 @@
+"""One lazily created local Spark session per process, with the change-log data source registered."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dagster_databus.config import SparkConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DELTA_JARS_ENV = "DATABUS_DELTA_JARS"
+_lock = threading.Lock()
+_session: SparkSession | None = None
+
+
+def delta_jar_dir(config: SparkConfig) -> Path | None:
+    folder = config.delta_jars or (Path(os.environ[DELTA_JARS_ENV]) if os.environ.get(DELTA_JARS_ENV) else None)
+    return folder if folder and any(folder.glob("delta-spark*.jar")) else None
+
+
+def get_spark(config: SparkConfig | None = None) -> SparkSession:
+    """The process's Spark session, created on first use (Spark takes seconds to start)."""
+    global _session
+    with _lock:
+        if _session is None:
+            _session = _build(config or SparkConfig())
+        return _session
+
+
+def _build(config: SparkConfig) -> SparkSession:
+    # Python workers must run the interpreter that has fastavro and pyarrow installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName("dagster-databus")
+        .master(config.master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.warehouse.dir", str(Path.cwd() / "spark-warehouse"))
+    )
+    jars = delta_jar_dir(config)
+    if jars is not None:
+        builder = (
+            builder.config("spark.jars", ",".join(str(p) for p in sorted(jars.glob("*.jar"))))
+            .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+            .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        )
+    for key, value in config.conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    from dagster_databus.snapshot.logsource import ChangeLogDataSource
+
+    session.dataSource.register(ChangeLogDataSource)
+    return session
+
+
+def delta_spark_available(spark: SparkSession) -> bool:
+    """True when delta-spark's classes load in this session's JVM."""
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.java.lang.Class.forName("io.delta.tables.DeltaTable", True, jvm.Thread.currentThread().getContextClassLoader())
+        return True
+    except Exception:
+        return False
