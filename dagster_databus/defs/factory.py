@@ -1,0 +1,25 @@
+"""Builds the Definitions for a databus config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+
+from dagster_databus.config import DatabusConfig
+from dagster_databus.defs.assets import RESOURCE, build_source_assets
+from dagster_databus.defs.resources import DatabusResource
+from dagster_databus.defs.schedules import build_poll_schedule, build_source_job
+
+
+def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definitions:
+    assets, jobs, schedules = [], [], []
+    for source in config.sources:
+        assets += build_source_assets(source)
+        job = build_source_job(source)
+        jobs.append(job)
+        schedules.append(build_poll_schedule(source, job))
+    return dg.Definitions(
+        assets=assets, jobs=jobs, schedules=schedules,
+        resources={RESOURCE: DatabusResource(config_path=str(config_path.resolve()))},
+    )
