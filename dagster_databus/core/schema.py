@@ -108,15 +108,14 @@ def coerce_value(value: Any, column: Column, table: str, where: str) -> Any:
             ok = bytes(value)
         elif isinstance(value, str):
             ok = value.encode()
-    elif kind == "boolean":
-        if isinstance(value, bool | int):
-            ok = bool(value)
+    elif kind == "boolean" and isinstance(value, bool | int):
+        ok = bool(value)
     if ok is _MISSING:
         raise SchemaMismatchError(
             f"{table}.{column.name} is declared {column.source_type or kind} (captured as {kind}) "
             f"but holds {type(value).__name__} value {value!r} ({where})",
-            f"correct the value in the source, or declare the column with a type that holds it "
-            f"(for example TEXT) and re-run the install asset",
+            "correct the value in the source, or declare the column with a type that holds it "
+            "(for example TEXT) and re-run the install asset",
             table=table,
             column=column.name,
         )

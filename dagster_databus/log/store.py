@@ -159,7 +159,7 @@ class ChangeLog:
                       tables: set[str] | None) -> Iterator[LogEvent]:
         path = self.segments_dir / segment.file
         try:
-            handle = open(path, "rb")
+            handle = open(path, "rb")  # noqa: SIM115 - closed by the with below; open errors handled here
         except FileNotFoundError:
             raise ChangeLogCorruptError(
                 f"segment {segment.file} (SCN {segment.first_scn}..{segment.last_scn}) is listed in "

@@ -18,6 +18,7 @@ import pyarrow as pa
 from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
+from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.log.durable import exclusive_lock
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import (
@@ -89,6 +90,24 @@ def to_merge_table(reduced: DataFrame, schema: TableSchema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema.arrow(with_meta=True))
 
 
+def apply_changes(engine: DeltaEngine, snap: DeltaSnapshot, schema: TableSchema, changes: pa.Table,
+                  until: Scn) -> MergeCounts | None:
+    """Merge reduced changes that bring the snapshot up to ``until``.
+
+    A replay (``until`` at or below the applied SCN) changes nothing and returns None; rows
+    at or below the applied SCN are dropped; per key, the MERGE applies only newer SCNs.
+    """
+    applied = snap.applied_scn()
+    if applied is None:
+        raise SnapshotMissingError(
+            f"snapshot {snap.source}.{snap.table} has not been bootstrapped ({snap.path})",
+            f"materialize the {snap.source}/{snap.table} asset, which bootstraps it first",
+        )
+    if until <= applied:
+        return None
+    return engine.merge(snap, schema, drop_stale(changes, applied), until)
+
+
 def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceConfig, table: str,
                engine: DeltaEngine, progress: Progress = lambda _: None) -> TableSyncResult:
     """Bootstrap ``table`` if it has no snapshot, then merge the log up to its high watermark."""
@@ -121,11 +140,11 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
                 by_op = {r["__op"]: r["n"] for r in changes.groupBy("__op").agg(F.count("*").alias("n")).collect()}
                 events = sum(by_op.values())
                 windows = changes.agg(F.countDistinct("__window_scn")).collect()[0][0] if events else 0
-                merged = drop_stale(to_merge_table(reduce_latest(changes, schema.primary_key), schema), applied)
+                merged = to_merge_table(reduce_latest(changes, schema.primary_key), schema)
             finally:
                 changes.unpersist()
             progress(f"{table}: merging {merged.num_rows} keys from {events} events, SCN {applied}..{until}")
-            counts = engine.merge(snap, schema, merged, until)
+            counts = apply_changes(engine, snap, schema, merged, until) or MergeCounts()
             to_scn = until
         return TableSyncResult(
             source=source_cfg.name, table=table, engine=engine.name, bootstrapped_at=bootstrapped_at,

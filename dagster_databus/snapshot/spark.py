@@ -69,7 +69,8 @@ def delta_spark_available(spark: SparkSession) -> bool:
     """True when delta-spark's classes load in this session's JVM."""
     try:
         jvm = spark.sparkContext._jvm
-        jvm.java.lang.Class.forName("io.delta.tables.DeltaTable", True, jvm.Thread.currentThread().getContextClassLoader())
+        loader = jvm.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName("io.delta.tables.DeltaTable", True, loader)
         return True
     except Exception:
         return False

@@ -9,8 +9,8 @@ from typing import Protocol
 import pyarrow as pa
 
 from dagster_databus.core.events import Window
-from dagster_databus.core.scn import Scn
 from dagster_databus.core.schema import TableSchema
+from dagster_databus.core.scn import Scn
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,6 @@ from dagster_databus.errors import (
     ConfigError,
     EpochMismatchError,
     LogGapError,
-    SourceUnavailableError,
 )
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import InstallReport, PollStats, TableSnapshot
@@ -338,7 +337,7 @@ class SqliteSource:
         windows: list[Window] = []
         current: list[ChangeEvent] = []
         current_epoch = rows[0][1]
-        for scn, epoch, tbl, op, pk, row, ts in rows:
+        for scn, epoch, tbl, op, _pk, row, ts in rows:
             if epoch != current_epoch:
                 windows.append(Window(scn=current[-1].scn, events=tuple(current)))
                 current, current_epoch = [], epoch
@@ -375,8 +374,8 @@ class SqliteSource:
                     where = f"source {self.name}, bootstrap of {table}"
                     cols = list(zip(*rows, strict=True))
                     arrays = [
-                        pa.array([coerce_value(v, c, table, where) for v in values], type=arrow_schema.field(c.name).type)
-                        for c, values in zip(schema.columns, cols, strict=True)
+                        pa.array([coerce_value(v, c, table, where) for v in values], type=field.type)
+                        for c, field, values in zip(schema.columns, arrow_schema, cols, strict=True)
                     ]
                     yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
             finally:

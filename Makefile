@@ -1,0 +1,39 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both build .venv/ first.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint bench prereqs clean dev
+
+prereqs:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
+	  echo "error: Python 3.11+ is required (found: $$($(PYTHON) --version 2>&1 || echo none)). Install it or run make PYTHON=/path/to/python3.11"; exit 1; }
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "error: Java 17+ is required for Spark and 'java' is not on PATH. Install a JDK 17 (for example: apt-get install openjdk-17-jre-headless) or set JAVA_HOME"; exit 1; }
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	  [ -n "$$v" ] && [ "$$v" -ge 17 ] || { echo "error: Java 17+ is required for Spark, found Java $${v:-unknown}. Install a JDK 17 or newer"; exit 1; }
+
+$(STAMP): pyproject.toml | prereqs
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+demo: prereqs $(STAMP)
+	$(PY) -m dagster_databus.demo
+
+test: prereqs $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check dagster_databus jobs tests benchmarks
+
+bench: prereqs $(STAMP)
+	$(PY) benchmarks/run_all.py
+
+dev: prereqs $(STAMP)
+	DAGSTER_HOME=$${DAGSTER_HOME:-$(CURDIR)/.demo/dagster_home} $(VENV)/bin/dagster dev -w workspace.yaml
+
+clean:
+	rm -rf $(VENV) .demo .pytest_cache

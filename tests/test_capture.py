@@ -1,0 +1,178 @@
+"""Capture behaviour, written against the source harness so every runnable source kind runs it."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from dagster_databus import pipeline
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import (
+    CaptureNotInstalledError,
+    EpochMismatchError,
+    LogGapError,
+    SchemaMismatchError,
+)
+from dagster_databus.log.store import ChangeLog
+from dagster_databus.sources.sqlite import SqliteSource
+from tests.harness import SqliteHarness, make_config
+
+TABLES = [("items", ["id"]), ("tags", ["item_id", "tag"])]
+
+
+@pytest.fixture
+def shop(source: SqliteHarness, tmp_path: Path):
+    source.execute([
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL, qty INTEGER)",
+        "CREATE TABLE tags (item_id INTEGER, tag TEXT, weight REAL, PRIMARY KEY (item_id, tag))",
+    ])
+    config = make_config(tmp_path / "lake", source.source_config("shop", TABLES, poll={"chunk_rows": 3}))
+    pipeline.install(config, "shop")
+    return source, config
+
+
+def log_events(config) -> list:
+    return list(ChangeLog(config.lake, "shop").read())
+
+
+def test_install_is_idempotent(shop) -> None:
+    source, config = shop
+    before = source.query("SELECT type, name, sql FROM sqlite_master ORDER BY name")
+    report = pipeline.install(config, "shop")
+    assert report.changed == () and set(report.unchanged) == {"items", "tags"}
+    assert source.query("SELECT type, name, sql FROM sqlite_master ORDER BY name") == before
+
+
+def test_changes_arrive_in_commit_order_with_images(shop) -> None:
+    source, config = shop
+    source.execute([("INSERT INTO items VALUES (?, ?, ?, ?)", (1, "apple", 1.5, 10)),
+                    ("INSERT INTO items VALUES (?, ?, ?, ?)", (2, "pear", None, None))])
+    source.execute([("UPDATE items SET price = ? WHERE id = ?", (2.25, 1)),
+                    ("INSERT INTO tags VALUES (?, ?, ?)", (1, "fruit", 0.5))])
+    source.execute([("UPDATE items SET id = ? WHERE id = ?", (20, 2)), "DELETE FROM tags"])
+    result = pipeline.capture(config, "shop")
+    events = [e.event for e in log_events(config)]
+    assert [(e.table, e.op.value, e.key) for e in events] == [
+        ("items", "i", (1,)), ("items", "i", (2,)),
+        ("items", "u", (1,)), ("tags", "i", (1, "fruit")),
+        ("items", "d", (2,)), ("items", "i", (20,)), ("tags", "d", (1, "fruit")),
+    ]
+    scns = [e.scn for e in events]
+    assert scns == sorted(scns) and len(set(scns)) == len(scns)
+    assert events[2].row == {"id": 1, "name": "apple", "price": 2.25, "qty": 10}
+    assert events[1].row == {"id": 2, "name": "pear", "price": None, "qty": None}
+    assert result.until == scns[-1] and result.events == 7
+
+
+def test_rolled_back_transactions_are_not_captured(shop) -> None:
+    source, config = shop
+    conn = sqlite3.connect(source.path, isolation_level=None)
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO items VALUES (99, 'ghost', 1, 1)")
+    conn.execute("ROLLBACK")
+    conn.close()
+    source.execute([("INSERT INTO items VALUES (?, ?, ?, ?)", (1, "real", 1.0, 1))])
+    pipeline.capture(config, "shop")
+    assert [e.event.key for e in log_events(config)] == [(1,)]
+
+
+def close_epoch(source: SqliteHarness) -> None:
+    """What a poll does first; lets a test put several closed windows in front of one poll."""
+    source.execute(["UPDATE _databus_epoch SET epoch = epoch + 1"])
+
+
+def test_a_transaction_spanning_a_chunk_boundary_stays_whole(shop) -> None:
+    source, config = shop  # chunk_rows = 3
+    source.execute([("INSERT INTO items VALUES (?, 'a', 1, 1)", (i,)) for i in (1, 2)])
+    close_epoch(source)
+    big = [("INSERT INTO items VALUES (?, 'b', 2, 2)", (i,)) for i in range(10, 20)]
+    source.execute(big)
+    close_epoch(source)
+    source.execute([("INSERT INTO items VALUES (?, 'c', 3, 3)", (i,)) for i in (30, 31)])
+    pipeline.capture(config, "shop")
+    log = ChangeLog(config.lake, "shop")
+    windows = list(log.read_windows())
+    assert [sorted(e.key[0] for e in w.events) for w in windows] == [[1, 2], list(range(10, 20)), [30, 31]]
+    # The first chunk (3 rows) ended inside the 10-row transaction; it was completed, not cut.
+    segments = log.manifest().segments
+    assert [(s.windows, s.events) for s in segments] == [(2, 12), (1, 2)]
+    assert log.checkpoint().scn == windows[-1].scn
+
+
+def test_capture_before_install_fails_and_writes_nothing(source: SqliteHarness, tmp_path: Path) -> None:
+    source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)"])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
+    with pytest.raises(CaptureNotInstalledError, match="shop/capture"):
+        pipeline.capture(config, "shop")
+    assert not (tmp_path / "lake").exists()
+
+
+def test_verify_names_a_dropped_trigger(shop) -> None:
+    source, config = shop
+    source.execute(["DROP TRIGGER _databus_items_delete"])
+    problems = SqliteSource(config.sources[0]).verify()
+    assert problems == ["table items: trigger(s) _databus_items_delete missing"]
+    with pytest.raises(CaptureNotInstalledError, match="_databus_items_delete"):
+        pipeline.capture(config, "shop")
+
+
+def test_schema_change_makes_triggers_out_of_date_until_reinstalled(shop) -> None:
+    source, config = shop
+    source.execute(["ALTER TABLE items ADD COLUMN colour TEXT"])
+    with pytest.raises(CaptureNotInstalledError, match="out of date"):
+        pipeline.capture(config, "shop")
+    assert pipeline.install(config, "shop").changed == ("items",)
+    source.execute([("INSERT INTO items VALUES (?, ?, ?, ?, ?)", (5, "kiwi", 1.0, 1, "green"))])
+    pipeline.capture(config, "shop")
+    log = ChangeLog(config.lake, "shop")
+    assert [e.event.row["colour"] for e in log.read()] == ["green"]
+    assert log.schemas.versions("items") == [1]  # first capture registered the new shape only
+
+
+def test_replaced_database_is_refused_with_bootstrap_advice(shop) -> None:
+    source, config = shop
+    source.execute([("INSERT INTO items VALUES (?, 'a', 1, 1)", (1,))])
+    pipeline.capture(config, "shop")
+    # The database is rebuilt: capture objects are installed afresh with a new epoch.
+    source.execute(["DROP TABLE _databus_settings"])
+    pipeline.install(config, "shop")
+    source.execute([("INSERT INTO items VALUES (?, 'b', 1, 1)", (2,))])
+    before = ChangeLog(config.lake, "shop").manifest()
+    with pytest.raises(EpochMismatchError, match="bootstrap"):
+        pipeline.capture(config, "shop")
+    assert ChangeLog(config.lake, "shop").manifest() == before
+
+
+def test_a_second_lake_behind_the_pruned_txlog_reports_a_gap(shop, tmp_path: Path) -> None:
+    source, config = shop
+    source.execute([("INSERT INTO items VALUES (?, 'a', 1, 1)", (1,))])
+    pipeline.capture(config, "shop")  # prunes the txlog through the checkpoint
+    other = make_config(tmp_path / "other-lake", source.source_config("shop", TABLES))
+    with pytest.raises(LogGapError, match="pruned its txlog through SCN"):
+        pipeline.capture(other, "shop")
+
+
+def test_value_that_does_not_fit_the_column_type_stops_capture(shop) -> None:
+    source, config = shop
+    source.execute([("INSERT INTO items VALUES (?, ?, ?, ?)", (1, "x", "not a price", 1))])
+    with pytest.raises(SchemaMismatchError, match=r"items\.price .* 'not a price'"):
+        pipeline.capture(config, "shop")
+    assert ChangeLog(config.lake, "shop").checkpoint() is None
+
+
+def test_poll_reads_only_to_the_bound_fixed_at_its_start(shop) -> None:
+    source, config = shop
+    source.execute([("INSERT INTO items VALUES (?, 'a', 1, 1)", (i,)) for i in range(1, 8)])
+    src = SqliteSource(config.sources[0])
+    from dagster_databus.sources.base import PollStats
+
+    stats = PollStats()
+    chunks = src.poll(Scn.BEGINNING, None, stats)
+    first = next(chunks)
+    # A transaction committed mid-poll lands in a later epoch: not part of this poll.
+    source.execute([("INSERT INTO items VALUES (?, 'late', 1, 1)", (100,))])
+    rest = [w for chunk in chunks for w in chunk]
+    keys = [e.key[0] for w in [*first, *rest] for e in w.events]
+    assert keys == list(range(1, 8))

@@ -1,0 +1,141 @@
+"""Configuration: the minimal form works as written; every bad input names the field and the fix,
+and nothing is written (no lake folder, no capture objects in the database)."""
+
+from __future__ import annotations
+
+import sqlite3
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dagster_databus import pipeline
+from dagster_databus.config import load_config
+from dagster_databus.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "databus.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "shop.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL, note TEXT)")
+        conn.execute("CREATE TABLE lines (order_id INTEGER, line INTEGER, sku TEXT, PRIMARY KEY (order_id, line))")
+        conn.execute("CREATE TABLE loose (a INTEGER, b TEXT)")
+    return path
+
+
+def minimal(db: Path, table: str = "orders", key: str = "[id]", kind: str = "sqlite") -> str:
+    return textwrap.dedent(f"""
+        lake: ./lake
+        sources:
+          - name: shop
+            kind: {kind}
+            path: {db}
+            tables:
+              - name: {table}
+                primary_key: {key}
+        """)
+
+
+def schema_objects(db: Path) -> list[str]:
+    with sqlite3.connect(db) as conn:
+        return sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE '%databus%'"))
+
+
+def test_minimal_config_works_as_written(tmp_path: Path, db: Path) -> None:
+    config = load_config(write(tmp_path, minimal(db)))
+    assert config.lake == tmp_path / "lake"
+    assert config.sources[0].tables[0].primary_key == ("id",)
+    pipeline.install(config, "shop")
+    result = pipeline.capture(config, "shop")
+    assert result.events == 0 and (tmp_path / "lake" / "log" / "shop").is_dir()
+
+
+def test_relative_database_path_resolves_against_the_config_folder(tmp_path: Path, db: Path) -> None:
+    config = load_config(write(tmp_path, minimal(Path(db.name))))
+    assert config.sources[0].path == db
+
+
+@pytest.mark.parametrize(
+    ("case", "field", "words"),
+    [
+        (lambda db: minimal(db, kind="postgres"), "sources[0].kind", "unknown source kind 'postgres'"),
+        (lambda db: minimal(db, table='"orders; DROP TABLE orders"'), "sources[0].tables[0].name",
+         "not a plain identifier"),
+        (lambda db: minimal(db, key='["id) --"]'), "sources[0].tables[0].primary_key", "not a plain identifier"),
+        (lambda db: minimal(db, key="[]"), "sources[0].tables[0].primary_key", "at least 1"),
+        (lambda db: minimal(db, table="__shadow"), "sources[0].tables[0].name", "reserved"),
+        (lambda db: minimal(db).replace("lake: ./lake\n", ""), "lake", "missing"),
+        (lambda db: minimal(db).replace("kind: sqlite", "kind: sqlite\n    chunk: 5"), "sources[0].chunk",
+         "unknown field"),
+        (lambda db: minimal(db) + "    poll: {chunk_rows: many}\n", "sources[0].poll.chunk_rows",
+         "valid integer"),
+        (lambda db: "lake: [unclosed", "databus.yaml", "not valid YAML"),
+        (lambda db: "- just\n- a list\n", "(top level)", "mapping"),
+    ],
+)
+def test_malformed_config_names_field_and_fix(tmp_path: Path, db: Path, case, field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, case(db)))
+    assert err.value.field.endswith(field), err.value.field
+    assert words in str(err.value)
+    assert "Fix:" in str(err.value)
+    assert not (tmp_path / "lake").exists()
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "field", "words"),
+    [
+        ("missing_table", "[id]", "sources.shop.tables[0].name", "does not exist"),
+        ("orders", "[order_no]", "sources.shop.tables[0].primary_key", "has no column 'order_no'"),
+        ("lines", "[order_id]", "sources.shop.tables[0].primary_key", "not the primary key"),
+        ("loose", "[a]", "sources.shop.tables[0].primary_key", "not the primary key"),
+    ],
+)
+def test_config_that_does_not_match_the_database_fails_before_writing(
+    tmp_path: Path, db: Path, table: str, key: str, field: str, words: str
+) -> None:
+    config = load_config(write(tmp_path, minimal(db, table=table, key=key)))
+    for step in (pipeline.install, pipeline.capture):
+        with pytest.raises(ConfigError) as err:
+            step(config, "shop")
+        assert err.value.field == field and words in str(err.value)
+        assert "Fix:" in str(err.value)
+    assert schema_objects(db) == []
+    assert not (tmp_path / "lake").exists()
+
+
+@pytest.mark.parametrize("kind", ["absent", "directory", "not_sqlite"])
+def test_unreadable_database_file_is_a_clear_error(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "shop.db"
+    if kind == "directory":
+        target.mkdir()
+    elif kind == "not_sqlite":
+        target.write_bytes(b"this is not a database" * 100)
+    config = load_config(write(tmp_path, minimal(target)))
+    with pytest.raises(ConfigError) as err:
+        pipeline.install(config, "shop")
+    assert err.value.field == "sources.shop.path"
+    assert str(target) in str(err.value)
+    assert not (tmp_path / "lake").exists()
+    if kind == "absent":
+        assert not target.exists(), "a missing database must not be created"
+    if kind == "not_sqlite":
+        assert target.read_bytes() == b"this is not a database" * 100
+
+
+def test_missing_config_file_names_the_environment_variable(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="DATABUS_CONFIG"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_default_config_is_the_embedded_demo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DATABUS_CONFIG", raising=False)
+    config = load_config()
+    assert [t.name for t in config.sources[0].tables] == ["customers", "orders", "order_items"]
