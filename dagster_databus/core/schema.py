@@ -27,11 +27,12 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),
 }
 
-# Metadata columns every snapshot carries beside the source's own columns.
+# Metadata columns every snapshot carries beside the source's own columns. Delta's only
+# timestamp type has microsecond precision, so commit times are stored that way.
 META_COLUMNS: dict[str, pa.DataType] = {
     "__scn": pa.int64(),
     "__op": pa.string(),
-    "__commit_ts": pa.timestamp("ms", tz="UTC"),
+    "__commit_ts": pa.timestamp("us", tz="UTC"),
 }
 
 

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from dagster_databus.core.schema import TableSchema
+from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def with_meta(batch: pa.RecordBatch | pa.Table, scn: Scn, op: str, commit_ts_ms:
     arrays = [*batch.columns,
               pa.array([scn.value] * n, pa.int64()),
               pa.array([op] * n, pa.string()),
-              pa.array([commit_ts_ms] * n, pa.int64()).cast(pa.timestamp("ms", tz="UTC"))]
+              pa.array([commit_ts_ms * 1000] * n, pa.int64()).cast(META_COLUMNS["__commit_ts"])]
     names = [*batch.schema.names, "__scn", "__op", "__commit_ts"]
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
@@ -138,7 +138,7 @@ class DeltaRsEngine:
         table = DeltaTable(str(snap.path))
         if changes.num_rows == 0:
             # Nothing for this table in the window range: record the SCN it is now current to.
-            write_deltalake(table, pa.Table.from_batches([], table.schema().to_arrow()), mode="append",
+            write_deltalake(table, pa.schema(table.schema().to_arrow()).empty_table(), mode="append",
                             commit_properties=self._props(snap, scn))
             return MergeCounts()
         columns = [n for n in changes.column_names]

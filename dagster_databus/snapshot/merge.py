@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dagster_databus.config import DatabusConfig, SourceConfig
-from dagster_databus.core.schema import TableSchema
+from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.log.durable import exclusive_lock
@@ -86,7 +87,8 @@ def reduce_latest(changes: DataFrame, primary_key: Sequence[str]) -> DataFrame:
 def to_merge_table(reduced: DataFrame, schema: TableSchema) -> pa.Table:
     data = reduced.toArrow()
     columns = [data[c.name].cast(f.type) for c, f in zip(schema.columns, schema.arrow(False), strict=True)]
-    columns += [data["__scn"], data["__op"], data["__commit_ts_ms"].cast(pa.timestamp("ms", tz="UTC"))]
+    commit_us = pc.multiply(data["__commit_ts_ms"], 1000).cast(META_COLUMNS["__commit_ts"])
+    columns += [data["__scn"], data["__op"], commit_us]
     return pa.Table.from_arrays(columns, schema=schema.arrow(with_meta=True))
 
 

@@ -1,0 +1,129 @@
+"""The Dagster layer, through real Dagster instances and the command line users run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from dagster_databus.config import load_config
+from dagster_databus.defs.factory import build_definitions
+from dagster_databus.demo.workload import ShopWorkload, create_shop
+from tests.conftest import assert_snapshots_match
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_config(tmp_path: Path, tables: list[dict] | None = None) -> Path:
+    create_shop(tmp_path / "shop.db")
+    path = tmp_path / "databus.yaml"
+    path.write_text(json.dumps({
+        "lake": "lake",
+        "sources": [{"name": "shop", "kind": "sqlite", "path": "shop.db", "poll": {"cron": "*/2 * * * *"},
+                     "tables": tables or [{"name": "customers", "primary_key": ["id"]},
+                                          {"name": "orders", "primary_key": ["id"]},
+                                          {"name": "order_items", "primary_key": ["order_id", "line_no"]}]}],
+    }))
+    return path
+
+
+def materialize(config_path: Path, instance: dg.DagsterInstance, raise_on_error: bool = True):
+    defs = build_definitions(load_config(config_path), config_path)
+    job = defs.resolve_implicit_global_asset_job_def()
+    return job.execute_in_process(instance=instance, raise_on_error=raise_on_error)
+
+
+def metadata(result, key: list[str]) -> dict:
+    events = [e for e in result.get_asset_materialization_events()
+              if e.asset_key == dg.AssetKey(key)]
+    assert len(events) == 1, key
+    return {k: v.value for k, v in events[0].materialization.metadata.items()}
+
+
+def test_materialize_everything_twice_reports_metadata(tmp_path: Path, spark) -> None:
+    config_path = write_config(tmp_path)
+    workload = ShopWorkload(tmp_path / "shop.db", seed=2)
+    workload.run(30)
+    with dg.instance_for_test() as instance:
+        first = materialize(config_path, instance)
+        assert first.success
+        boot = metadata(first, ["shop", "orders"])
+        assert boot["bootstrap_rows"] == boot["dagster/row_count"] > 0
+
+        workload.run(40, rollback_every=4)
+        second = materialize(config_path, instance)
+        log = metadata(second, ["shop", "changelog"])
+        assert log["events"] == log["inserts"] + log["updates"] + log["deletes"] > 0
+        assert log["windows"] == 1 and log["lag_scn"] == 0
+        assert log["scn_range"] == f"{log['scn_from']}..{log['scn_to']}"
+        orders = metadata(second, ["shop", "orders"])
+        assert orders["applied_scn"] == log["scn_to"] and orders["lag_scn"] == 0
+        assert orders["events"] == log["events_by_table"]["orders"]
+        assert orders["engine"] == "delta-rs"
+        assert instance.get_latest_materialization_event(dg.AssetKey(["shop", "order_items"])) is not None
+    assert_snapshots_match(load_config(config_path))
+
+
+def test_the_cli_command_from_the_readme_captures_and_merges_on_the_first_run(tmp_path: Path) -> None:
+    config_path = write_config(tmp_path)
+    ShopWorkload(tmp_path / "shop.db", seed=9).run(25)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    env = {**os.environ, "DATABUS_CONFIG": str(config_path), "DAGSTER_HOME": str(home)}
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m", "dagster_databus.definitions",
+         "--select", "*"], env=env, cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert_snapshots_match(load_config(config_path))
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        for table in ("customers", "orders", "order_items"):
+            event = instance.get_latest_materialization_event(dg.AssetKey(["shop", table]))
+            assert event is not None, table
+
+
+def test_a_failed_run_shows_the_capture_layers_message(tmp_path: Path) -> None:
+    config_path = write_config(tmp_path, tables=[{"name": "invoices", "primary_key": ["id"]}])
+    with dg.instance_for_test() as instance:
+        result = materialize(config_path, instance, raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE)
+    message = failure.step_failure_data.error.message
+    assert "table 'invoices' does not exist" in message and "Fix:" in message
+    assert not (tmp_path / "lake").exists()
+
+
+def test_schedules_jobs_and_graph_shape(tmp_path: Path) -> None:
+    config_path = write_config(tmp_path)
+    defs = build_definitions(load_config(config_path), config_path)
+    schedule = defs.resolve_schedule_def("shop_poll")
+    assert schedule.cron_schedule == "*/2 * * * *"
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    job = defs.resolve_job_def("shop_sync")
+    keys = {k.to_user_string() for k in job.asset_layer.selected_asset_keys}
+    assert keys == {"shop/capture", "shop/changelog", "shop/customers", "shop/orders", "shop/order_items"}
+    # All snapshots of a source are produced by one step, so a run starts Spark once.
+    snapshot_nodes = {defs.resolve_assets_def(dg.AssetKey(["shop", t])).node_def.name
+                      for t in ("customers", "orders", "order_items")}
+    assert snapshot_nodes == {"shop_snapshots"}
+    graph = defs.resolve_asset_graph()
+    assert graph.get(dg.AssetKey(["shop", "orders"])).parent_keys == {dg.AssetKey(["shop", "changelog"])}
+
+
+@pytest.mark.parametrize("subset", [["shop/orders"], ["shop/customers", "shop/order_items"]])
+def test_a_subset_of_snapshots_can_be_materialized(tmp_path: Path, spark, subset: list[str]) -> None:
+    config_path = write_config(tmp_path)
+    ShopWorkload(tmp_path / "shop.db", seed=4).run(10)
+    defs = build_definitions(load_config(config_path), config_path)
+    selection = [dg.AssetKey(["shop", "capture"]), dg.AssetKey(["shop", "changelog"]),
+                 *[dg.AssetKey.from_user_string(s) for s in subset]]
+    job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(selection))
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance)
+    produced = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert produced == {"shop/capture", "shop/changelog", *subset}
