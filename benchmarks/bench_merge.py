@@ -50,6 +50,7 @@ def main(rows: int = 1_000_000, changed_pct: float = 10.0) -> None:
         DeltaRsEngine().bootstrap(snap, SCHEMA, iter(base.to_batches(max_chunksize=200_000)), Scn(0))
 
     spark = get_spark(config.spark)
+    fresh_snapshot()
     sync_table(spark, config, config.sources[0], "items", DeltaRsEngine())  # warm Spark up once
 
     def ours() -> None:

@@ -39,12 +39,12 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
             hwm = "?"
         cp = checkpoint.scn if checkpoint else None
         lag = str(int(hwm) - cp.value) if cp is not None and hwm.isdigit() else "-"
-        print(f"{source.name:<28}{str(cp or '-'):>12}{'':>12}{hwm:>12}{lag:>8}{len(manifest.segments):>10}"
+        print(f"{source.name:<28}{cp or '-'!s:>12}{'':>12}{hwm:>12}{lag:>8}{len(manifest.segments):>10}"
               f"{sum(s.bytes for s in manifest.segments):>12}")
         for table in source.tables:
             applied = DeltaSnapshot(config.lake, source.name, table.name).applied_scn()
             behind = str(manifest.last_scn.value - applied.value) if applied is not None else "-"
-            print(f"  {table.name:<26}{'':>12}{str(applied or '-'):>12}{'':>12}{behind:>8}")
+            print(f"  {table.name:<26}{'':>12}{applied or '-'!s:>12}{'':>12}{behind:>8}")
     return 0
 
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import CaptureNotInstalledError
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import InstallReport, PollStats
@@ -51,13 +50,8 @@ def capture(config: DatabusConfig, source: str, progress: Progress = lambda _: N
     """Poll ``source`` from its checkpoint to the bound fixed at the start; append whole windows."""
     started = time.monotonic()
     src = open_source(config.source(source))
-    schemas = src.preflight()
-    problems = src.verify()
-    if problems:
-        raise CaptureNotInstalledError(
-            f"capture is not installed correctly in source {source!r}: " + "; ".join(problems),
-            f"materialize the '{source}/capture' asset to install or update the txlog and triggers",
-        )
+    src.require_installed()  # checks the database and the config's tables first; writes nothing
+    schemas = src.schemas()
     epoch = src.epoch()
     log = ChangeLog(config.lake, source)
     with log.writer() as writer:

@@ -64,8 +64,14 @@ class SchemaRegistry:
         return _parsed(self._dir(table) / f"v{version:04d}.avsc")
 
 
-@cache
 def _document(path: Path) -> dict[str, Any]:
+    # Keyed by modification time too: a lake rebuilt at the same path must not be served stale.
+    stat = path.stat()
+    return _read_document(path, stat.st_mtime_ns, stat.st_size)
+
+
+@cache
+def _read_document(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
@@ -79,8 +85,13 @@ def _load(path: Path, source: str) -> TableSchema:
     return TableSchema(source=source, table=doc["name"], columns=columns, primary_key=tuple(meta["primary_key"]))
 
 
-@cache
 def _parsed(path: Path) -> Any:
-    doc = dict(_document(path))
+    stat = path.stat()
+    return _parse(path, stat.st_mtime_ns, stat.st_size)
+
+
+@cache
+def _parse(path: Path, mtime_ns: int, size: int) -> Any:
+    doc = dict(_read_document(path, mtime_ns, size))
     doc.pop("databus")
     return fastavro.parse_schema(doc)

@@ -28,6 +28,7 @@ from typing import Any
 import fastavro
 
 from dagster_databus.core.events import ChangeEvent, Op, Window, encode_key, key_partition
+from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ChangeLogCorruptError, EpochMismatchError
 from dagster_databus.log.durable import crash_point, exclusive_lock, fsync_dir, write_json_atomic
@@ -111,6 +112,7 @@ class ChangeLog:
         self.manifest_path = self.root / "manifest.json"
         self.checkpoint_path = self.root / "checkpoint.json"
         self.schemas = SchemaRegistry(self.root / "schemas", source)
+        self._decoders: dict[tuple[str, int], tuple[Any, TableSchema]] = {}
 
     # -- reading -----------------------------------------------------------------------
 
@@ -177,8 +179,12 @@ class ChangeLog:
 
     def _decode(self, record: dict[str, Any]) -> LogEvent:
         table, version = record["table"], record["schema_version"]
-        row = fastavro.schemaless_reader(io.BytesIO(record["payload"]), self.schemas.parsed(table, version), None)
-        schema = self.schemas.load(table, version)
+        decoder = self._decoders.get((table, version))
+        if decoder is None:
+            decoder = self._decoders[(table, version)] = (self.schemas.parsed(table, version),
+                                                          self.schemas.load(table, version))
+        parsed, schema = decoder
+        row = fastavro.schemaless_reader(io.BytesIO(record["payload"]), parsed, None)
         event = ChangeEvent(
             scn=Scn(record["scn"]), seq=record["seq"], table=table, op=Op(record["op"]),
             key=tuple(row[k] for k in schema.primary_key), row=row, commit_ts_ms=record["commit_ts_ms"],
@@ -290,12 +296,13 @@ class LogWriter:
 
     def _records(self, windows: list[Window], tables: dict[str, int]) -> Iterator[dict[str, Any]]:
         buffer = io.BytesIO()
+        parsed = {table: self.log.schemas.parsed(table, version) for table, version in self.versions.items()}
         for window in windows:
             for event in window.events:
                 version = self.versions[event.table]
                 buffer.seek(0)
                 buffer.truncate()
-                fastavro.schemaless_writer(buffer, self.log.schemas.parsed(event.table, version), event.row)
+                fastavro.schemaless_writer(buffer, parsed[event.table], event.row)
                 key = encode_key(event.key)
                 tables[event.table] = tables.get(event.table, 0) + 1
                 yield {

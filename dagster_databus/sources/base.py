@@ -52,6 +52,9 @@ class CaptureSource(Protocol):
     def verify(self) -> list[str]:
         """Problems with the installed capture objects, each naming the object; empty when healthy."""
 
+    def require_installed(self) -> None:
+        """Raise ``CaptureNotInstalledError`` listing ``verify()``'s problems; call before ``poll``."""
+
     def epoch(self) -> str:
         """The source lineage that positions belong to."""
 
@@ -59,7 +62,10 @@ class CaptureSource(Protocol):
         """The newest committed SCN the source has allocated."""
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats) -> Iterator[list[Window]]:
-        """Whole windows after ``since`` up to a bound fixed when the poll starts, in chunks."""
+        """Whole windows after ``since`` up to a bound fixed when the poll starts, in chunks.
+
+        Precondition: ``require_installed()`` passed.
+        """
 
     def snapshot(self, table: str, batch_rows: int = 50_000) -> TableSnapshot:
         """A consistent, chunked read of one table at a known SCN (for bootstrap)."""

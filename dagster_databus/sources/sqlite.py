@@ -249,7 +249,7 @@ class SqliteSource:
                     problems.append(f"table {table}: triggers are out of date with the table's columns")
         return problems
 
-    def _require_installed(self) -> None:
+    def require_installed(self) -> None:
         problems = self.verify()
         if problems:
             raise CaptureNotInstalledError(
@@ -264,7 +264,7 @@ class SqliteSource:
             try:
                 return self._settings(conn)["epoch_id"]
             except sqlite3.OperationalError:
-                self._require_installed()
+                self.require_installed()
                 raise
 
     def high_water_mark(self) -> Scn:
@@ -274,7 +274,6 @@ class SqliteSource:
     # -- polling -----------------------------------------------------------------------
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats) -> Iterator[list[Window]]:
-        self._require_installed()
         schemas = self.schemas()
         chunk_rows = self.config.poll.chunk_rows
         with closing(self._connect()) as conn:
