@@ -28,6 +28,15 @@ def _install(config: DatabusConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+def _bootstrap(config: DatabusConfig, args: argparse.Namespace) -> int:
+    trash = pipeline.bootstrap(config, args.source)
+    checkpoint = ChangeLog(config.lake, args.source).checkpoint()
+    moved = f"; previous log and snapshots moved to {trash}" if trash else ""
+    print(f"{args.source}: change log restarted at SCN {checkpoint.scn if checkpoint else '?'}; "
+          f"the next run bootstraps every snapshot{moved}")
+    return 0
+
+
 def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
     print(f"{'source/table':<28}{'checkpoint':>12}{'snapshot':>12}{'source':>12}{'lag':>8}{'segments':>10}{'bytes':>12}")
     for source in config.sources:
@@ -55,9 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("validate", help="check the config and every source database; writes nothing")
     install = sub.add_parser("install", help="install or update capture objects (idempotent)")
     install.add_argument("--source")
+    boot = sub.add_parser("bootstrap", help="restart a source's change log and snapshots from its current position")
+    boot.add_argument("--source", required=True)
     sub.add_parser("status", help="checkpoint, snapshot SCN and lag per source and table")
     args = parser.parse_args(argv)
-    commands = {"validate": _validate, "install": _install, "status": _status}
+    commands = {"validate": _validate, "install": _install, "bootstrap": _bootstrap, "status": _status}
     try:
         return commands[args.command](load_config(args.config), args)
     except DatabusError as exc:

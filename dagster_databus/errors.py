@@ -21,10 +21,6 @@ class ConfigError(DatabusError):
         super().__init__(f"config error at {field}: {problem}", fix, field=field)
 
 
-class SourceUnavailableError(DatabusError):
-    """The source database cannot be opened or queried."""
-
-
 class CaptureNotInstalledError(DatabusError):
     """The capture objects (txlog, triggers) are missing or out of date in the source."""
 
@@ -39,6 +35,10 @@ class LogGapError(DatabusError):
 
 class SchemaMismatchError(DatabusError):
     """A captured value does not fit the column type the Avro schema declares."""
+
+
+class SchemaDriftError(DatabusError):
+    """A table's columns changed while its capture triggers still had the old shape."""
 
 
 class ConcurrentRunError(DatabusError):

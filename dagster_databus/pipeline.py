@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.scn import Scn
@@ -44,6 +45,32 @@ class CaptureResult:
 def install(config: DatabusConfig, source: str) -> InstallReport:
     """Create or update a source's capture objects (idempotent)."""
     return open_source(config.source(source)).install()
+
+
+def bootstrap(config: DatabusConfig, source: str) -> Path | None:
+    """Start a source's change log and snapshots afresh at the source's current position.
+
+    The recovery for epoch changes, gaps and schema drift. The old log and snapshots are
+    moved to ``<lake>/trash/`` (returned), not deleted. The next run bootstraps every
+    snapshot from the source at an SCN at or after the new checkpoint.
+    """
+    src = open_source(config.source(source))
+    src.require_installed()
+    log = ChangeLog(config.lake, source)
+    snapshots = config.lake / "snapshot" / source
+    trash = config.lake / "trash" / f"{source}-{time.strftime('%Y%m%dT%H%M%S')}"
+    with log.writer() as writer:
+        moved = False
+        for path, name in ((log.root, "log"), (snapshots, "snapshot")):
+            if path.exists() and any(p.name != ".lock" for p in path.iterdir()):
+                trash.mkdir(parents=True, exist_ok=True)
+                (trash / name).mkdir()
+                for child in path.iterdir():
+                    if child.name != ".lock":
+                        child.rename(trash / name / child.name)
+                moved = True
+        writer.start_at(src.high_water_mark(), src.epoch())
+    return trash if moved else None
 
 
 def capture(config: DatabusConfig, source: str, progress: Progress = lambda _: None) -> CaptureResult:

@@ -131,7 +131,7 @@ def test_schema_change_makes_triggers_out_of_date_until_reinstalled(shop) -> Non
     assert log.schemas.versions("items") == [1]  # first capture registered the new shape only
 
 
-def test_replaced_database_is_refused_with_bootstrap_advice(shop) -> None:
+def test_replaced_database_is_refused_until_bootstrapped(shop) -> None:
     source, config = shop
     source.execute([("INSERT INTO items VALUES (?, 'a', 1, 1)", (1,))])
     pipeline.capture(config, "shop")
@@ -140,9 +140,13 @@ def test_replaced_database_is_refused_with_bootstrap_advice(shop) -> None:
     pipeline.install(config, "shop")
     source.execute([("INSERT INTO items VALUES (?, 'b', 1, 1)", (2,))])
     before = ChangeLog(config.lake, "shop").manifest()
-    with pytest.raises(EpochMismatchError, match="bootstrap"):
+    with pytest.raises(EpochMismatchError, match="databus bootstrap --source shop"):
         pipeline.capture(config, "shop")
     assert ChangeLog(config.lake, "shop").manifest() == before
+    pipeline.bootstrap(config, "shop")
+    source.execute([("INSERT INTO items VALUES (?, 'c', 1, 1)", (3,))])
+    pipeline.capture(config, "shop")
+    assert [e.event.key for e in log_events(config)] == [(3,)]  # the new lineage only
 
 
 def test_a_second_lake_behind_the_pruned_txlog_reports_a_gap(shop, tmp_path: Path) -> None:
@@ -152,6 +156,11 @@ def test_a_second_lake_behind_the_pruned_txlog_reports_a_gap(shop, tmp_path: Pat
     other = make_config(tmp_path / "other-lake", source.source_config("shop", TABLES))
     with pytest.raises(LogGapError, match="pruned its txlog through SCN"):
         pipeline.capture(other, "shop")
+    assert not (tmp_path / "other-lake" / "log" / "shop" / "manifest.json").exists()
+    pipeline.bootstrap(other, "shop")  # the other lake starts at the source's current position
+    source.execute([("INSERT INTO items VALUES (?, 'b', 1, 1)", (2,))])
+    result = pipeline.capture(other, "shop")
+    assert result.since == Scn(1) and [e.event.key for e in ChangeLog(other.lake, "shop").read()] == [(2,)]
 
 
 def test_value_that_does_not_fit_the_column_type_stops_capture(shop) -> None:

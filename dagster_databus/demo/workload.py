@@ -67,7 +67,7 @@ class ShopWorkload:
         r = self.rng
         cid = self._next_id(conn, "customers")
         conn.execute(
-            "INSERT INTO customers VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO customers (id, name, email, city, credit_limit, signup_date) VALUES (?, ?, ?, ?, ?, ?)",
             (cid, f"Customer {cid}", f"c{cid}@example.com" if r.random() < 0.9 else None, r.choice(CITIES),
              round(r.uniform(100, 5000), 2) if r.random() < 0.8 else None, f"2026-{r.randint(1, 12):02d}-01"),
         )
@@ -81,9 +81,11 @@ class ShopWorkload:
         items = [(oid, n, r.choice(SKUS), r.randint(1, 9), round(r.uniform(1, 200), 2),
                   round(r.random() * 0.3, 3) if r.random() < 0.3 else None) for n in range(1, lines + 1)]
         total = round(sum(q * p for _, _, _, q, p, _ in items), 2)
-        conn.execute("INSERT INTO orders VALUES (?, ?, 'new', ?, ?, datetime('now'))",
+        conn.execute("INSERT INTO orders (id, customer_id, status, total, note, placed_at) "
+                     "VALUES (?, ?, 'new', ?, ?, datetime('now'))",
                      (oid, customer_id, total, "gift" if r.random() < 0.1 else None))
-        conn.executemany("INSERT INTO order_items VALUES (?, ?, ?, ?, ?, ?)", items)
+        conn.executemany("INSERT INTO order_items (order_id, line_no, sku, qty, unit_price, discount) "
+                         "VALUES (?, ?, ?, ?, ?, ?)", items)
 
     def transaction(self, conn: sqlite3.Connection) -> None:
         """One business transaction of several rows, chosen at random."""

@@ -82,10 +82,11 @@ class Checkpoint:
 class Manifest:
     epoch: str | None
     segments: tuple[SegmentInfo, ...]
+    start_scn: Scn = Scn.BEGINNING  # the log holds every change after this (set by a bootstrap)
 
     @property
     def last_scn(self) -> Scn:
-        return Scn(self.segments[-1].last_scn) if self.segments else Scn.BEGINNING
+        return Scn(self.segments[-1].last_scn) if self.segments else self.start_scn
 
     def between(self, since: Scn, until: Scn | None = None) -> list[SegmentInfo]:
         """Segments holding any SCN in (since, until]."""
@@ -125,7 +126,8 @@ class ChangeLog:
                 f"{self.manifest_path} has format {doc.get('format')!r}; this version reads format {FORMAT}",
                 "upgrade dagster-databus, or bootstrap the source into a fresh lake",
             )
-        return Manifest(epoch=doc["epoch"], segments=tuple(SegmentInfo(**s) for s in doc["segments"]))
+        return Manifest(epoch=doc["epoch"], segments=tuple(SegmentInfo(**s) for s in doc["segments"]),
+                        start_scn=Scn.parse(doc.get("start_scn", "0")))
 
     def checkpoint(self) -> Checkpoint | None:
         if not self.checkpoint_path.exists():
@@ -241,6 +243,15 @@ class LogWriter:
             self._write_checkpoint(manifest.last_scn, manifest.epoch or "")
         return removed
 
+    def start_at(self, scn: Scn, epoch: str) -> None:
+        """Begin an empty log at ``scn`` (a bootstrap): capture continues after it."""
+        if self.log.manifest().segments:
+            raise ValueError("start_at is only for an empty log")
+        self.log.segments_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.log.manifest_path, {"format": FORMAT, "source": self.log.source, "epoch": epoch,
+                                                   "start_scn": str(scn), "segments": []})
+        self._write_checkpoint(scn, epoch)
+
     def register_schemas(self, schemas: Iterable[Any]) -> dict[str, int]:
         self.versions = {s.table: self.log.schemas.register(s) for s in schemas}
         return self.versions
@@ -286,7 +297,7 @@ class LogWriter:
             events=sum(tables.values()), bytes=final.stat().st_size, created_ms=_now_ms(), tables=tables,
         )
         write_json_atomic(self.log.manifest_path, {
-            "format": FORMAT, "source": self.log.source, "epoch": epoch,
+            "format": FORMAT, "source": self.log.source, "epoch": epoch, "start_scn": str(manifest.start_scn),
             "segments": [asdict(s) for s in (*manifest.segments, info)],
         })
         crash_point("manifest_committed")

@@ -42,6 +42,7 @@ def _build(config: SparkConfig) -> SparkSession:
         SparkSession.builder.appName("dagster-databus")
         .master(config.master)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")

@@ -29,6 +29,7 @@ from dagster_databus.errors import (
     ConfigError,
     EpochMismatchError,
     LogGapError,
+    SchemaDriftError,
 )
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import InstallReport, PollStats, TableSnapshot
@@ -176,12 +177,15 @@ class SqliteSource:
         def key(alias: str) -> str:
             return ", ".join(f"{alias}.{quote_sqlite(k)}" for k in schema.primary_key)
 
+        shape = ",".join(c.name for c in schema.columns)
+        stale = (f"CASE WHEN (SELECT group_concat(name, ',') FROM (SELECT name FROM "
+                 f"pragma_table_info({quote_literal(schema.table)}) ORDER BY cid)) = '{shape}' THEN 0 ELSE 1 END")
         unchanged = " AND ".join(f"OLD.{quote_sqlite(k)} IS NEW.{quote_sqlite(k)}" for k in schema.primary_key)
         names = {k: quote_sqlite(v) for k, v in self._trigger_names(schema.table).items()}
         return sqlfiles.render(
             "sqlite", "table_triggers.sql", table=quote_sqlite(schema.table),
             table_literal=quote_literal(schema.table), new_key=key("NEW"), old_key=key("OLD"),
-            new_row=row("NEW"), old_row=row("OLD"), key_unchanged=unchanged, now_ms=NOW_MS, **names,
+            new_row=row("NEW"), old_row=row("OLD"), key_unchanged=unchanged, now_ms=NOW_MS, stale=stale, **names,
         )
 
     def install(self) -> InstallReport:
@@ -312,8 +316,8 @@ class SqliteSource:
                 f"source {self.name!r} ({self.config.path}) has capture epoch {settings['epoch_id']} but the "
                 f"change log's checkpoint belongs to epoch {epoch}: the database was replaced, restored or its "
                 "capture objects were re-installed, so positions cannot be compared",
-                f"bootstrap the source: remove {self.name}'s change log and snapshots from the lake "
-                "(see docs/operations.md) and materialize its assets again",
+                f"run `databus bootstrap --source {self.name}`: it sets the source's change log and snapshots "
+                "aside and starts them afresh from the source's current position",
                 source=self.name,
             )
         hwm = Scn(conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0])
@@ -321,14 +325,14 @@ class SqliteSource:
             raise EpochMismatchError(
                 f"the checkpoint SCN {since} of source {self.name!r} is ahead of the source's newest SCN {hwm}: "
                 "the database was restored from an older copy",
-                "bootstrap the source (see docs/operations.md)", source=self.name,
+                f"run `databus bootstrap --source {self.name}`", source=self.name,
             )
         pruned = Scn(int(settings.get("pruned_through", "0")))
         if pruned > since:
             raise LogGapError(
                 f"source {self.name!r} pruned its txlog through SCN {pruned}, but the change log has only "
                 f"captured through SCN {since}: the changes in between are gone",
-                "bootstrap the source (see docs/operations.md); make sure only one lake captures a database",
+                f"run `databus bootstrap --source {self.name}`; make sure only one lake captures a database",
                 source=self.name,
             )
 
@@ -336,13 +340,22 @@ class SqliteSource:
         windows: list[Window] = []
         current: list[ChangeEvent] = []
         current_epoch = rows[0][1]
-        for scn, epoch, tbl, op, _pk, row, ts in rows:
+        for scn, epoch, tbl, op, _pk, row, ts, stale in rows:
             if epoch != current_epoch:
                 windows.append(Window(scn=current[-1].scn, events=tuple(current)))
                 current, current_epoch = [], epoch
             schema = schemas.get(tbl)
             if schema is None:
                 continue  # a table captured earlier and since removed from config
+            if stale:
+                raise SchemaDriftError(
+                    f"table {tbl!r} of source {self.name!r} changed its columns while its capture triggers "
+                    f"still had the old ones: the change at SCN {scn} (and any after it until the triggers were "
+                    "re-installed) may lack the new columns",
+                    f"re-install capture (materialize '{self.name}/capture'), then run "
+                    f"`databus bootstrap --source {self.name}` so the snapshots are read afresh from the source",
+                    source=self.name, table=tbl, scn=scn,
+                )
             where = f"source {self.name}, SCN {scn}"
             image = schema.coerce_row(_decode_json(row), where)
             current.append(ChangeEvent(

@@ -31,5 +31,8 @@ CREATE TABLE IF NOT EXISTS _databus_txlog (
     op    TEXT    NOT NULL CHECK (op IN ('i', 'u', 'd')),
     pk    TEXT    NOT NULL,
     row   TEXT    NOT NULL,
-    ts    INTEGER NOT NULL
+    ts    INTEGER NOT NULL,
+    -- 1 when the table's columns differed from those the trigger was rendered for: the row
+    -- image may lack columns, so the poller refuses it (SchemaDriftError) instead of guessing.
+    stale INTEGER NOT NULL DEFAULT 0
 );
