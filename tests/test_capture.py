@@ -185,3 +185,13 @@ def test_poll_reads_only_to_the_bound_fixed_at_its_start(shop) -> None:
     rest = [w for chunk in chunks for w in chunk]
     keys = [e.key[0] for w in [*first, *rest] for e in w.events]
     assert keys == list(range(1, 8))
+
+
+def test_uninstall_removes_what_install_created_and_nothing_else(shop) -> None:
+    source, config = shop
+    source.execute([("INSERT INTO items VALUES (?, 'a', 1, 1)", (1,))])
+    SqliteSource(config.sources[0]).uninstall()
+    objects = source.query("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name")
+    assert objects == [("table", "items"), ("table", "tags")]
+    assert source.query("SELECT * FROM items") == [(1, "a", 1.0, 1)]
+    assert SqliteSource(config.sources[0]).verify()[0] == "capture table _databus_settings is missing"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dagster_databus import pipeline
+from dagster_databus.config import DatabusConfig
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.errors import SchemaDriftError
 from dagster_databus.log.store import ChangeLog
@@ -79,12 +80,18 @@ def test_bootstrap_of_a_table_added_later_is_consistent(tmp_path: Path, spark) -
     assert boot.applied_scn() == ChangeLog(full.lake, "shop").committed_scn()
 
 
-def test_a_column_added_mid_stream_reaches_the_snapshot(tmp_path: Path, spark) -> None:
+def synced_shop(tmp_path: Path, spark) -> tuple[DatabusConfig, ShopWorkload]:
+    """A shop database with some history, captured and merged once."""
     create_shop(tmp_path / "shop.db")
     config = shop_config(tmp_path)
     workload = ShopWorkload(tmp_path / "shop.db", seed=8)
     workload.run(20)
     cycle(config, spark)
+    return config, workload
+
+
+def test_a_column_added_mid_stream_reaches_the_snapshot(tmp_path: Path, spark) -> None:
+    config, workload = synced_shop(tmp_path, spark)
     workload.run(10)
     pipeline.capture(config, "shop")  # changes in the old shape, still unmerged
     with sqlite3.connect(tmp_path / "shop.db") as conn:
@@ -102,11 +109,7 @@ def test_a_column_added_mid_stream_reaches_the_snapshot(tmp_path: Path, spark) -
 
 
 def test_writes_between_a_schema_change_and_reinstall_stop_capture_until_bootstrap(tmp_path: Path, spark) -> None:
-    create_shop(tmp_path / "shop.db")
-    config = shop_config(tmp_path)
-    workload = ShopWorkload(tmp_path / "shop.db", seed=8)
-    workload.run(20)
-    cycle(config, spark)
+    config, workload = synced_shop(tmp_path, spark)
     with sqlite3.connect(tmp_path / "shop.db") as conn:
         conn.execute("ALTER TABLE customers ADD COLUMN tier TEXT")
         conn.execute("UPDATE customers SET tier = 'gold' WHERE id % 2 = 0")  # old triggers: images lack tier

@@ -45,7 +45,6 @@ class ChangeEvent:
     key: tuple[Any, ...]
     row: Mapping[str, Any]
     commit_ts_ms: int
-    schema_version: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import io
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -329,10 +329,3 @@ class LogWriter:
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
-
-def table_counts(segments: Iterable[SegmentInfo]) -> Mapping[str, int]:
-    out: dict[str, int] = {}
-    for s in segments:
-        for table, n in s.tables.items():
-            out[table] = out.get(table, 0) + n
-    return out

@@ -141,8 +141,7 @@ class DeltaRsEngine:
             write_deltalake(table, pa.schema(table.schema().to_arrow()).empty_table(), mode="append",
                             commit_properties=self._props(snap, scn))
             return MergeCounts()
-        columns = [n for n in changes.column_names]
-        predicate, assignments, newer, is_delete = _merge_clauses(schema, columns)
+        predicate, assignments, newer, is_delete = _merge_clauses(schema, changes.column_names)
         metrics = (
             table.merge(changes, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
                         commit_properties=self._props(snap, scn))
