@@ -139,9 +139,10 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
             schema = latest[1]
             changes = read_changes(spark, config, source_cfg.name, table, applied, until).cache()
             try:
-                by_op = {r["__op"]: r["n"] for r in changes.groupBy("__op").agg(F.count("*").alias("n")).collect()}
-                events = sum(by_op.values())
-                windows = changes.agg(F.countDistinct("__window_scn")).collect()[0][0] if events else 0
+                stats = changes.agg(*[F.count(F.when(F.col("__op") == op, 1)).alias(op) for op in "iud"],
+                                    F.countDistinct("__window_scn").alias("windows")).collect()[0]
+                by_op = {op: stats[op] for op in "iud" if stats[op]}
+                events, windows = sum(by_op.values()), stats["windows"]
                 merged = to_merge_table(reduce_latest(changes, schema.primary_key), schema)
             finally:
                 changes.unpersist()
