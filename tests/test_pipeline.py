@@ -125,3 +125,19 @@ def test_writes_between_a_schema_change_and_reinstall_stop_capture_until_bootstr
     results = cycle(config, spark)
     assert all(r.bootstrapped_at is not None for r in results)
     assert_snapshots_match(config)
+
+
+def test_a_column_added_with_a_default_stops_capture_until_bootstrap(tmp_path: Path, spark) -> None:
+    config, workload = synced_shop(tmp_path, spark)
+    with sqlite3.connect(tmp_path / "shop.db") as conn:
+        conn.execute("ALTER TABLE orders ADD COLUMN channel TEXT DEFAULT 'web'")
+    pipeline.install(config, "shop")
+    workload.run(5)
+    before = ChangeLog(config.lake, "shop").manifest()
+    with pytest.raises(SchemaDriftError, match=r"(?s)channel DEFAULT 'web'.*databus bootstrap --source shop"):
+        pipeline.capture(config, "shop")
+    assert ChangeLog(config.lake, "shop").manifest() == before
+    pipeline.bootstrap(config, "shop")
+    workload.run(5)
+    cycle(config, spark)
+    assert_snapshots_match(config)

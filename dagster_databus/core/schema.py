@@ -41,6 +41,7 @@ class Column:
     name: str
     type: LogicalType
     source_type: str = ""
+    default: str | None = None  # the column's SQL default, as the source reports it
 
 
 @dataclass(frozen=True, slots=True)

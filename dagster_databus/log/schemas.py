@@ -14,6 +14,7 @@ from typing import Any
 import fastavro
 
 from dagster_databus.core.schema import Column, TableSchema
+from dagster_databus.errors import SchemaDriftError
 from dagster_databus.log.durable import write_json_atomic
 
 
@@ -38,6 +39,7 @@ class SchemaRegistry:
             latest = self.load(schema.table, versions[-1])
             if latest.fingerprint() == schema.fingerprint():
                 return versions[-1]
+            _refuse_silent_backfill(latest, schema)
         version = (versions[-1] + 1) if versions else 1
         folder = self._dir(schema.table)
         folder.mkdir(parents=True, exist_ok=True)
@@ -68,6 +70,20 @@ def _document(path: Path) -> dict[str, Any]:
     # Keyed by modification time too: a lake rebuilt at the same path must not be served stale.
     stat = path.stat()
     return _read_document(path, stat.st_mtime_ns, stat.st_size)
+
+
+def _refuse_silent_backfill(old: TableSchema, new: TableSchema) -> None:
+    """A column added with a default gives every existing row that value without a change event."""
+    added = [c for c in new.columns if c.name not in old.column_names and c.default is not None]
+    if added:
+        described = ", ".join(f"{c.name} DEFAULT {c.default}" for c in added)
+        raise SchemaDriftError(
+            f"table {new.table!r} of source {new.source!r} gained {described}: every existing row now holds "
+            "that default, but the source wrote no change events for them, so the snapshot cannot follow",
+            f"run `databus bootstrap --source {new.source}` to read the snapshots afresh "
+            "(adding columns without a default needs no bootstrap)",
+            source=new.source, table=new.table,
+        )
 
 
 @cache

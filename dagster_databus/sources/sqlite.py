@@ -122,14 +122,15 @@ class SqliteSource:
                 f"use one of the database's tables: {', '.join(existing) or '(none)'}",
             )
         columns = []
-        for _cid, name, decl, _notnull, _default, _pk in info:
+        for _cid, name, decl, _notnull, default, _pk in info:
             if not is_plain_name(name) or name.startswith(RESERVED_PREFIX):
                 raise ConfigError(
                     f"{where}.name", f"table {table!r} has a column named {name!r}, which is not a plain "
                     f"identifier (or starts with the reserved {RESERVED_PREFIX!r})",
                     "rename the column, or leave this table out of capture",
                 )
-            columns.append(Column(name=name, type=sqlite_logical_type(decl or ""), source_type=decl or ""))
+            columns.append(Column(name=name, type=sqlite_logical_type(decl or ""), source_type=decl or "",
+                                  default=None if default is None or default.upper() == "NULL" else default))
         names = {c.name.lower(): c.name for c in columns}
         missing = [k for k in key if k.lower() not in names]
         if missing:
