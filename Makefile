@@ -30,7 +30,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check dagster_databus jobs tests benchmarks
 
 bench: prereqs $(STAMP)
-	$(PY) benchmarks/run_all.py
+	$(PY) -m benchmarks.run_all
 
 dev: prereqs $(STAMP)
 	DAGSTER_HOME=$${DAGSTER_HOME:-$(CURDIR)/.demo/dagster_home} $(VENV)/bin/dagster dev -w workspace.yaml

@@ -1,11 +1,7 @@
-"""``make bench``: every benchmark, each printing its figure beside a peer or floor from the same run."""
+"""``make bench`` (``python -m benchmarks.run_all``): every benchmark, each printing its figure beside a
+peer or floor measured in the same run. Run one alone with ``python -m benchmarks.bench_merge [rows] [pct]``."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import bench_capture, bench_log_write, bench_merge
 
