@@ -20,7 +20,7 @@ from dagster_databus.errors import ConfigError
 
 CONFIG_ENV = "DATABUS_CONFIG"
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "config" / "demo.yaml"
-SUPPORTED_KINDS = ("sqlite",)
+SUPPORTED_KINDS = ("sqlite", "mysql")
 
 
 def _plain(value: str) -> str:
@@ -31,6 +31,13 @@ def _plain(value: str) -> str:
         )
     if value.startswith(RESERVED_PREFIX):
         raise ValueError(f"{value!r} starts with {RESERVED_PREFIX!r}, which is reserved for metadata columns")
+    return value
+
+
+def _unique_table_names(value: tuple[TableConfig, ...]) -> tuple[TableConfig, ...]:
+    names = [t.name.lower() for t in value]
+    if len(set(names)) != len(names):
+        raise ValueError("a table is listed twice")
     return value
 
 
@@ -70,13 +77,7 @@ class SqliteSourceConfig(_Strict):
 
     _check_name = field_validator("name")(lambda cls, v: _plain(v))
 
-    @field_validator("tables")
-    @classmethod
-    def _unique_tables(cls, value: tuple[TableConfig, ...]) -> tuple[TableConfig, ...]:
-        names = [t.name.lower() for t in value]
-        if len(set(names)) != len(names):
-            raise ValueError("a table is listed twice")
-        return value
+    _unique_tables = field_validator("tables")(lambda cls, v: _unique_table_names(v))
 
     def table(self, name: str) -> TableConfig:
         for t in self.tables:
@@ -85,7 +86,49 @@ class SqliteSourceConfig(_Strict):
         raise KeyError(name)
 
 
-SourceConfig = Annotated[SqliteSourceConfig, Field(discriminator="kind")]
+class MysqlSourceConfig(_Strict):
+    """A MySQL or MariaDB server, captured from its binary log."""
+
+    name: str
+    kind: Literal["mysql"]
+    host: str = "127.0.0.1"
+    port: int = Field(default=3306, ge=1, le=65535)
+    user: str
+    password: str = ""
+    password_env: str | None = None
+    database: str
+    tables: tuple[TableConfig, ...] = Field(min_length=1)
+    poll: PollConfig = PollConfig()
+    # The replica server id capture registers with; must differ from every server and replica.
+    server_id: int = Field(default=0, ge=0, lt=2**32)
+    connect_timeout_s: int = Field(default=10, ge=1, le=600)
+    on_purged: Literal["fail", "bootstrap"] = "fail"
+    bootstrap_chunk_rows: int = Field(default=50_000, ge=1)
+
+    _check_name = field_validator("name")(lambda cls, v: _plain(v))
+    _check_database = field_validator("database")(lambda cls, v: _plain(v))
+    _unique_tables = field_validator("tables")(lambda cls, v: _unique_table_names(v))
+
+    def resolved_password(self) -> str:
+        if self.password_env is None:
+            return self.password
+        value = os.environ.get(self.password_env)
+        if value is None:
+            raise ConfigError(f"sources.{self.name}.password_env",
+                              f"environment variable {self.password_env} is not set",
+                              f"export {self.password_env}=<password>, or put the password in 'password'")
+        return value
+
+    def replica_server_id(self) -> int:
+        import zlib
+
+        return self.server_id or 4_000_000 + zlib.crc32(self.name.encode()) % 1_000_000
+
+    def table(self, name: str) -> TableConfig:
+        return next(t for t in self.tables if t.name == name)
+
+
+SourceConfig = Annotated[SqliteSourceConfig | MysqlSourceConfig, Field(discriminator="kind")]
 
 
 class SparkConfig(_Strict):
@@ -160,7 +203,8 @@ def _resolve_paths(config: DatabusConfig, base: Path) -> DatabusConfig:
         p = p.expanduser()
         return p if p.is_absolute() else (base / p).resolve()
 
-    sources = tuple(s.model_copy(update={"path": resolve(s.path)}) for s in config.sources)
+    sources = tuple(s.model_copy(update={"path": resolve(s.path)}) if s.kind == "sqlite" else s
+                    for s in config.sources)
     spark = config.spark
     if spark.delta_jars is not None:
         spark = spark.model_copy(update={"delta_jars": resolve(spark.delta_jars)})
@@ -184,7 +228,7 @@ def _format_loc(loc: Sequence[int | str]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part == "sqlite":  # the discriminator tag pydantic inserts into the path
+        elif part in SUPPORTED_KINDS:  # the discriminator tag pydantic inserts into the path
             continue
         else:
             out += f".{part}" if out else str(part)

@@ -21,6 +21,10 @@ class ConfigError(DatabusError):
         super().__init__(f"config error at {field}: {problem}", fix, field=field)
 
 
+class SourceUnavailableError(DatabusError):
+    """The source database cannot be reached."""
+
+
 class CaptureNotInstalledError(DatabusError):
     """The capture objects (txlog, triggers) are missing or out of date in the source."""
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.scn import Scn
+from dagster_databus.log.ddl import DdlLog
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import InstallReport, PollStats
@@ -43,8 +44,20 @@ class CaptureResult:
 
 
 def install(config: DatabusConfig, source: str) -> InstallReport:
-    """Create or update a source's capture objects (idempotent)."""
-    return open_source(config.source(source)).install()
+    """Create or update a source's capture objects (idempotent).
+
+    A source whose log starts at its current position (a binlog) has that position recorded
+    the first time, so every change after install is captured.
+    """
+    src = open_source(config.source(source))
+    report = src.install()
+    log = ChangeLog(config.lake, source)
+    if log.checkpoint() is None:
+        start, state = src.start_position()
+        if not start.is_beginning:
+            with log.writer() as writer:
+                writer.start_at(start, report.epoch, state)
+    return report
 
 
 def bootstrap(config: DatabusConfig, source: str) -> Path | None:
@@ -83,13 +96,24 @@ def capture(config: DatabusConfig, source: str, progress: Progress = lambda _: N
     log = ChangeLog(config.lake, source)
     with log.writer() as writer:
         checkpoint = log.checkpoint()
+        if checkpoint is None:
+            start, state = src.start_position()
+            if not start.is_beginning:
+                writer.start_at(start, epoch, state)
+                checkpoint = log.checkpoint()
         since = checkpoint.scn if checkpoint else Scn.BEGINNING
-        versions = writer.register_schemas(schemas.values())
+        guard = not src.sees_ddl
+        versions = writer.register_schemas(schemas.values(), guard)
         stats = PollStats(until=since)
         result = CaptureResult(source=source, epoch=epoch, since=since, until=since, source_hwm=since,
                                schema_versions=versions)
-        for windows in src.poll(since, checkpoint.epoch if checkpoint else log.manifest().epoch, stats):
-            info = writer.append(windows, epoch)
+        ddl = DdlLog(log.root)
+        poll_epoch = checkpoint.epoch if checkpoint else log.manifest().epoch
+        for windows in src.poll(since, poll_epoch, stats, checkpoint.state if checkpoint else {}):
+            # A chunk may follow a schema change: register what its events were written with.
+            versions = writer.register_schemas(src.schemas().values(), guard)
+            ddl.record(stats.ddl)  # before the checkpoint passes them
+            info = writer.append(windows, epoch, dict(stats.state))
             result.segments += 1
             result.windows += len(windows)
             result.events += info.events
@@ -100,7 +124,13 @@ def capture(config: DatabusConfig, source: str, progress: Progress = lambda _: N
             result.newest_commit_ms = windows[-1].events[-1].commit_ts_ms
             progress(f"{source}: appended SCN {info.first_scn}..{info.last_scn} "
                      f"({len(windows)} windows, {info.events} events)")
+        ddl.record(stats.ddl)
+        current = log.checkpoint()
+        if current is None or stats.until > current.scn:
+            # The poll read past its last window (other tables' transactions, DDL): don't read them again.
+            writer.advance(stats.until, epoch, dict(stats.state))
         result.until = stats.until
+        result.schema_versions = versions
         result.source_hwm = max(stats.source_hwm, stats.until)
         result.chunks = stats.chunks
     src.release(result.until)

@@ -12,10 +12,11 @@ from dagster_databus.config import DatabusConfig, SparkConfig
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import TableSyncResult, sync_source
 from dagster_databus.snapshot.reconcile import compare_rows
-from dagster_databus.sources.sqlite import SqliteSource
-from tests.harness import SqliteHarness
+from dagster_databus.sources import open_source
+from tests.harness import MysqlHarness, SourceHarness, SqliteHarness
+from tests.mariadb import MariaDBServer
 
-SOURCE_KINDS = ["sqlite"]
+SOURCE_KINDS = ["sqlite", "mysql"]
 
 
 @pytest.fixture(scope="session")
@@ -25,11 +26,21 @@ def spark() -> Iterator[object]:
     yield get_spark(SparkConfig(master="local[2]"))
 
 
+@pytest.fixture(scope="session")
+def mariadb() -> Iterator[MariaDBServer]:
+    """One MariaDB server with binary logging for the session; tests that reset or purge binlogs start their own."""
+    server = MariaDBServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 @pytest.fixture(params=SOURCE_KINDS)
-def source(request: pytest.FixtureRequest, tmp_path: Path) -> SqliteHarness:
+def source(request: pytest.FixtureRequest, tmp_path: Path) -> SourceHarness:
     if request.param == "sqlite":
         return SqliteHarness(tmp_path / "source.db")
-    raise AssertionError(request.param)
+    return MysqlHarness(request.getfixturevalue("mariadb"))
 
 
 def cycle(config: DatabusConfig, spark: object, source: str = "shop") -> list[TableSyncResult]:
@@ -41,7 +52,7 @@ def cycle(config: DatabusConfig, spark: object, source: str = "shop") -> list[Ta
 
 def assert_snapshots_match(config: DatabusConfig) -> None:
     for source_cfg in config.sources:
-        src = SqliteSource(source_cfg)
+        src = open_source(source_cfg)
         for table in source_cfg.tables:
             key = src.schemas()[table.name].primary_key
             snap = DeltaSnapshot(config.lake, source_cfg.name, table.name)

@@ -6,9 +6,12 @@ key changes) and deletes, with integers, text, reals and NULLs, and a composite 
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import sqlite3
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS customers (
@@ -38,6 +41,84 @@ CREATE TABLE IF NOT EXISTS order_items (
 );
 """
 
+MYSQL_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS customers (
+        id INT PRIMARY KEY, name VARCHAR(100) NOT NULL, email VARCHAR(255) UNIQUE, city VARCHAR(50),
+        credit_limit DOUBLE, signup_date VARCHAR(10))""",
+    """CREATE TABLE IF NOT EXISTS orders (
+        id INT PRIMARY KEY, customer_id INT NOT NULL, status VARCHAR(20) NOT NULL, total DOUBLE,
+        note TEXT, placed_at VARCHAR(19))""",
+    """CREATE TABLE IF NOT EXISTS order_items (
+        order_id INT NOT NULL, line_no INT NOT NULL, sku VARCHAR(32) NOT NULL, qty INT NOT NULL,
+        unit_price DOUBLE NOT NULL, discount DOUBLE, PRIMARY KEY (order_id, line_no))""",
+]
+
+
+class Database(Protocol):
+    """The little of DB-API the workload needs, with '?' placeholders whatever the driver."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+    def begin(self) -> None: ...
+    def commit(self) -> None: ...
+    def rollback(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class SqliteDatabase:
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.conn.execute(sql, params).fetchall()
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.conn.executemany(sql, rows)
+
+    def begin(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        self.conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self.conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _pyformat(sql: str) -> str:
+    """'?' placeholders to pymysql's '%s' (a literal '%', as in 'id % 7', is doubled first)."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+class MysqlDatabase:
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self.conn = connect()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self.conn.cursor() as cur:
+            cur.execute(_pyformat(sql), tuple(params) or None)
+            return list(cur.fetchall())
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self.conn.cursor() as cur:
+            cur.executemany(_pyformat(sql), rows)
+
+    def begin(self) -> None:
+        self.conn.begin()
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    def rollback(self) -> None:
+        self.conn.rollback()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 CITIES = ["Lisbon", "Porto", "Oslo", "Kyoto", "Quito", "Accra", "Perth", None]
 STATUSES = ["new", "paid", "shipped", "delivered", "cancelled"]
 SKUS = [f"SKU-{n:04d}" for n in range(1, 60)]
@@ -51,19 +132,23 @@ def create_shop(path: Path) -> None:
 
 
 class ShopWorkload:
-    """Random business transactions against a shop database; deterministic for a seed."""
+    """Random business transactions against a shop database; deterministic for a seed.
 
-    def __init__(self, path: Path, seed: int = 7) -> None:
-        self.path = path
+    ``target`` is a SQLite file or a function returning a ``Database``.
+    """
+
+    def __init__(self, target: Path | Callable[[], Database], seed: int = 7) -> None:
+        self.open: Callable[[], Database] = (lambda: SqliteDatabase(target)) if isinstance(target, Path) else target
         self.rng = random.Random(seed)
+        self.clock = dt.datetime(2026, 1, 1)
 
-    def _next_id(self, conn: sqlite3.Connection, table: str) -> int:
-        return conn.execute(f"SELECT COALESCE(MAX(id), 0) + 1 FROM {table}").fetchone()[0]
+    def _next_id(self, conn: Database, table: str) -> int:
+        return conn.execute(f"SELECT COALESCE(MAX(id), 0) + 1 FROM {table}")[0][0]
 
-    def _pick(self, conn: sqlite3.Connection, sql: str) -> list[tuple]:
-        return conn.execute(sql).fetchall()
+    def _pick(self, conn: Database, sql: str) -> list[tuple]:
+        return conn.execute(sql)
 
-    def new_customer_with_orders(self, conn: sqlite3.Connection) -> None:
+    def new_customer_with_orders(self, conn: Database) -> None:
         r = self.rng
         cid = self._next_id(conn, "customers")
         conn.execute(
@@ -74,20 +159,21 @@ class ShopWorkload:
         for _ in range(r.randint(0, 3)):
             self.new_order(conn, cid)
 
-    def new_order(self, conn: sqlite3.Connection, customer_id: int) -> None:
+    def new_order(self, conn: Database, customer_id: int) -> None:
         r = self.rng
         oid = self._next_id(conn, "orders")
         lines = r.randint(1, 5)
         items = [(oid, n, r.choice(SKUS), r.randint(1, 9), round(r.uniform(1, 200), 2),
                   round(r.random() * 0.3, 3) if r.random() < 0.3 else None) for n in range(1, lines + 1)]
         total = round(sum(q * p for _, _, _, q, p, _ in items), 2)
+        self.clock += dt.timedelta(minutes=r.randint(1, 90))
         conn.execute("INSERT INTO orders (id, customer_id, status, total, note, placed_at) "
-                     "VALUES (?, ?, 'new', ?, ?, datetime('now'))",
-                     (oid, customer_id, total, "gift" if r.random() < 0.1 else None))
+                     "VALUES (?, ?, 'new', ?, ?, ?)",
+                     (oid, customer_id, total, "gift" if r.random() < 0.1 else None, self.clock.isoformat(sep=" ")))
         conn.executemany("INSERT INTO order_items (order_id, line_no, sku, qty, unit_price, discount) "
                          "VALUES (?, ?, ?, ?, ?, ?)", items)
 
-    def transaction(self, conn: sqlite3.Connection) -> None:
+    def transaction(self, conn: Database) -> None:
         """One business transaction of several rows, chosen at random."""
         r = self.rng
         kind = r.choices(["signup", "order", "progress", "edit", "cancel", "rekey", "bulk"],
@@ -126,16 +212,16 @@ class ShopWorkload:
 
     def run(self, transactions: int, rollback_every: int = 0) -> int:
         """Apply ``transactions`` committed transactions; every ``rollback_every``-th is rolled back too."""
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        conn = self.open()
         try:
             for n in range(1, transactions + 1):
-                conn.execute("BEGIN IMMEDIATE")
+                conn.begin()
                 self.transaction(conn)
                 if rollback_every and n % rollback_every == 0:
-                    conn.execute("ROLLBACK")  # never committed: capture must not see it
-                    conn.execute("BEGIN IMMEDIATE")
+                    conn.rollback()  # never committed: capture must not see it
+                    conn.begin()
                     self.transaction(conn)
-                conn.execute("COMMIT")
+                conn.commit()
         finally:
             conn.close()
         return transactions

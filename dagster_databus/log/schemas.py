@@ -32,14 +32,19 @@ class SchemaRegistry:
             return []
         return sorted(int(p.stem[1:]) for p in folder.glob("v*.avsc"))
 
-    def register(self, schema: TableSchema) -> int:
-        """The version for ``schema``: the latest if its columns are unchanged, else a new one."""
+    def register(self, schema: TableSchema, guard_defaults: bool = False) -> int:
+        """The version for ``schema``: the latest if its columns are unchanged, else a new one.
+
+        ``guard_defaults``: refuse a new column with a default (see ``_refuse_silent_backfill``);
+        for sources that cannot see the DDL and so cannot re-bootstrap the table themselves.
+        """
         versions = self.versions(schema.table)
         if versions:
             latest = self.load(schema.table, versions[-1])
             if latest.fingerprint() == schema.fingerprint():
                 return versions[-1]
-            _refuse_silent_backfill(latest, schema)
+            if guard_defaults:
+                _refuse_silent_backfill(latest, schema)
         version = (versions[-1] + 1) if versions else 1
         folder = self._dir(schema.table)
         folder.mkdir(parents=True, exist_ok=True)

@@ -73,9 +73,11 @@ class Checkpoint:
     scn: Scn
     epoch: str
     updated_ms: int
+    # Source-specific facts about the position (for MySQL: the binlog file and its creation time).
+    state: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"scn": str(self.scn), "epoch": self.epoch, "updated_ms": self.updated_ms}
+        return {"scn": str(self.scn), "epoch": self.epoch, "updated_ms": self.updated_ms, "state": self.state}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ class Manifest:
     epoch: str | None
     segments: tuple[SegmentInfo, ...]
     start_scn: Scn = Scn.BEGINNING  # the log holds every change after this (set by a bootstrap)
+    state: dict[str, str] = field(default_factory=dict)  # the checkpoint state of the last commit
 
     @property
     def last_scn(self) -> Scn:
@@ -127,13 +130,14 @@ class ChangeLog:
                 "upgrade dagster-databus, or bootstrap the source into a fresh lake",
             )
         return Manifest(epoch=doc["epoch"], segments=tuple(SegmentInfo(**s) for s in doc["segments"]),
-                        start_scn=Scn.parse(doc.get("start_scn", "0")))
+                        start_scn=Scn.parse(doc.get("start_scn", "0")), state=doc.get("state", {}))
 
     def checkpoint(self) -> Checkpoint | None:
         if not self.checkpoint_path.exists():
             return None
         doc = json.loads(self.checkpoint_path.read_text())
-        return Checkpoint(scn=Scn.parse(doc["scn"]), epoch=doc["epoch"], updated_ms=doc["updated_ms"])
+        return Checkpoint(scn=Scn.parse(doc["scn"]), epoch=doc["epoch"], updated_ms=doc["updated_ms"],
+                          state=doc.get("state", {}))
 
     def committed_scn(self) -> Scn:
         """The log's high watermark: the last SCN of the last committed segment."""
@@ -240,23 +244,30 @@ class LogWriter:
         checkpoint = self.log.checkpoint()
         if manifest.segments and (checkpoint is None or checkpoint.scn < manifest.last_scn):
             # The manifest only names fsynced segments, so everything it lists is durable.
-            self._write_checkpoint(manifest.last_scn, manifest.epoch or "")
+            self._write_checkpoint(manifest.last_scn, manifest.epoch or "", manifest.state)
         return removed
 
-    def start_at(self, scn: Scn, epoch: str) -> None:
+    def start_at(self, scn: Scn, epoch: str, state: dict[str, str] | None = None) -> None:
         """Begin an empty log at ``scn`` (a bootstrap): capture continues after it."""
         if self.log.manifest().segments:
             raise ValueError("start_at is only for an empty log")
         self.log.segments_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.log.manifest_path, {"format": FORMAT, "source": self.log.source, "epoch": epoch,
-                                                   "start_scn": str(scn), "segments": []})
-        self._write_checkpoint(scn, epoch)
+                                                   "start_scn": str(scn), "state": state or {}, "segments": []})
+        self._write_checkpoint(scn, epoch, state or {})
 
-    def register_schemas(self, schemas: Iterable[Any]) -> dict[str, int]:
-        self.versions = {s.table: self.log.schemas.register(s) for s in schemas}
+    def advance(self, scn: Scn, epoch: str, state: dict[str, str]) -> None:
+        """Move the checkpoint past source positions that produced no events for this log."""
+        checkpoint = self.log.checkpoint()
+        if checkpoint is not None and scn <= checkpoint.scn:
+            raise ValueError(f"checkpoint {checkpoint.scn} may only move forward, not to {scn}")
+        self._write_checkpoint(scn, epoch, state)
+
+    def register_schemas(self, schemas: Iterable[Any], guard_defaults: bool = False) -> dict[str, int]:
+        self.versions = {s.table: self.log.schemas.register(s, guard_defaults) for s in schemas}
         return self.versions
 
-    def append(self, windows: list[Window], epoch: str) -> SegmentInfo:
+    def append(self, windows: list[Window], epoch: str, state: dict[str, str] | None = None) -> SegmentInfo:
         """Publish whole windows as one segment and advance the checkpoint past them."""
         if not windows:
             raise ValueError("nothing to append")
@@ -298,10 +309,10 @@ class LogWriter:
         )
         write_json_atomic(self.log.manifest_path, {
             "format": FORMAT, "source": self.log.source, "epoch": epoch, "start_scn": str(manifest.start_scn),
-            "segments": [asdict(s) for s in (*manifest.segments, info)],
+            "state": state or {}, "segments": [asdict(s) for s in (*manifest.segments, info)],
         })
         crash_point("manifest_committed")
-        self._write_checkpoint(last, epoch)
+        self._write_checkpoint(last, epoch, state or {})
         crash_point("checkpoint_written")
         return info
 
@@ -322,8 +333,8 @@ class LogWriter:
                     "schema_version": version, "commit_ts_ms": event.commit_ts_ms, "payload": buffer.getvalue(),
                 }
 
-    def _write_checkpoint(self, scn: Scn, epoch: str) -> None:
-        write_json_atomic(self.log.checkpoint_path, Checkpoint(scn, epoch, _now_ms()).to_json())
+    def _write_checkpoint(self, scn: Scn, epoch: str, state: dict[str, str]) -> None:
+        write_json_atomic(self.log.checkpoint_path, Checkpoint(scn, epoch, _now_ms(), dict(state)).to_json())
 
 
 def _now_ms() -> int:

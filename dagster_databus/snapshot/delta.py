@@ -63,6 +63,16 @@ class DeltaSnapshot:
         version = table.transaction_version(self.app_id)
         return Scn(version) if version is not None else None
 
+    @property
+    def bootstrap_app_id(self) -> str:
+        return f"{self.app_id}#bootstrap"
+
+    def bootstrap_scn(self) -> Scn | None:
+        """The SCN of the source read the snapshot was last bootstrapped from."""
+        table = self._table()
+        version = table.transaction_version(self.bootstrap_app_id) if table is not None else None
+        return Scn(version) if version is not None else None
+
     def version(self) -> int | None:
         table = self._table()
         return table.version() if table is not None else None
@@ -113,8 +123,11 @@ class DeltaRsEngine:
 
     name = "delta-rs"
 
-    def _props(self, snap: DeltaSnapshot, scn: Scn) -> CommitProperties:
-        return CommitProperties(app_transactions=[Transaction(app_id=snap.app_id, version=scn.value)])
+    def _props(self, snap: DeltaSnapshot, scn: Scn, bootstrap: bool = False) -> CommitProperties:
+        txns = [Transaction(app_id=snap.app_id, version=scn.value)]
+        if bootstrap:
+            txns.append(Transaction(app_id=snap.bootstrap_app_id, version=scn.value))
+        return CommitProperties(app_transactions=txns)
 
     def bootstrap(self, snap: DeltaSnapshot, schema: TableSchema, batches: Iterator[pa.RecordBatch],
                   scn: Scn) -> int:
@@ -130,7 +143,7 @@ class DeltaRsEngine:
         snap.path.parent.mkdir(parents=True, exist_ok=True)
         reader = pa.RecordBatchReader.from_batches(schema.arrow(with_meta=True), stamped())
         write_deltalake(str(snap.path), reader, mode="overwrite", schema_mode="overwrite",
-                        commit_properties=self._props(snap, scn),
+                        commit_properties=self._props(snap, scn, bootstrap=True),
                         description=f"databus snapshot of {snap.source}.{snap.table}")
         return count
 
@@ -177,6 +190,9 @@ class DeltaSparkEngine:
         (self.spark.createDataFrame(data).write.format("delta").mode("overwrite")
          .option("overwriteSchema", "true").option("txnAppId", snap.app_id).option("txnVersion", scn.value)
          .save(str(snap.path)))
+        # delta-spark takes one transaction id per write: record the bootstrap SCN in a second, empty one.
+        (self.spark.createDataFrame(data.slice(0, 0)).write.format("delta").mode("append")
+         .option("txnAppId", snap.bootstrap_app_id).option("txnVersion", scn.value).save(str(snap.path)))
         return data.num_rows
 
     def merge(self, snap: DeltaSnapshot, schema: TableSchema, changes: pa.Table, scn: Scn) -> MergeCounts:

@@ -20,6 +20,7 @@ from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SnapshotMissingError
+from dagster_databus.log.ddl import DdlLog
 from dagster_databus.log.durable import exclusive_lock
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import (
@@ -123,6 +124,12 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
     with lock:
         bootstrapped_at, bootstrap_rows = None, 0
         applied = snap.applied_scn()
+        ddl = DdlLog(log.root).last_for(table)
+        if applied is not None and ddl is not None and ddl.scn > (snap.bootstrap_scn() or Scn.BEGINNING):
+            # The table was altered or truncated: its rows changed without row events, or its
+            # columns no longer fit the snapshot. Read it afresh.
+            progress(f"{table}: re-bootstrapping after DDL at SCN {ddl.scn}: {ddl.statement[:120]}")
+            applied = None
         if applied is None:
             source = open_source(source_cfg)
             snapshot = source.snapshot(table)

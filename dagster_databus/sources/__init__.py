@@ -11,4 +11,8 @@ def open_source(config: SourceConfig) -> CaptureSource:
         from dagster_databus.sources.sqlite import SqliteSource
 
         return SqliteSource(config)
+    if config.kind == "mysql":
+        from dagster_databus.sources.mysql import MysqlSource
+
+        return MysqlSource(config)
     raise ValueError(f"unsupported source kind {config.kind!r}")  # config validation prevents this

@@ -28,6 +28,10 @@ class PollStats:
     until: Scn = Scn.BEGINNING
     source_hwm: Scn = Scn.BEGINNING
     chunks: int = 0
+    # Checkpoint state for the end of the chunk just yielded (source-specific, may be empty).
+    state: dict[str, str] = field(default_factory=dict)
+    # DDL statements on captured tables met by this poll, as (SCN after the statement, table, statement).
+    ddl: list[tuple[Scn, str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class TableSnapshot:
 class CaptureSource(Protocol):
     kind: str
     name: str
+    sees_ddl: bool  # True when DDL statements reach the poll (recorded in the DDL log)
 
     def preflight(self) -> Mapping[str, TableSchema]:
         """Check the database and the configured tables; raise before anything is written."""
@@ -61,7 +66,14 @@ class CaptureSource(Protocol):
     def high_water_mark(self) -> Scn:
         """The newest committed SCN the source has allocated."""
 
-    def poll(self, since: Scn, epoch: str | None, stats: PollStats) -> Iterator[list[Window]]:
+    def start_position(self) -> tuple[Scn, dict[str, str]]:
+        """Where a brand-new change log starts, with its checkpoint state."""
+
+    def schemas(self) -> Mapping[str, TableSchema]:
+        """Table schemas in effect for the chunk the poll yielded last (before polling: the current ones)."""
+
+    def poll(self, since: Scn, epoch: str | None, stats: PollStats,
+             state: Mapping[str, str] | None = None) -> Iterator[list[Window]]:
         """Whole windows after ``since`` up to a bound fixed when the poll starts, in chunks.
 
         Precondition: ``require_installed()`` passed.

@@ -60,6 +60,7 @@ def sqlite_logical_type(declared: str) -> LogicalType:
 
 class SqliteSource:
     kind = "sqlite"
+    sees_ddl = False  # triggers see rows only; schema changes are checked by shape
 
     def __init__(self, config: SqliteSourceConfig) -> None:
         self.config = config
@@ -278,7 +279,12 @@ class SqliteSource:
 
     # -- polling -----------------------------------------------------------------------
 
-    def poll(self, since: Scn, epoch: str | None, stats: PollStats) -> Iterator[list[Window]]:
+    def start_position(self) -> tuple[Scn, dict[str, str]]:
+        # Every change since install is in the txlog; a gap check guards pruned ranges.
+        return Scn.BEGINNING, {}
+
+    def poll(self, since: Scn, epoch: str | None, stats: PollStats,
+             state: Mapping[str, str] | None = None) -> Iterator[list[Window]]:
         schemas = self.schemas()
         chunk_rows = self.config.poll.chunk_rows
         with closing(self._connect()) as conn:

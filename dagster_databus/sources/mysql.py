@@ -1,0 +1,541 @@
+"""MySQL / MariaDB capture from the binary log (Databus for MySQL).
+
+SCN = (binlog file number << 32) | end offset of the transaction's commit event, so the
+checkpoint is also the resume position. The epoch is the server's identity and binlog base
+name; the checkpoint also keeps the creation time of its binlog file, so binlogs renumbered
+by ``RESET MASTER`` are recognised even when the same file names come back. Rows are
+decoded with the column names and types of the binlog's table map (``binlog_row_metadata=FULL``),
+that is, the table's shape at the time of the event.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import closing
+from typing import Any
+
+import pyarrow as pa
+import pymysql
+
+from dagster_databus.config import MysqlSourceConfig
+from dagster_databus.core.events import ChangeEvent, Op, Window
+from dagster_databus.core.identifiers import RESERVED_PREFIX, is_plain_name
+from dagster_databus.core.schema import Column, LogicalType, TableSchema, coerce_value
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import (
+    CaptureNotInstalledError,
+    ConfigError,
+    EpochMismatchError,
+    LogGapError,
+    SourceUnavailableError,
+)
+from dagster_databus.sources.base import InstallReport, PollStats, TableSnapshot
+
+# information_schema DATA_TYPE → logical type. Exact numerics and temporals travel as text so
+# nothing is rounded or shifted by a time zone.
+_INFO_TYPES: dict[str, LogicalType] = {
+    **dict.fromkeys(["tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year", "bit"], "long"),
+    **dict.fromkeys(["float", "double", "real"], "double"),
+    **dict.fromkeys(["binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point",
+                     "linestring", "polygon"], "bytes"),
+}
+# Binlog column type codes (MySQL's enum_field_types) → logical type; text vs binary by charset.
+_BINLOG_LONG = {1, 2, 3, 8, 9, 13, 16}
+_BINLOG_DOUBLE = {4, 5}
+_BINLOG_BYTES_IF_BINARY = {15, 249, 250, 251, 252, 253, 254}
+_BINLOG_GEOMETRY = 255
+
+_DDL = re.compile(
+    r"^\s*(?:/\*.*?\*/\s*)*(ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE|TRUNCATE(?:\s+TABLE)?|DROP\s+TABLE(?:\s+IF\s+EXISTS)?"
+    r"|RENAME\s+TABLE|CREATE\s+(?:OR\s+REPLACE\s+)?TABLE(?:\s+IF\s+NOT\s+EXISTS)?)\s+([`\w.]+)",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def mysql_logical_type(data_type: str) -> LogicalType:
+    return _INFO_TYPES.get(data_type.lower(), "string")
+
+
+def binlog_logical_type(column: Any) -> LogicalType:
+    code = column.type
+    if code in _BINLOG_LONG:
+        return "long"
+    if code in _BINLOG_DOUBLE:
+        return "double"
+    if code == _BINLOG_GEOMETRY:
+        return "bytes"
+    if code in _BINLOG_BYTES_IF_BINARY and getattr(column, "character_set_name", None) == "binary":
+        return "bytes"
+    return "string"
+
+
+def to_text(value: Any) -> Any:
+    """Values of text-typed columns as the server would print them."""
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        total = int(value.total_seconds())
+        sign, total = ("-", -total) if total < 0 else ("", total)
+        text = f"{sign}{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"
+        return text + (f".{value.microseconds:06d}" if value.microseconds else "")
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, set):
+        return ",".join(sorted(value))
+    return value
+
+
+def _file_number(name: str) -> int:
+    return int(name.rsplit(".", 1)[1])
+
+
+class MysqlSource:
+    kind = "mysql"
+    sees_ddl = True  # DDL arrives in the binlog: a changed table is re-bootstrapped, not refused
+
+    def __init__(self, config: MysqlSourceConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self._schemas: dict[str, TableSchema] | None = None
+        self._pending_schemas: dict[str, TableSchema] = {}
+
+    def _field(self, suffix: str) -> str:
+        return f"sources.{self.name}.{suffix}"
+
+    # -- connections -------------------------------------------------------------------
+
+    def connection_settings(self) -> dict[str, Any]:
+        c = self.config
+        return {"host": c.host, "port": c.port, "user": c.user, "passwd": c.resolved_password(),
+                "connect_timeout": c.connect_timeout_s}
+
+    def _connect(self, database: bool = True) -> pymysql.Connection:
+        c = self.config
+        try:
+            return pymysql.connect(host=c.host, port=c.port, user=c.user, password=c.resolved_password(),
+                                   database=c.database if database else None, autocommit=True,
+                                   connect_timeout=c.connect_timeout_s, charset="utf8mb4")
+        except pymysql.err.OperationalError as exc:
+            code = exc.args[0] if exc.args else 0
+            if code == 1045:
+                raise ConfigError(self._field("password"), f"access denied for user {c.user!r} at {c.host}:{c.port}",
+                                  "correct the user and password (or password_env) for this server") from None
+            if code == 1049:
+                raise ConfigError(self._field("database"),
+                                  f"database {c.database!r} does not exist on {c.host}:{c.port}",
+                                  "name an existing database (schema)") from None
+            raise SourceUnavailableError(
+                f"cannot reach MySQL source {self.name!r} at {c.host}:{c.port}: {exc.args[-1] if exc.args else exc}",
+                "check host and port, that the server is running and that this machine may connect to it",
+                source=self.name,
+            ) from None
+
+    # -- preflight ---------------------------------------------------------------------
+
+    def preflight(self) -> Mapping[str, TableSchema]:
+        with closing(self._connect()) as conn, conn.cursor() as cur:
+            self._schemas = {t.name: self._table_schema(cur, i, t.name, t.primary_key)
+                             for i, t in enumerate(self.config.tables)}
+        return self._schemas
+
+    def schemas(self) -> Mapping[str, TableSchema]:
+        return self._schemas if self._schemas is not None else self.preflight()
+
+    def _table_schema(self, cur: Any, index: int, table: str, key: tuple[str, ...]) -> TableSchema:
+        where = self._field(f"tables[{index}]")
+        cur.execute(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, COLUMN_DEFAULT FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (self.config.database, table))
+        rows = cur.fetchall()
+        if not rows:
+            cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s ORDER BY 1",
+                        (self.config.database,))
+            existing = ", ".join(r[0] for r in cur.fetchall()) or "(none)"
+            raise ConfigError(f"{where}.name", f"table {table!r} does not exist in database {self.config.database!r}",
+                              f"use one of the database's tables: {existing}")
+        columns = []
+        for name, data_type, column_type, default in rows:
+            if not is_plain_name(name) or name.startswith(RESERVED_PREFIX):
+                raise ConfigError(f"{where}.name", f"table {table!r} has a column named {name!r}, which is not a "
+                                  f"plain identifier (or starts with {RESERVED_PREFIX!r})",
+                                  "rename the column, or leave this table out of capture")
+            default = None if default is None or str(default).upper() == "NULL" else str(default)
+            columns.append(Column(name=name, type=mysql_logical_type(data_type), source_type=column_type,
+                                  default=default))
+        names = {c.name.lower(): c.name for c in columns}
+        missing = [k for k in key if k.lower() not in names]
+        if missing:
+            raise ConfigError(f"{where}.primary_key", f"table {table!r} has no column {', '.join(map(repr, missing))}",
+                              f"name the table's key columns; it has: {', '.join(c.name for c in columns)}")
+        key = tuple(names[k.lower()] for k in key)
+        cur.execute("SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+                    "AND TABLE_NAME = %s AND NON_UNIQUE = 0", (self.config.database, table))
+        unique: dict[str, set[str]] = {}
+        for index_name, column in cur.fetchall():
+            unique.setdefault(index_name, set()).add(column.lower())
+        if not any(cols <= {k.lower() for k in key} for cols in unique.values()):
+            raise ConfigError(f"{where}.primary_key", f"columns {list(key)} are not the primary key of {table!r} nor "
+                              "covered by a UNIQUE index, so two rows could share a key",
+                              "name the table's PRIMARY KEY columns, or add a UNIQUE index on them")
+        return TableSchema(source=self.name, table=table, columns=tuple(columns), primary_key=key)
+
+    # -- verify (the "install" of a binlog source) --------------------------------------
+
+    def verify(self) -> list[str]:
+        """Every server setting or privilege capture needs that is missing, each with its fix."""
+        self.preflight()
+        problems = []
+        with closing(self._connect()) as conn, conn.cursor() as cur:
+            cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', "
+                        "'binlog_row_image', 'binlog_row_metadata', 'server_id')")
+            settings = {k.lower(): str(v) for k, v in cur.fetchall()}
+            wanted = [("log_bin", "ON", "enable binary logging: add 'log_bin' (and 'server_id') under [mysqld] "
+                       "and restart the server"),
+                      ("binlog_format", "ROW", "SET GLOBAL binlog_format = 'ROW' (and binlog_format=ROW under "
+                       "[mysqld] to keep it)"),
+                      ("binlog_row_image", "FULL", "SET GLOBAL binlog_row_image = 'FULL' (and binlog_row_image=FULL "
+                       "under [mysqld])")]
+            if "binlog_row_metadata" in settings:
+                wanted.append(("binlog_row_metadata", "FULL", "SET GLOBAL binlog_row_metadata = 'FULL' (and "
+                               "binlog_row_metadata=FULL under [mysqld]); capture needs column names in the binlog"))
+            for name, value, fix in wanted:
+                if settings.get(name, "").upper() != value:
+                    problems.append(f"{name} is {settings.get(name, 'unset')!r}, needs {value!r}: {fix}")
+            if settings.get("server_id") == "0":
+                problems.append("server_id is 0, so the server cannot serve replicas: set server_id under [mysqld]")
+            elif settings.get("server_id") == str(self.config.replica_server_id()):
+                problems.append(f"the capture's replica server id {self.config.replica_server_id()} equals the "
+                                f"server's own server_id: set sources.{self.name}.server_id to another number")
+            cur.execute("SHOW GRANTS")
+            grants = " ".join(r[0].upper() for r in cur.fetchall())
+            for privilege in ("REPLICATION SLAVE", "REPLICATION CLIENT|BINLOG MONITOR", "SELECT"):
+                options = privilege.split("|")
+                if "ALL PRIVILEGES ON *.*" not in grants and not any(o in grants for o in options):
+                    problems.append(f"user {self.config.user!r} lacks {options[0]}: GRANT {options[0]} ON "
+                                    f"{'*.*' if privilege != 'SELECT' else self.config.database + '.*'} TO "
+                                    f"'{self.config.user}'@'%'")
+        return problems
+
+    def require_installed(self) -> None:
+        problems = self.verify()
+        if problems:
+            raise CaptureNotInstalledError(
+                f"MySQL source {self.name!r} at {self.config.host}:{self.config.port} is not ready for binlog "
+                "capture:\n  - " + "\n  - ".join(problems),
+                "apply each fix above, then materialize the '" + self.name + "/capture' asset again",
+                source=self.name,
+            )
+
+    def install(self) -> InstallReport:
+        self.require_installed()
+        return InstallReport(epoch=self.epoch(), version="binlog", changed=(),
+                             unchanged=tuple(t.name for t in self.config.tables))
+
+    # -- positions ---------------------------------------------------------------------
+
+    def _query_one(self, cur: Any, sql: str) -> Any:
+        cur.execute(sql)
+        return cur.fetchone()
+
+    def epoch(self) -> str:
+        with closing(self._connect()) as conn, conn.cursor() as cur:
+            cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('server_uuid', 'server_id', "
+                        "'log_bin_basename', 'gtid_domain_id')")
+            v = {k.lower(): str(val) for k, val in cur.fetchall()}
+        identity = v.get("server_uuid") or f"server-{v.get('server_id')}-domain-{v.get('gtid_domain_id', '0')}"
+        return f"{identity}:{v.get('log_bin_basename', '').rsplit('/', 1)[-1]}"
+
+    def _master_status(self, cur: Any) -> tuple[str, int]:
+        row = self._query_one(cur, "SHOW MASTER STATUS")
+        if not row:
+            raise CaptureNotInstalledError(f"MySQL source {self.name!r} has binary logging off",
+                                           "enable log_bin under [mysqld] and restart the server", source=self.name)
+        return row[0], int(row[1])
+
+    def high_water_mark(self) -> Scn:
+        with closing(self._connect()) as conn, conn.cursor() as cur:
+            file, pos = self._master_status(cur)
+        return Scn.from_binlog(_file_number(file), pos)
+
+    def _binlog_created(self, file: str) -> str:
+        """The creation time of a binlog file (its format description event), as text."""
+        from pymysqlreplication import BinLogStreamReader
+        from pymysqlreplication.event import FormatDescriptionEvent
+
+        stream = BinLogStreamReader(connection_settings=self.connection_settings(),
+                                    server_id=self.config.replica_server_id(), resume_stream=True,
+                                    log_file=file, log_pos=4, blocking=False,
+                                    only_events=[FormatDescriptionEvent])
+        try:
+            for event in stream:
+                return str(event.timestamp)
+        finally:
+            stream.close()
+        return ""
+
+    def start_position(self) -> tuple[Scn, dict[str, str]]:
+        with closing(self._connect()) as conn, conn.cursor() as cur:
+            file, pos = self._master_status(cur)
+        return Scn.from_binlog(_file_number(file), pos), {"binlog_file": file,
+                                                         "binlog_created": self._binlog_created(file)}
+
+    def _check_position(self, cur: Any, since: Scn, epoch: str | None, state: Mapping[str, str]) -> str:
+        current_epoch = self.epoch()
+        if epoch is not None and epoch != current_epoch:
+            raise EpochMismatchError(
+                f"MySQL source {self.name!r} is now {current_epoch}, but the change log's checkpoint belongs to "
+                f"{epoch}: the server was replaced or its binlogs renamed, so positions cannot be compared",
+                f"run `databus bootstrap --source {self.name}`", source=self.name)
+        cur.execute("SHOW BINARY LOGS")
+        files = [r[0] for r in cur.fetchall()]
+        number, offset = since.value >> 32, since.value & 0xFFFFFFFF
+        base = files[-1].rsplit(".", 1)[0]
+        name = state.get("binlog_file") or f"{base}.{number:06d}"
+        numbers = [_file_number(f) for f in files]
+        if number > max(numbers):
+            raise EpochMismatchError(
+                f"the checkpoint of source {self.name!r} is in binlog {name}, beyond the server's newest "
+                f"{files[-1]}: the binlogs were reset (RESET MASTER) or the server restored",
+                f"run `databus bootstrap --source {self.name}`", source=self.name)
+        if name not in files:
+            raise LogGapError(
+                f"binlog {name} holding the checkpoint of source {self.name!r} (offset {offset}) was purged from "
+                f"the server (oldest left: {files[0]}): the changes after the checkpoint are gone",
+                f"run `databus bootstrap --source {self.name}`, or set sources.{self.name}.on_purged: bootstrap; "
+                "keep binlogs longer (binlog_expire_logs_seconds / expire_logs_days) than the poll interval",
+                source=self.name)
+        created = state.get("binlog_created")
+        if created and created != self._binlog_created(name):
+            raise EpochMismatchError(
+                f"binlog {name} on source {self.name!r} is not the file the checkpoint was taken in (created "
+                f"{self._binlog_created(name)}, expected {created}): the binlogs were reset (RESET MASTER)",
+                f"run `databus bootstrap --source {self.name}`", source=self.name)
+        return name
+
+    # -- polling -----------------------------------------------------------------------
+
+    def poll(self, since: Scn, epoch: str | None, stats: PollStats,
+             state: Mapping[str, str] | None = None) -> Iterator[list[Window]]:
+        from pymysqlreplication import BinLogStreamReader
+        from pymysqlreplication.event import (
+            FormatDescriptionEvent,
+            MariadbGtidEvent,
+            QueryEvent,
+            RotateEvent,
+            XidEvent,
+        )
+        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+        self.schemas()
+        with closing(self._connect()) as conn, conn.cursor() as cur:
+            start_file = self._check_position(cur, since, epoch, state or {})
+            bound_file, bound_pos = self._master_status(cur)
+        bound = Scn.from_binlog(_file_number(bound_file), bound_pos)
+        stats.source_hwm = bound
+        if since >= bound:
+            return
+        tables = {t.name for t in self.config.tables}
+        stream = BinLogStreamReader(
+            connection_settings=self.connection_settings(), server_id=self.config.replica_server_id(),
+            resume_stream=True, blocking=False, log_file=start_file, log_pos=since.value & 0xFFFFFFFF,
+            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
+                         FormatDescriptionEvent, MariadbGtidEvent],
+        )
+        chunk: list[Window] = []
+        chunk_events = 0
+        pending: list[tuple[str, Op, dict[str, Any], TableSchema, int]] = []
+        created = (state or {}).get("binlog_created", "")
+        current_file = start_file
+        try:
+            for event in stream:
+                if isinstance(event, RotateEvent):
+                    current_file = event.next_binlog
+                    continue
+                if isinstance(event, FormatDescriptionEvent):
+                    created = str(event.timestamp)
+                    continue
+                position = Scn.from_binlog(_file_number(current_file), event.packet.log_pos)
+                if isinstance(event, MariadbGtidEvent):
+                    pending = []
+                    continue
+                if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
+                    if event.schema == self.config.database and event.table in tables:
+                        pending += self._row_changes(event, event.timestamp * 1000)
+                    continue
+                commit = isinstance(event, XidEvent)
+                if isinstance(event, QueryEvent):
+                    query = event.query.strip() if isinstance(event.query, str) else event.query.decode()
+                    if query.upper() == "BEGIN":
+                        pending = []
+                        continue
+                    commit = query.upper() == "COMMIT"
+                    if not commit:
+                        self._note_ddl(event, query, position, stats)
+                if position <= since:
+                    pending = []
+                    continue
+                stats.until = position
+                stats.state = {"binlog_file": current_file, "binlog_created": created}
+                if commit and pending:
+                    window, changed_shape = self._window(pending, position)
+                    pending = []
+                    if changed_shape and chunk:
+                        stats.chunks += 1
+                        yield chunk
+                        chunk, chunk_events = [], 0
+                    self._adopt(window)
+                    chunk.append(window)
+                    chunk_events += len(window.events)
+                    if chunk_events >= self.config.poll.chunk_rows:
+                        stats.chunks += 1
+                        yield chunk
+                        chunk, chunk_events = [], 0
+                if position >= bound:
+                    break
+        except pymysql.err.OperationalError as exc:
+            if exc.args and exc.args[0] == 1236:
+                raise LogGapError(
+                    f"the server refused to stream binlog {current_file} for source {self.name!r}: {exc.args[-1]}",
+                    f"run `databus bootstrap --source {self.name}`, or set sources.{self.name}.on_purged: bootstrap",
+                    source=self.name) from None
+            raise SourceUnavailableError(
+                f"lost the binlog connection to source {self.name!r}: {exc.args[-1] if exc.args else exc}",
+                "run again: capture resumes from the last durable checkpoint", source=self.name) from None
+        finally:
+            stream.close()
+        if chunk:
+            stats.chunks += 1
+            yield chunk
+
+    def _row_changes(self, event: Any, ts_ms: int) -> list[tuple[str, Op, dict[str, Any], TableSchema, int]]:
+        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
+
+        schema = self._event_schema(event)
+        out = []
+        for row in event.rows:
+            if isinstance(event, UpdateRowsEvent):
+                before, after = row["before_values"], row["after_values"]
+                if any(before[k] != after[k] for k in schema.primary_key):
+                    out.append((event.table, Op.DELETE, before, schema, ts_ms))
+                    out.append((event.table, Op.INSERT, after, schema, ts_ms))
+                else:
+                    out.append((event.table, Op.UPDATE, after, schema, ts_ms))
+            elif isinstance(event, DeleteRowsEvent):
+                out.append((event.table, Op.DELETE, row["values"], schema, ts_ms))
+            else:
+                out.append((event.table, Op.INSERT, row["values"], schema, ts_ms))
+        return out
+
+    def _event_schema(self, event: Any) -> TableSchema:
+        """The table's shape as the binlog's table map describes it at this event."""
+        known = self.schemas()[event.table]
+        by_name = {c.name: c for c in known.columns}
+        columns = []
+        for col in event.columns:
+            kind = binlog_logical_type(col)
+            same = by_name.get(col.name)
+            columns.append(same if same is not None and same.type == kind
+                           else Column(name=col.name, type=kind, source_type=f"binlog type {col.type}"))
+        schema = TableSchema(source=self.name, table=event.table, columns=tuple(columns),
+                             primary_key=known.primary_key)
+        return known if schema.fingerprint() == known.fingerprint() else schema
+
+    def _window(self, pending: list[tuple[str, Op, dict[str, Any], TableSchema, int]],
+                position: Scn) -> tuple[Window, bool]:
+        events, changed = [], False
+        current = self.schemas()
+        for seq, (table, op, values, schema, ts_ms) in enumerate(pending):
+            changed = changed or schema.fingerprint() != current[table].fingerprint()
+            row = {c.name: to_text(values.get(c.name)) if c.type == "string" else values.get(c.name)
+                   for c in schema.columns}
+            image = schema.coerce_row(row, f"source {self.name}, SCN {position}")
+            events.append(ChangeEvent(scn=position, seq=seq, table=table, op=op,
+                                      key=tuple(image[k] for k in schema.primary_key), row=image, commit_ts_ms=ts_ms))
+        self._pending_schemas = {table: schema for table, _, _, schema, _ in pending}
+        return Window(scn=position, events=tuple(events)), changed
+
+    def _adopt(self, window: Window) -> None:
+        """Make the shapes the window was decoded with the current ones (for ``schemas()``)."""
+        assert self._schemas is not None
+        self._schemas.update(self._pending_schemas)
+
+    def _note_ddl(self, event: Any, query: str, position: Scn, stats: PollStats) -> None:
+        match = _DDL.match(query)
+        if not match:
+            return
+        target = match.group(2).replace("`", "")
+        schema, _, table = target.rpartition(".")
+        schema = schema or (event.schema.decode() if isinstance(event.schema, bytes) else event.schema)
+        if schema == self.config.database and table in {t.name for t in self.config.tables}:
+            stats.ddl.append((position, table, query))
+
+    # -- bootstrap ---------------------------------------------------------------------
+
+    def snapshot(self, table: str, batch_rows: int | None = None) -> TableSnapshot:
+        """A consistent, keyset-paginated read of ``table`` at a known binlog position."""
+        batch_rows = batch_rows or self.config.bootstrap_chunk_rows
+        schema = self.preflight()[table]  # the live shape: the read below sees it
+        conn = self._connect()
+        cur = conn.cursor()
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        scn = self._consistent_snapshot(cur)
+        columns = ", ".join(f"`{c.name}`" for c in schema.columns)
+        key = [f"`{k}`" for k in schema.primary_key]
+        first = f"SELECT {columns} FROM `{table}` ORDER BY {', '.join(key)} LIMIT %s"
+        after = (f"SELECT {columns} FROM `{table}` WHERE ({', '.join(key)}) > ({', '.join(['%s'] * len(key))}) "
+                 f"ORDER BY {', '.join(key)} LIMIT %s")
+        arrow_schema = schema.arrow(with_meta=False)
+        key_index = [schema.column_names.index(k) for k in schema.primary_key]
+        where = f"source {self.name}, bootstrap of {table}"
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            try:
+                cur.execute(first, (batch_rows,))
+                while rows := cur.fetchall():
+                    cols = list(zip(*rows, strict=True))
+                    yield pa.RecordBatch.from_arrays([
+                        pa.array([coerce_value(to_text(v) if c.type == "string" else v, c, table, where)
+                                  for v in values], type=f.type)
+                        for c, f, values in zip(schema.columns, arrow_schema, cols, strict=True)
+                    ], schema=arrow_schema)
+                    if len(rows) < batch_rows:
+                        break
+                    cur.execute(after, (*[rows[-1][i] for i in key_index], batch_rows))
+            finally:
+                cur.execute("COMMIT")
+                conn.close()
+
+        return TableSnapshot(scn=scn, schema=schema, batches=batches())
+
+    def _consistent_snapshot(self, cur: Any) -> Scn:
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+        status = {k.lower(): v for k, v in cur.fetchall()}
+        if status.get("binlog_snapshot_file"):
+            # MariaDB reports the binlog position that matches this transaction's snapshot.
+            file, position = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
+            return Scn.from_binlog(_file_number(file), position)
+        # MySQL: hold a global read lock just long enough to pin the position to the snapshot.
+        cur.execute("COMMIT")
+        cur.execute("FLUSH TABLES WITH READ LOCK")
+        try:
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            file, pos = self._master_status(cur)
+        finally:
+            cur.execute("UNLOCK TABLES")
+        return Scn.from_binlog(_file_number(file), pos)
+
+    def release(self, through: Scn) -> None:
+        """Binlogs are the server's to expire; capture keeps nothing on the source."""
+
+    def read_table(self, table: str) -> list[dict[str, Any]]:
+        snap = self.snapshot(table)
+        return [row for batch in snap.batches for row in batch.to_pylist()]
+

@@ -1,0 +1,97 @@
+"""A throwaway MariaDB server for tests and benchmarks: a temporary data directory, binary logging,
+a free loopback port. Started with the distribution's ``mariadbd``; stopped in ``close()``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+BINARIES = ("mariadbd", "mariadb-install-db")
+
+
+def find_binary(name: str) -> str | None:
+    return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}") if os.path.exists(p)),
+                                      None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MariaDBServer:
+    def __init__(self, binlog: bool = True, extra_args: Sequence[str] = ()) -> None:
+        missing = [b for b in BINARIES if find_binary(b) is None]
+        if missing:
+            raise RuntimeError(f"MariaDB server binaries not found: {missing}; install Debian's mariadb-server")
+        self.root = Path(tempfile.mkdtemp(prefix="databus-mariadb-"))
+        self.datadir = self.root / "data"
+        self.port = free_port()
+        subprocess.run(
+            [find_binary("mariadb-install-db"), "--no-defaults", f"--datadir={self.datadir}",
+             "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root"],
+            check=True, capture_output=True,
+        )
+        args = [find_binary("mariadbd"), "--no-defaults", f"--datadir={self.datadir}",
+                f"--socket={self.root / 'sock'}", f"--port={self.port}", "--bind-address=127.0.0.1", "--user=root",
+                f"--pid-file={self.root / 'pid'}", f"--log-error={self.root / 'error.log'}", "--server-id=1",
+                "--innodb-buffer-pool-size=64M", "--max-connections=200"]
+        if binlog:
+            args += [f"--log-bin={self.datadir / 'binlog'}", "--binlog-format=ROW", "--binlog-row-image=FULL",
+                     "--binlog-row-metadata=FULL"]
+        self.process = subprocess.Popen([*args, *extra_args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.connect().close()
+                break
+            except pymysql.err.OperationalError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    log = (self.root / "error.log").read_text() if (self.root / "error.log").exists() else ""
+                    self.close()
+                    raise RuntimeError(f"mariadbd did not start:\n{log[-3000:]}") from None
+                time.sleep(0.2)
+
+    def connect(self, database: str | None = None, user: str = "root", password: str = "") -> pymysql.Connection:
+        return pymysql.connect(host="127.0.0.1", port=self.port, user=user, password=password, database=database,
+                               autocommit=True, connect_timeout=5)
+
+    def execute(self, *statements: str | tuple[str, Sequence[Any]], database: str | None = None) -> None:
+        conn = self.connect(database)
+        try:
+            with conn.cursor() as cur:
+                for statement in statements:
+                    sql, params = (statement, None) if isinstance(statement, str) else statement
+                    cur.execute(sql, params)
+        finally:
+            conn.close()
+
+    def query(self, sql: str, database: str | None = None) -> list[tuple[Any, ...]]:
+        conn = self.connect(database)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                return list(cur.fetchall())
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
