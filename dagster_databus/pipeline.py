@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.scn import Scn
+from dagster_databus.errors import LogGapError
 from dagster_databus.log.ddl import DdlLog
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.sources import open_source
@@ -37,6 +38,7 @@ class CaptureResult:
     newest_commit_ms: int | None = None
     duration_s: float = 0.0
     schema_versions: dict[str, int] = field(default_factory=dict)
+    bootstrapped: bool = False  # the log was restarted because the source had purged its changes
 
     @property
     def lag_scn(self) -> int:
@@ -82,12 +84,32 @@ def bootstrap(config: DatabusConfig, source: str) -> Path | None:
                     if child.name != ".lock":
                         child.rename(trash / name / child.name)
                 moved = True
-        writer.start_at(src.high_water_mark(), src.epoch())
+        start, state = src.start_position()
+        if start.is_beginning:  # a txlog source: start after everything it holds now
+            start, state = src.high_water_mark(), {}
+        writer.start_at(start, src.epoch(), state)
     return trash if moved else None
 
 
 def capture(config: DatabusConfig, source: str, progress: Progress = lambda _: None) -> CaptureResult:
-    """Poll ``source`` from its checkpoint to the bound fixed at the start; append whole windows."""
+    """Poll ``source`` from its checkpoint to the bound fixed at the start; append whole windows.
+
+    A source configured with ``on_purged: bootstrap`` whose changes after the checkpoint are
+    gone is bootstrapped (log restarted, snapshots re-read) instead of failing.
+    """
+    try:
+        return _capture(config, source, progress)
+    except LogGapError as exc:
+        if getattr(config.source(source), "on_purged", "fail") != "bootstrap":
+            raise
+        progress(f"{source}: {exc.problem}; bootstrapping as configured (on_purged: bootstrap)")
+        bootstrap(config, source)
+        result = _capture(config, source, progress)
+        result.bootstrapped = True
+        return result
+
+
+def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureResult:
     started = time.monotonic()
     src = open_source(config.source(source))
     src.require_installed()  # checks the database and the config's tables first; writes nothing

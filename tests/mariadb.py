@@ -86,6 +86,18 @@ class MariaDBServer:
         finally:
             conn.close()
 
+    def purge_binlogs_to(self, name: str, timeout_s: float = 15) -> None:
+        """PURGE BINARY LOGS TO ``name``, retried until done: MariaDB keeps a binlog until the
+        InnoDB binlog checkpoint has moved past it, which takes a moment after a rotation."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.execute(f"PURGE BINARY LOGS TO '{name}'")
+            if self.query("SHOW BINARY LOGS")[0][0] == name:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"binlogs before {name} were not purged within {timeout_s}s")
+            time.sleep(0.1)
+
     def close(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)

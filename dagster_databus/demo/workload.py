@@ -99,7 +99,10 @@ class MysqlDatabase:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.conn.cursor() as cur:
-            cur.execute(_pyformat(sql), tuple(params) or None)
+            if params:
+                cur.execute(_pyformat(sql), tuple(params))
+            else:
+                cur.execute(sql)  # pymysql interpolates nothing without parameters
             return list(cur.fetchall())
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:

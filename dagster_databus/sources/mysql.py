@@ -294,7 +294,8 @@ class MysqlSource:
                 f"{epoch}: the server was replaced or its binlogs renamed, so positions cannot be compared",
                 f"run `databus bootstrap --source {self.name}`", source=self.name)
         cur.execute("SHOW BINARY LOGS")
-        files = [r[0] for r in cur.fetchall()]
+        sizes = {r[0]: int(r[1]) for r in cur.fetchall()}
+        files = list(sizes)
         number, offset = since.value >> 32, since.value & 0xFFFFFFFF
         base = files[-1].rsplit(".", 1)[0]
         name = state.get("binlog_file") or f"{base}.{number:06d}"
@@ -311,6 +312,11 @@ class MysqlSource:
                 f"run `databus bootstrap --source {self.name}`, or set sources.{self.name}.on_purged: bootstrap; "
                 "keep binlogs longer (binlog_expire_logs_seconds / expire_logs_days) than the poll interval",
                 source=self.name)
+        if offset > sizes[name]:
+            raise EpochMismatchError(
+                f"the checkpoint of source {self.name!r} is at offset {offset} of {name}, but that file is only "
+                f"{sizes[name]} bytes: the binlogs were reset (RESET MASTER) and the name reused",
+                f"run `databus bootstrap --source {self.name}`", source=self.name)
         created = state.get("binlog_created")
         if created and created != self._binlog_created(name):
             raise EpochMismatchError(

@@ -1,0 +1,248 @@
+"""MySQL/MariaDB specifics against real servers the tests start: preflight, credentials, rotation,
+DDL while lagging, purged binlogs, RESET MASTER, TRUNCATE, bootstrap under concurrent writes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dagster_databus import pipeline
+from dagster_databus.errors import (
+    CaptureNotInstalledError,
+    ConfigError,
+    EpochMismatchError,
+    LogGapError,
+    SourceUnavailableError,
+)
+from dagster_databus.log.ddl import DdlLog
+from dagster_databus.log.store import ChangeLog
+from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.snapshot.merge import sync_source
+from tests.conftest import assert_snapshots_match, cycle
+from tests.harness import MysqlHarness, make_config
+from tests.mariadb import MariaDBServer, free_port
+
+SHOP = [("customers", ["id"]), ("orders", ["id"]), ("order_items", ["order_id", "line_no"])]
+
+
+@pytest.fixture
+def own_server() -> Iterator[MariaDBServer]:
+    """A server of the test's own, for statements that would disturb others (RESET, PURGE)."""
+    server = MariaDBServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def shop(harness: MysqlHarness, tmp_path: Path, **extra):
+    harness.create_shop()
+    return make_config(tmp_path / "lake", harness.source_config("shop", SHOP, **extra))
+
+
+def test_preflight_reports_every_missing_setting_at_once(tmp_path: Path) -> None:
+    server = MariaDBServer(binlog=True, extra_args=["--binlog-format=STATEMENT", "--binlog-row-image=MINIMAL",
+                                                    "--binlog-row-metadata=MINIMAL"])
+    try:
+        harness = MysqlHarness(server)
+        config = shop(harness, tmp_path)
+        with pytest.raises(CaptureNotInstalledError) as err:
+            pipeline.install(config, "shop")
+        message = str(err.value)
+        assert "binlog_format is 'STATEMENT'" in message and "SET GLOBAL binlog_format = 'ROW'" in message
+        assert "binlog_row_image is 'MINIMAL'" in message and "binlog_row_metadata is 'MINIMAL'" in message
+        assert not (tmp_path / "lake").exists()
+    finally:
+        server.close()
+
+
+def test_preflight_on_a_server_with_binary_logging_off(tmp_path: Path) -> None:
+    server = MariaDBServer(binlog=False)
+    try:
+        config = shop(MysqlHarness(server), tmp_path)
+        with pytest.raises(CaptureNotInstalledError, match=r"log_bin is 'OFF'.*enable binary logging"):
+            pipeline.install(config, "shop")
+        with pytest.raises(CaptureNotInstalledError):
+            pipeline.capture(config, "shop")
+        assert not (tmp_path / "lake").exists()
+    finally:
+        server.close()
+
+
+def test_missing_replication_privileges_are_named_with_the_grant(mariadb: MariaDBServer, tmp_path: Path) -> None:
+    harness = MysqlHarness(mariadb)
+    harness.create_shop()
+    mariadb.execute("CREATE USER IF NOT EXISTS 'reader'@'%' IDENTIFIED BY 'pw'",
+                    f"GRANT SELECT ON {harness.database}.* TO 'reader'@'%'")
+    config = make_config(tmp_path / "lake", {**harness.source_config("shop", SHOP), "user": "reader",
+                                              "password": "pw"})
+    with pytest.raises(CaptureNotInstalledError) as err:
+        pipeline.install(config, "shop")
+    assert "GRANT REPLICATION SLAVE ON *.* TO 'reader'@'%'" in str(err.value)
+    assert "lacks SELECT" not in str(err.value)
+
+
+def test_wrong_password_and_unreachable_server_fail_fast(mariadb: MariaDBServer, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    harness = MysqlHarness(mariadb)
+    harness.create_shop()
+    config = make_config(tmp_path / "lake", {**harness.source_config("shop", SHOP), "password": "wrong"})
+    with pytest.raises(ConfigError) as err:
+        pipeline.install(config, "shop")
+    assert err.value.field == "sources.shop.password" and "access denied" in str(err.value)
+
+    monkeypatch.setenv("SHOP_PW", "")
+    from_env = make_config(tmp_path / "lake", {**harness.source_config("shop", SHOP), "password_env": "SHOP_PW"})
+    pipeline.install(from_env, "shop")  # the empty root password, from the environment
+
+    nowhere = make_config(tmp_path / "lake2", {**harness.source_config("shop", SHOP), "port": free_port(),
+                                               "connect_timeout_s": 2})
+    started = time.monotonic()
+    with pytest.raises(SourceUnavailableError, match="cannot reach MySQL source 'shop'"):
+        pipeline.install(nowhere, "shop")
+    assert time.monotonic() - started < 10
+    assert not (tmp_path / "lake2").exists()
+
+
+def test_capture_follows_binlog_rotation(mariadb: MariaDBServer, tmp_path: Path, spark) -> None:
+    harness = MysqlHarness(mariadb)
+    config = shop(harness, tmp_path, poll={"chunk_rows": 25})
+    workload = harness.workload(seed=31)
+    cycle(config, spark)
+    first_file = mariadb.query("SHOW MASTER STATUS")[0][0]
+    for _ in range(3):
+        workload.run(20)
+        mariadb.execute("FLUSH BINARY LOGS")
+    workload.run(20)
+    result = pipeline.capture(config, "shop")
+    assert mariadb.query("SHOW MASTER STATUS")[0][0] != first_file
+    assert result.until.value >> 32 > ChangeLog(config.lake, "shop").manifest().start_scn.value >> 32
+    sync_source(spark, config, "shop")
+    assert_snapshots_match(config)
+
+
+def test_alter_table_while_the_pipeline_lags(mariadb: MariaDBServer, tmp_path: Path, spark) -> None:
+    harness = MysqlHarness(mariadb)
+    config = shop(harness, tmp_path)
+    workload = harness.workload(seed=5)
+    workload.run(20)
+    cycle(config, spark)
+    workload.run(20)
+    harness.execute([
+        "ALTER TABLE customers ADD COLUMN tier VARCHAR(10) DEFAULT 'basic'",
+        "UPDATE customers SET tier = 'gold' WHERE id % 3 = 0",
+    ])
+    mariadb.execute("ALTER TABLE orders DROP COLUMN note", "ALTER TABLE orders RENAME COLUMN status TO state",
+                    "ALTER TABLE order_items MODIFY qty VARCHAR(10)", database=harness.database)
+    harness.execute([("INSERT INTO orders (id, customer_id, state, total, placed_at) VALUES (?, ?, ?, ?, ?)",
+                      (9000, 1, "new", 1.0, "2026-01-01 00:00:00")),
+                     ("INSERT INTO order_items VALUES (?, ?, ?, ?, ?, ?)", (9000, 1, "SKU-9", "two", 1.0, None))])
+    results = {r.table: r for r in cycle(config, spark)}  # lagging: the DDL is in the middle of this poll
+    log = ChangeLog(config.lake, "shop")
+    assert {r.table for r in DdlLog(log.root).records()} == {"customers", "orders", "order_items"}
+    assert all(r.bootstrapped_at is not None for r in results.values()), "each altered table is re-read"
+    assert len(log.schemas.versions("orders")) >= 2
+    columns = DeltaSnapshot(config.lake, "shop", "orders").read().column_names
+    assert "state" in columns and "status" not in columns and "note" not in columns
+    assert_snapshots_match(config)
+    # The workload still speaks the old columns: write by hand.
+    harness.execute([("UPDATE customers SET tier = ? WHERE id = ?", ("platinum", 1)),
+                     ("UPDATE order_items SET qty = ? WHERE order_id = ?", ("many", 9000))])
+    cycle(config, spark)
+    assert_snapshots_match(config)
+
+
+def test_truncate_is_applied_to_the_snapshot(mariadb: MariaDBServer, tmp_path: Path, spark) -> None:
+    harness = MysqlHarness(mariadb)
+    config = shop(harness, tmp_path)
+    harness.workload(seed=2).run(20)
+    cycle(config, spark)
+    assert DeltaSnapshot(config.lake, "shop", "order_items").row_count() > 0
+    mariadb.execute("TRUNCATE TABLE order_items", database=harness.database)
+    harness.execute([("INSERT INTO order_items VALUES (?, ?, ?, ?, ?, ?)", (1, 1, "SKU-1", 1, 2.0, None))])
+    cycle(config, spark)
+    assert DeltaSnapshot(config.lake, "shop", "order_items").row_count() == 1
+    assert_snapshots_match(config)
+
+
+def test_purged_binlog_stops_with_bootstrap_advice_or_bootstraps_when_opted_in(
+    own_server: MariaDBServer, tmp_path: Path, spark
+) -> None:
+    harness = MysqlHarness(own_server)
+    config = shop(harness, tmp_path)
+    workload = harness.workload(seed=8)
+    workload.run(10)
+    cycle(config, spark)
+    workload.run(10)  # captured by nobody yet
+    own_server.execute("FLUSH BINARY LOGS")
+    newest = own_server.query("SHOW MASTER STATUS")[0][0]
+    own_server.purge_binlogs_to(newest)
+    checkpoint = ChangeLog(config.lake, "shop").checkpoint()
+    with pytest.raises(LogGapError, match=r"(?s)was purged.*databus bootstrap --source shop"):
+        pipeline.capture(config, "shop")
+    assert ChangeLog(config.lake, "shop").checkpoint() == checkpoint
+
+    opted_in = make_config(config.lake, harness.source_config("shop", SHOP, on_purged="bootstrap"))
+    result = pipeline.capture(opted_in, "shop")
+    assert result.bootstrapped
+    workload.run(10)
+    results = cycle(opted_in, spark)
+    assert all(r.bootstrapped_at is not None for r in results)
+    assert_snapshots_match(opted_in)
+
+
+@pytest.mark.parametrize("files_after_reset", [0, 3])
+def test_reset_master_is_an_epoch_change(own_server: MariaDBServer, tmp_path: Path, spark,
+                                         files_after_reset: int) -> None:
+    harness = MysqlHarness(own_server)
+    config = shop(harness, tmp_path)
+    workload = harness.workload(seed=9)
+    for _ in range(3):  # the checkpoint ends up in a later binlog file
+        workload.run(5)
+        own_server.execute("FLUSH BINARY LOGS")
+    cycle(config, spark)
+    time.sleep(1.1)  # binlog creation times have one-second resolution
+    own_server.execute("RESET MASTER")
+    for _ in range(files_after_reset):  # reuse the checkpoint's file name
+        workload.run(30)
+        own_server.execute("FLUSH BINARY LOGS")
+    workload.run(5)
+    with pytest.raises(EpochMismatchError, match=r"(?s)RESET MASTER.*databus bootstrap --source shop"):
+        pipeline.capture(config, "shop")
+    pipeline.bootstrap(config, "shop")
+    workload.run(5)
+    cycle(config, spark)
+    assert_snapshots_match(config)
+
+
+def test_bootstrap_of_a_table_under_concurrent_writes(mariadb: MariaDBServer, tmp_path: Path, spark) -> None:
+    harness = MysqlHarness(mariadb)
+    config = shop(harness, tmp_path, bootstrap_chunk_rows=7)  # many keyset pages while writers run
+    harness.workload(seed=12).run(80)
+    pipeline.install(config, "shop")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        workload = harness.workload(seed=13)
+        try:
+            while not stop.is_set():
+                workload.run(1)
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        pipeline.capture(config, "shop")
+        sync_source(spark, config, "shop")  # bootstraps every table while the writer runs
+    finally:
+        stop.set()
+        writer.join()
+    assert not errors
+    cycle(config, spark)
+    assert_snapshots_match(config)
