@@ -105,6 +105,7 @@ class MysqlSource:
         self.name = config.name
         self._schemas: dict[str, TableSchema] | None = None
         self._pending_schemas: dict[str, TableSchema] = {}
+        self._shapes: dict[tuple[Any, ...], TableSchema] = {}
 
     def _field(self, suffix: str) -> str:
         return f"sources.{self.name}.{suffix}"
@@ -440,7 +441,14 @@ class MysqlSource:
         return out
 
     def _event_schema(self, event: Any) -> TableSchema:
-        """The table's shape as the binlog's table map describes it at this event."""
+        """The table's shape as the binlog's table map describes it at this event (cached per shape)."""
+        shape = (event.table, tuple((c.name, c.type, getattr(c, "character_set_name", None)) for c in event.columns))
+        cached = self._shapes.get(shape)
+        if cached is None:
+            cached = self._shapes[shape] = self._shape_schema(event)
+        return cached
+
+    def _shape_schema(self, event: Any) -> TableSchema:
         known = self.schemas()[event.table]
         by_name = {c.name: c for c in known.columns}
         columns = []
@@ -458,7 +466,7 @@ class MysqlSource:
         events, changed = [], False
         current = self.schemas()
         for seq, (table, op, values, schema, ts_ms) in enumerate(pending):
-            changed = changed or schema.fingerprint() != current[table].fingerprint()
+            changed = changed or (schema is not current[table] and schema != current[table])
             row = {c.name: to_text(values.get(c.name)) if c.type == "string" else values.get(c.name)
                    for c in schema.columns}
             image = schema.coerce_row(row, f"source {self.name}, SCN {position}")
