@@ -50,7 +50,11 @@ class MariaDBServer:
         if binlog:
             args += [f"--log-bin={self.datadir / 'binlog'}", "--binlog-format=ROW", "--binlog-row-image=FULL",
                      "--binlog-row-metadata=FULL"]
-        self.process = subprocess.Popen([*args, *extra_args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.args = [*args, *extra_args]
+        self._start()
+
+    def _start(self) -> None:
+        self.process = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -85,6 +89,15 @@ class MariaDBServer:
                 return list(cur.fetchall())
         finally:
             conn.close()
+
+    def crash(self) -> None:
+        """SIGKILL the server, as a crash or a pulled cable would end it."""
+        self.process.kill()
+        self.process.wait()
+
+    def restart(self) -> None:
+        """Start the server again on the same data directory and port."""
+        self._start()
 
     def purge_binlogs_to(self, name: str, timeout_s: float = 15) -> None:
         """PURGE BINARY LOGS TO ``name``, retried until done: MariaDB keeps a binlog until the
