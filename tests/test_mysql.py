@@ -244,5 +244,9 @@ def test_bootstrap_of_a_table_under_concurrent_writes(mariadb: MariaDBServer, tm
         stop.set()
         writer.join()
     assert not errors
+    # Key ranges were read by parallel Spark tasks, each in its own snapshot at its own position.
+    positions = {r["__scn"] for r in DeltaSnapshot(config.lake, "shop", "order_items").read(with_meta=True)
+                 .to_pylist() if r["__op"] == "r"}
+    assert len(positions) > 1
     cycle(config, spark)
     assert_snapshots_match(config)

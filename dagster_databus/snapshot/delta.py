@@ -92,9 +92,16 @@ class DeltaSnapshot:
 
 
 def with_meta(batch: pa.RecordBatch | pa.Table, scn: Scn, op: str, commit_ts_ms: int) -> pa.RecordBatch:
+    """Append the metadata columns; a batch that already has per-row ``__scn`` keeps it."""
     n = batch.num_rows
+    names = batch.schema.names
+    if "__scn" in names:
+        scns = batch.column(names.index("__scn"))
+        batch = batch.select([i for i, name in enumerate(names) if name != "__scn"])
+    else:
+        scns = pa.array([scn.value] * n, pa.int64())
     arrays = [*batch.columns,
-              pa.array([scn.value] * n, pa.int64()),
+              scns,
               pa.array([op] * n, pa.string()),
               pa.array([commit_ts_ms * 1000] * n, pa.int64()).cast(META_COLUMNS["__commit_ts"])]
     names = [*batch.schema.names, "__scn", "__op", "__commit_ts"]

@@ -132,7 +132,7 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
             applied = None
         if applied is None:
             source = open_source(source_cfg)
-            snapshot = source.snapshot(table)
+            snapshot = source.snapshot(table, spark=spark)
             progress(f"{table}: bootstrapping from the source at SCN {snapshot.scn}")
             log.schemas.register(snapshot.schema)
             bootstrap_rows = engine.bootstrap(snap, snapshot.schema, snapshot.batches, snapshot.scn)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -79,8 +79,12 @@ class CaptureSource(Protocol):
         Precondition: ``require_installed()`` passed.
         """
 
-    def snapshot(self, table: str, batch_rows: int = 50_000) -> TableSnapshot:
-        """A consistent, chunked read of one table at a known SCN (for bootstrap)."""
+    def snapshot(self, table: str, batch_rows: int = 50_000, spark: Any = None) -> TableSnapshot:
+        """A consistent, chunked read of one table at a known SCN (for bootstrap).
+
+        Batches may carry a per-row ``__scn`` when parts of the table were read at different
+        positions; ``TableSnapshot.scn`` is then the lowest of them.
+        """
 
     def release(self, through: Scn) -> None:
         """The change log durably holds everything up to ``through``; the source may drop it."""

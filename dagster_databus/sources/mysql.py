@@ -492,9 +492,17 @@ class MysqlSource:
 
     # -- bootstrap ---------------------------------------------------------------------
 
-    def snapshot(self, table: str, batch_rows: int | None = None) -> TableSnapshot:
-        """A consistent, keyset-paginated read of ``table`` at a known binlog position."""
+    def snapshot(self, table: str, batch_rows: int | None = None, spark: Any = None) -> TableSnapshot:
+        """A consistent, keyset-paginated read of ``table`` at a known binlog position.
+
+        With a Spark session on MariaDB, key ranges are read in parallel Spark tasks, each in its
+        own consistent snapshot (see ``mysql_bootstrap``); otherwise one connection reads them all.
+        """
         batch_rows = batch_rows or self.config.bootstrap_chunk_rows
+        if spark is not None and self._reports_snapshot_position():
+            parallel = self._parallel_snapshot(spark, table, batch_rows)
+            if parallel is not None:
+                return parallel
         schema = self.preflight()[table]  # the live shape: the read below sees it
         conn = self._connect()
         cur = conn.cursor()
@@ -527,6 +535,38 @@ class MysqlSource:
                 conn.close()
 
         return TableSnapshot(scn=scn, schema=schema, batches=batches())
+
+    def _reports_snapshot_position(self) -> bool:
+        with closing(self._connect()) as conn, conn.cursor() as cur:
+            cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
+            return cur.fetchone() is not None
+
+    def _parallel_snapshot(self, spark: Any, table: str, rows_per_range: int) -> TableSnapshot | None:
+        import json
+
+        import pyarrow.compute as pc
+
+        from dagster_databus.sources.mysql_bootstrap import MysqlTableSource, key_ranges
+
+        schema = self.preflight()[table]
+        with closing(self._connect()) as conn, conn.cursor() as cur:
+            bounds = key_ranges(cur, table, schema.primary_key, rows_per_range)
+        c = self.config
+        spark.dataSource.register(MysqlTableSource)
+        connection = {"host": c.host, "port": c.port, "user": c.user, "password": c.resolved_password(),
+                      "database": c.database, "connect_timeout": c.connect_timeout_s}
+        data = (spark.read.format("databus_mysql_table")
+                .option("connection", json.dumps(connection)).option("table", table)
+                .option("columns", json.dumps([[col.name, col.type] for col in schema.columns]))
+                .option("key", json.dumps(list(schema.primary_key)))
+                .option("bounds", json.dumps(bounds, default=str))
+                .option("page_rows", str(min(rows_per_range, 10_000))).load().toArrow())
+        if data.num_rows == 0:
+            return None  # nothing to split: the single-connection read pins the position
+        target = schema.arrow(with_meta=False)
+        data = data.select([*target.names, "__scn"]).cast(target.append(pa.field("__scn", pa.int64())))
+        return TableSnapshot(scn=Scn(pc.min(data["__scn"]).as_py()), schema=schema,
+                             batches=iter(data.to_batches()))
 
     def _consistent_snapshot(self, cur: Any) -> Scn:
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")

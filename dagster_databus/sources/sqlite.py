@@ -375,7 +375,7 @@ class SqliteSource:
 
     # -- bootstrap ---------------------------------------------------------------------
 
-    def snapshot(self, table: str, batch_rows: int = 50_000) -> TableSnapshot:
+    def snapshot(self, table: str, batch_rows: int = 50_000, spark: Any = None) -> TableSnapshot:
         schema = self.schemas()[table]
         conn = self._connect()
         # One read transaction: the txlog high-water mark and the table's rows come from
