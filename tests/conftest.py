@@ -12,7 +12,7 @@ from dagster_databus.config import DatabusConfig, SparkConfig
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import TableSyncResult, sync_source
 from dagster_databus.snapshot.reconcile import compare_rows
-from dagster_databus.sources import open_source
+from dagster_databus.sources import open_source, read_rows
 from tests.harness import MysqlHarness, SourceHarness, SqliteHarness
 from tests.mariadb import MariaDBServer
 
@@ -56,5 +56,5 @@ def assert_snapshots_match(config: DatabusConfig) -> None:
         for table in source_cfg.tables:
             key = src.schemas()[table.name].primary_key
             snap = DeltaSnapshot(config.lake, source_cfg.name, table.name)
-            result = compare_rows(table.name, key, src.read_table(table.name), snap.read().to_pylist())
+            result = compare_rows(table.name, key, read_rows(src, table.name), snap.read().to_pylist())
             assert result.equal, f"{table.name}: {result}"

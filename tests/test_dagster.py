@@ -128,3 +128,25 @@ def test_a_subset_of_snapshots_can_be_materialized(tmp_path: Path, spark, subset
         result = job.execute_in_process(instance=instance)
     produced = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert produced == {"shop/capture", "shop/changelog", *subset}
+
+
+def test_a_mysql_source_materializes_through_dagster(tmp_path: Path, spark, mariadb) -> None:
+    from tests.harness import MysqlHarness
+
+    harness = MysqlHarness(mariadb)
+    harness.create_shop()
+    workload = harness.workload(seed=17)
+    workload.run(20)
+    path = tmp_path / "databus.yaml"
+    path.write_text(json.dumps({"lake": "lake", "sources": [harness.source_config(
+        "inv", [("customers", ["id"]), ("orders", ["id"]), ("order_items", ["order_id", "line_no"])])]}))
+    with dg.instance_for_test() as instance:
+        assert materialize(path, instance).success
+        workload.run(20)
+        second = materialize(path, instance)
+    log = metadata(second, ["inv", "changelog"])
+    assert log["events"] > 0 and log["lag_scn"] == 0
+    assert int(log["scn_to"]) >> 32 >= 1  # binlog file number in the high bits
+    capture_meta = metadata(second, ["inv", "capture"])
+    assert capture_meta["capture_version"] == "binlog"
+    assert_snapshots_match(load_config(path))

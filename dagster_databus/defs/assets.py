@@ -18,6 +18,12 @@ from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.merge import TableSyncResult, pick_engine, sync_table
 
 RESOURCE = "databus"
+INSTALL_DESCRIPTIONS = {
+    "sqlite": "Installs and verifies change capture in SQLite source `{name}`: the txlog, epoch counter and "
+              "per-table triggers. Re-running changes nothing.",
+    "mysql": "Verifies that MySQL source `{name}` is ready for binlog capture (log_bin, ROW format, FULL row "
+             "image and metadata, replica id, privileges) and records where capture starts.",
+}
 
 
 def capture_key(source: str) -> dg.AssetKey:
@@ -47,8 +53,7 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
 
     @dg.asset(
         key=capture_key(name), group_name=name, kinds=kinds, required_resource_keys={RESOURCE},
-        description=f"Installs and verifies change capture in source `{name}` ({source.kind}): "
-                    "the txlog, epoch counter and per-table triggers. Re-running changes nothing.",
+        description=INSTALL_DESCRIPTIONS[source.kind].format(name=name),
         tags={"databus/role": "install"},
     )
     def capture_install(context: AssetExecutionContext) -> dg.MaterializeResult:

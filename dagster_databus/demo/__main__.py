@@ -16,7 +16,7 @@ from dagster_databus.config import CONFIG_ENV, config_path_from_env, load_config
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.reconcile import Comparison, compare_rows
-from dagster_databus.sources.sqlite import SqliteSource
+from dagster_databus.sources import open_source, read_rows
 
 
 def materialize_all(config_path: Path, dagster_home: Path) -> None:
@@ -39,11 +39,11 @@ def compare(config_path: Path) -> list[tuple[Comparison, str]]:
     config = load_config(config_path)
     out = []
     for source_cfg in config.sources:
-        source = SqliteSource(source_cfg)
+        source = open_source(source_cfg)
         for table in source_cfg.tables:
             snap = DeltaSnapshot(config.lake, source_cfg.name, table.name)
             key = source.schemas()[table.name].primary_key
-            result = compare_rows(table.name, key, source.read_table(table.name), snap.read().to_pylist())
+            result = compare_rows(table.name, key, read_rows(source, table.name), snap.read().to_pylist())
             out.append((result, str(snap.applied_scn())))
     return out
 

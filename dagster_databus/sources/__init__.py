@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dagster_databus.config import SourceConfig
 from dagster_databus.sources.base import CaptureSource
 
@@ -16,3 +18,9 @@ def open_source(config: SourceConfig) -> CaptureSource:
 
         return MysqlSource(config)
     raise ValueError(f"unsupported source kind {config.kind!r}")  # config validation prevents this
+
+
+def read_rows(source: CaptureSource, table: str) -> list[dict[str, Any]]:
+    """Every row of a table as capture would type it, from one consistent read (checks, demo, tests)."""
+    return [row for batch in source.snapshot(table).batches
+            for row in batch.select(source.schemas()[table].column_names).to_pylist()]

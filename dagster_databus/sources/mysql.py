@@ -588,8 +588,3 @@ class MysqlSource:
 
     def release(self, through: Scn) -> None:
         """Binlogs are the server's to expire; capture keeps nothing on the source."""
-
-    def read_table(self, table: str) -> list[dict[str, Any]]:
-        snap = self.snapshot(table)
-        return [row for batch in snap.batches for row in batch.to_pylist()]
-

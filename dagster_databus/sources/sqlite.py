@@ -412,10 +412,6 @@ class SqliteSource:
                 conn.execute(statement, {"through_scn": through.value})
             conn.execute("COMMIT")
 
-    def read_table(self, table: str) -> list[dict[str, Any]]:
-        """Every row of a table, coerced like captured rows (used by checks and the demo)."""
-        snap = self.snapshot(table)
-        return [row for batch in snap.batches for row in batch.to_pylist()]
 
 
 def _decode_json(text: str) -> dict[str, Any]:
