@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,10 +14,10 @@ from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import TableSyncResult, sync_source
 from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.sources import open_source, read_rows
-from tests.harness import MysqlHarness, SourceHarness, SqliteHarness
+from tests.harness import ORACLE_ENV, ORACLE_SKIP, MysqlHarness, OracleHarness, SourceHarness, SqliteHarness
 from tests.mariadb import MariaDBServer
 
-SOURCE_KINDS = ["sqlite", "mysql"]
+SOURCE_KINDS = ["sqlite", "mysql", "oracle"]
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +41,10 @@ def mariadb() -> Iterator[MariaDBServer]:
 def source(request: pytest.FixtureRequest, tmp_path: Path) -> SourceHarness:
     if request.param == "sqlite":
         return SqliteHarness(tmp_path / "source.db")
+    if request.param == "oracle":
+        if not all(os.environ.get(k) for k in ORACLE_ENV):
+            pytest.skip(ORACLE_SKIP)
+        return OracleHarness()
     return MysqlHarness(request.getfixturevalue("mariadb"))
 
 

@@ -6,9 +6,12 @@ can run here runs the same suite (``conftest.source`` parametrizes over them).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -111,6 +114,112 @@ class MysqlHarness:
 
     def workload(self, seed: int) -> ShopWorkload:
         return ShopWorkload(lambda: MysqlDatabase(self.connect), seed=seed)
+
+
+ORACLE_ENV = ("DATABUS_TEST_ORACLE_DSN", "DATABUS_TEST_ORACLE_USER", "DATABUS_TEST_ORACLE_PASSWORD")
+ORACLE_SKIP = ("no Oracle server is configured: set DATABUS_TEST_ORACLE_DSN, DATABUS_TEST_ORACLE_USER and "
+               "DATABUS_TEST_ORACLE_PASSWORD (a dedicated schema on Oracle Database Free; see docs/oracle.md)")
+SUITE_TABLES = ("items", "tags", "customers", "orders", "order_items", "other")
+
+
+def oracle_sql(sql: str) -> str:
+    """The suite's portable SQL in Oracle's dialect: ':n' binds, BINARY_DOUBLE, MOD, VARCHAR2."""
+    n = 0
+
+    def bind(_: Any) -> str:
+        nonlocal n
+        n += 1
+        return f":{n}"
+
+    sql = re.sub(r"CREATE TABLE IF NOT EXISTS", "CREATE TABLE", sql)
+    sql = re.sub(r"\bDOUBLE\b", "BINARY_DOUBLE", sql)
+    sql = re.sub(r"\bTEXT\b", "VARCHAR2(4000)", sql)
+    sql = re.sub(r"(\w+) % (\d+)", r"MOD(\1, \2)", sql)
+    return re.sub(r"\?", bind, sql)
+
+
+class OracleDatabase:
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self.conn = connect()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self.conn.cursor() as cur:
+            cur.execute(oracle_sql(sql), list(params))
+            return list(cur.fetchall()) if cur.description else []
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self.conn.cursor() as cur:
+            cur.executemany(oracle_sql(sql), [list(r) for r in rows])
+
+    def begin(self) -> None:
+        """Oracle starts a transaction with the first change."""
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    def rollback(self) -> None:
+        self.conn.rollback()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class OracleHarness:
+    """The configured test schema, emptied of the suite's tables and of every capture object."""
+
+    kind = "oracle"
+
+    def __init__(self) -> None:
+        import oracledb
+
+        self.dsn, self.user, self.password = (os.environ[k] for k in ORACLE_ENV)
+        self._oracledb = oracledb
+        self.reset()
+
+    def connect(self) -> Any:
+        return self._oracledb.connect(user=self.user, password=self.password, dsn=self.dsn)
+
+    def reset(self) -> None:
+        from dagster_databus.sources import sqlfiles
+        from dagster_databus.sources.oracle_sql import split_script
+
+        statements = [f"DROP TABLE {t} PURGE" for t in SUITE_TABLES]
+        statements += [f'DROP TABLE "SY$D_{t.upper()}" PURGE' for t in SUITE_TABLES]
+        statements += [s.text for s in split_script(sqlfiles.load("oracle", "uninstall/02_core.sql"))]
+        with self.connect() as conn, conn.cursor() as cur:
+            for statement in statements:
+                with contextlib.suppress(self._oracledb.DatabaseError):  # absent already
+                    cur.execute(statement)
+
+    def execute(self, statements: Sequence[Statement], commit: bool = True) -> None:
+        db = OracleDatabase(self.connect)
+        try:
+            for statement in statements:
+                sql, params = (statement, ()) if isinstance(statement, str) else statement
+                if sql.lstrip().upper().startswith(("CREATE", "ALTER", "DROP")):
+                    db.commit()  # DDL commits implicitly in Oracle; keep the suite's transactions apart
+                db.execute(sql, params)
+            db.commit() if commit else db.rollback()
+        finally:
+            db.close()
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        db = OracleDatabase(self.connect)
+        try:
+            return db.execute(sql)
+        finally:
+            db.close()
+
+    def source_config(self, name: str, tables: Sequence[tuple[str, Sequence[str]]], **extra: Any) -> dict[str, Any]:
+        return {"name": name, "kind": "oracle", "dsn": self.dsn, "user": self.user, "password": self.password,
+                "lowercase_names": True, "tables": [{"name": t, "primary_key": list(k)} for t, k in tables], **extra}
+
+    def create_shop(self) -> None:
+        for ddl in MYSQL_SCHEMA:
+            self.execute([ddl])
+
+    def workload(self, seed: int) -> ShopWorkload:
+        return ShopWorkload(lambda: OracleDatabase(self.connect), seed=seed)
 
 
 def make_config(lake: Path, *sources: dict[str, Any]) -> DatabusConfig:

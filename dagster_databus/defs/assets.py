@@ -21,6 +21,9 @@ RESOURCE = "databus"
 INSTALL_DESCRIPTIONS = {
     "sqlite": "Installs and verifies change capture in SQLite source `{name}`: the txlog, epoch counter and "
               "per-table triggers. Re-running changes nothing.",
+    "oracle": "Installs (idempotently) and verifies Databus capture in Oracle source `{name}`: sy$txlog, "
+              "sy$sources, sync_core, sync_alert, J_COALESCE_LOG, J_CALL_SIGNAL, and per table the txn column, "
+              "triggers, delete shadow table and sy$ view. Reports missing or INVALID objects by name.",
     "mysql": "Verifies that MySQL source `{name}` is ready for binlog capture (log_bin, ROW format, FULL row "
              "image and metadata, replica id, privileges) and records where capture starts.",
 }

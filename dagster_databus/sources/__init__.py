@@ -17,6 +17,10 @@ def open_source(config: SourceConfig) -> CaptureSource:
         from dagster_databus.sources.mysql import MysqlSource
 
         return MysqlSource(config)
+    if config.kind == "oracle":
+        from dagster_databus.sources.oracle import OracleSource
+
+        return OracleSource(config)
     raise ValueError(f"unsupported source kind {config.kind!r}")  # config validation prevents this
 
 

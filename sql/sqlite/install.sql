@@ -1,6 +1,6 @@
 -- Databus capture objects for SQLite (the port of sy$txlog / sync_core_settings).
 -- Re-runnable without harm: every statement is IF NOT EXISTS, OR IGNORE or an upsert.
--- Rendered by dagster_databus.sources.sqlfiles; {epoch_id} and {version} are literals
+-- Rendered by dagster_databus.sources.sqlfiles; the epoch id and version are literals
 -- produced by Python, never values from config.
 
 -- Settings: the install's epoch (lineage id), the capture version, the prune watermark.

@@ -3,7 +3,7 @@
 -- created again. Placeholders are quoted identifiers and column lists built by Python
 -- from validated names.
 --
--- {stale} compares the table's live column list with the one rendered here, so rows written
+-- The stale expression compares the table's live column list with the one rendered here, so rows written
 -- after an ALTER TABLE and before the triggers are re-installed are flagged, not trusted.
 --
 -- Each trigger appends the row image as JSON. BLOB values are wrapped as a JSON object with one key "$b" holding hex, so a

@@ -1,0 +1,467 @@
+"""Oracle capture: Databus's trigger + ``sy$txlog`` design (seed 000), with python-oracledb (thin mode).
+
+Install applies ``sql/oracle/`` idempotently: a CREATE whose object exists is skipped (checked in
+the data dictionary), code units are CREATE OR REPLACE, and a hash of everything rendered is
+kept in ``sync_core_settings`` so an unchanged re-install does nothing at all. A poll takes the
+database SCN at its start as its bound, finds chunk ends over ``sy$txlog`` (whole transactions),
+and reads each table's ``sy$<table>`` view and delete-shadow table with the seed's query shape.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import hashlib
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import closing
+from typing import Any
+
+import pyarrow as pa
+
+from dagster_databus.config import OracleSourceConfig
+from dagster_databus.core.events import ChangeEvent, Op, Window
+from dagster_databus.core.identifiers import RESERVED_PREFIX, is_plain_name
+from dagster_databus.core.schema import Column, LogicalType, TableSchema, coerce_value
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import (
+    CaptureNotInstalledError,
+    ConfigError,
+    EpochMismatchError,
+    SourceUnavailableError,
+)
+from dagster_databus.sources import sqlfiles
+from dagster_databus.sources.base import InstallReport, PollStats, TableSnapshot
+from dagster_databus.sources.oracle_sql import Statement, TableObjects, poll_query, quote, split_script
+
+CAPTURE_VERSION = "1"
+CORE_SCRIPTS = ("install/01_core_tables.sql", "install/02_sync_core.sql", "install/03_sync_alert.sql",
+                "install/04_jobs.sql")
+TABLE_SCRIPTS = ("table/01_txn_column.sql", "table/02_txn_index.sql", "table/03_delete_shadow.sql",
+                 "table/04_triggers.sql", "table/05_view.sql")
+CORE_OBJECTS = (("SEQUENCE", "SY$SCN_SEQ"), ("TABLE", "SYNC_CORE_SETTINGS"), ("TABLE", "SY$SOURCES"),
+                ("TABLE", "SY$TXLOG"), ("PACKAGE", "SYNC_CORE"), ("PACKAGE BODY", "SYNC_CORE"),
+                ("PACKAGE", "SYNC_ALERT"), ("PACKAGE BODY", "SYNC_ALERT"))
+JOBS = ("J_COALESCE_LOG", "J_CALL_SIGNAL")
+MAX_SOURCES = 126  # sy$txlog.mask is a NUMBER: 38 digits hold bits 0..125
+
+
+def oracle_logical_type(data_type: str, precision: int | None, scale: int | None) -> LogicalType:
+    kind = data_type.upper()
+    if kind == "NUMBER" and scale == 0 and precision is not None and precision <= 18:
+        return "long"
+    if kind in ("BINARY_DOUBLE", "BINARY_FLOAT", "FLOAT"):
+        return "double"
+    if kind in ("RAW", "BLOB", "LONG RAW"):
+        return "bytes"
+    return "string"  # NUMBER without scale 0 stays exact as text; dates and timestamps as ISO text
+
+
+def to_text(value: Any) -> Any:
+    if isinstance(value, decimal.Decimal | float | int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if hasattr(value, "read"):  # LOB
+        return value.read()
+    return value
+
+
+class OracleSource:
+    kind = "oracle"
+    sees_ddl = False
+
+    def __init__(self, config: OracleSourceConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self._schemas: dict[str, TableSchema] | None = None
+        self._actual: dict[str, str] = {}  # config table name -> name in the data dictionary
+        self._columns: dict[str, dict[str, str]] = {}  # config table -> {snapshot column: dictionary column}
+
+    def _field(self, suffix: str) -> str:
+        return f"sources.{self.name}.{suffix}"
+
+    # -- connections -------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        import oracledb
+
+        c = self.config
+        try:
+            return oracledb.connect(user=c.user, password=c.resolved_password(), dsn=c.dsn,
+                                    tcp_connect_timeout=c.connect_timeout_s)
+        except oracledb.Error as exc:
+            text = str(exc)
+            if "ORA-01017" in text:
+                raise ConfigError(self._field("password"), f"invalid username/password for {c.user!r} at {c.dsn}",
+                                  "correct user and password (or password_env)") from None
+            raise SourceUnavailableError(f"cannot reach Oracle source {self.name!r} at {c.dsn}: {text}",
+                                         "check the dsn (host:port/service), the listener and the network",
+                                         source=self.name) from None
+
+    # -- preflight ---------------------------------------------------------------------
+
+    def preflight(self) -> Mapping[str, TableSchema]:
+        with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
+            self._schemas = {t.name: self._table_schema(cur, i, t.name, t.primary_key)
+                             for i, t in enumerate(self.config.tables)}
+        return self._schemas
+
+    def schemas(self) -> Mapping[str, TableSchema]:
+        return self._schemas if self._schemas is not None else self.preflight()
+
+    def _out(self, name: str) -> str:
+        return name.lower() if self.config.lowercase_names else name
+
+    def _table_schema(self, cur: Any, index: int, table: str, key: tuple[str, ...]) -> TableSchema:
+        where = self._field(f"tables[{index}]")
+        cur.execute("SELECT table_name FROM user_tables WHERE table_name = :t OR "
+                    "(UPPER(table_name) = UPPER(:t) AND NOT EXISTS (SELECT 1 FROM user_tables WHERE table_name = :t))",
+                    t=table)
+        row = cur.fetchone()
+        if row is None:
+            cur.execute("SELECT table_name FROM user_tables WHERE table_name NOT LIKE 'SY$%' ORDER BY 1")
+            existing = ", ".join(r[0] for r in cur.fetchall()) or "(none)"
+            raise ConfigError(f"{where}.name", f"table {table!r} does not exist in schema {self.config.user!r}",
+                              f"use one of the schema's tables: {existing}")
+        actual = row[0]
+        self._actual[table] = actual
+        cur.execute("SELECT column_name, data_type, data_precision, data_scale FROM user_tab_columns "
+                    "WHERE table_name = :t AND column_name <> 'TXN' ORDER BY column_id", t=actual)
+        columns, mapping = [], {}
+        for name, data_type, precision, scale in cur.fetchall():
+            out = self._out(name)
+            if not is_plain_name(name) or out.startswith(RESERVED_PREFIX):
+                raise ConfigError(f"{where}.name", f"table {table!r} has a column named {name!r}, which is not a "
+                                  "plain identifier", "rename the column, or leave this table out of capture")
+            mapping[out] = name
+            columns.append(Column(name=out, type=oracle_logical_type(data_type, precision, scale),
+                                  source_type=data_type))
+        self._columns[table] = mapping
+        by_lower = {c.name.lower(): c.name for c in columns}
+        missing = [k for k in key if k.lower() not in by_lower]
+        if missing:
+            raise ConfigError(f"{where}.primary_key", f"table {table!r} has no column {', '.join(map(repr, missing))}",
+                              f"name the table's key columns; it has: {', '.join(c.name for c in columns)}")
+        key = tuple(by_lower[k.lower()] for k in key)
+        cur.execute("SELECT c.constraint_name, cc.column_name FROM user_constraints c JOIN user_cons_columns cc "
+                    "ON cc.constraint_name = c.constraint_name WHERE c.table_name = :t AND c.constraint_type IN "
+                    "('P', 'U')", t=actual)
+        unique: dict[str, set[str]] = {}
+        for constraint, column in cur.fetchall():
+            unique.setdefault(constraint, set()).add(column)
+        wanted = {mapping[k] for k in key}
+        if not any(cols <= wanted for cols in unique.values()):
+            raise ConfigError(f"{where}.primary_key", f"columns {list(key)} are not the primary key of {table!r} nor "
+                              "covered by a unique constraint", "name the table's PRIMARY KEY columns")
+        return TableSchema(source=self.name, table=table, columns=tuple(columns), primary_key=key)
+
+    # -- install / verify / uninstall --------------------------------------------------
+
+    def _objects(self, table: str) -> TableObjects:
+        schema = self.schemas()[table]
+        mapping = self._columns[table]
+        return TableObjects(table=self._actual[table], source=self.name,
+                            key=tuple(mapping[k] for k in schema.primary_key),
+                            columns=tuple(mapping[c.name] for c in schema.columns))
+
+    def rendered(self) -> list[tuple[str, list[Statement]]]:
+        """Every script of the install, rendered, in order: (script, statements)."""
+        out = [(name, split_script(sqlfiles.load("oracle", name))) for name in CORE_SCRIPTS]
+        for table in self.schemas():
+            objects = self._objects(table)
+            out += [(f"{name} ({table})", split_script(objects.render(name))) for name in TABLE_SCRIPTS]
+        return out
+
+    def install(self) -> InstallReport:
+        scripts = self.rendered()
+        digest = hashlib.sha256("\n".join(s.text for _, st in scripts for s in st).encode()).hexdigest()
+        with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
+            settings = self._settings(cur)
+            if settings and settings.get("install_hash") == digest and not self._problems(cur):
+                return InstallReport(epoch=self._epoch(cur, settings), version=CAPTURE_VERSION, changed=(),
+                                     unchanged=tuple(self.schemas()))
+            core, tables = scripts[: len(CORE_SCRIPTS)], scripts[len(CORE_SCRIPTS):]
+            for _, statements in core[:1]:
+                self._apply(cur, statements)
+            self._register_source(cur)
+            for _, statements in [*core[1:], *tables]:
+                self._apply(cur, statements)
+            cur.execute("SELECT COUNT(*) FROM sync_core_settings")
+            if cur.fetchone()[0] == 0:
+                cur.execute("INSERT INTO sync_core_settings (raise_dbms_alerts, epoch_id) VALUES ('Y', :e)",
+                            e=uuid.uuid4().hex)
+            cur.execute("UPDATE sync_core_settings SET databus_version = :v, install_hash = :h",
+                        v=CAPTURE_VERSION, h=digest)
+            conn.commit()
+            problems = self._problems(cur)
+            if problems:
+                raise CaptureNotInstalledError(
+                    f"Oracle capture objects of source {self.name!r} are not healthy after install: "
+                    + "; ".join(problems), "check the user's privileges (docs/oracle.md) and the errors in "
+                    "USER_ERRORS, then run the install again", source=self.name)
+            return InstallReport(epoch=self._epoch(cur, self._settings(cur)), version=CAPTURE_VERSION,
+                                 changed=tuple(self.schemas()), unchanged=())
+
+    def _apply(self, cur: Any, statements: list[Statement]) -> None:
+        for statement in statements:
+            if self._already_there(cur, statement):
+                continue
+            cur.execute(statement.text)
+
+    def _already_there(self, cur: Any, statement: Statement) -> bool:
+        if statement.creates and statement.creates[0] in ("TABLE", "SEQUENCE", "INDEX"):
+            kind, name = statement.creates
+            cur.execute("SELECT COUNT(*) FROM user_objects WHERE object_type = :k AND object_name = :n", k=kind, n=name)
+            return cur.fetchone()[0] > 0
+        if statement.adds_column:
+            table, column = statement.adds_column
+            cur.execute("SELECT COUNT(*) FROM user_tab_columns WHERE table_name = :t AND column_name = :c",
+                        t=table, c=column)
+            return cur.fetchone()[0] > 0
+        if statement.drops:
+            kind, name = statement.drops
+            cur.execute("SELECT COUNT(*) FROM user_objects WHERE object_type = :k AND object_name = :n", k=kind, n=name)
+            return cur.fetchone()[0] == 0
+        if statement.drops_column:
+            table, column = statement.drops_column
+            cur.execute("SELECT COUNT(*) FROM user_tab_columns WHERE table_name = :t AND column_name = :c",
+                        t=table, c=column)
+            return cur.fetchone()[0] == 0
+        return False
+
+    def _register_source(self, cur: Any) -> None:
+        cur.execute("SELECT bitnum FROM sy$sources WHERE name = :n", n=self.name)
+        if cur.fetchone() is not None:
+            return
+        cur.execute("SELECT bitnum FROM sy$sources ORDER BY bitnum")
+        used = {r[0] for r in cur.fetchall()}
+        free = [b for b in range(MAX_SOURCES) if b not in used]
+        if not free:
+            raise CaptureNotInstalledError(
+                f"sy$sources already maps {MAX_SOURCES} sources, the most sy$txlog.mask can hold; "
+                f"source {self.name!r} cannot be registered",
+                "remove sources that are no longer captured from sy$sources, or capture into another schema",
+                source=self.name)
+        cur.execute("INSERT INTO sy$sources (name, bitnum) VALUES (:n, :b)", n=self.name, b=free[0])
+
+    def _settings(self, cur: Any) -> dict[str, str]:
+        try:
+            cur.execute("SELECT databus_version, install_hash, epoch_id FROM sync_core_settings")
+        except Exception:
+            return {}
+        row = cur.fetchone()
+        return dict(zip(("databus_version", "install_hash", "epoch_id"), row, strict=True)) if row else {}
+
+    def _problems(self, cur: Any) -> list[str]:
+        problems = []
+        cur.execute("SELECT object_type, object_name, status FROM user_objects")
+        objects = {(t, n): s for t, n, s in cur.fetchall()}
+        expected = list(CORE_OBJECTS)
+        for table in self.schemas():
+            values = self._objects(table).values
+            expected += [("VIEW", values["view"].strip('"')), ("TABLE", values["shadow"].strip('"')),
+                         ("INDEX", values["txn_index"].strip('"')), ("TRIGGER", values["trigger"].strip('"')),
+                         ("TRIGGER", values["delete_trigger"].strip('"'))]
+        for kind, name in expected:
+            status = objects.get((kind, name))
+            if status is None:
+                problems.append(f"{kind.lower()} {name} is missing")
+            elif status != "VALID":
+                problems.append(f"{kind.lower()} {name} is {status}")
+        cur.execute("SELECT trigger_name, status FROM user_triggers WHERE trigger_name LIKE 'SY$T%'")
+        problems += [f"trigger {n} is {s}" for n, s in cur.fetchall() if s != "ENABLED"]
+        cur.execute("SELECT job_name, enabled, state FROM user_scheduler_jobs WHERE job_name IN "
+                    "('J_COALESCE_LOG', 'J_CALL_SIGNAL')")
+        jobs = {n: (e, s) for n, e, s in cur.fetchall()}
+        for job in JOBS:
+            if job not in jobs:
+                problems.append(f"scheduler job {job} is missing")
+            elif jobs[job][0] != "TRUE" or jobs[job][1] in ("BROKEN", "DISABLED", "FAILED"):
+                problems.append(f"scheduler job {job} is {jobs[job][1]} (enabled={jobs[job][0]})")
+        if ("TABLE", "SY$SOURCES") in objects:
+            cur.execute("SELECT COUNT(*) FROM sy$sources WHERE name = :n", n=self.name)
+            if cur.fetchone()[0] == 0:
+                problems.append(f"source {self.name} is not registered in sy$sources")
+        return problems
+
+    def verify(self) -> list[str]:
+        self.preflight()
+        with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
+            return self._problems(cur)
+
+    def require_installed(self) -> None:
+        problems = self.verify()
+        if problems:
+            raise CaptureNotInstalledError(
+                f"capture is not installed correctly in Oracle source {self.name!r}: " + "; ".join(problems),
+                f"materialize the '{self.name}/capture' asset to install or repair the objects", source=self.name)
+
+    def uninstall(self) -> None:
+        """Remove everything install created for this source's tables, then the core objects."""
+        with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
+            for table in self.schemas():
+                self._apply(cur, split_script(self._objects(table).render("uninstall/01_table.sql")))
+            cur.execute("DELETE FROM sy$sources WHERE name = :n", n=self.name)
+            cur.execute("SELECT COUNT(*) FROM sy$sources")
+            remaining = cur.fetchone()[0]
+            conn.commit()
+            if remaining == 0:  # other sources still use the core objects otherwise
+                self._apply(cur, split_script(sqlfiles.load("oracle", "uninstall/02_core.sql")))
+
+    # -- positions ---------------------------------------------------------------------
+
+    def _epoch(self, cur: Any, settings: Mapping[str, str]) -> str:
+        cur.execute("SELECT SYS_CONTEXT('USERENV', 'DB_NAME') FROM dual")
+        return f"{cur.fetchone()[0]}:{settings.get('epoch_id')}"
+
+    def epoch(self) -> str:
+        with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
+            return self._epoch(cur, self._settings(cur))
+
+    def _current_scn(self, cur: Any) -> Scn:
+        cur.execute("SELECT DBMS_FLASHBACK.GET_SYSTEM_CHANGE_NUMBER FROM dual")
+        return Scn(int(cur.fetchone()[0]))
+
+    def high_water_mark(self) -> Scn:
+        with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
+            return self._current_scn(cur)
+
+    def start_position(self) -> tuple[Scn, dict[str, str]]:
+        return Scn.BEGINNING, {}  # every change since install is in sy$txlog
+
+    # -- polling -----------------------------------------------------------------------
+
+    def poll(self, since: Scn, epoch: str | None, stats: PollStats,
+             state: Mapping[str, str] | None = None) -> Iterator[list[Window]]:
+        schemas = self.schemas()
+        with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
+            current = self._epoch(cur, self._settings(cur))
+            if epoch is not None and epoch != current:
+                raise EpochMismatchError(
+                    f"Oracle source {self.name!r} is now epoch {current}, the change log's checkpoint is {epoch}: "
+                    "the capture objects were re-installed or the database replaced",
+                    f"run `databus bootstrap --source {self.name}`", source=self.name)
+            cur.execute("SELECT bitnum FROM sy$sources WHERE name = :n", n=self.name)
+            mask = 2 ** int(cur.fetchone()[0])
+            until = self._current_scn(cur)
+            stats.source_hwm = until
+            chunk_end_sql = sqlfiles.load("oracle", "poll/chunk_end.sql")
+            while True:
+                cur.execute(chunk_end_sql, sinceScn=since.value, sourceMask=mask, untilScn=until.value,
+                            rowsPerChunk=self.config.poll.chunk_rows)
+                end, transactions = cur.fetchone()
+                if not transactions:
+                    break
+                end_scn = Scn(int(end))
+                windows = self._read_chunk(cur, schemas, since, end_scn)
+                since = end_scn
+                stats.until = end_scn
+                stats.chunks += 1
+                if windows:
+                    yield windows
+
+    def _read_chunk(self, cur: Any, schemas: Mapping[str, TableSchema], since: Scn, end: Scn) -> list[Window]:
+        by_scn: dict[int, list[tuple[int, str, Op, dict[str, Any], int]]] = {}
+        for table in schemas:
+            objects = self._objects(table).values
+            mapping = self._columns[table]
+            reverse = {v: k for k, v in mapping.items()}
+            for order, (sql, op) in enumerate(((sqlfiles.render("oracle", "poll/deletes.sql", shadow=objects["shadow"]),
+                                                Op.DELETE),
+                                               (poll_query("simple", objects["view"], bounded=True), Op.UPDATE))):
+                cur.execute(sql, sinceScn=since.value, untilScn=end.value)
+                names = [d[0] for d in cur.description]
+                for row in cur.fetchall():
+                    record = dict(zip(names, row, strict=True))
+                    scn = int(record.pop("SCN"))
+                    ts = record.pop("EVENT_TIMESTAMP")
+                    record.pop("TXN", None)
+                    values = {reverse.get(k, k): v for k, v in record.items()}
+                    by_scn.setdefault(scn, []).append(
+                        (order, table, op, values, int(ts.timestamp() * 1000) if ts else 0))
+        windows = []
+        for scn in sorted(by_scn):
+            # Deletes first: a view row is the final state of its transaction, newer than any delete in it.
+            changes = sorted(by_scn[scn], key=lambda c: c[0])
+            events = []
+            for seq, (_, table, op, values, ts_ms) in enumerate(changes):
+                schema = schemas[table]
+                row = {c.name: to_text(values.get(c.name)) if c.type == "string" else values.get(c.name)
+                       for c in schema.columns}
+                image = schema.coerce_row(row, f"source {self.name}, SCN {scn}")
+                events.append(ChangeEvent(scn=Scn(scn), seq=seq, table=table, op=op,
+                                          key=tuple(image[k] for k in schema.primary_key), row=image,
+                                          commit_ts_ms=ts_ms))
+            windows.append(Window(scn=Scn(scn), events=tuple(events)))
+        return windows
+
+    # -- bootstrap ---------------------------------------------------------------------
+
+    def snapshot(self, table: str, batch_rows: int | None = None, spark: Any = None) -> TableSnapshot:
+        """A flashback read ``AS OF SCN`` of the database SCN now, by primary-key keyset pages."""
+        batch_rows = batch_rows or self.config.bootstrap_chunk_rows
+        schema = self.preflight()[table]
+        mapping = self._columns[table]
+        conn = self._connect()
+        cur = conn.cursor()
+        scn = self._current_scn(cur)
+        actual = quote(self._actual[table])
+        cols = ", ".join(quote(mapping[c.name]) for c in schema.columns)
+        keys = [quote(mapping[k]) for k in schema.primary_key]
+        after = " OR ".join(
+            "(" + " AND ".join([*(f"{k} = :k{j}" for j, k in enumerate(keys[:i])), f"{keys[i]} > :k{i}"]) + ")"
+            for i in range(len(keys)))
+        order = ", ".join(keys)
+        first = f"SELECT {cols} FROM {actual} AS OF SCN :scn ORDER BY {order} FETCH FIRST :n ROWS ONLY"
+        following = (f"SELECT {cols} FROM {actual} AS OF SCN :scn WHERE {after} ORDER BY {order} "
+                     "FETCH FIRST :n ROWS ONLY")
+        arrow_schema = schema.arrow(with_meta=False)
+        key_index = [schema.column_names.index(k) for k in schema.primary_key]
+        where = f"source {self.name}, bootstrap of {table}"
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            try:
+                cur.execute(first, scn=scn.value, n=batch_rows)
+                while rows := cur.fetchall():
+                    columns = list(zip(*rows, strict=True))
+                    yield pa.RecordBatch.from_arrays([
+                        pa.array([coerce_value(to_text(v) if c.type == "string" else v, c, table, where)
+                                  for v in values], type=f.type)
+                        for c, f, values in zip(schema.columns, arrow_schema, columns, strict=True)],
+                        schema=arrow_schema)
+                    if len(rows) < batch_rows:
+                        break
+                    last = rows[-1]
+                    cur.execute(following, scn=scn.value, n=batch_rows,
+                                **{f"k{i}": last[j] for i, j in enumerate(key_index)})
+            finally:
+                conn.close()
+
+        return TableSnapshot(scn=scn, schema=schema, batches=batches())
+
+    def release(self, through: Scn) -> None:
+        if through.is_beginning:
+            return
+        with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
+            for table in self.schemas():
+                shadow = self._objects(table).values["shadow"]
+                cur.execute(sqlfiles.render("oracle", "poll/prune_shadow.sql", shadow=shadow), throughScn=through.value)
+            cur.execute(sqlfiles.load("oracle", "poll/prune.sql"), throughScn=through.value)
+            conn.commit()
+
+    # -- alerts ------------------------------------------------------------------------
+
+    def wait_for_changes(self, max_wait_s: int) -> str | None:
+        """Block up to ``max_wait_s`` in sync_alert.waitForEvent; the source name if changes were signalled."""
+        with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
+            registered = cur.callfunc("sync_alert.registerSourceWithVersion", int, [self.name, 1])
+            if registered is None:
+                raise CaptureNotInstalledError(f"source {self.name!r} is not registered in sy$sources",
+                                               f"materialize the '{self.name}/capture' asset", source=self.name)
+            try:
+                return cur.callfunc("sync_alert.waitForEvent", str, [max_wait_s])
+            finally:
+                cur.callproc("sync_alert.unregisterAllSources")
