@@ -158,3 +158,23 @@ def test_alert_sensor_requests_a_run_only_when_signalled(tmp_path: Path, signall
     assert len(result.run_requests or []) == runs and waits == [source.alert_wait_s]
     if not runs:
         assert "no changes signalled" in (result.skip_message or "")
+
+
+def test_keyset_clauses_order_like_tuples() -> None:
+    """Oracle has no row-value comparison; the expanded clauses must agree with tuple order."""
+    import itertools
+    import sqlite3
+
+    from dagster_databus.sources.oracle_sql import after_clause, through_clause
+
+    keys = ['"A"', '"B"', '"C"']
+    conn = sqlite3.connect(":memory:")
+    conn.execute('CREATE TABLE t ("A" INTEGER, "B" INTEGER, "C" INTEGER)')
+    values = list(itertools.product(range(3), repeat=3))
+    conn.executemany("INSERT INTO t VALUES (?, ?, ?)", values)
+    for bound in values:
+        binds = {f"k{i}": v for i, v in enumerate(bound)} | {f"t{i}": v for i, v in enumerate(bound)}
+        after = conn.execute(f'SELECT "A", "B", "C" FROM t WHERE {after_clause(keys, "k")}', binds).fetchall()
+        through = conn.execute(f'SELECT "A", "B", "C" FROM t WHERE {through_clause(keys, "t")}', binds).fetchall()
+        assert sorted(after) == [v for v in values if v > bound]
+        assert sorted(through) == [v for v in values if v <= bound]

@@ -32,7 +32,14 @@ from dagster_databus.errors import (
 )
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import InstallReport, PollStats, TableSnapshot
-from dagster_databus.sources.oracle_sql import Statement, TableObjects, poll_query, quote, split_script
+from dagster_databus.sources.oracle_sql import (
+    Statement,
+    TableObjects,
+    after_clause,
+    poll_query,
+    quote,
+    split_script,
+)
 
 CAPTURE_VERSION = "1"
 CORE_SCRIPTS = ("install/01_core_tables.sql", "install/02_sync_core.sql", "install/03_sync_alert.sql",
@@ -401,7 +408,8 @@ class OracleSource:
     # -- bootstrap ---------------------------------------------------------------------
 
     def snapshot(self, table: str, batch_rows: int | None = None, spark: Any = None) -> TableSnapshot:
-        """A flashback read ``AS OF SCN`` of the database SCN now, by primary-key keyset pages."""
+        """A flashback read ``AS OF SCN`` of the database SCN now, by primary-key keyset pages; with a
+        Spark session, key ranges are read in parallel tasks, all as of that one SCN."""
         batch_rows = batch_rows or self.config.bootstrap_chunk_rows
         schema = self.preflight()[table]
         mapping = self._columns[table]
@@ -409,11 +417,14 @@ class OracleSource:
         cur = conn.cursor()
         scn = self._current_scn(cur)
         actual = quote(self._actual[table])
-        cols = ", ".join(quote(mapping[c.name]) for c in schema.columns)
         keys = [quote(mapping[k]) for k in schema.primary_key]
-        after = " OR ".join(
-            "(" + " AND ".join([*(f"{k} = :k{j}" for j, k in enumerate(keys[:i])), f"{keys[i]} > :k{i}"]) + ")"
-            for i in range(len(keys)))
+        if spark is not None:
+            try:
+                return self._parallel_snapshot(spark, cur, schema, actual, keys, scn, batch_rows)
+            finally:
+                conn.close()
+        cols = ", ".join(quote(mapping[c.name]) for c in schema.columns)
+        after = after_clause(keys, "k")
         order = ", ".join(keys)
         first = f"SELECT {cols} FROM {actual} AS OF SCN :scn ORDER BY {order} FETCH FIRST :n ROWS ONLY"
         following = (f"SELECT {cols} FROM {actual} AS OF SCN :scn WHERE {after} ORDER BY {order} "
@@ -441,6 +452,26 @@ class OracleSource:
                 conn.close()
 
         return TableSnapshot(scn=scn, schema=schema, batches=batches())
+
+    def _parallel_snapshot(self, spark: Any, cur: Any, schema: TableSchema, actual: str, keys: list[str],
+                           scn: Scn, rows_per_range: int) -> TableSnapshot:
+        import json
+
+        from dagster_databus.sources.oracle_bootstrap import OracleTableSource, key_ranges
+
+        bounds = key_ranges(cur, actual, keys, scn.value, rows_per_range)
+        mapping = self._columns[schema.table]
+        c = self.config
+        spark.dataSource.register(OracleTableSource)
+        data = (spark.read.format("databus_oracle_table")
+                .option("connection", json.dumps({"user": c.user, "password": c.resolved_password(), "dsn": c.dsn}))
+                .option("table", actual).option("scn", str(scn.value))
+                .option("columns", json.dumps([[col.name, quote(mapping[col.name]), col.type]
+                                               for col in schema.columns]))
+                .option("key", json.dumps(keys)).option("bounds", json.dumps(bounds, default=str))
+                .option("page_rows", str(min(rows_per_range, 10_000))).load().toArrow())
+        data = data.cast(schema.arrow(with_meta=False))
+        return TableSnapshot(scn=scn, schema=schema, batches=iter(data.to_batches()))
 
     def release(self, through: Scn) -> None:
         if through.is_beginning:

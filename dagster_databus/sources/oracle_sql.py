@@ -4,6 +4,7 @@ validated, quoted identifiers, and building the seed's poll queries."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -127,6 +128,19 @@ class TableObjects:
 
     def render(self, name: str) -> str:
         return sqlfiles.render("oracle", name, **self.values)
+
+
+def after_clause(keys: Sequence[str], prefix: str) -> str:
+    """Keyset 'strictly after' for Oracle, which has no row-value comparison:
+    k1 > :p0 OR (k1 = :p0 AND k2 > :p1) ..."""
+    return " OR ".join(
+        "(" + " AND ".join([*(f"{k} = :{prefix}{j}" for j, k in enumerate(keys[:i])), f"{keys[i]} > :{prefix}{i}"])
+        + ")" for i in range(len(keys)))
+
+
+def through_clause(keys: Sequence[str], prefix: str) -> str:
+    """Keyset 'at or before' (the negation of strictly after)."""
+    return f"NOT ({after_clause(keys, prefix)})"
 
 
 def poll_query(form: Literal["simple", "chunked"], view: str, bounded: bool = False) -> str:
