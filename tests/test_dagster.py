@@ -150,3 +150,26 @@ def test_a_mysql_source_materializes_through_dagster(tmp_path: Path, spark, mari
     capture_meta = metadata(second, ["inv", "capture"])
     assert capture_meta["capture_version"] == "binlog"
     assert_snapshots_match(load_config(path))
+
+
+def test_capture_check_passes_when_healthy_and_names_a_dropped_trigger(tmp_path: Path) -> None:
+    import sqlite3
+
+    config_path = write_config(tmp_path)
+    defs = build_definitions(load_config(config_path), config_path)
+    job = defs.resolve_implicit_global_asset_job_def().get_subset(
+        asset_selection={dg.AssetKey(["shop", "capture"])},
+        asset_check_selection={dg.AssetCheckKey(dg.AssetKey(["shop", "capture"]), "capture_verified")})
+    with dg.instance_for_test() as instance:
+        healthy = job.execute_in_process(instance=instance)
+        [ok] = healthy.get_asset_check_evaluations()
+        assert ok.passed and ok.metadata["problems"].value == []
+        with sqlite3.connect(tmp_path / "shop.db") as conn:
+            conn.execute("DROP TRIGGER _databus_orders_delete")
+        check_only = defs.resolve_implicit_global_asset_job_def().get_subset(
+            asset_selection=set(),
+            asset_check_selection={dg.AssetCheckKey(dg.AssetKey(["shop", "capture"]), "capture_verified")})
+        broken = check_only.execute_in_process(instance=instance, raise_on_error=False)
+        [bad] = broken.get_asset_check_evaluations()
+        assert not bad.passed
+        assert bad.metadata["problems"].value == ["table orders: trigger(s) _databus_orders_delete missing"]

@@ -126,6 +126,25 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
     return [capture_install, changelog, snapshots]
 
 
+def build_capture_check(source: SourceConfig) -> dg.AssetChecksDefinition:
+    """Verifies the source's capture objects or settings; each problem is named in the result."""
+
+    @dg.asset_check(asset=capture_key(source.name), name="capture_verified", required_resource_keys={RESOURCE},
+                    description="Capture objects present and healthy (missing or INVALID objects, disabled "
+                                "triggers, broken scheduler jobs, binlog settings and privileges).")
+    def capture_verified(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        from dagster_databus.sources import open_source
+
+        try:
+            problems = open_source(source).verify()
+        except DatabusError as exc:
+            problems = [str(exc)]
+        return dg.AssetCheckResult(passed=not problems, metadata={
+            "problems": dg.MetadataValue.json(problems), "kind": source.kind})
+
+    return capture_verified
+
+
 def _snapshot_metadata(r: TableSyncResult) -> dict[str, object]:
     return {
         "scn_range": f"{r.from_scn}..{r.to_scn}",

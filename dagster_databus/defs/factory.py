@@ -7,22 +7,23 @@ from pathlib import Path
 import dagster as dg
 
 from dagster_databus.config import DatabusConfig
-from dagster_databus.defs.assets import RESOURCE, build_source_assets
+from dagster_databus.defs.assets import RESOURCE, build_capture_check, build_source_assets
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.defs.schedules import build_poll_schedule, build_source_job
 from dagster_databus.defs.sensors import build_alert_sensor
 
 
 def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definitions:
-    assets, jobs, schedules, sensors = [], [], [], []
+    assets, checks, jobs, schedules, sensors = [], [], [], [], []
     for source in config.sources:
         assets += build_source_assets(source)
+        checks.append(build_capture_check(source))
         job = build_source_job(source)
         jobs.append(job)
         schedules.append(build_poll_schedule(source, job))
         if source.kind == "oracle":
             sensors.append(build_alert_sensor(source, job))
     return dg.Definitions(
-        assets=assets, jobs=jobs, schedules=schedules, sensors=sensors,
+        assets=assets, asset_checks=checks, jobs=jobs, schedules=schedules, sensors=sensors,
         resources={RESOURCE: DatabusResource(config_path=str(config_path.resolve()))},
     )
