@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from typing import Any
 
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, load_config
+from dagster_databus.core.scn import Scn
 from dagster_databus.errors import DatabusError
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
@@ -57,6 +60,54 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
     return 0
 
 
+class _JsonLines:
+    """Prints each data event as one JSON line."""
+
+    def __init__(self) -> None:
+        from dagster_databus.consumer.client import DatabusConsumer
+
+        outer = self
+
+        class Printer(DatabusConsumer):
+            def on_data_event(self, event: Any) -> None:
+                outer.emit(event)
+
+        self.consumer = Printer()
+
+    @staticmethod
+    def emit(event: Any) -> None:
+        print(json.dumps({"scn": str(event.scn), "seq": event.seq, "table": event.table, "op": event.op.value,
+                          "key": list(event.key), "commit_ts_ms": event.commit_ts_ms, "row": dict(event.row)},
+                         default=lambda v: v.hex() if isinstance(v, bytes) else str(v)), flush=True)
+
+
+def _tail(config: DatabusConfig, args: argparse.Namespace) -> int:
+    from dagster_databus.consumer.checkpoints import (
+        ConsumerCheckpoint,
+        FileCheckpointStore,
+        MemoryCheckpointStore,
+    )
+    from dagster_databus.consumer.client import DatabusClient
+
+    config.source(args.source)
+    store = FileCheckpointStore(args.checkpoint) if args.checkpoint else MemoryCheckpointStore()
+    if args.from_scn is not None and store.load() is None:
+        store.save(ConsumerCheckpoint(scn=Scn.parse(args.from_scn),
+                                      epoch=ChangeLog(config.lake, args.source).manifest().epoch))
+    client = DatabusClient(config.lake, args.source, _JsonLines().consumer, tables=args.tables,
+                           partition_filter=args.filter, checkpoints=store, bootstrap=not args.no_bootstrap)
+    try:
+        if args.follow:
+            client.follow(interval_s=args.interval)
+        else:
+            client.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        client.close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="databus", description=__doc__)
     parser.add_argument("--config", help="config file (default: $DATABUS_CONFIG, else the demo config)")
@@ -67,8 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     boot = sub.add_parser("bootstrap", help="restart a source's change log and snapshots from its current position")
     boot.add_argument("--source", required=True)
     sub.add_parser("status", help="checkpoint, snapshot SCN and lag per source and table")
+    tail = sub.add_parser("tail", help="print a source's change events as JSON lines, keeping a checkpoint")
+    tail.add_argument("--source", required=True)
+    tail.add_argument("--tables", nargs="*", help="tables, in the order events of one window are grouped")
+    tail.add_argument("--filter", help="partition filter, e.g. mod:10:[1,3] or range:1000:[0-4]")
+    tail.add_argument("--checkpoint", help="checkpoint file (kept across runs)")
+    tail.add_argument("--from-scn", help="start after this SCN when there is no checkpoint yet")
+    tail.add_argument("--no-bootstrap", action="store_true", help="never read the snapshots first")
+    tail.add_argument("--follow", action="store_true", help="keep printing as the log grows (Ctrl-C stops)")
+    tail.add_argument("--interval", type=float, default=1.0, help="seconds between polls with --follow")
     args = parser.parse_args(argv)
-    commands = {"validate": _validate, "install": _install, "bootstrap": _bootstrap, "status": _status}
+    commands = {"validate": _validate, "install": _install, "bootstrap": _bootstrap, "status": _status,
+                "tail": _tail}
     try:
         return commands[args.command](load_config(args.config), args)
     except DatabusError as exc:

@@ -61,6 +61,13 @@ class TableConfig(_Strict):
         return value
 
 
+class RetentionConfig(_Strict):
+    """How much change log to keep; segments the snapshots have not absorbed are always kept."""
+
+    max_age_hours: float | None = Field(default=None, gt=0)
+    max_bytes: int | None = Field(default=None, gt=0)
+
+
 class PollConfig(_Strict):
     chunk_rows: int = Field(default=10_000, ge=1, le=10_000_000)
     cron: str = "*/5 * * * *"
@@ -72,6 +79,7 @@ class SqliteSourceConfig(_Strict):
     path: Path
     tables: tuple[TableConfig, ...] = Field(min_length=1)
     poll: PollConfig = PollConfig()
+    retention: RetentionConfig = RetentionConfig()
     prune_txlog: bool = True
     busy_timeout_ms: int = Field(default=30_000, ge=0)
 
@@ -99,6 +107,7 @@ class MysqlSourceConfig(_Strict):
     database: str
     tables: tuple[TableConfig, ...] = Field(min_length=1)
     poll: PollConfig = PollConfig()
+    retention: RetentionConfig = RetentionConfig()
     # The replica server id capture registers with; must differ from every server and replica.
     server_id: int = Field(default=0, ge=0, lt=2**32)
     connect_timeout_s: int = Field(default=10, ge=1, le=600)
@@ -139,6 +148,7 @@ class OracleSourceConfig(_Strict):
     password_env: str | None = None
     tables: tuple[TableConfig, ...] = Field(min_length=1)
     poll: PollConfig = PollConfig()
+    retention: RetentionConfig = RetentionConfig()
     bootstrap_chunk_rows: int = Field(default=50_000, ge=1)
     # Seconds the alert sensor waits in sync_alert.waitForEvent per evaluation.
     alert_wait_s: int = Field(default=20, ge=1, le=300)

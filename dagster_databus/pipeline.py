@@ -15,6 +15,7 @@ from dagster_databus.config import DatabusConfig
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import LogGapError
 from dagster_databus.log.ddl import DdlLog
+from dagster_databus.log.retention import RetentionResult
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import InstallReport, PollStats
@@ -158,3 +159,22 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
     src.release(result.until)
     result.duration_s = time.monotonic() - started
     return result
+
+
+def enforce_retention(config: DatabusConfig, source: str) -> RetentionResult | None:
+    """Apply the source's retention limits, keeping everything some snapshot has not absorbed."""
+    from dagster_databus.log.retention import apply_retention
+    from dagster_databus.snapshot.delta import DeltaSnapshot
+
+    source_cfg = config.source(source)
+    limits = source_cfg.retention
+    if limits.max_age_hours is None and limits.max_bytes is None:
+        return None
+    applied = [DeltaSnapshot(config.lake, source, t.name).applied_scn() for t in source_cfg.tables]
+    absorbed = min((a for a in applied if a is not None), default=Scn.BEGINNING) if all(
+        a is not None for a in applied) else Scn.BEGINNING
+    log = ChangeLog(config.lake, source)
+    with log.writer() as writer:
+        return apply_retention(writer, absorbed,
+                               max_age_s=limits.max_age_hours * 3600 if limits.max_age_hours else None,
+                               max_bytes=limits.max_bytes)

@@ -122,6 +122,11 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
             for table in tables:
                 result = sync_table(spark, config, source, table, engine, progress=context.log.info)
                 yield dg.MaterializeResult(asset_key=snapshot_key(name, table), metadata=_snapshot_metadata(result))
+            retention = pipeline.enforce_retention(config, name)
+            if retention is not None and retention.removed_segments:
+                context.log.info(f"{name}: retention removed {retention.removed_segments} segments "
+                                 f"({retention.removed_bytes} bytes); the log now starts after SCN "
+                                 f"{retention.start_scn}")
 
     return [capture_install, changelog, snapshots]
 

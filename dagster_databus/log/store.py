@@ -20,7 +20,7 @@ import io
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from dagster_databus.log.durable import crash_point, exclusive_lock, fsync_dir, 
 from dagster_databus.log.schemas import SchemaRegistry
 
 FORMAT = 1
+KeyFilter = Callable[[str, str], bool]  # (table, key as stored: a JSON array) -> deliver?
 
 EVENT_SCHEMA = fastavro.parse_schema({
     "type": "record",
@@ -144,17 +145,22 @@ class ChangeLog:
         return self.manifest().last_scn
 
     def read(self, since: Scn = Scn.BEGINNING, until: Scn | None = None,
-             tables: Iterable[str] | None = None) -> Iterator[LogEvent]:
-        """Committed events with ``since < scn <= until``, in log order."""
+             tables: Iterable[str] | None = None, keep: KeyFilter | None = None) -> Iterator[LogEvent]:
+        """Committed events with ``since < scn <= until``, in log order.
+
+        ``keep(table, key_json)`` is a server-side filter, applied before the payload is decoded.
+        """
         wanted = set(tables) if tables is not None else None
         for segment in self.manifest().between(since, until):
-            yield from self._read_segment(segment, since, until, wanted)
+            yield from self._read_segment(segment, since, until, wanted, keep)
 
-    def read_windows(self, since: Scn = Scn.BEGINNING, until: Scn | None = None) -> Iterator[Window]:
-        """Whole windows after ``since``; ``until`` must be a window boundary (or None)."""
+    def read_windows(self, since: Scn = Scn.BEGINNING, until: Scn | None = None,
+                     tables: Iterable[str] | None = None, keep: KeyFilter | None = None) -> Iterator[Window]:
+        """Whole windows after ``since`` (as far as the filters leave them); ``until`` must be a window
+        boundary (or None). A window the filters empty entirely is not yielded."""
         current: list[ChangeEvent] = []
         current_scn: Scn | None = None
-        for item in self.read(since, until):
+        for item in self.read(since, until, tables, keep):
             if current_scn is not None and item.window_scn != current_scn:
                 yield Window(scn=current_scn, events=tuple(current))
                 current = []
@@ -164,7 +170,7 @@ class ChangeLog:
             yield Window(scn=current_scn, events=tuple(current))
 
     def _read_segment(self, segment: SegmentInfo, since: Scn, until: Scn | None,
-                      tables: set[str] | None) -> Iterator[LogEvent]:
+                      tables: set[str] | None, keep: KeyFilter | None = None) -> Iterator[LogEvent]:
         path = self.segments_dir / segment.file
         try:
             handle = open(path, "rb")  # noqa: SIM115 - closed by the with below; open errors handled here
@@ -180,6 +186,8 @@ class ChangeLog:
                 if scn <= since.value or (until is not None and scn > until.value):
                     continue
                 if tables is not None and record["table"] not in tables:
+                    continue
+                if keep is not None and not keep(record["table"], record["key"]):
                     continue
                 yield self._decode(record)
 

@@ -1,0 +1,307 @@
+"""The Databus client: delivers the change log to consumer callbacks, window by window.
+
+Callbacks (seed 000 → here): onStartDataEventSequence → ``on_start_data_event_sequence``,
+onStartSource → ``on_start_source``, onDataEvent → ``on_data_event``, onEndSource →
+``on_end_source``, onEndDataEventSequence → ``on_end_data_event_sequence``, onCheckpoint →
+``on_checkpoint``, onRollback → ``on_rollback``, onError → ``on_error``.
+
+Events arrive in SCN order, one consistency window at a time, grouped per table in the
+subscription order. A callback that raises (or returns False) rolls the window back:
+``on_rollback`` is called and the window is delivered again from its start. The checkpoint
+moves only after ``on_end_data_event_sequence`` succeeds: at least once, never a gap.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dagster_databus.consumer.checkpoints import CheckpointStore, ConsumerCheckpoint, MemoryCheckpointStore
+from dagster_databus.consumer.filters import PartitionFilter
+from dagster_databus.core.events import ChangeEvent, Op, encode_key
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import DatabusError, SnapshotMissingError
+from dagster_databus.log.store import ChangeLog
+
+
+class ConsumerError(DatabusError):
+    """A window kept failing in the consumer's callbacks; the checkpoint stayed before it."""
+
+
+class CallbackFailed(Exception):
+    """A callback returned False."""
+
+
+class DatabusConsumer:
+    """Override the callbacks you need. Raise, or return False, to roll the current window back."""
+
+    def on_start_bootstrap(self, scn: Scn) -> Any: ...
+    def on_end_bootstrap(self, scn: Scn) -> Any: ...
+    def on_start_data_event_sequence(self, scn: Scn) -> Any: ...
+    def on_start_source(self, table: str) -> Any: ...
+    def on_data_event(self, event: ChangeEvent) -> Any: ...
+    def on_end_source(self, table: str) -> Any: ...
+    def on_end_data_event_sequence(self, scn: Scn) -> Any: ...
+    def on_checkpoint(self, scn: Scn) -> Any: ...
+    def on_rollback(self, scn: Scn) -> Any: ...
+    def on_error(self, error: BaseException) -> Any: ...
+
+
+def _call(consumer: DatabusConsumer, name: str, *args: Any) -> None:
+    if getattr(consumer, name)(*args) is False:
+        raise CallbackFailed(f"{type(consumer).__name__}.{name} returned False")
+
+
+class SequentialDispatcher:
+    def __init__(self, consumer: DatabusConsumer) -> None:
+        self.consumer = consumer
+
+    def broadcast(self, name: str, *args: Any) -> None:
+        _call(self.consumer, name, *args)
+
+    def data(self, event: ChangeEvent) -> None:
+        _call(self.consumer, "on_data_event", event)
+
+    def drain(self) -> None:
+        """Nothing is ever pending."""
+
+    def close(self) -> None:
+        """No threads to stop."""
+
+
+class ParallelDispatcher:
+    """N consumers on N threads (seed 000's execution model): data events are dispatched by key, so
+    each key's events stay in order on one worker; boundaries are broadcast with barriers:
+
+    ====================  ===========  =============
+    callback              delivery     barrier
+    ====================  ===========  =============
+    start sequence        broadcast    before/after
+    start source          broadcast    before
+    data event            dispatch     none
+    checkpoint, error     broadcast    before/after
+    end source, sequence  broadcast    before/after
+    rollback              broadcast    after
+    ====================  ===========  =============
+    """
+
+    AFTER = {"on_start_data_event_sequence", "on_checkpoint", "on_error", "on_end_source",
+             "on_end_data_event_sequence", "on_rollback", "on_start_bootstrap", "on_end_bootstrap"}
+
+    def __init__(self, consumers: Sequence[DatabusConsumer]) -> None:
+        self.consumers = list(consumers)
+        self.workers = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"databus-worker-{i}")
+                        for i in range(len(consumers))]
+        self.pending: list[Future[None]] = []
+
+    def _wait(self, futures: list[Future[None]]) -> None:
+        errors = [f.exception() for f in futures]
+        failed = next((e for e in errors if e is not None), None)
+        if failed is not None:
+            raise failed
+
+    def drain(self) -> None:
+        pending, self.pending = self.pending, []
+        self._wait(pending)
+
+    def broadcast(self, name: str, *args: Any) -> None:
+        if name != "on_rollback":
+            self.drain()  # barrier before
+        else:
+            for future in self.pending:  # let in-flight work finish, whatever its outcome
+                future.exception()
+            self.pending = []
+        futures = [w.submit(_call, c, name, *args) for w, c in zip(self.workers, self.consumers, strict=True)]
+        if name in self.AFTER:
+            self._wait(futures)
+        else:
+            self.pending += futures
+
+    def data(self, event: ChangeEvent) -> None:
+        i = zlib.crc32(encode_key(event.key).encode()) % len(self.workers)
+        self.pending.append(self.workers[i].submit(_call, self.consumers[i], "on_data_event", event))
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.shutdown(wait=True)
+
+
+@dataclass(slots=True)
+class RunStats:
+    windows: int = 0
+    events: int = 0
+    rollbacks: int = 0
+    bootstrapped: bool = False
+    bootstrap_rows: int = 0
+    checkpoint: Scn | None = None
+
+
+class DatabusClient:
+    """Delivers one source's change log to a consumer (or to N consumers in parallel)."""
+
+    def __init__(self, lake: str | Path, source: str, consumer: DatabusConsumer | Callable[[], DatabusConsumer],
+                 tables: Sequence[str] | None = None, partition_filter: PartitionFilter | str | None = None,
+                 checkpoints: CheckpointStore | None = None, workers: int = 1, max_retries: int = 3,
+                 bootstrap: bool = True, bootstrap_batch_rows: int = 10_000) -> None:
+        self.lake = Path(lake)
+        self.source = source
+        self.log = ChangeLog(self.lake, source)
+        self.tables = list(tables) if tables else None
+        self.filter = PartitionFilter.parse(partition_filter) if isinstance(partition_filter, str) else partition_filter
+        self.checkpoints = checkpoints or MemoryCheckpointStore()
+        self.max_retries = max_retries
+        self.allow_bootstrap = bootstrap
+        self.bootstrap_batch_rows = bootstrap_batch_rows
+        if workers > 1:
+            if not callable(consumer) or isinstance(consumer, DatabusConsumer):
+                raise ValueError("parallel dispatch needs a consumer factory (one consumer per worker)")
+            self.dispatcher: SequentialDispatcher | ParallelDispatcher = ParallelDispatcher(
+                [consumer() for _ in range(workers)])
+        else:
+            self.dispatcher = SequentialDispatcher(consumer if isinstance(consumer, DatabusConsumer) else consumer())
+
+    # -- subscription ------------------------------------------------------------------
+
+    def _order(self, present: Sequence[str]) -> list[str]:
+        return [t for t in self.tables if t in present] if self.tables else sorted(present)
+
+    def _keep(self, table: str, key_json: str) -> bool:
+        if self.tables is not None and table not in self.tables:
+            return False
+        return self.filter is None or self.filter.accepts_encoded(key_json)
+
+    # -- running -----------------------------------------------------------------------
+
+    def run(self, until: Scn | None = None) -> RunStats:
+        """Deliver everything committed now (bootstrapping first when needed), then return."""
+        stats = RunStats()
+        checkpoint = self.checkpoints.load()
+        manifest = self.log.manifest()
+        stale = checkpoint is not None and (
+            checkpoint.scn < manifest.start_scn
+            or (checkpoint.epoch is not None and manifest.epoch is not None and checkpoint.epoch != manifest.epoch))
+        if checkpoint is None or stale:
+            if not self.allow_bootstrap:
+                start = manifest.start_scn if checkpoint is None else None
+                if start is None:
+                    raise ConsumerError(
+                        f"consumer checkpoint {checkpoint.scn} is older than the change log of {self.source!r} "
+                        f"retains (it starts after {manifest.start_scn}) or from another epoch",
+                        "allow the consumer to bootstrap from the snapshots")
+                checkpoint = ConsumerCheckpoint(scn=start, epoch=manifest.epoch)
+            else:
+                checkpoint = self._bootstrap(stats, manifest.epoch)
+        since = checkpoint.scn
+        bound = until or self.log.committed_scn()  # fixed now: later commits wait for the next run
+        for window in self.log.read_windows(since, bound, keep=self._keep):
+            events = [e for e in window.events if e.scn.value > checkpoint.table_floors.get(e.table, -1)]
+            if events:
+                self._deliver(window.scn, since, events, stats)
+            since = window.scn
+            checkpoint = ConsumerCheckpoint(scn=window.scn, epoch=manifest.epoch,
+                                            table_floors=checkpoint.table_floors)
+            self._commit(checkpoint, stats)
+        if bound > checkpoint.scn:  # the rest was filtered out: don't scan it again
+            self._commit(ConsumerCheckpoint(scn=bound, epoch=manifest.epoch,
+                                            table_floors=checkpoint.table_floors), stats)
+        return stats
+
+    def follow(self, interval_s: float = 1.0, stop: Callable[[], bool] = lambda: False) -> RunStats:
+        """Keep delivering as the log grows until ``stop()`` says so."""
+        total = RunStats()
+        while not stop():
+            stats = self.run()
+            total.windows += stats.windows
+            total.events += stats.events
+            total.checkpoint = stats.checkpoint or total.checkpoint
+            if not stats.windows:
+                time.sleep(interval_s)
+        return total
+
+    def close(self) -> None:
+        self.dispatcher.close()
+
+    def _commit(self, checkpoint: ConsumerCheckpoint, stats: RunStats) -> None:
+        self.checkpoints.save(checkpoint)
+        self.dispatcher.broadcast("on_checkpoint", checkpoint.scn)
+        stats.checkpoint = checkpoint.scn
+
+    def _deliver(self, scn: Scn, start: Scn, events: list[ChangeEvent], stats: RunStats) -> None:
+        by_table: dict[str, list[ChangeEvent]] = {}
+        for event in events:
+            by_table.setdefault(event.table, []).append(event)
+        for attempt in range(self.max_retries + 1):
+            try:
+                self.dispatcher.broadcast("on_start_data_event_sequence", scn)
+                for table in self._order(list(by_table)):
+                    self.dispatcher.broadcast("on_start_source", table)
+                    for event in by_table[table]:
+                        self.dispatcher.data(event)
+                    self.dispatcher.broadcast("on_end_source", table)
+                self.dispatcher.broadcast("on_end_data_event_sequence", scn)
+                stats.windows += 1
+                stats.events += len(events)
+                return
+            except Exception as exc:
+                stats.rollbacks += 1
+                self.dispatcher.broadcast("on_rollback", start)
+                if attempt == self.max_retries:
+                    self.dispatcher.broadcast("on_error", exc)
+                    raise ConsumerError(
+                        f"window {scn} of source {self.source!r} failed {attempt + 1} times in the consumer: {exc}",
+                        "fix the consumer; the next run redelivers this window from its start "
+                        f"(the checkpoint is still {start})", source=self.source) from exc
+
+    # -- bootstrap ---------------------------------------------------------------------
+
+    def _bootstrap(self, stats: RunStats, epoch: str | None) -> ConsumerCheckpoint:
+        from dagster_databus.snapshot.delta import DeltaSnapshot
+
+        available = sorted(p.name for p in (self.lake / "snapshot" / self.source).glob("*") if p.is_dir())
+        tables = self._order(self.tables or available)
+        snapshots = {t: DeltaSnapshot(self.lake, self.source, t) for t in tables}
+        floors: dict[str, int] = {}
+        for table, snap in snapshots.items():
+            applied = snap.applied_scn()
+            if applied is None:
+                raise SnapshotMissingError(
+                    f"consumer of {self.source!r} must bootstrap, but table {table!r} has no snapshot",
+                    f"materialize {self.source}/{table} first")
+            floors[table] = applied.value
+        start = Scn(min(floors.values(), default=0))
+        self.dispatcher.broadcast("on_start_bootstrap", start)
+        for table in tables:
+            for batch in self._snapshot_batches(snapshots[table], table):
+                scn = Scn(floors[table])
+                self._deliver(scn, start, batch, stats)
+                stats.bootstrap_rows += len(batch)
+        self.dispatcher.broadcast("on_end_bootstrap", start)
+        stats.bootstrapped = True
+        checkpoint = ConsumerCheckpoint(scn=start, epoch=epoch, table_floors=floors)
+        self._commit(checkpoint, stats)
+        return checkpoint
+
+    def _snapshot_batches(self, snap: Any, table: str) -> Iterator[list[ChangeEvent]]:
+        data = snap.read(with_meta=True)
+        schema = self.log.schemas.latest(table)
+        key_columns = list(schema[1].primary_key) if schema else [data.column_names[0]]
+        batch: list[ChangeEvent] = []
+        for row in data.to_pylist():
+            key = [row[k] for k in key_columns]
+            if self.filter is not None and not self.filter.accepts(key):
+                continue
+            image = {k: v for k, v in row.items() if not k.startswith("__")}
+            commit = row.get("__commit_ts")
+            batch.append(ChangeEvent(scn=Scn(row["__scn"]), seq=len(batch), table=table, op=Op.INSERT,
+                                     key=tuple(key), row=image,
+                                     commit_ts_ms=int(commit.timestamp() * 1000) if commit else 0))
+            if len(batch) >= self.bootstrap_batch_rows:
+                yield batch
+                batch = []
+        if batch:
+            yield batch

@@ -1,0 +1,54 @@
+"""Log retention: drop the oldest segments by age or total size, never beyond what every
+snapshot of the source has absorbed (a consumer can always bootstrap, then catch up)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from dagster_databus.core.scn import Scn
+from dagster_databus.log.durable import fsync_dir, write_json_atomic
+from dagster_databus.log.store import FORMAT, ChangeLog, LogWriter
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionResult:
+    removed_segments: int
+    removed_bytes: int
+    start_scn: Scn  # the log now holds every change after this
+    held_by_snapshots: bool  # limits asked for more than the snapshots allow
+
+
+def apply_retention(writer: LogWriter, absorbed: Scn, max_age_s: float | None = None,
+                    max_bytes: int | None = None, now: float | None = None) -> RetentionResult:
+    """Remove segments older than ``max_age_s`` or beyond ``max_bytes`` (newest kept), but only
+    segments whose last SCN is at or below ``absorbed`` (the lowest applied SCN of the snapshots).
+    The manifest is rewritten before any file is deleted, so readers never meet a missing segment."""
+    log: ChangeLog = writer.log
+    manifest = log.manifest()
+    now = time.time() if now is None else now
+    segments = list(manifest.segments)
+    total = sum(s.bytes for s in segments)
+    drop = 0
+    held = False
+    for i, segment in enumerate(segments):
+        too_old = max_age_s is not None and (now - segment.created_ms / 1000) > max_age_s
+        too_big = max_bytes is not None and total > max_bytes
+        if not (too_old or too_big):
+            break
+        if segment.last_scn > absorbed.value or i == len(segments) - 1:
+            held = segment.last_scn > absorbed.value
+            break
+        total -= segment.bytes
+        drop = i + 1
+    if not drop:
+        return RetentionResult(0, 0, manifest.start_scn, held)
+    removed, kept = segments[:drop], segments[drop:]
+    start = Scn(removed[-1].last_scn)
+    write_json_atomic(log.manifest_path, {
+        "format": FORMAT, "source": log.source, "epoch": manifest.epoch, "start_scn": str(start),
+        "state": manifest.state, "segments": [asdict(s) for s in kept]})
+    for segment in removed:
+        (log.segments_dir / segment.file).unlink(missing_ok=True)
+    fsync_dir(log.segments_dir)
+    return RetentionResult(len(removed), sum(s.bytes for s in removed), start, held)
