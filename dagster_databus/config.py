@@ -71,6 +71,8 @@ class RetentionConfig(_Strict):
 class PollConfig(_Strict):
     chunk_rows: int = Field(default=10_000, ge=1, le=10_000_000)
     cron: str = "*/5 * * * *"
+    # The capture-lag check fails when the source is more than this many SCNs ahead of the log.
+    max_lag_scn: int | None = Field(default=None, ge=0)
 
 
 class SqliteSourceConfig(_Strict):
@@ -80,6 +82,8 @@ class SqliteSourceConfig(_Strict):
     tables: tuple[TableConfig, ...] = Field(min_length=1)
     poll: PollConfig = PollConfig()
     retention: RetentionConfig = RetentionConfig()
+    owners: tuple[str, ...] = ()  # Dagster asset owners: emails or team:<name>
+    tags: dict[str, str] = Field(default_factory=dict)  # extra Dagster asset tags
     prune_txlog: bool = True
     busy_timeout_ms: int = Field(default=30_000, ge=0)
 
@@ -108,6 +112,8 @@ class MysqlSourceConfig(_Strict):
     tables: tuple[TableConfig, ...] = Field(min_length=1)
     poll: PollConfig = PollConfig()
     retention: RetentionConfig = RetentionConfig()
+    owners: tuple[str, ...] = ()  # Dagster asset owners: emails or team:<name>
+    tags: dict[str, str] = Field(default_factory=dict)  # extra Dagster asset tags
     # The replica server id capture registers with; must differ from every server and replica.
     server_id: int = Field(default=0, ge=0, lt=2**32)
     connect_timeout_s: int = Field(default=10, ge=1, le=600)
@@ -149,6 +155,8 @@ class OracleSourceConfig(_Strict):
     tables: tuple[TableConfig, ...] = Field(min_length=1)
     poll: PollConfig = PollConfig()
     retention: RetentionConfig = RetentionConfig()
+    owners: tuple[str, ...] = ()  # Dagster asset owners: emails or team:<name>
+    tags: dict[str, str] = Field(default_factory=dict)  # extra Dagster asset tags
     bootstrap_chunk_rows: int = Field(default=50_000, ge=1)
     # Seconds the alert sensor waits in sync_alert.waitForEvent per evaluation.
     alert_wait_s: int = Field(default=20, ge=1, le=300)

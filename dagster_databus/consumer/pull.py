@@ -82,6 +82,10 @@ class MetaManager:
         return [Subscription(d["client_id"], tuple(d["tables"]) if d["tables"] else None, d["filter"])
                 for d in (json.loads(p.read_text()) for p in sorted(self.root.glob("*.json")))]
 
+    def cursors(self) -> dict[str, Scn | None]:
+        return {d["client_id"]: Scn.parse(d["cursor"]) if d["cursor"] is not None else None
+                for d in (json.loads(p.read_text()) for p in sorted(self.root.glob("*.json")))}
+
     def cursor(self, client_id: str) -> Scn | None:
         doc = self._require(client_id)
         return Scn.parse(doc["cursor"]) if doc["cursor"] is not None else None

@@ -7,13 +7,15 @@ Spark once (Dagster's default executor runs each step in its own process).
 import contextlib
 import time
 from collections.abc import Iterator
+from typing import Any, Literal
 
 import dagster as dg
 from dagster import AssetExecutionContext
+from pydantic import Field
 
 from dagster_databus import pipeline
 from dagster_databus.config import SourceConfig
-from dagster_databus.errors import DatabusError
+from dagster_databus.errors import ConcurrentRunError, DatabusError, SourceUnavailableError
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.merge import TableSyncResult, pick_engine, sync_table
 
@@ -41,11 +43,35 @@ def snapshot_key(source: str, table: str) -> dg.AssetKey:
     return dg.AssetKey([source, table])
 
 
+TRANSIENT = (SourceUnavailableError, ConcurrentRunError)
+MAX_RETRIES = 3
+BASE_BACKOFF_S = 5
+
+
+class SnapshotRunConfig(dg.Config):
+    """Run config of a source's snapshot step (typed in the launchpad)."""
+
+    mode: Literal["merge", "bootstrap", "rebuild"] = Field(
+        default="merge", description="merge: apply the log; bootstrap: re-read the tables from the source first; "
+                                     "rebuild: restore each snapshot to its last bootstrap and replay the log")
+    tables: list[str] = Field(default_factory=list, description="limit to these tables (default: all selected)")
+
+
+def pool(source: str, step: str) -> str:
+    return f"databus_{source}_{step}"
+
+
 @contextlib.contextmanager
-def clear_errors() -> Iterator[None]:
-    """Show the capture layer's own message at the top of a failed run, not a traceback."""
+def clear_errors(context: Any = None) -> Iterator[None]:
+    """Show the capture layer's own message at the top of a failed run, not a traceback; retry
+    transient source errors (unreachable server, a concurrent run) with exponential backoff."""
     try:
         yield
+    except TRANSIENT as exc:
+        attempt = getattr(context, "retry_number", MAX_RETRIES) if context is not None else MAX_RETRIES
+        if attempt < MAX_RETRIES:
+            raise dg.RetryRequested(max_retries=MAX_RETRIES, seconds_to_wait=BASE_BACKOFF_S * 2 ** attempt) from exc
+        raise dg.Failure(description=str(exc), metadata={"problem": exc.problem, "fix": exc.fix}) from exc
     except DatabusError as exc:
         raise dg.Failure(description=str(exc), metadata={"problem": exc.problem, "fix": exc.fix}) from exc
 
@@ -53,15 +79,17 @@ def clear_errors() -> Iterator[None]:
 def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
     name = source.name
     kinds = {source.kind}
+    owners = list(source.owners)
+    tags = {"databus/source": name, "databus/kind": source.kind, **source.tags}
 
     @dg.asset(
         key=capture_key(name), group_name=name, kinds=kinds, required_resource_keys={RESOURCE},
         description=INSTALL_DESCRIPTIONS[source.kind].format(name=name),
-        tags={"databus/role": "install"},
+        tags={**tags, "databus/role": "install"}, owners=owners, pool=pool(name, "capture"),
     )
     def capture_install(context: AssetExecutionContext) -> dg.MaterializeResult:
         databus = getattr(context.resources, RESOURCE)
-        with clear_errors():
+        with clear_errors(context):
             report = pipeline.install(databus.config(), name)
         context.log.info(f"capture in {name}: updated {list(report.changed)}, unchanged {list(report.unchanged)}")
         return dg.MaterializeResult(metadata={
@@ -76,11 +104,11 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
         description=f"The durable change log of `{name}`: whole transaction windows since the last "
                     "checkpoint, as Avro segments under <lake>/log/. Each run polls up to the source's "
                     "position at its start.",
-        tags={"databus/role": "capture"},
+        tags={**tags, "databus/role": "capture"}, owners=owners, pool=pool(name, "capture"),
     )
     def changelog(context: AssetExecutionContext) -> dg.MaterializeResult:
         databus = getattr(context.resources, RESOURCE)
-        with clear_errors():
+        with clear_errors(context):
             result = pipeline.capture(databus.config(), name, progress=context.log.info)
             manifest = ChangeLog(databus.config().lake, name).manifest()
         now_ms = int(time.time() * 1000)
@@ -106,48 +134,37 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
             snapshot_key(name, t.name), group_name=name, kinds={"delta", "spark"}, deps=[changelog_key(name)],
             description=f"Delta snapshot of `{name}.{t.name}` (key {', '.join(t.primary_key)}): the latest row "
                         "per key with `__scn`, `__op`, `__commit_ts`; the bootstrap store for consumers.",
-            tags={"databus/role": "snapshot"},
+            tags={**tags, "databus/role": "snapshot", "databus/table": t.name}, owners=owners,
+            automation_condition=dg.AutomationCondition.eager(),
         )
         for t in source.tables
     ]
 
-    @dg.multi_asset(name=f"{name}_snapshots", specs=specs, can_subset=True, required_resource_keys={RESOURCE})
-    def snapshots(context: AssetExecutionContext) -> Iterator[dg.MaterializeResult]:
+    @dg.multi_asset(name=f"{name}_snapshots", specs=specs, can_subset=True, required_resource_keys={RESOURCE},
+                    pool=pool(name, "merge"))
+    def snapshots(context: AssetExecutionContext, config: SnapshotRunConfig) -> Iterator[dg.MaterializeResult]:
         databus = getattr(context.resources, RESOURCE)
-        config = databus.config()
-        tables = [t.name for t in source.tables if snapshot_key(name, t.name) in context.selected_asset_keys]
-        with clear_errors():
+        lake_config = databus.config()
+        unknown = [t for t in config.tables if t not in {t.name for t in source.tables}]
+        if unknown:
+            raise dg.Failure(description=f"run config names tables {unknown} that source {name!r} does not "
+                                         f"capture; use some of: {[t.name for t in source.tables]}")
+        tables = [t.name for t in source.tables if snapshot_key(name, t.name) in context.selected_asset_keys
+                  and (not config.tables or t.name in config.tables)]
+        with clear_errors(context):
             spark = databus.spark()
             engine = pick_engine(spark)
             for table in tables:
-                result = sync_table(spark, config, source, table, engine, progress=context.log.info)
+                result = sync_table(spark, lake_config, source, table, engine, progress=context.log.info,
+                                    mode=config.mode)
                 yield dg.MaterializeResult(asset_key=snapshot_key(name, table), metadata=_snapshot_metadata(result))
-            retention = pipeline.enforce_retention(config, name)
+            retention = pipeline.enforce_retention(lake_config, name)
             if retention is not None and retention.removed_segments:
                 context.log.info(f"{name}: retention removed {retention.removed_segments} segments "
                                  f"({retention.removed_bytes} bytes); the log now starts after SCN "
                                  f"{retention.start_scn}")
 
     return [capture_install, changelog, snapshots]
-
-
-def build_capture_check(source: SourceConfig) -> dg.AssetChecksDefinition:
-    """Verifies the source's capture objects or settings; each problem is named in the result."""
-
-    @dg.asset_check(asset=capture_key(source.name), name="capture_verified", required_resource_keys={RESOURCE},
-                    description="Capture objects present and healthy (missing or INVALID objects, disabled "
-                                "triggers, broken scheduler jobs, binlog settings and privileges).")
-    def capture_verified(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        from dagster_databus.sources import open_source
-
-        try:
-            problems = open_source(source).verify()
-        except DatabusError as exc:
-            problems = [str(exc)]
-        return dg.AssetCheckResult(passed=not problems, metadata={
-            "problems": dg.MetadataValue.json(problems), "kind": source.kind})
-
-    return capture_verified
 
 
 def _snapshot_metadata(r: TableSyncResult) -> dict[str, object]:

@@ -7,9 +7,15 @@ from pathlib import Path
 import dagster as dg
 
 from dagster_databus.config import DatabusConfig
-from dagster_databus.defs.assets import RESOURCE, build_capture_check, build_source_assets
+from dagster_databus.defs.assets import RESOURCE, build_source_assets
+from dagster_databus.defs.checks import build_source_checks
 from dagster_databus.defs.resources import DatabusResource
-from dagster_databus.defs.schedules import build_poll_schedule, build_source_job
+from dagster_databus.defs.schedules import (
+    build_automation_sensor,
+    build_poll_schedule,
+    build_snapshot_jobs,
+    build_source_job,
+)
 from dagster_databus.defs.sensors import build_alert_sensor
 
 
@@ -17,10 +23,11 @@ def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definition
     assets, checks, jobs, schedules, sensors = [], [], [], [], []
     for source in config.sources:
         assets += build_source_assets(source)
-        checks.append(build_capture_check(source))
+        checks += build_source_checks(source)
         job = build_source_job(source)
-        jobs.append(job)
+        jobs += [job, *build_snapshot_jobs(source)]
         schedules.append(build_poll_schedule(source, job))
+        sensors.append(build_automation_sensor(source))
         if source.kind == "oracle":
             sensors.append(build_alert_sensor(source, job))
     return dg.Definitions(

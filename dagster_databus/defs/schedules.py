@@ -26,3 +26,31 @@ def build_poll_schedule(source: SourceConfig, job: dg.UnresolvedAssetJobDefiniti
         default_status=dg.DefaultScheduleStatus.STOPPED,
         description=f"Polls `{source.name}` on `{source.poll.cron}` (sources[].poll.cron). Off by default.",
     )
+
+
+def build_snapshot_jobs(source: SourceConfig) -> list[dg.UnresolvedAssetJobDefinition]:
+    """Ad-hoc bootstrap and rebuild runs of a source's snapshots, launched with typed run config."""
+    selection = dg.AssetSelection.assets(*[dg.AssetKey([source.name, t.name]) for t in source.tables])
+    op = f"{source.name}_snapshots"
+    return [
+        dg.define_asset_job(
+            name=f"{source.name}_bootstrap", selection=selection,
+            config={"ops": {op: {"config": {"mode": "bootstrap", "tables": []}}}},
+            description=f"Re-read chosen tables of `{source.name}` from the source (run config `tables`; empty = "
+                        "all) into fresh snapshots; capture continues from its own checkpoint.",
+            tags={"databus/source": source.name, "databus/run": "bootstrap"}),
+        dg.define_asset_job(
+            name=f"{source.name}_rebuild", selection=selection,
+            config={"ops": {op: {"config": {"mode": "rebuild", "tables": []}}}},
+            description=f"Rebuild snapshots of `{source.name}` from their last bootstrap by replaying the retained "
+                        "change log (refused when the log no longer reaches back that far).",
+            tags={"databus/source": source.name, "databus/run": "rebuild"}),
+    ]
+
+
+def build_automation_sensor(source: SourceConfig) -> dg.AutomationConditionSensorDefinition:
+    """Evaluates the snapshots' eager conditions: a new change-log materialization triggers a merge."""
+    return dg.AutomationConditionSensorDefinition(
+        name=f"{source.name}_merge_automation", target=dg.AssetSelection.groups(source.name),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"Merges `{source.name}` snapshots whenever its change log is materialized.")

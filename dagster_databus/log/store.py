@@ -140,6 +140,39 @@ class ChangeLog:
         return Checkpoint(scn=Scn.parse(doc["scn"]), epoch=doc["epoch"], updated_ms=doc["updated_ms"],
                           state=doc.get("state", {}))
 
+    def continuity_problems(self) -> list[str]:
+        """Gaps, overlaps and missing or stray files between the manifest and the segments."""
+        manifest = self.manifest()
+        problems = []
+        previous = manifest.start_scn
+        for s in manifest.segments:
+            if s.first_scn <= previous.value:
+                problems.append(f"segment {s.file} starts at SCN {s.first_scn}, overlapping what ends at {previous}")
+            if s.last_scn < s.first_scn:
+                problems.append(f"segment {s.file} ends (SCN {s.last_scn}) before it starts ({s.first_scn})")
+            path = self.segments_dir / s.file
+            if not path.exists():
+                problems.append(f"segment {s.file} (SCN {s.first_scn}..{s.last_scn}) is missing")
+            elif path.stat().st_size != s.bytes:
+                problems.append(f"segment {s.file} is {path.stat().st_size} bytes, the manifest says {s.bytes}")
+            else:
+                with open(path, "rb") as f:
+                    meta = fastavro.reader(f).metadata
+                if (meta.get("databus.first_scn"), meta.get("databus.last_scn")) != (str(s.first_scn),
+                                                                                      str(s.last_scn)):
+                    problems.append(f"segment {s.file} holds SCN {meta.get('databus.first_scn')}.."
+                                    f"{meta.get('databus.last_scn')}, the manifest says {s.first_scn}..{s.last_scn}")
+            previous = Scn(s.last_scn)
+        listed = {s.file for s in manifest.segments}
+        if self.segments_dir.exists():
+            problems += [f"file {p.name} is not in the manifest" for p in self.segments_dir.iterdir()
+                         if p.name not in listed]
+        checkpoint = self.checkpoint()
+        if checkpoint is not None and checkpoint.scn < manifest.last_scn:
+            problems.append(f"the checkpoint ({checkpoint.scn}) is behind the last committed segment "
+                            f"({manifest.last_scn})")
+        return problems
+
     def committed_scn(self) -> Scn:
         """The log's high watermark: the last SCN of the last committed segment."""
         return self.manifest().last_scn

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -111,9 +111,18 @@ def apply_changes(engine: DeltaEngine, snap: DeltaSnapshot, schema: TableSchema,
     return engine.merge(snap, schema, drop_stale(changes, applied), until)
 
 
+SyncMode = Literal["merge", "bootstrap", "rebuild"]
+
+
 def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceConfig, table: str,
-               engine: DeltaEngine, progress: Progress = lambda _: None) -> TableSyncResult:
-    """Bootstrap ``table`` if it has no snapshot, then merge the log up to its high watermark."""
+               engine: DeltaEngine, progress: Progress = lambda _: None, mode: SyncMode = "merge") -> TableSyncResult:
+    """Bring ``table``'s snapshot up to the log's high watermark.
+
+    ``merge``: bootstrap if there is no snapshot (or DDL since the last bootstrap), then merge.
+    ``bootstrap``: read the table afresh from the source first, whatever the snapshot holds.
+    ``rebuild``: restore the snapshot as its last bootstrap left it (Delta time travel) and replay
+    the retained log from there; refused if the log no longer reaches back that far.
+    """
     from pyspark.sql import functions as F
 
     started = time.monotonic()
@@ -123,7 +132,10 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
                           "wait for the other merge of this table to finish")
     with lock:
         bootstrapped_at, bootstrap_rows = None, 0
-        applied = snap.applied_scn()
+        if mode == "rebuild":
+            restored = rebuild_from_bootstrap(snap, log, progress)
+            bootstrapped_at, bootstrap_rows = restored
+        applied = snap.applied_scn() if mode != "bootstrap" else None
         ddl = DdlLog(log.root).last_for(table)
         if applied is not None and ddl is not None and ddl.scn > (snap.bootstrap_scn() or Scn.BEGINNING):
             # The table was altered or truncated: its rows changed without row events, or its
@@ -166,8 +178,44 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
 
 
 def sync_source(spark: SparkSession, config: DatabusConfig, source: str, tables: Sequence[str] | None = None,
-                progress: Progress = lambda _: None) -> list[TableSyncResult]:
+                progress: Progress = lambda _: None, mode: SyncMode = "merge") -> list[TableSyncResult]:
     source_cfg = config.source(source)
     engine = pick_engine(spark)
     names = list(tables) if tables is not None else [t.name for t in source_cfg.tables]
-    return [sync_table(spark, config, source_cfg, name, engine, progress) for name in names]
+    return [sync_table(spark, config, source_cfg, name, engine, progress, mode) for name in names]
+
+
+def rebuild_from_bootstrap(snap: DeltaSnapshot, log: ChangeLog, progress: Progress) -> tuple[Scn, int]:
+    """Overwrite the snapshot with its state right after its last bootstrap; return (SCN, rows)."""
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+    boot = snap.bootstrap_scn()
+    if boot is None:
+        raise SnapshotMissingError(f"snapshot {snap.source}.{snap.table} has no bootstrap to rebuild from",
+                                   "run a bootstrap of the table instead (mode: bootstrap)")
+    start = log.manifest().start_scn
+    if start > boot:
+        raise SnapshotMissingError(
+            f"cannot rebuild {snap.source}.{snap.table}: the change log now starts after SCN {start}, but the "
+            f"snapshot's last bootstrap was at SCN {boot}, so the changes in between are gone",
+            "run a bootstrap of the table instead (mode: bootstrap)")
+    current = DeltaTable(str(snap.path))
+    lo, hi = 0, current.version()
+    while lo < hi:  # the first version whose bootstrap transaction is the current one
+        mid = (lo + hi) // 2
+        if DeltaTable(str(snap.path), version=mid).transaction_version(snap.bootstrap_app_id) == boot.value:
+            hi = mid
+        else:
+            lo = mid + 1
+    try:
+        data = DeltaTable(str(snap.path), version=lo).to_pyarrow_table()
+    except Exception as exc:
+        raise SnapshotMissingError(
+            f"version {lo} of {snap.source}.{snap.table} (its last bootstrap) cannot be read: {exc}",
+            "run a bootstrap of the table instead (mode: bootstrap); VACUUM removed the old files") from exc
+    txns = [Transaction(app_id=snap.app_id, version=boot.value),
+            Transaction(app_id=snap.bootstrap_app_id, version=boot.value)]
+    write_deltalake(str(snap.path), data, mode="overwrite", schema_mode="overwrite",
+                    commit_properties=CommitProperties(app_transactions=txns))
+    progress(f"{snap.table}: restored version {lo} ({data.num_rows} rows, bootstrap SCN {boot}); replaying the log")
+    return boot, data.num_rows

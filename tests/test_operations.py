@@ -1,0 +1,216 @@
+"""Operating it from Dagster: schedules, automation, checks, bootstrap and rebuild runs, retries,
+pools — through Dagster's own APIs on real pipelines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from deltalake import DeltaTable
+
+from dagster_databus.cli import main as cli
+from dagster_databus.config import load_config
+from dagster_databus.consumer.pull import MetaManager, PullConsumer
+from dagster_databus.defs.assets import MAX_RETRIES, clear_errors
+from dagster_databus.defs.factory import build_definitions
+from dagster_databus.demo.workload import ShopWorkload, create_shop
+from dagster_databus.errors import ConfigError, SourceUnavailableError
+from dagster_databus.log.store import ChangeLog
+from dagster_databus.snapshot.delta import DeltaSnapshot
+from tests.conftest import assert_snapshots_match
+
+TABLES = [{"name": "customers", "primary_key": ["id"]}, {"name": "orders", "primary_key": ["id"]},
+          {"name": "order_items", "primary_key": ["order_id", "line_no"]}]
+
+
+def setup(tmp_path: Path, **source: object):
+    create_shop(tmp_path / "shop.db")
+    path = tmp_path / "databus.yaml"
+    path.write_text(json.dumps({"lake": "lake", "sources": [
+        {"name": "shop", "kind": "sqlite", "path": "shop.db", "tables": TABLES,
+         "owners": ["team:data-platform"], "tags": {"tier": "gold"}, **source}]}))
+    defs = build_definitions(load_config(path), path)
+    return path, defs, ShopWorkload(tmp_path / "shop.db", seed=3)
+
+
+def run(defs: dg.Definitions, instance: dg.DagsterInstance, job: str | None = None, **kwargs):
+    target = defs.resolve_job_def(job) if job else defs.resolve_implicit_global_asset_job_def()
+    return target.execute_in_process(instance=instance, **kwargs)
+
+
+def checks(result) -> dict[tuple[str, str], dg.AssetCheckEvaluation]:
+    return {(e.asset_key.to_user_string(), e.check_name): e for e in result.get_asset_check_evaluations()}
+
+
+def test_poll_schedule_requests_the_sync_job(tmp_path: Path) -> None:
+    _, defs, _ = setup(tmp_path, poll={"cron": "*/3 * * * *"})
+    schedule = defs.resolve_schedule_def("shop_poll")
+    with dg.instance_for_test() as instance:
+        requests = schedule.evaluate_tick(dg.build_schedule_context(instance=instance)).run_requests
+    assert len(requests) == 1 and schedule.job_name == "shop_sync" and schedule.cron_schedule == "*/3 * * * *"
+
+
+def test_snapshots_follow_the_change_log_automatically(tmp_path: Path, spark) -> None:
+    _, defs, workload = setup(tmp_path)
+    workload.run(10)
+    with dg.instance_for_test() as instance:
+        run(defs, instance)
+        first = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+        assert first.total_requested == 0  # everything is up to date
+        workload.run(5)
+        sync = defs.resolve_job_def("shop_sync").get_subset(
+            asset_selection={dg.AssetKey(["shop", "capture"]), dg.AssetKey(["shop", "changelog"])})
+        sync.execute_in_process(instance=instance)
+        after = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
+    keys = ["shop/capture", "shop/changelog", "shop/customers", "shop/orders", "shop/order_items"]
+    requested = {k for k in keys if after.get_num_requested(dg.AssetKey.from_user_string(k))}
+    assert requested == {"shop/customers", "shop/orders", "shop/order_items"}
+    sensor = defs.resolve_sensor_def("shop_merge_automation")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+
+
+def test_assets_carry_pools_owners_tags_and_descriptions(tmp_path: Path) -> None:
+    _, defs, _ = setup(tmp_path)
+    graph = defs.resolve_asset_graph()
+    changelog = graph.get(dg.AssetKey(["shop", "changelog"]))
+    orders = graph.get(dg.AssetKey(["shop", "orders"]))
+    assert defs.resolve_assets_def(dg.AssetKey(["shop", "changelog"])).op.pool == "databus_shop_capture"
+    assert defs.resolve_assets_def(dg.AssetKey(["shop", "orders"])).op.pool == "databus_shop_merge"
+    assert orders.owners == ["team:data-platform"] and orders.tags["tier"] == "gold"
+    assert "Delta snapshot" in (orders.description or "") and changelog.description
+    assert orders.automation_condition is not None
+
+
+def test_transient_source_errors_retry_with_backoff_others_fail_at_once() -> None:
+    class Context:
+        retry_number = 0
+
+    context = Context()
+    with pytest.raises(dg.RetryRequested) as retry, clear_errors(context):
+        raise SourceUnavailableError("server gone", "wait")
+    assert retry.value.max_retries == MAX_RETRIES and retry.value.seconds_to_wait == 5
+    context.retry_number = 2
+    with pytest.raises(dg.RetryRequested) as retry, clear_errors(context):
+        raise SourceUnavailableError("server gone", "wait")
+    assert retry.value.seconds_to_wait == 20
+    context.retry_number = MAX_RETRIES
+    with pytest.raises(dg.Failure, match="server gone"), clear_errors(context):
+        raise SourceUnavailableError("server gone", "wait")
+    context.retry_number = 0
+    with pytest.raises(dg.Failure, match="bad field"), clear_errors(context):
+        raise ConfigError("x", "bad field", "fix it")
+
+
+def test_checks_pass_on_a_healthy_source_and_fail_on_a_diverged_snapshot(tmp_path: Path, spark) -> None:
+    _, defs, workload = setup(tmp_path)
+    workload.run(15)
+    with dg.instance_for_test() as instance:
+        healthy = checks(run(defs, instance))
+        assert healthy and all(e.passed for e in healthy.values()), {k: e.metadata for k, e in healthy.items()
+                                                                     if not e.passed}
+        assert set(healthy) >= {("shop/capture", "capture_verified"), ("shop/changelog", "capture_lag"),
+                                ("shop/changelog", "log_continuity"), ("shop/changelog", "consumers_within_retention"),
+                                ("shop/orders", "reconciled"), ("shop/orders", "schema_drift")}
+        assert healthy[("shop/orders", "reconciled")].metadata["source_rows"].value > 0
+
+        # Diverge the snapshot behind the pipeline's back: one row's value changes in Delta only.
+        snap = DeltaSnapshot(tmp_path / "lake", "shop", "orders")
+        DeltaTable(str(snap.path)).update(updates={"status": "'tampered'"}, predicate="id = 1")
+        only_checks = defs.resolve_implicit_global_asset_job_def().get_subset(
+            asset_selection=set(), asset_check_selection={dg.AssetCheckKey(dg.AssetKey(["shop", "orders"]),
+                                                                            "reconciled")})
+        diverged = checks(only_checks.execute_in_process(instance=instance, raise_on_error=False))
+    bad = diverged[("shop/orders", "reconciled")]
+    assert not bad.passed and bad.severity == dg.AssetCheckSeverity.ERROR
+    assert bad.metadata["source_rows"].value == bad.metadata["snapshot_rows"].value
+    assert bad.metadata["source_hash"].value != bad.metadata["snapshot_hash"].value
+
+
+def test_lag_continuity_drift_and_consumer_checks_each_fail_for_their_reason(tmp_path: Path, spark) -> None:
+    path, defs, workload = setup(tmp_path, poll={"max_lag_scn": 0}, retention={"max_bytes": 1})
+    workload.run(10)
+    lake = tmp_path / "lake"
+
+    def evaluate(instance, names: list[tuple[list[str], str]]):
+        job = defs.resolve_implicit_global_asset_job_def().get_subset(
+            asset_selection=set(), asset_check_selection={dg.AssetCheckKey(dg.AssetKey(a), n) for a, n in names})
+        return checks(job.execute_in_process(instance=instance, raise_on_error=False))
+
+    with dg.instance_for_test() as instance:
+        run(defs, instance)
+        MetaManager(lake, "shop").subscribe("billing")
+        PullConsumer(lake, "shop", "billing")  # never acks: its cursor stays at the start
+        for _ in range(2):
+            workload.run(10)
+            run(defs, instance)  # retention cuts the log behind the snapshots
+        workload.run(5)  # not captured: lag
+        import sqlite3
+
+        with sqlite3.connect(tmp_path / "shop.db") as conn:
+            conn.execute("ALTER TABLE orders ADD COLUMN channel TEXT")  # not in the snapshot
+        log = ChangeLog(lake, "shop")
+        log.segments_dir.joinpath("stray.avro").write_bytes(b"x")
+        found = evaluate(instance, [(["shop", "changelog"], "capture_lag"), (["shop", "changelog"], "log_continuity"),
+                                    (["shop", "changelog"], "consumers_within_retention"),
+                                    (["shop", "orders"], "schema_drift")])
+    assert not found[("shop/changelog", "capture_lag")].passed
+    assert found[("shop/changelog", "capture_lag")].metadata["lag_scn"].value > 0
+    assert found[("shop/changelog", "log_continuity")].metadata["problems"].value == [
+        "file stray.avro is not in the manifest"]
+    assert not found[("shop/changelog", "consumers_within_retention")].passed
+    assert "billing at SCN 0" in found[("shop/changelog", "consumers_within_retention")].metadata["problems"].value[0]
+    assert found[("shop/orders", "schema_drift")].metadata["problems"].value == [
+        "orders.channel: in the source, not in the snapshot"]
+    assert cli(["--config", str(path), "status"]) == 0
+
+
+def test_bootstrap_and_rebuild_runs_with_typed_run_config(tmp_path: Path, spark) -> None:
+    path, defs, workload = setup(tmp_path)
+    workload.run(15)
+    with dg.instance_for_test() as instance:
+        run(defs, instance)
+        workload.run(10)
+        run(defs, instance)
+        orders = DeltaSnapshot(tmp_path / "lake", "shop", "orders")
+        customers = DeltaSnapshot(tmp_path / "lake", "shop", "customers")
+        boot_orders, boot_customers = orders.bootstrap_scn(), customers.bootstrap_scn()
+        config = {"ops": {"shop_snapshots": {"config": {"mode": "bootstrap", "tables": ["orders"]}}}}
+        result = run(defs, instance, "shop_bootstrap", run_config=config)
+        meta = {e.asset_key.to_user_string(): e.materialization.metadata for e in
+                result.get_asset_materialization_events()}
+        assert set(meta) == {"shop/orders"} and meta["shop/orders"]["bootstrap_rows"].value > 0
+        assert orders.bootstrap_scn() > boot_orders and customers.bootstrap_scn() == boot_customers
+        assert_snapshots_match(load_config(path))
+
+        DeltaTable(str(customers.path)).delete("id % 2 = 0")  # damage, then rebuild from the log
+        rebuilt = run(defs, instance, "shop_rebuild",
+                      run_config={"ops": {"shop_snapshots": {"config": {"mode": "rebuild", "tables": ["customers"]}}}})
+        assert rebuilt.success
+        assert_snapshots_match(load_config(path))
+        workload.run(10)
+        run(defs, instance)  # capture continues from the right position after both
+        assert_snapshots_match(load_config(path))
+
+        bad = run(defs, instance, "shop_bootstrap", raise_on_error=False,
+                  run_config={"ops": {"shop_snapshots": {"config": {"mode": "bootstrap", "tables": ["invoices"]}}}})
+    assert not bad.success
+    failure = next(e for e in bad.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE)
+    assert "invoices" in failure.step_failure_data.error.message
+
+
+def test_rebuild_is_refused_when_the_log_no_longer_reaches_the_bootstrap(tmp_path: Path, spark) -> None:
+    _, defs, workload = setup(tmp_path, retention={"max_bytes": 1})
+    workload.run(10)
+    with dg.instance_for_test() as instance:
+        run(defs, instance)
+        for _ in range(3):
+            workload.run(10)
+            run(defs, instance)
+        result = run(defs, instance, "shop_rebuild", raise_on_error=False,
+                     run_config={"ops": {"shop_snapshots": {"config": {"mode": "rebuild", "tables": ["orders"]}}}})
+    assert not result.success
+    message = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE
+                   ).step_failure_data.error.message
+    assert "cannot rebuild shop.orders" in message and "mode: bootstrap" in message
