@@ -11,12 +11,19 @@ import itertools
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from dagster_databus.config import DatabusConfig, parse_config
-from dagster_databus.demo.workload import MYSQL_SCHEMA, Database, MysqlDatabase, ShopWorkload, create_shop
+from dagster_databus.demo.workload import (
+    MYSQL_SCHEMA,
+    Database,
+    DbApiDatabase,
+    MysqlDatabase,
+    ShopWorkload,
+    create_shop,
+)
 from tests.mariadb import MariaDBServer
 
 Statement = tuple[str, Sequence[Any]] | str
@@ -138,9 +145,7 @@ def oracle_sql(sql: str) -> str:
     return re.sub(r"\?", bind, sql)
 
 
-class OracleDatabase:
-    def __init__(self, connect: Callable[[], Any]) -> None:
-        self.conn = connect()
+class OracleDatabase(DbApiDatabase):
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.conn.cursor() as cur:
@@ -150,18 +155,6 @@ class OracleDatabase:
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         with self.conn.cursor() as cur:
             cur.executemany(oracle_sql(sql), [list(r) for r in rows])
-
-    def begin(self) -> None:
-        """Oracle starts a transaction with the first change."""
-
-    def commit(self) -> None:
-        self.conn.commit()
-
-    def rollback(self) -> None:
-        self.conn.rollback()
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 class OracleHarness:

@@ -93,9 +93,26 @@ def _pyformat(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
 
 
-class MysqlDatabase:
+class DbApiDatabase:
+    """Transaction handling shared by the DB-API drivers (pymysql, oracledb)."""
+
     def __init__(self, connect: Callable[[], Any]) -> None:
         self.conn = connect()
+
+    def begin(self) -> None:
+        """Most drivers start a transaction with the first statement."""
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    def rollback(self) -> None:
+        self.conn.rollback()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class MysqlDatabase(DbApiDatabase):
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.conn.cursor() as cur:
@@ -111,15 +128,6 @@ class MysqlDatabase:
 
     def begin(self) -> None:
         self.conn.begin()
-
-    def commit(self) -> None:
-        self.conn.commit()
-
-    def rollback(self) -> None:
-        self.conn.rollback()
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 CITIES = ["Lisbon", "Porto", "Oslo", "Kyoto", "Quito", "Accra", "Perth", None]

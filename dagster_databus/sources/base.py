@@ -2,15 +2,46 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
 
 from dagster_databus.core.events import Window
-from dagster_databus.core.schema import TableSchema
+from dagster_databus.core.identifiers import RESERVED_PREFIX, is_plain_name
+from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
+from dagster_databus.errors import ConfigError
+
+
+def check_column_name(name: str, table: str, where: str) -> None:
+    """Capture needs plain column names that do not collide with the snapshot's metadata columns."""
+    if not is_plain_name(name) or name.startswith(RESERVED_PREFIX):
+        raise ConfigError(
+            f"{where}.name", f"table {table!r} has a column named {name!r}, which is not a plain identifier "
+            f"(or starts with the reserved {RESERVED_PREFIX!r})",
+            "rename the column, or leave this table out of capture")
+
+
+def resolve_key(columns: Sequence[Column], key: Sequence[str], table: str, where: str) -> tuple[str, ...]:
+    """The configured key columns as the table spells them (matched case-insensitively)."""
+    names = {c.name.lower(): c.name for c in columns}
+    missing = [k for k in key if k.lower() not in names]
+    if missing:
+        raise ConfigError(f"{where}.primary_key", f"table {table!r} has no column {', '.join(map(repr, missing))}",
+                          f"name the table's key columns; it has: {', '.join(c.name for c in columns)}")
+    return tuple(names[k.lower()] for k in key)
+
+
+def require_unique_key(key: Sequence[str], unique_column_sets: Iterable[set[str]], table: str, where: str) -> None:
+    """Refuse a key no primary key or unique index covers: two rows could share it."""
+    wanted = {k.lower() for k in key}
+    if not any(cols and {c.lower() for c in cols} <= wanted for cols in unique_column_sets):
+        raise ConfigError(
+            f"{where}.primary_key", f"columns {list(key)} are not the primary key of {table!r} nor covered by a "
+            "UNIQUE index, so two rows could share a key and the snapshot would lose one",
+            "name the table's PRIMARY KEY columns, or add a UNIQUE index on the columns you named")
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,6 @@ import pymysql
 
 from dagster_databus.config import MysqlSourceConfig
 from dagster_databus.core.events import ChangeEvent, Op, Window
-from dagster_databus.core.identifiers import RESERVED_PREFIX, is_plain_name
 from dagster_databus.core.schema import Column, LogicalType, TableSchema, coerce_value
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
@@ -32,7 +31,14 @@ from dagster_databus.errors import (
     LogGapError,
     SourceUnavailableError,
 )
-from dagster_databus.sources.base import InstallReport, PollStats, TableSnapshot
+from dagster_databus.sources.base import (
+    InstallReport,
+    PollStats,
+    TableSnapshot,
+    check_column_name,
+    require_unique_key,
+    resolve_key,
+)
 
 # information_schema DATA_TYPE → logical type. Exact numerics and temporals travel as text so
 # nothing is rounded or shifted by a time zone.
@@ -163,28 +169,17 @@ class MysqlSource:
                               f"use one of the database's tables: {existing}")
         columns = []
         for name, data_type, column_type, default in rows:
-            if not is_plain_name(name) or name.startswith(RESERVED_PREFIX):
-                raise ConfigError(f"{where}.name", f"table {table!r} has a column named {name!r}, which is not a "
-                                  f"plain identifier (or starts with {RESERVED_PREFIX!r})",
-                                  "rename the column, or leave this table out of capture")
+            check_column_name(name, table, where)
             default = None if default is None or str(default).upper() == "NULL" else str(default)
             columns.append(Column(name=name, type=mysql_logical_type(data_type), source_type=column_type,
                                   default=default))
-        names = {c.name.lower(): c.name for c in columns}
-        missing = [k for k in key if k.lower() not in names]
-        if missing:
-            raise ConfigError(f"{where}.primary_key", f"table {table!r} has no column {', '.join(map(repr, missing))}",
-                              f"name the table's key columns; it has: {', '.join(c.name for c in columns)}")
-        key = tuple(names[k.lower()] for k in key)
+        key = resolve_key(columns, key, table, where)
         cur.execute("SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
                     "AND TABLE_NAME = %s AND NON_UNIQUE = 0", (self.config.database, table))
         unique: dict[str, set[str]] = {}
         for index_name, column in cur.fetchall():
-            unique.setdefault(index_name, set()).add(column.lower())
-        if not any(cols <= {k.lower() for k in key} for cols in unique.values()):
-            raise ConfigError(f"{where}.primary_key", f"columns {list(key)} are not the primary key of {table!r} nor "
-                              "covered by a UNIQUE index, so two rows could share a key",
-                              "name the table's PRIMARY KEY columns, or add a UNIQUE index on them")
+            unique.setdefault(index_name, set()).add(column)
+        require_unique_key(key, unique.values(), table, where)
         return TableSchema(source=self.name, table=table, columns=tuple(columns), primary_key=key)
 
     # -- verify (the "install" of a binlog source) --------------------------------------

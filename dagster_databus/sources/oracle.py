@@ -21,7 +21,6 @@ import pyarrow as pa
 
 from dagster_databus.config import OracleSourceConfig
 from dagster_databus.core.events import ChangeEvent, Op, Window
-from dagster_databus.core.identifiers import RESERVED_PREFIX, is_plain_name
 from dagster_databus.core.schema import Column, LogicalType, TableSchema, coerce_value
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
@@ -31,7 +30,14 @@ from dagster_databus.errors import (
     SourceUnavailableError,
 )
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.base import InstallReport, PollStats, TableSnapshot
+from dagster_databus.sources.base import (
+    InstallReport,
+    PollStats,
+    TableSnapshot,
+    check_column_name,
+    require_unique_key,
+    resolve_key,
+)
 from dagster_databus.sources.oracle_sql import (
     Statement,
     TableObjects,
@@ -140,29 +146,20 @@ class OracleSource:
         columns, mapping = [], {}
         for name, data_type, precision, scale in cur.fetchall():
             out = self._out(name)
-            if not is_plain_name(name) or out.startswith(RESERVED_PREFIX):
-                raise ConfigError(f"{where}.name", f"table {table!r} has a column named {name!r}, which is not a "
-                                  "plain identifier", "rename the column, or leave this table out of capture")
+            check_column_name(out, table, where)
             mapping[out] = name
             columns.append(Column(name=out, type=oracle_logical_type(data_type, precision, scale),
                                   source_type=data_type))
         self._columns[table] = mapping
-        by_lower = {c.name.lower(): c.name for c in columns}
-        missing = [k for k in key if k.lower() not in by_lower]
-        if missing:
-            raise ConfigError(f"{where}.primary_key", f"table {table!r} has no column {', '.join(map(repr, missing))}",
-                              f"name the table's key columns; it has: {', '.join(c.name for c in columns)}")
-        key = tuple(by_lower[k.lower()] for k in key)
+        key = resolve_key(columns, key, table, where)
         cur.execute("SELECT c.constraint_name, cc.column_name FROM user_constraints c JOIN user_cons_columns cc "
                     "ON cc.constraint_name = c.constraint_name WHERE c.table_name = :t AND c.constraint_type IN "
                     "('P', 'U')", t=actual)
+        reverse = {v: k for k, v in mapping.items()}
         unique: dict[str, set[str]] = {}
         for constraint, column in cur.fetchall():
-            unique.setdefault(constraint, set()).add(column)
-        wanted = {mapping[k] for k in key}
-        if not any(cols <= wanted for cols in unique.values()):
-            raise ConfigError(f"{where}.primary_key", f"columns {list(key)} are not the primary key of {table!r} nor "
-                              "covered by a unique constraint", "name the table's PRIMARY KEY columns")
+            unique.setdefault(constraint, set()).add(reverse.get(column, column))
+        require_unique_key(key, unique.values(), table, where)
         return TableSchema(source=self.name, table=table, columns=tuple(columns), primary_key=key)
 
     # -- install / verify / uninstall --------------------------------------------------

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from dagster_databus.config import SqliteSourceConfig
 from dagster_databus.core.events import ChangeEvent, Op, Window
-from dagster_databus.core.identifiers import RESERVED_PREFIX, is_plain_name, quote_literal, quote_sqlite
+from dagster_databus.core.identifiers import quote_literal, quote_sqlite
 from dagster_databus.core.schema import Column, LogicalType, TableSchema, coerce_value
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
@@ -32,7 +32,14 @@ from dagster_databus.errors import (
     SchemaDriftError,
 )
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.base import InstallReport, PollStats, TableSnapshot
+from dagster_databus.sources.base import (
+    InstallReport,
+    PollStats,
+    TableSnapshot,
+    check_column_name,
+    require_unique_key,
+    resolve_key,
+)
 
 CAPTURE_VERSION = "1"
 CORE_TABLES = ("_databus_settings", "_databus_epoch", "_databus_txlog")
@@ -124,43 +131,22 @@ class SqliteSource:
             )
         columns = []
         for _cid, name, decl, _notnull, default, _pk in info:
-            if not is_plain_name(name) or name.startswith(RESERVED_PREFIX):
-                raise ConfigError(
-                    f"{where}.name", f"table {table!r} has a column named {name!r}, which is not a plain "
-                    f"identifier (or starts with the reserved {RESERVED_PREFIX!r})",
-                    "rename the column, or leave this table out of capture",
-                )
+            check_column_name(name, table, where)
             columns.append(Column(name=name, type=sqlite_logical_type(decl or ""), source_type=decl or "",
                                   default=None if default is None or default.upper() == "NULL" else default))
-        names = {c.name.lower(): c.name for c in columns}
-        missing = [k for k in key if k.lower() not in names]
-        if missing:
-            raise ConfigError(
-                f"{where}.primary_key", f"table {table!r} has no column {', '.join(map(repr, missing))}",
-                f"name the table's key columns; it has: {', '.join(c.name for c in columns)}",
-            )
-        key = tuple(names[k.lower()] for k in key)
-        if not self._is_unique_key(conn, table, info, key):
-            raise ConfigError(
-                f"{where}.primary_key", f"columns {list(key)} are not the primary key of {table!r} nor "
-                f"covered by a UNIQUE index, so two rows could share a key and the snapshot would lose one",
-                "name the table's PRIMARY KEY columns, or add a UNIQUE index on the columns you named",
-            )
+        key = resolve_key(columns, key, table, where)
+        require_unique_key(key, self._unique_sets(conn, table, info), table, where)
         return TableSchema(source=self.name, table=table, columns=tuple(columns), primary_key=key)
 
     @staticmethod
-    def _is_unique_key(conn: sqlite3.Connection, table: str, info: list[Any], key: tuple[str, ...]) -> bool:
-        wanted = {k.lower() for k in key}
-        declared = {row[1].lower() for row in info if row[5]}
-        if declared == wanted:
-            return True
+    def _unique_sets(conn: sqlite3.Connection, table: str, info: list[Any]) -> list[set[str]]:
+        """The declared primary key and every UNIQUE index, as column sets."""
+        sets = [{row[1] for row in info if row[5]}]
         for index in conn.execute(f"PRAGMA index_list({quote_sqlite(table)})").fetchall():
             if index[2]:  # unique
-                cols = {r[2].lower() for r in conn.execute(f"PRAGMA index_info({quote_sqlite(index[1])})")
-                        if r[2] is not None}
-                if cols and cols <= wanted:
-                    return True
-        return False
+                sets.append({r[2] for r in conn.execute(f"PRAGMA index_info({quote_sqlite(index[1])})")
+                             if r[2] is not None})
+        return sets
 
     # -- install / verify --------------------------------------------------------------
 
