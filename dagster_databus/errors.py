@@ -55,3 +55,7 @@ class ChangeLogCorruptError(DatabusError):
 
 class SnapshotMissingError(DatabusError):
     """A snapshot was expected to exist (for a merge) but has not been bootstrapped."""
+
+
+class DiskFullError(DatabusError):
+    """The lake's disk filled up while writing; nothing was committed."""

@@ -75,7 +75,7 @@ def bootstrap(config: DatabusConfig, source: str) -> Path | None:
     log = ChangeLog(config.lake, source)
     snapshots = config.lake / "snapshot" / source
     trash = config.lake / "trash" / f"{source}-{time.strftime('%Y%m%dT%H%M%S')}"
-    with log.writer() as writer:
+    with log.writer(refuse_damage=False) as writer:  # a damaged log is exactly what this sets aside
         moved = False
         for path, name in ((log.root, "log"), (snapshots, "snapshot")):
             if path.exists() and any(p.name != ".lock" for p in path.iterdir()):

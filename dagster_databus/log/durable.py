@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dagster_databus.errors import ConcurrentRunError
+from dagster_databus.errors import ConcurrentRunError, DiskFullError
 
 CRASH_ENV = "DATABUS_CRASH_AT"
 
@@ -39,28 +41,46 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def crash_point(name: str) -> None:
-    """Test seam: die here, like a killed process, when ``DATABUS_CRASH_AT`` names this point."""
+    """Test seam: SIGKILL this process here when ``DATABUS_CRASH_AT`` names this point."""
     if os.environ.get(CRASH_ENV) == name:
-        os._exit(86)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def disk_errors(what: str, where: Path) -> Iterator[None]:
+    """Turn a full disk (or quota) into a clear error; anything half-written is cleaned up next run."""
+    try:
+        yield
+    except Exception as exc:  # delta-rs reports ENOSPC as its own DeltaError, with the OS message inside
+        full = (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or "No space left" in str(exc)
+        if not full:
+            raise
+        raise DiskFullError(f"no space left on the device holding {where} while {what}",
+                            "free space there and run again: nothing was committed, and the half-written "
+                            "files are removed by the next run", path=str(where)) from exc
 
 
 @contextlib.contextmanager
 def exclusive_lock(path: Path, what: str, fix: str) -> Iterator[None]:
     """Hold an advisory lock on ``path`` for the block; fail at once if another process has it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
         try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "unknown"
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             raise ConcurrentRunError(f"{what} is locked by another run (pid {holder})", fix) from None
-        f.seek(0)
-        f.truncate()
-        f.write(str(os.getpid()))
-        f.flush()
+        # The pid only helps the message of a run that finds the lock taken; the flock itself needs
+        # no disk space, so a full disk must not stop the run here (it gets a clear error later).
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
         try:
             yield
         finally:
-            f.truncate(0)
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

@@ -31,7 +31,7 @@ from dagster_databus.core.events import ChangeEvent, Op, Window, encode_key, key
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ChangeLogCorruptError, EpochMismatchError
-from dagster_databus.log.durable import crash_point, exclusive_lock, fsync_dir, write_json_atomic
+from dagster_databus.log.durable import crash_point, disk_errors, exclusive_lock, fsync_dir, write_json_atomic
 from dagster_databus.log.schemas import SchemaRegistry
 
 FORMAT = 1
@@ -240,15 +240,17 @@ class ChangeLog:
 
     # -- writing -----------------------------------------------------------------------
 
-    def writer(self) -> LogWriter:
-        return LogWriter(self)
+    def writer(self, refuse_damage: bool = True) -> LogWriter:
+        """The log's single writer; ``refuse_damage=False`` only for a bootstrap, which sets it all aside."""
+        return LogWriter(self, refuse_damage)
 
 
 class LogWriter:
     """The single writer of a source's log. Use as a context manager: it holds the log lock."""
 
-    def __init__(self, log: ChangeLog) -> None:
+    def __init__(self, log: ChangeLog, refuse_damage: bool = True) -> None:
         self.log = log
+        self.refuse_damage = refuse_damage
         self._lock = exclusive_lock(
             log.root / ".lock", f"the change log of source {log.source!r}",
             "wait for the other capture of this source to finish; runs of one source must not overlap",
@@ -269,8 +271,16 @@ class LogWriter:
         self._lock.__exit__(*exc)
 
     def recover(self) -> list[str]:
-        """Delete files no manifest names (a crash mid-publish); roll the checkpoint forward."""
+        """Delete files no manifest names (a crash mid-publish); roll the checkpoint forward; refuse
+        to write after committed segments that are missing or damaged."""
         manifest = self.log.manifest()
+        damaged = [p for p in self.log.continuity_problems() if "not in the manifest" not in p
+                   and "checkpoint" not in p] if self.refuse_damage else []
+        if damaged:
+            raise ChangeLogCorruptError(
+                f"the change log of source {self.log.source!r} is damaged: " + "; ".join(damaged),
+                f"restore the segments from backup, or run `databus bootstrap --source {self.log.source}` to "
+                "start the log and snapshots afresh from the source", source=self.log.source)
         listed = {s.file for s in manifest.segments}
         removed = []
         for path in self.log.segments_dir.iterdir():
@@ -331,7 +341,7 @@ class LogWriter:
         name = f"{first.value:020d}-{last.value:020d}.avro"
         tmp = self.log.segments_dir / f".tmp-{name}-{os.getpid()}"
         tables: dict[str, int] = {}
-        with open(tmp, "wb") as f:
+        with disk_errors(f"writing change-log segment {name}", self.log.segments_dir), open(tmp, "wb") as f:
             fastavro.writer(
                 f, EVENT_SCHEMA, self._records(windows, tables), codec="deflate",
                 metadata={"databus.source": self.log.source, "databus.epoch": epoch,
@@ -348,10 +358,11 @@ class LogWriter:
             file=name, first_scn=first.value, last_scn=last.value, windows=len(windows),
             events=sum(tables.values()), bytes=final.stat().st_size, created_ms=_now_ms(), tables=tables,
         )
-        write_json_atomic(self.log.manifest_path, {
-            "format": FORMAT, "source": self.log.source, "epoch": epoch, "start_scn": str(manifest.start_scn),
-            "state": state or {}, "segments": [asdict(s) for s in (*manifest.segments, info)],
-        })
+        with disk_errors("committing the change-log manifest", self.log.root):
+            write_json_atomic(self.log.manifest_path, {
+                "format": FORMAT, "source": self.log.source, "epoch": epoch, "start_scn": str(manifest.start_scn),
+                "state": state or {}, "segments": [asdict(s) for s in (*manifest.segments, info)],
+            })
         crash_point("manifest_committed")
         self._write_checkpoint(last, epoch, state or {})
         crash_point("checkpoint_written")

@@ -19,9 +19,9 @@ import pyarrow.compute as pc
 from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import SnapshotMissingError
+from dagster_databus.errors import ChangeLogCorruptError, SnapshotMissingError
 from dagster_databus.log.ddl import DdlLog
-from dagster_databus.log.durable import exclusive_lock
+from dagster_databus.log.durable import crash_point, disk_errors, exclusive_lock
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import (
     DeltaEngine,
@@ -108,7 +108,11 @@ def apply_changes(engine: DeltaEngine, snap: DeltaSnapshot, schema: TableSchema,
         )
     if until <= applied:
         return None
-    return engine.merge(snap, schema, drop_stale(changes, applied), until)
+    crash_point("delta_commit")
+    with disk_errors(f"committing {snap.source}.{snap.table} to Delta", snap.path):
+        counts = engine.merge(snap, schema, drop_stale(changes, applied), until)
+    crash_point("delta_committed")
+    return counts
 
 
 SyncMode = Literal["merge", "bootstrap", "rebuild"]
@@ -131,6 +135,12 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
     lock = exclusive_lock(snap.path.parent / f".{table}.lock", f"snapshot {source_cfg.name}.{table}",
                           "wait for the other merge of this table to finish")
     with lock:
+        damaged = [p for p in log.continuity_problems() if "missing" in p or "bytes" in p or "holds SCN" in p]
+        if damaged:
+            raise ChangeLogCorruptError(
+                f"the change log of source {source_cfg.name!r} is damaged: " + "; ".join(damaged),
+                f"run `databus bootstrap --source {source_cfg.name}` (or restore the segments from backup)",
+                source=source_cfg.name)
         bootstrapped_at, bootstrap_rows = None, 0
         if mode == "rebuild":
             restored = rebuild_from_bootstrap(snap, log, progress)
@@ -147,7 +157,8 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
             snapshot = source.snapshot(table, spark=spark)
             progress(f"{table}: bootstrapping from the source at SCN {snapshot.scn}")
             log.schemas.register(snapshot.schema)
-            bootstrap_rows = engine.bootstrap(snap, snapshot.schema, snapshot.batches, snapshot.scn)
+            with disk_errors(f"bootstrapping {source_cfg.name}.{table} into Delta", snap.path):
+                bootstrap_rows = engine.bootstrap(snap, snapshot.schema, snapshot.batches, snapshot.scn)
             applied = bootstrapped_at = snapshot.scn
             progress(f"{table}: bootstrapped {bootstrap_rows} rows at SCN {applied}")
         latest = log.schemas.latest(table)

@@ -1,0 +1,239 @@
+"""The fault suite: after each scenario, lost = 0, phantom = 0, and the snapshot equals the source at
+one SCN. Every scenario runs on SQLite and on MariaDB."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dagster_databus import pipeline
+from dagster_databus.config import DatabusConfig
+from dagster_databus.errors import ChangeLogCorruptError, ConfigError, DiskFullError
+from dagster_databus.log.store import ChangeLog
+from dagster_databus.snapshot.delta import DeltaRsEngine, DeltaSnapshot
+from dagster_databus.snapshot.merge import apply_changes, read_changes, reduce_latest, sync_source, to_merge_table
+from tests.faults.loadgen import DDL, TABLE, LoadGenerator, check
+from tests.harness import MysqlHarness, SourceHarness, SqliteHarness, make_config
+
+REPO = Path(__file__).resolve().parents[2]
+FAKETIME = next((p for p in ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+                             "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1") if Path(p).exists()), None)
+
+
+@pytest.fixture(params=["sqlite", "mysql"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def harness_for(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> SourceHarness:
+    if kind == "sqlite":
+        return SqliteHarness(tmp_path / "source.db")
+    return MysqlHarness(request.getfixturevalue("mariadb"))
+
+
+def prepared(kind: str, tmp_path: Path, request: pytest.FixtureRequest, lake: Path | None = None,
+             chunk_rows: int = 50):
+    harness = harness_for(kind, tmp_path, request)
+    harness.execute([DDL])
+    source = harness.source_config("faults", [(TABLE, ["k"])], poll={"chunk_rows": chunk_rows})
+    config = make_config(lake or tmp_path / "lake", source)
+    config_file = tmp_path / "databus.json"
+    config_file.write_text(json.dumps({"lake": str(config.lake), "sources": [source]}))
+    pipeline.install(config, "faults")
+    return harness, config, config_file, LoadGenerator(harness)
+
+
+def cycle(config: DatabusConfig, spark: object) -> None:
+    pipeline.capture(config, "faults")
+    sync_source(spark, config, "faults")
+
+
+def job(script: str, config_file: Path, crash_at: str | None = None, extra_env: dict | None = None):
+    env = {**os.environ, **(extra_env or {})}
+    if crash_at:
+        env["DATABUS_CRASH_AT"] = crash_at
+    args = ["--config", str(config_file), "--source", "faults"]
+    if script == "capture":
+        args.append("--no-install")
+    return subprocess.run([sys.executable, f"jobs/{script}.py", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def assert_clean(config: DatabusConfig, generator: LoadGenerator) -> None:
+    report = check(config, generator)
+    assert report.clean, report
+
+
+CAPTURE_POINTS = ["segment_written", "segment_published", "manifest_committed", "checkpoint_written"]
+MERGE_POINTS = ["delta_commit", "delta_committed"]
+
+
+@pytest.mark.parametrize("point", CAPTURE_POINTS + MERGE_POINTS)
+def test_sigkill_at_each_boundary_then_rerun(kind: str, point: str, tmp_path: Path, request, spark) -> None:
+    _, config, config_file, generator = prepared(kind, tmp_path, request)
+    generator.run(40)
+    cycle(config, spark)
+    generator.run(40)
+    if point in MERGE_POINTS:
+        pipeline.capture(config, "faults")
+    killed = job("capture" if point in CAPTURE_POINTS else "merge_snapshots", config_file, crash_at=point)
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    generator.run(20)
+    cycle(config, spark)
+    assert_clean(config, generator)
+    assert check(config, generator).duplicates == 0, "a published window is never appended twice"
+
+
+def test_a_truncated_segment_stops_the_pipeline_until_bootstrap(kind: str, tmp_path: Path, request, spark) -> None:
+    _, config, _, generator = prepared(kind, tmp_path, request)
+    generator.run(40)
+    cycle(config, spark)
+    generator.run(40)
+    pipeline.capture(config, "faults")
+    log = ChangeLog(config.lake, "faults")
+    segment = log.segments_dir / log.manifest().segments[-1].file
+    size = segment.stat().st_size
+    with open(segment, "r+b") as f:
+        f.truncate(random.Random(7).randrange(1, size))
+    with pytest.raises(ChangeLogCorruptError, match=r"(?s)is .* bytes, the manifest says.*databus bootstrap"):
+        sync_source(spark, config, "faults")
+    with pytest.raises(ChangeLogCorruptError):
+        pipeline.capture(config, "faults")
+    pipeline.bootstrap(config, "faults")
+    generator.run(20)
+    cycle(config, spark)
+    assert_clean(config, generator)
+
+
+def mount_tmpfs(path: Path, size_mb: int) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)], check=True,
+                   capture_output=True)
+
+
+def fill(path: Path) -> Path:
+    """Take all free space on the filesystem holding ``path``."""
+    filler = path / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 20))
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"),
+                    reason="mounting a size-limited tmpfs needs root (CI and these machines run as root)")
+def test_a_full_disk_during_segment_and_delta_writes(kind: str, tmp_path: Path, request, spark) -> None:
+    lake = tmp_path / "small"
+    mount_tmpfs(lake, 64)
+    try:
+        _, config, _, generator = prepared(kind, tmp_path, request, lake=lake / "lake")
+        generator.run(40)
+        cycle(config, spark)
+        checkpoint = ChangeLog(config.lake, "faults").checkpoint()
+
+        generator.run(200)
+        filler = fill(lake)
+        with pytest.raises(DiskFullError, match=r"no space left.*segment"):
+            pipeline.capture(config, "faults")
+        assert ChangeLog(config.lake, "faults").checkpoint() == checkpoint
+        filler.unlink()
+        pipeline.capture(config, "faults")  # space is back: the next run succeeds
+
+        applied = DeltaSnapshot(config.lake, "faults", TABLE).applied_scn()
+        filler = fill(lake)
+        with pytest.raises(DiskFullError, match=r"no space left.*Delta"):
+            sync_source(spark, config, "faults")
+        assert DeltaSnapshot(config.lake, "faults", TABLE).applied_scn() == applied
+        filler.unlink()
+        cycle(config, spark)
+        assert_clean(config, generator)
+    finally:
+        subprocess.run(["umount", "-l", str(lake)], capture_output=True)
+
+
+def test_two_runs_of_one_source_at_once(kind: str, tmp_path: Path, request, spark) -> None:
+    _, config, config_file, generator = prepared(kind, tmp_path, request, chunk_rows=20)
+    generator.run(40)
+    cycle(config, spark)
+    generator.run(400)  # enough for a capture to take a while
+    runs = [subprocess.Popen([sys.executable, "jobs/capture.py", "--config", str(config_file), "--source", "faults",
+                              "--no-install"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    outcomes = [(r.wait(timeout=300), r.stderr.read()) for r in runs]
+    assert any(code == 0 for code, _ in outcomes), outcomes
+    for code, err in outcomes:
+        assert code == 0 or (code == 2 and "locked by another run" in err), outcomes
+    cycle(config, spark)
+    report = check(config, generator)
+    assert report.clean and report.duplicates == 0, report
+
+
+def test_replayed_and_out_of_order_windows_change_nothing(kind: str, tmp_path: Path, request, spark) -> None:
+    _, config, _, generator = prepared(kind, tmp_path, request)
+    generator.run(30)
+    cycle(config, spark)
+    for _ in range(3):
+        generator.run(30)
+        cycle(config, spark)
+    snap = DeltaSnapshot(config.lake, "faults", TABLE)
+    version, rows = snap.version(), snap.read().to_pylist()
+    schema = ChangeLog(config.lake, "faults").schemas.latest(TABLE)[1]
+    windows = list(ChangeLog(config.lake, "faults").read_windows())
+    random.Random(3).shuffle(windows)
+    for window in windows[:5]:  # old windows again, in a shuffled order
+        changes = to_merge_table(reduce_latest(
+            read_changes(spark, config, "faults", TABLE, window.first_scn.__class__(window.first_scn.value - 1),
+                         window.scn), schema.primary_key), schema)
+        assert apply_changes(DeltaRsEngine(), snap, schema, changes, window.scn) is None
+    assert snap.version() == version and snap.read().to_pylist() == rows
+    assert_clean(config, generator)
+
+
+@pytest.mark.skipif(FAKETIME is None, reason="Debian's faketime package (libfaketime) is not installed")
+def test_clock_jumps_on_the_capture_host_do_not_reorder_anything(kind: str, tmp_path: Path, request, spark) -> None:
+    _, config, config_file, generator = prepared(kind, tmp_path, request)
+    generator.run(30)
+    cycle(config, spark)
+    for offset in ("-3d", "+400d", "-1y", "+0"):
+        generator.run(30)
+        ran = job("capture", config_file, extra_env={"LD_PRELOAD": FAKETIME, "FAKETIME": offset,
+                                                      "DONT_FAKE_MONOTONIC": "1"})
+        assert ran.returncode == 0, ran.stderr
+    updated = ChangeLog(config.lake, "faults").checkpoint().updated_ms
+    assert abs(updated / 1000 - time.time()) < 120, "the last capture ran at the real time"
+    sync_source(spark, config, "faults")
+    events = [(e.event.scn, e.event.seq) for e in ChangeLog(config.lake, "faults").read()]
+    assert events == sorted(events) and len(set(events)) == len(events)
+    assert_clean(config, generator)
+
+
+def test_a_database_that_disappears_mid_run_is_a_clear_error_and_writes_nothing(kind: str, tmp_path: Path,
+                                                                                  request, spark) -> None:
+    harness, config, _, generator = prepared(kind, tmp_path, request)
+    generator.run(20)
+    cycle(config, spark)
+    log = ChangeLog(config.lake, "faults")
+    manifest, checkpoint = log.manifest(), log.checkpoint()
+    generator.run(10)
+    if kind == "sqlite":
+        Path(config.sources[0].path).unlink()
+        field = "sources.faults.path"
+    else:
+        harness.server.execute(f"DROP DATABASE {harness.database}")
+        field = "sources.faults.database"
+    with pytest.raises(ConfigError) as err:
+        pipeline.capture(config, "faults")
+    assert err.value.field == field and "Fix:" in str(err.value)
+    assert log.manifest() == manifest and log.checkpoint() == checkpoint
