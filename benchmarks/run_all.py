@@ -3,12 +3,23 @@ peer or floor measured in the same run. Run one alone with ``python -m benchmark
 
 from __future__ import annotations
 
-from benchmarks import bench_capture, bench_consumer, bench_log_write, bench_merge, bench_mysql
+from benchmarks import (
+    bench_bootstrap,
+    bench_capture,
+    bench_consumer,
+    bench_e2e,
+    bench_log_write,
+    bench_merge,
+    bench_mysql,
+)
 
 if __name__ == "__main__":
     bench_capture.main()
-    bench_log_write.main()
     bench_mysql.main()
+    bench_log_write.main()
     bench_consumer.main()
-    bench_merge.main(1_000_000, 1.0)
-    bench_merge.main(1_000_000, 10.0)
+    for rows in (1_000_000, 10_000_000):
+        for pct in (1.0, 10.0):
+            bench_merge.main(rows, pct)
+    bench_bootstrap.main()
+    bench_e2e.main()
