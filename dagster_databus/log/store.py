@@ -140,8 +140,8 @@ class ChangeLog:
         return Checkpoint(scn=Scn.parse(doc["scn"]), epoch=doc["epoch"], updated_ms=doc["updated_ms"],
                           state=doc.get("state", {}))
 
-    def continuity_problems(self) -> list[str]:
-        """Gaps, overlaps and missing or stray files between the manifest and the segments."""
+    def damage(self) -> list[str]:
+        """Committed segments that overlap, are missing, or differ in size or SCN range from the manifest."""
         manifest = self.manifest()
         problems = []
         previous = manifest.start_scn
@@ -163,6 +163,21 @@ class ChangeLog:
                     problems.append(f"segment {s.file} holds SCN {meta.get('databus.first_scn')}.."
                                     f"{meta.get('databus.last_scn')}, the manifest says {s.first_scn}..{s.last_scn}")
             previous = Scn(s.last_scn)
+        return problems
+
+    def require_intact(self) -> None:
+        """Refuse to read or extend a log whose committed segments are damaged."""
+        damaged = self.damage()
+        if damaged:
+            raise ChangeLogCorruptError(
+                f"the change log of source {self.source!r} is damaged: " + "; ".join(damaged),
+                f"restore the segments from backup, or run `databus bootstrap --source {self.source}` to "
+                "start the log and snapshots afresh from the source", source=self.source)
+
+    def continuity_problems(self) -> list[str]:
+        """Damage, plus files no manifest names and a checkpoint behind the committed log."""
+        manifest = self.manifest()
+        problems = self.damage()
         listed = {s.file for s in manifest.segments}
         if self.segments_dir.exists():
             problems += [f"file {p.name} is not in the manifest" for p in self.segments_dir.iterdir()
@@ -273,14 +288,9 @@ class LogWriter:
     def recover(self) -> list[str]:
         """Delete files no manifest names (a crash mid-publish); roll the checkpoint forward; refuse
         to write after committed segments that are missing or damaged."""
+        if self.refuse_damage:
+            self.log.require_intact()
         manifest = self.log.manifest()
-        damaged = [p for p in self.log.continuity_problems() if "not in the manifest" not in p
-                   and "checkpoint" not in p] if self.refuse_damage else []
-        if damaged:
-            raise ChangeLogCorruptError(
-                f"the change log of source {self.log.source!r} is damaged: " + "; ".join(damaged),
-                f"restore the segments from backup, or run `databus bootstrap --source {self.log.source}` to "
-                "start the log and snapshots afresh from the source", source=self.log.source)
         listed = {s.file for s in manifest.segments}
         removed = []
         for path in self.log.segments_dir.iterdir():

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ChangeLogCorruptError, SnapshotMissingError
+from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.log.ddl import DdlLog
 from dagster_databus.log.durable import crash_point, disk_errors, exclusive_lock
 from dagster_databus.log.store import ChangeLog
@@ -135,12 +135,7 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
     lock = exclusive_lock(snap.path.parent / f".{table}.lock", f"snapshot {source_cfg.name}.{table}",
                           "wait for the other merge of this table to finish")
     with lock:
-        damaged = [p for p in log.continuity_problems() if "missing" in p or "bytes" in p or "holds SCN" in p]
-        if damaged:
-            raise ChangeLogCorruptError(
-                f"the change log of source {source_cfg.name!r} is damaged: " + "; ".join(damaged),
-                f"run `databus bootstrap --source {source_cfg.name}` (or restore the segments from backup)",
-                source=source_cfg.name)
+        log.require_intact()
         bootstrapped_at, bootstrap_rows = None, 0
         if mode == "rebuild":
             restored = rebuild_from_bootstrap(snap, log, progress)
