@@ -75,20 +75,17 @@ class PollConfig(_Strict):
     max_lag_scn: int | None = Field(default=None, ge=0)
 
 
-class SqliteSourceConfig(_Strict):
+class _SourceBase(_Strict):
+    """What every source kind has: a name, its tables, polling, retention and Dagster labels."""
+
     name: str
-    kind: Literal["sqlite"]
-    path: Path
     tables: tuple[TableConfig, ...] = Field(min_length=1)
     poll: PollConfig = PollConfig()
     retention: RetentionConfig = RetentionConfig()
     owners: tuple[str, ...] = ()  # Dagster asset owners: emails or team:<name>
     tags: dict[str, str] = Field(default_factory=dict)  # extra Dagster asset tags
-    prune_txlog: bool = True
-    busy_timeout_ms: int = Field(default=30_000, ge=0)
 
     _check_name = field_validator("name")(lambda cls, v: _plain(v))
-
     _unique_tables = field_validator("tables")(lambda cls, v: _unique_table_names(v))
 
     def table(self, name: str) -> TableConfig:
@@ -98,31 +95,14 @@ class SqliteSourceConfig(_Strict):
         raise KeyError(name)
 
 
-class MysqlSourceConfig(_Strict):
-    """A MySQL or MariaDB server, captured from its binary log."""
+class _ServerSourceBase(_SourceBase):
+    """A database server reached over the network with a user and a password."""
 
-    name: str
-    kind: Literal["mysql"]
-    host: str = "127.0.0.1"
-    port: int = Field(default=3306, ge=1, le=65535)
     user: str
     password: str = ""
     password_env: str | None = None
-    database: str
-    tables: tuple[TableConfig, ...] = Field(min_length=1)
-    poll: PollConfig = PollConfig()
-    retention: RetentionConfig = RetentionConfig()
-    owners: tuple[str, ...] = ()  # Dagster asset owners: emails or team:<name>
-    tags: dict[str, str] = Field(default_factory=dict)  # extra Dagster asset tags
-    # The replica server id capture registers with; must differ from every server and replica.
-    server_id: int = Field(default=0, ge=0, lt=2**32)
     connect_timeout_s: int = Field(default=10, ge=1, le=600)
-    on_purged: Literal["fail", "bootstrap"] = "fail"
     bootstrap_chunk_rows: int = Field(default=50_000, ge=1)
-
-    _check_name = field_validator("name")(lambda cls, v: _plain(v))
-    _check_database = field_validator("database")(lambda cls, v: _plain(v))
-    _unique_tables = field_validator("tables")(lambda cls, v: _unique_table_names(v))
 
     def resolved_password(self) -> str:
         if self.password_env is None:
@@ -134,43 +114,43 @@ class MysqlSourceConfig(_Strict):
                               f"export {self.password_env}=<password>, or put the password in 'password'")
         return value
 
+
+class SqliteSourceConfig(_SourceBase):
+    kind: Literal["sqlite"]
+    path: Path
+    prune_txlog: bool = True
+    busy_timeout_ms: int = Field(default=30_000, ge=0)
+
+
+class MysqlSourceConfig(_ServerSourceBase):
+    """A MySQL or MariaDB server, captured from its binary log."""
+
+    kind: Literal["mysql"]
+    host: str = "127.0.0.1"
+    port: int = Field(default=3306, ge=1, le=65535)
+    database: str
+    # The replica server id capture registers with; must differ from every server and replica.
+    server_id: int = Field(default=0, ge=0, lt=2**32)
+    on_purged: Literal["fail", "bootstrap"] = "fail"
+
+    _check_database = field_validator("database")(lambda cls, v: _plain(v))
+
     def replica_server_id(self) -> int:
         import zlib
 
         return self.server_id or 4_000_000 + zlib.crc32(self.name.encode()) % 1_000_000
 
-    def table(self, name: str) -> TableConfig:
-        return next(t for t in self.tables if t.name == name)
 
-
-class OracleSourceConfig(_Strict):
+class OracleSourceConfig(_ServerSourceBase):
     """An Oracle schema captured with Databus's triggers + sy$txlog design (python-oracledb, thin mode)."""
 
-    name: str
     kind: Literal["oracle"]
     dsn: str
-    user: str
-    password: str = ""
-    password_env: str | None = None
-    tables: tuple[TableConfig, ...] = Field(min_length=1)
-    poll: PollConfig = PollConfig()
-    retention: RetentionConfig = RetentionConfig()
-    owners: tuple[str, ...] = ()  # Dagster asset owners: emails or team:<name>
-    tags: dict[str, str] = Field(default_factory=dict)  # extra Dagster asset tags
-    bootstrap_chunk_rows: int = Field(default=50_000, ge=1)
     # Seconds the alert sensor waits in sync_alert.waitForEvent per evaluation.
     alert_wait_s: int = Field(default=20, ge=1, le=300)
     # Oracle folds unquoted names to upper case; with this on, tables and columns appear in the
     # log and the snapshots in lower case (ACCOUNTS.ID -> accounts.id).
     lowercase_names: bool = False
-    connect_timeout_s: int = Field(default=10, ge=1, le=600)
-
-    _check_name = field_validator("name")(lambda cls, v: _plain(v))
-    _unique_tables = field_validator("tables")(lambda cls, v: _unique_table_names(v))
-    resolved_password = MysqlSourceConfig.resolved_password
-
-    def table(self, name: str) -> TableConfig:
-        return next(t for t in self.tables if t.name == name)
 
 
 SourceConfig = Annotated[SqliteSourceConfig | MysqlSourceConfig | OracleSourceConfig, Field(discriminator="kind")]
