@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, load_config
+from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
+from dagster_databus.consumer.pull import MetaManager
+from dagster_databus.core.events import ChangeEvent
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import DatabusError
 from dagster_databus.log.store import ChangeLog
@@ -57,25 +59,18 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
             applied = DeltaSnapshot(config.lake, source.name, table.name).applied_scn()
             behind = str(manifest.last_scn.value - applied.value) if applied is not None else "-"
             print(f"  {table.name:<26}{'':>12}{applied or '-'!s:>12}{'':>12}{behind:>8}")
+        for client, cursor in MetaManager(config.lake, source.name).cursors().items():
+            position = cursor.value if cursor else manifest.start_scn.value
+            state = "  behind retention: must bootstrap" if position < manifest.start_scn.value else ""
+            print(f"  consumer {client:<17}{cursor or '-'!s:>12}{'':>24}{manifest.last_scn.value - position:>8}"
+                  f"{state}")
     return 0
 
 
-class _JsonLines:
+class JsonLinesConsumer(DatabusConsumer):
     """Prints each data event as one JSON line."""
 
-    def __init__(self) -> None:
-        from dagster_databus.consumer.client import DatabusConsumer
-
-        outer = self
-
-        class Printer(DatabusConsumer):
-            def on_data_event(self, event: Any) -> None:
-                outer.emit(event)
-
-        self.consumer = Printer()
-
-    @staticmethod
-    def emit(event: Any) -> None:
+    def on_data_event(self, event: ChangeEvent) -> None:
         print(json.dumps({"scn": str(event.scn), "seq": event.seq, "table": event.table, "op": event.op.value,
                           "key": list(event.key), "commit_ts_ms": event.commit_ts_ms, "row": dict(event.row)},
                          default=lambda v: v.hex() if isinstance(v, bytes) else str(v)), flush=True)
@@ -87,14 +82,13 @@ def _tail(config: DatabusConfig, args: argparse.Namespace) -> int:
         FileCheckpointStore,
         MemoryCheckpointStore,
     )
-    from dagster_databus.consumer.client import DatabusClient
 
     config.source(args.source)
     store = FileCheckpointStore(args.checkpoint) if args.checkpoint else MemoryCheckpointStore()
     if args.from_scn is not None and store.load() is None:
         store.save(ConsumerCheckpoint(scn=Scn.parse(args.from_scn),
                                       epoch=ChangeLog(config.lake, args.source).manifest().epoch))
-    client = DatabusClient(config.lake, args.source, _JsonLines().consumer, tables=args.tables,
+    client = DatabusClient(config.lake, args.source, JsonLinesConsumer(), tables=args.tables,
                            partition_filter=args.filter, checkpoints=store, bootstrap=not args.no_bootstrap)
     try:
         if args.follow:

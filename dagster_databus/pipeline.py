@@ -171,8 +171,8 @@ def enforce_retention(config: DatabusConfig, source: str) -> RetentionResult | N
     if limits.max_age_hours is None and limits.max_bytes is None:
         return None
     applied = [DeltaSnapshot(config.lake, source, t.name).applied_scn() for t in source_cfg.tables]
-    absorbed = min((a for a in applied if a is not None), default=Scn.BEGINNING) if all(
-        a is not None for a in applied) else Scn.BEGINNING
+    # A table without a snapshot has absorbed nothing yet: then nothing may go.
+    absorbed = Scn.BEGINNING if None in applied else min(applied)
     log = ChangeLog(config.lake, source)
     with log.writer() as writer:
         return apply_retention(writer, absorbed,

@@ -129,7 +129,7 @@ def test_checks_pass_on_a_healthy_source_and_fail_on_a_diverged_snapshot(tmp_pat
 
 
 def test_lag_continuity_drift_and_consumer_checks_each_fail_for_their_reason(tmp_path: Path, spark) -> None:
-    path, defs, workload = setup(tmp_path, poll={"max_lag_scn": 0}, retention={"max_bytes": 1})
+    _, defs, workload = setup(tmp_path, poll={"max_lag_scn": 0}, retention={"max_bytes": 1})
     workload.run(10)
     lake = tmp_path / "lake"
 
@@ -160,10 +160,40 @@ def test_lag_continuity_drift_and_consumer_checks_each_fail_for_their_reason(tmp
     assert found[("shop/changelog", "log_continuity")].metadata["problems"].value == [
         "file stray.avro is not in the manifest"]
     assert not found[("shop/changelog", "consumers_within_retention")].passed
-    assert "billing at SCN 0" in found[("shop/changelog", "consumers_within_retention")].metadata["problems"].value[0]
+    billing = MetaManager(lake, "shop").cursor("billing")  # where it subscribed; the log has moved past it
+    assert found[("shop/changelog", "consumers_within_retention")].metadata["problems"].value[0].startswith(
+        f"billing at SCN {billing}, the log starts after")
     assert found[("shop/orders", "schema_drift")].metadata["problems"].value == [
         "orders.channel: in the source, not in the snapshot"]
+
+
+def test_status_prints_positions_lag_and_consumers(tmp_path: Path, spark, capsys) -> None:
+    path, defs, workload = setup(tmp_path, retention={"max_bytes": 1})
+    workload.run(10)
+    lake = tmp_path / "lake"
+    with dg.instance_for_test() as instance:
+        run(defs, instance)
+        MetaManager(lake, "shop").subscribe("billing")  # never acks
+        MetaManager(lake, "shop").subscribe("search")
+        for _ in range(2):
+            workload.run(10)
+            run(defs, instance)  # retention cuts the log behind the snapshots
+    search = PullConsumer(lake, "shop", "search")  # keeps up with what the log still holds
+    search.meta._store("search", {**search.meta._require("search"),
+                                  "cursor": str(ChangeLog(lake, "shop").manifest().start_scn)})
+    search = PullConsumer(lake, "shop", "search")
+    while (batch := search.get_without_ack(batch_size=1000)).id != -1:
+        search.ack(batch.id)
+    capsys.readouterr()
     assert cli(["--config", str(path), "status"]) == 0
+    lines = {line.split()[0] + (" " + line.split()[1] if line.split()[0] == "consumer" else ""): line
+             for line in capsys.readouterr().out.splitlines()[1:]}
+    log = ChangeLog(lake, "shop")
+    assert lines["shop"].split()[1] == str(log.checkpoint().scn)
+    assert lines["orders"].split()[1] == str(DeltaSnapshot(lake, "shop", "orders").applied_scn())
+    assert "behind retention" in lines["consumer billing"]
+    assert lines["consumer search"].split()[2] == str(MetaManager(lake, "shop").cursor("search"))
+    assert "behind retention" not in lines["consumer search"]
 
 
 def test_bootstrap_and_rebuild_runs_with_typed_run_config(tmp_path: Path, spark) -> None:

@@ -46,7 +46,8 @@ class Batch:
 
 class MetaManager:
     def __init__(self, lake: str | Path, source: str) -> None:
-        self.root = Path(lake) / "consumers" / source
+        self.lake = Path(lake)
+        self.root = self.lake / "consumers" / source
         self.source = source
 
     def _path(self, client_id: str) -> Path:
@@ -63,12 +64,15 @@ class MetaManager:
         write_json_atomic(self._path(client_id), doc)
 
     def subscribe(self, client_id: str, tables: list[str] | None = None, filter: str | None = None) -> Subscription:
-        """Add a client; an existing client is left as it is (Canal: "no change if it exists")."""
+        """Add a client, starting at the oldest change the log holds now; an existing client is left
+        as it is (Canal: "no change if it exists")."""
         if filter is not None:
             PartitionFilter.parse(filter)
         doc = self._load(client_id)
         if doc is None:
-            doc = {"client_id": client_id, "tables": tables, "filter": filter, "cursor": None, "last_batch_id": 0}
+            start = ChangeLog(self.lake, self.source).manifest().start_scn
+            doc = {"client_id": client_id, "tables": tables, "filter": filter, "cursor": str(start),
+                   "last_batch_id": 0}
             self._store(client_id, doc)
         return Subscription(client_id, tuple(doc["tables"]) if doc["tables"] else None, doc["filter"])
 

@@ -31,20 +31,18 @@ def build_poll_schedule(source: SourceConfig, job: dg.UnresolvedAssetJobDefiniti
 def build_snapshot_jobs(source: SourceConfig) -> list[dg.UnresolvedAssetJobDefinition]:
     """Ad-hoc bootstrap and rebuild runs of a source's snapshots, launched with typed run config."""
     selection = dg.AssetSelection.assets(*[dg.AssetKey([source.name, t.name]) for t in source.tables])
-    op = f"{source.name}_snapshots"
+    descriptions = {
+        "bootstrap": f"Re-read chosen tables of `{source.name}` from the source (run config `tables`; empty = "
+                     "all) into fresh snapshots; capture continues from its own checkpoint.",
+        "rebuild": f"Rebuild snapshots of `{source.name}` from their last bootstrap by replaying the retained "
+                   "change log (refused when the log no longer reaches back that far).",
+    }
     return [
         dg.define_asset_job(
-            name=f"{source.name}_bootstrap", selection=selection,
-            config={"ops": {op: {"config": {"mode": "bootstrap", "tables": []}}}},
-            description=f"Re-read chosen tables of `{source.name}` from the source (run config `tables`; empty = "
-                        "all) into fresh snapshots; capture continues from its own checkpoint.",
-            tags={"databus/source": source.name, "databus/run": "bootstrap"}),
-        dg.define_asset_job(
-            name=f"{source.name}_rebuild", selection=selection,
-            config={"ops": {op: {"config": {"mode": "rebuild", "tables": []}}}},
-            description=f"Rebuild snapshots of `{source.name}` from their last bootstrap by replaying the retained "
-                        "change log (refused when the log no longer reaches back that far).",
-            tags={"databus/source": source.name, "databus/run": "rebuild"}),
+            name=f"{source.name}_{mode}", selection=selection, description=description,
+            config={"ops": {f"{source.name}_snapshots": {"config": {"mode": mode, "tables": []}}}},
+            tags={"databus/source": source.name, "databus/run": mode})
+        for mode, description in descriptions.items()
     ]
 
 
