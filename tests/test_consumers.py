@@ -184,6 +184,7 @@ def test_pull_batches_ack_in_order_roll_back_and_keep_cursors(tmp_path: Path) ->
         PullConsumer(config.lake, "shop", "app1")
     meta.subscribe("app1", tables=["orders"])
     assert meta.subscribe("app1", tables=["customers"]).tables == ("orders",)  # unchanged
+    assert [(sub.client_id, sub.tables) for sub in meta.subscriptions()] == [("app1", ("orders",))]
     client = PullConsumer(config.lake, "shop", "app1")
     b1, b2, b3 = (client.get_without_ack(batch_size=5) for _ in range(3))
     assert b1.id < b2.id < b3.id and b1.end == b2.start and b2.end == b3.start
