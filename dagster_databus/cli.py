@@ -48,7 +48,7 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
         log = ChangeLog(config.lake, source.name)
         manifest, checkpoint = log.manifest(), log.checkpoint()
         try:
-            hwm = str(open_source(source).high_water_mark())
+            hwm = str(open_source(source, config.lake).high_water_mark())
         except DatabusError:
             hwm = "?"
         cp = checkpoint.scn if checkpoint else None

@@ -122,6 +122,25 @@ class SqliteSourceConfig(_SourceBase):
     busy_timeout_ms: int = Field(default=30_000, ge=0)
 
 
+class StandbyConfig(_Strict):
+    """A standby (replica) of a MySQL source's server, with the same data and ``log_slave_updates``."""
+
+    host: str
+    port: int = Field(default=3306, ge=1, le=65535)
+
+
+class FailoverConfig(_Strict):
+    """When and how capture switches between a source's primary and its standby (seed 002)."""
+
+    # The active server counts as down after this many failed connection attempts, this far apart.
+    retries: int = Field(default=3, ge=1, le=100)
+    interval_s: float = Field(default=5.0, ge=0, le=3600)
+    # gtid: find the position after the last captured GTID (timestamp when the servers carry none);
+    # timestamp: never use GTIDs: re-read from the last commit time minus fallback_interval_s.
+    position: Literal["gtid", "timestamp"] = "gtid"
+    fallback_interval_s: int = Field(default=60, ge=0, le=7 * 24 * 3600)
+
+
 class MysqlSourceConfig(_ServerSourceBase):
     """A MySQL or MariaDB server, captured from its binary log."""
 
@@ -132,6 +151,8 @@ class MysqlSourceConfig(_ServerSourceBase):
     # The replica server id capture registers with; must differ from every server and replica.
     server_id: int = Field(default=0, ge=0, lt=2**32)
     on_purged: Literal["fail", "bootstrap"] = "fail"
+    standby: StandbyConfig | None = None
+    failover: FailoverConfig = FailoverConfig()
 
     _check_database = field_validator("database")(lambda cls, v: _plain(v))
 
@@ -164,9 +185,39 @@ class SparkConfig(_Strict):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+class LogicalPartConfig(_Strict):
+    """One physical table of a logical table: a configured table of a configured source."""
+
+    source: str
+    table: str
+    # The part's value in the logical table's shard column when the table has no such column.
+    shard: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.shard if self.shard is not None else f"{self.source}.{self.table}"
+
+
+class LogicalTableConfig(_Strict):
+    """Sharded physical tables merged into one logical snapshot (seed 002's group sink).
+
+    The logical key is ``(shard_column, *primary key)``. When the physical tables have a column
+    named ``shard_column`` its values are used; otherwise the column is added with each part's
+    label, so equal keys on different shards never collide.
+    """
+
+    name: str
+    parts: tuple[LogicalPartConfig, ...] = Field(min_length=2)
+    shard_column: str = "shard"
+
+    _check_name = field_validator("name")(lambda cls, v: _plain(v))
+    _check_shard_column = field_validator("shard_column")(lambda cls, v: _plain(v))
+
+
 class DatabusConfig(_Strict):
     lake: Path
     sources: tuple[SourceConfig, ...] = Field(min_length=1)
+    logical_tables: tuple[LogicalTableConfig, ...] = ()
     spark: SparkConfig = SparkConfig()
     path: Path | None = None
 
@@ -176,6 +227,34 @@ class DatabusConfig(_Strict):
         if len(set(names)) != len(names):
             raise ValueError("two sources share a name; each source needs its own name")
         return self
+
+    @model_validator(mode="after")
+    def _logical_parts_exist(self) -> DatabusConfig:
+        seen: set[str] = set()
+        for i, logical in enumerate(self.logical_tables):
+            if logical.name.lower() in seen:
+                raise ValueError(f"logical_tables[{i}]: logical table {logical.name!r} is defined twice")
+            seen.add(logical.name.lower())
+            labels = [p.label for p in logical.parts]
+            if len(set(labels)) != len(labels):
+                raise ValueError(f"logical_tables[{i}] ({logical.name}): two parts have the same shard label; "
+                                 "give each part its own 'shard'")
+            for j, part in enumerate(logical.parts):
+                source = next((s for s in self.sources if s.name == part.source), None)
+                if source is None:
+                    raise ValueError(f"logical_tables[{i}].parts[{j}]: no source named {part.source!r}; use one "
+                                     f"of: {', '.join(s.name for s in self.sources)}")
+                if part.table not in {t.name for t in source.tables}:
+                    raise ValueError(f"logical_tables[{i}].parts[{j}]: source {part.source!r} does not capture "
+                                     f"table {part.table!r}; add it to sources.{part.source}.tables first")
+        return self
+
+    def logical_table(self, name: str) -> LogicalTableConfig:
+        for t in self.logical_tables:
+            if t.name == name:
+                return t
+        known = ", ".join(t.name for t in self.logical_tables) or "(none)"
+        raise ConfigError("logical_tables", f"no logical table named {name!r}", f"use one of: {known}")
 
     def source(self, name: str) -> SourceConfig:
         for s in self.sources:

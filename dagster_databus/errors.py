@@ -59,3 +59,11 @@ class SnapshotMissingError(DatabusError):
 
 class DiskFullError(DatabusError):
     """The lake's disk filled up while writing; nothing was committed."""
+
+
+class StandbyBehindError(DatabusError):
+    """The server capture would switch to lacks transactions already captured from the other one."""
+
+
+class ShardCollisionError(DatabusError):
+    """Two parts of a logical table hold the same logical key: the shard column does not separate them."""

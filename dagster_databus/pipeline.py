@@ -10,10 +10,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import LogGapError
+from dagster_databus.errors import LogGapError, SourceUnavailableError
 from dagster_databus.log.ddl import DdlLog
 from dagster_databus.log.retention import RetentionResult
 from dagster_databus.log.store import ChangeLog
@@ -40,21 +41,30 @@ class CaptureResult:
     duration_s: float = 0.0
     schema_versions: dict[str, int] = field(default_factory=dict)
     bootstrapped: bool = False  # the log was restarted because the source had purged its changes
+    failover: dict[str, Any] | None = None  # the switch to another server this capture followed
+    reread_windows: int = 0  # windows read again after a failover by commit time
 
     @property
     def lag_scn(self) -> int:
         return max(0, self.source_hwm.value - self.until.value)
 
 
-def install(config: DatabusConfig, source: str) -> InstallReport:
+def _resume(src: Any, log: ChangeLog, progress: Progress) -> Any:
+    """Sources with a standby read from the server their checkpoint names, failing over if it is down."""
+    resume = getattr(src, "resume", None)
+    return resume(log, progress) if resume is not None else None
+
+
+def install(config: DatabusConfig, source: str, progress: Progress = lambda _: None) -> InstallReport:
     """Create or update a source's capture objects (idempotent).
 
     A source whose log starts at its current position (a binlog) has that position recorded
     the first time, so every change after install is captured.
     """
     src = open_source(config.source(source))
-    report = src.install()
     log = ChangeLog(config.lake, source)
+    _resume(src, log, progress)
+    report = src.install()
     if log.checkpoint() is None:
         start, state = src.start_position()
         if not start.is_beginning:
@@ -70,9 +80,9 @@ def bootstrap(config: DatabusConfig, source: str) -> Path | None:
     moved to ``<lake>/trash/`` (returned), not deleted. The next run bootstraps every
     snapshot from the source at an SCN at or after the new checkpoint.
     """
-    src = open_source(config.source(source))
-    src.require_installed()
+    src = open_source(config.source(source), config.lake)  # the server the old log was reading
     log = ChangeLog(config.lake, source)
+    src.require_installed()
     snapshots = config.lake / "snapshot" / source
     trash = config.lake / "trash" / f"{source}-{time.strftime('%Y%m%dT%H%M%S')}"
     with log.writer(refuse_damage=False) as writer:  # a damaged log is exactly what this sets aside
@@ -96,27 +106,38 @@ def capture(config: DatabusConfig, source: str, progress: Progress = lambda _: N
     """Poll ``source`` from its checkpoint to the bound fixed at the start; append whole windows.
 
     A source configured with ``on_purged: bootstrap`` whose changes after the checkpoint are
-    gone is bootstrapped (log restarted, snapshots re-read) instead of failing.
+    gone is bootstrapped (log restarted, snapshots re-read) instead of failing. A source with a
+    standby that loses its server mid-run fails over (if the server stays down) and goes on.
     """
-    try:
-        return _capture(config, source, progress)
-    except LogGapError as exc:
-        if getattr(config.source(source), "on_purged", "fail") != "bootstrap":
-            raise
-        progress(f"{source}: {exc.problem}; bootstrapping as configured (on_purged: bootstrap)")
-        bootstrap(config, source)
-        result = _capture(config, source, progress)
-        result.bootstrapped = True
-        return result
+    has_standby = getattr(config.source(source), "standby", None) is not None
+    for attempt in range(3):
+        try:
+            return _capture(config, source, progress)
+        except LogGapError as exc:
+            if getattr(config.source(source), "on_purged", "fail") != "bootstrap":
+                raise
+            progress(f"{source}: {exc.problem}; bootstrapping as configured (on_purged: bootstrap)")
+            bootstrap(config, source)
+            result = _capture(config, source, progress)
+            result.bootstrapped = True
+            return result
+        except SourceUnavailableError as exc:
+            # What was appended before the loss is durable; the next attempt resumes from it,
+            # on the other server if this one stays down.
+            if not has_standby or attempt == 2:
+                raise
+            progress(f"{source}: {exc.problem}; checking whether to fail over")
+    raise AssertionError("unreachable")
 
 
 def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureResult:
     started = time.monotonic()
     src = open_source(config.source(source))
+    log = ChangeLog(config.lake, source)
+    _resume(src, log, progress)
     src.require_installed()  # checks the database and the config's tables first; writes nothing
     schemas = src.schemas()
     epoch = src.epoch()
-    log = ChangeLog(config.lake, source)
     with log.writer() as writer:
         checkpoint = log.checkpoint()
         if checkpoint is None:
@@ -130,6 +151,11 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
         stats = PollStats(until=since)
         result = CaptureResult(source=source, epoch=epoch, since=since, until=since, source_hwm=since,
                                schema_versions=versions)
+        start_state = checkpoint.state if checkpoint else {}
+        if "switched_ms" in start_state and log.manifest().lineage:
+            result.failover = log.manifest().lineage[-1]
+        # After a switch by commit time, windows up to the last commit captured before it are re-reads.
+        reread_ms = int(start_state["reread_through"]) * 1000 if "reread_through" in start_state else None
         ddl = DdlLog(log.root)
         poll_epoch = checkpoint.epoch if checkpoint else log.manifest().epoch
         for windows in src.poll(since, poll_epoch, stats, checkpoint.state if checkpoint else {}):
@@ -141,6 +167,8 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
             result.windows += len(windows)
             result.events += info.events
             for window in windows:
+                if reread_ms is not None and window.events[-1].commit_ts_ms <= reread_ms:
+                    result.reread_windows += 1
                 for event in window.events:
                     result.events_by_op[event.op.value] = result.events_by_op.get(event.op.value, 0) + 1
                     result.events_by_table[event.table] = result.events_by_table.get(event.table, 0) + 1

@@ -87,10 +87,12 @@ class MysqlHarness:
 
     kind = "mysql"
 
-    def __init__(self, server: MariaDBServer) -> None:
+    def __init__(self, server: MariaDBServer, database: str | None = None) -> None:
+        """A new database on ``server``, or an existing one (a replica's copy) when ``database`` is given."""
         self.server = server
-        self.database = f"db{next(_databases)}"
-        server.execute(f"CREATE DATABASE {self.database}")
+        self.database = database or f"db{next(_databases)}"
+        if database is None:
+            server.execute(f"CREATE DATABASE {self.database}")
 
     def connect(self) -> Any:
         conn = self.server.connect(self.database)

@@ -31,7 +31,7 @@ def free_port() -> int:
 
 
 class MariaDBServer:
-    def __init__(self, binlog: bool = True, extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, binlog: bool = True, extra_args: Sequence[str] = (), server_id: int = 1) -> None:
         missing = [b for b in BINARIES if find_binary(b) is None]
         if missing:
             raise RuntimeError(f"MariaDB server binaries not found: {missing}; install Debian's mariadb-server")
@@ -45,7 +45,7 @@ class MariaDBServer:
         )
         args = [find_binary("mariadbd"), "--no-defaults", f"--datadir={self.datadir}",
                 f"--socket={self.root / 'sock'}", f"--port={self.port}", "--bind-address=127.0.0.1", "--user=root",
-                f"--pid-file={self.root / 'pid'}", f"--log-error={self.root / 'error.log'}", "--server-id=1",
+                f"--pid-file={self.root / 'pid'}", f"--log-error={self.root / 'error.log'}", f"--server-id={server_id}",
                 "--innodb-buffer-pool-size=64M", "--max-connections=200"]
         if binlog:
             args += [f"--log-bin={self.datadir / 'binlog'}", "--binlog-format=ROW", "--binlog-row-image=FULL",
@@ -110,6 +110,46 @@ class MariaDBServer:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"binlogs before {name} were not purged within {timeout_s}s")
             time.sleep(0.1)
+
+    def replicate_from(self, primary: MariaDBServer) -> None:
+        """Become a GTID replica of ``primary`` (run this server with --log-slave-updates to chain)."""
+        self.execute(f"CHANGE MASTER TO master_host='127.0.0.1', master_port={primary.port}, master_user='root', "
+                     "master_password='', master_use_gtid=slave_pos, master_connect_retry=1",
+                     "START SLAVE")
+
+    def replica_status(self) -> dict[str, Any]:
+        conn = self.connect()
+        try:
+            with conn.cursor(pymysql.cursors.DictCursor) as cur:
+                cur.execute("SHOW SLAVE STATUS")
+                return dict(cur.fetchone() or {})
+        finally:
+            conn.close()
+
+    def wait_for_gtid(self, gtid: str, timeout_s: float = 30) -> None:
+        """Wait until this replica has applied transaction ``gtid`` (domain-server-seq) or a later one."""
+        domain, _, seq = (int(x) for x in gtid.split("-"))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pos = str(self.query("SELECT @@GLOBAL.gtid_slave_pos")[0][0] or "")
+            have = {int(p.split("-")[0]): int(p.split("-")[2]) for p in pos.split(",") if p}
+            if have.get(domain, 0) >= seq:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"replica did not apply {gtid} within {timeout_s}s (has {pos!r})")
+            time.sleep(0.05)
+
+    def wait_applied(self, timeout_s: float = 30) -> None:
+        """Wait until the SQL thread has applied everything the IO thread received."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            s = self.replica_status()
+            if (s.get("Relay_Master_Log_File") == s.get("Master_Log_File")
+                    and s.get("Exec_Master_Log_Pos") == s.get("Read_Master_Log_Pos")):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"replica did not apply its relay log within {timeout_s}s: {s}")
+            time.sleep(0.05)
 
     def close(self) -> None:
         if self.process.poll() is None:

@@ -14,6 +14,8 @@ from typing import ClassVar
 from dagster_databus.errors import EpochMismatchError
 
 _MAX = (1 << 63) - 1
+# Binlog SCNs: era (failover count) in bits 52..62, binlog file number in 32..51, offset in 0..31.
+_ERA_SHIFT, _FILE_BITS = 52, 20
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -41,11 +43,23 @@ class Scn:
         return cls(int(stripped))
 
     @classmethod
-    def from_binlog(cls, file_number: int, offset: int) -> Scn:
-        """Databus for MySQL: the binlog file number in the high 32 bits, the offset in the low."""
-        if not (0 <= file_number < (1 << 31) and 0 <= offset < (1 << 32)):
+    def from_binlog(cls, file_number: int, offset: int, era: int = 0) -> Scn:
+        """Databus for MySQL: the binlog file number above the 32-bit offset.
+
+        ``era`` counts the failovers of the source's change log: after a switch to another
+        server, whose binlog positions are unrelated, SCNs carry the next era, so the log's
+        SCNs keep growing (see docs/ha.md).
+        """
+        if not (0 <= file_number < (1 << _FILE_BITS) and 0 <= offset < (1 << 32)):
             raise ValueError(f"binlog position out of range: file {file_number}, offset {offset}")
-        return cls((file_number << 32) | offset)
+        if not 0 <= era < (1 << (63 - _ERA_SHIFT)):
+            raise ValueError(f"failover era {era} out of range")
+        return cls((era << _ERA_SHIFT) | (file_number << 32) | offset)
+
+    def binlog_parts(self) -> tuple[int, int, int]:
+        """(era, binlog file number, offset) of an SCN made by ``from_binlog``."""
+        return (self.value >> _ERA_SHIFT, (self.value >> 32) & ((1 << _FILE_BITS) - 1),
+                self.value & 0xFFFFFFFF)
 
     @property
     def is_beginning(self) -> bool:

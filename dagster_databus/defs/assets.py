@@ -16,7 +16,8 @@ from pydantic import Field
 from dagster_databus import pipeline
 from dagster_databus.config import SourceConfig
 from dagster_databus.errors import ConcurrentRunError, DatabusError, SourceUnavailableError
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.store import ChangeLog, Manifest
+from dagster_databus.pipeline import CaptureResult
 from dagster_databus.snapshot.merge import TableSyncResult, pick_engine, sync_table
 
 RESOURCE = "databus"
@@ -127,6 +128,7 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
             "log_segments": len(manifest.segments),
             "log_bytes": sum(s.bytes for s in manifest.segments),
             "epoch": result.epoch, "duration_s": round(result.duration_s, 3),
+            **_failover_metadata(result, manifest),
         })
 
     specs = [
@@ -165,6 +167,23 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
                                  f"{retention.start_scn}")
 
     return [capture_install, changelog, snapshots]
+
+
+def _failover_metadata(result: CaptureResult, manifest: Manifest) -> dict[str, object]:
+    """Which server capture reads, and the switch this run followed (if any)."""
+    if not manifest.lineage and not manifest.state.get("server"):
+        return {}
+    out: dict[str, object] = {"server": manifest.state.get("server", "primary"), "failovers": len(manifest.lineage)}
+    if result.failover is not None:
+        switch = result.failover
+        out.update({
+            "failover": dg.MetadataValue.json(switch),
+            "failover_to": str(switch.get("to_server", "")),
+            "failover_method": str(switch.get("method", "")),
+            "failover_position": f"{switch.get('resume_file')}:{switch.get('resume_offset')}",
+            "reread_windows": result.reread_windows,
+        })
+    return out
 
 
 def _snapshot_metadata(r: TableSyncResult) -> dict[str, object]:

@@ -30,7 +30,7 @@ def build_source_checks(source: SourceConfig) -> list[dg.AssetChecksDefinition]:
                                 "triggers, broken scheduler jobs, binlog settings and privileges).")
     def capture_verified(context: AssetCheckExecutionContext) -> dg.AssetCheckResult:
         try:
-            problems = open_source(source).verify()
+            problems = open_source(source, getattr(context.resources, RESOURCE).config().lake).verify()
         except DatabusError as exc:
             problems = [str(exc)]
         return _problems_result(problems, kind=source.kind)
@@ -42,7 +42,7 @@ def build_source_checks(source: SourceConfig) -> list[dg.AssetChecksDefinition]:
         config = getattr(context.resources, RESOURCE).config()
         checkpoint = ChangeLog(config.lake, name).checkpoint()
         try:
-            position = open_source(source).high_water_mark()
+            position = open_source(source, config.lake).high_water_mark()
         except DatabusError as exc:
             return dg.AssetCheckResult(passed=False, metadata={"error": str(exc)})
         behind = max(0, position.value - (checkpoint.scn.value if checkpoint else 0))

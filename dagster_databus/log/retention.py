@@ -4,11 +4,11 @@ snapshot of the source has absorbed (a consumer can always bootstrap, then catch
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 
 from dagster_databus.core.scn import Scn
-from dagster_databus.log.durable import fsync_dir, write_json_atomic
-from dagster_databus.log.store import FORMAT, ChangeLog, LogWriter
+from dagster_databus.log.durable import fsync_dir
+from dagster_databus.log.store import ChangeLog, LogWriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +45,7 @@ def apply_retention(writer: LogWriter, absorbed: Scn, max_age_s: float | None = 
         return RetentionResult(0, 0, manifest.start_scn, held)
     removed, kept = segments[:drop], segments[drop:]
     start = Scn(removed[-1].last_scn)
-    write_json_atomic(log.manifest_path, {
-        "format": FORMAT, "source": log.source, "epoch": manifest.epoch, "start_scn": str(start),
-        "state": manifest.state, "segments": [asdict(s) for s in kept]})
+    log.write_manifest(replace(manifest, start_scn=start, segments=tuple(kept)))
     for segment in removed:
         (log.segments_dir / segment.file).unlink(missing_ok=True)
     fsync_dir(log.segments_dir)

@@ -21,7 +21,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,16 @@ class Manifest:
     segments: tuple[SegmentInfo, ...]
     start_scn: Scn = Scn.BEGINNING  # the log holds every change after this (set by a bootstrap)
     state: dict[str, str] = field(default_factory=dict)  # the checkpoint state of the last commit
+    # Recorded epoch switches (failovers), oldest first: {"epoch", "until_scn", "to_epoch", ...}.
+    lineage: tuple[dict[str, Any], ...] = ()
+
+    def knows_epoch(self, epoch: str) -> bool:
+        """Whether positions of ``epoch`` belong to this log (its current epoch or one it switched from)."""
+        return epoch == self.epoch or any(e["epoch"] == epoch for e in self.lineage)
+
+    def to_json(self, source: str) -> dict[str, Any]:
+        return {"format": FORMAT, "source": source, "epoch": self.epoch, "start_scn": str(self.start_scn),
+                "state": self.state, "lineage": list(self.lineage), "segments": [asdict(s) for s in self.segments]}
 
     @property
     def last_scn(self) -> Scn:
@@ -131,7 +141,12 @@ class ChangeLog:
                 "upgrade dagster-databus, or bootstrap the source into a fresh lake",
             )
         return Manifest(epoch=doc["epoch"], segments=tuple(SegmentInfo(**s) for s in doc["segments"]),
-                        start_scn=Scn.parse(doc.get("start_scn", "0")), state=doc.get("state", {}))
+                        start_scn=Scn.parse(doc.get("start_scn", "0")), state=doc.get("state", {}),
+                        lineage=tuple(doc.get("lineage", ())))
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        """Commit a manifest (atomically): the change log's commit point."""
+        write_json_atomic(self.manifest_path, manifest.to_json(self.source))
 
     def checkpoint(self) -> Checkpoint | None:
         if not self.checkpoint_path.exists():
@@ -313,9 +328,25 @@ class LogWriter:
         if self.log.manifest().segments:
             raise ValueError("start_at is only for an empty log")
         self.log.segments_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.log.manifest_path, {"format": FORMAT, "source": self.log.source, "epoch": epoch,
-                                                   "start_scn": str(scn), "state": state or {}, "segments": []})
+        self.log.write_manifest(Manifest(epoch=epoch, segments=(), start_scn=scn, state=state or {}))
         self._write_checkpoint(scn, epoch, state or {})
+
+    def switch_epoch(self, resume: Scn, epoch: str, state: dict[str, str], record: dict[str, Any]) -> None:
+        """Record a switch to another lineage of the source (a failover) and resume at ``resume``.
+
+        Explicit and durable: the manifest keeps every epoch the log switched from with the SCN it
+        ended at, so consumers holding positions of an earlier epoch can still place them.
+        """
+        manifest = self.log.manifest()
+        checkpoint = self.log.checkpoint()
+        until = checkpoint.scn if checkpoint is not None else manifest.last_scn
+        if resume <= until:
+            raise ValueError(f"a switch must resume after SCN {until}, not at {resume}")
+        entry = {"epoch": manifest.epoch or (checkpoint.epoch if checkpoint else ""), "until_scn": str(until),
+                 "to_epoch": epoch, "resume_scn": str(resume), "switched_ms": _now_ms(), **record}
+        self.log.write_manifest(replace(manifest, epoch=epoch, state=dict(state),
+                                        lineage=(*manifest.lineage, entry)))
+        self._write_checkpoint(resume, epoch, state)
 
     def advance(self, scn: Scn, epoch: str, state: dict[str, str]) -> None:
         """Move the checkpoint past source positions that produced no events for this log."""
@@ -369,10 +400,8 @@ class LogWriter:
             events=sum(tables.values()), bytes=final.stat().st_size, created_ms=_now_ms(), tables=tables,
         )
         with disk_errors("committing the change-log manifest", self.log.root):
-            write_json_atomic(self.log.manifest_path, {
-                "format": FORMAT, "source": self.log.source, "epoch": epoch, "start_scn": str(manifest.start_scn),
-                "state": state or {}, "segments": [asdict(s) for s in (*manifest.segments, info)],
-            })
+            self.log.write_manifest(replace(manifest, epoch=epoch, state=state or {},
+                                            segments=(*manifest.segments, info)))
         crash_point("manifest_committed")
         self._write_checkpoint(last, epoch, state or {})
         crash_point("checkpoint_written")

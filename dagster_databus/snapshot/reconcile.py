@@ -84,7 +84,7 @@ def reconcile_table(config: DatabusConfig, source_cfg: SourceConfig, table: str)
     from dagster_databus.snapshot.delta import DeltaSnapshot
     from dagster_databus.sources import open_source
 
-    source = open_source(source_cfg)
+    source = open_source(source_cfg, config.lake)
     read = source.snapshot(table)
     columns = read.schema.column_names
     source_rows = [{k: v for k, v in r.items() if k in columns} for b in read.batches for r in b.to_pylist()]
@@ -118,7 +118,7 @@ def schema_drift(config: DatabusConfig, source_cfg: SourceConfig, table: str) ->
     from dagster_databus.snapshot.delta import DeltaSnapshot
     from dagster_databus.sources import open_source
 
-    schema = open_source(source_cfg).preflight()[table]
+    schema = open_source(source_cfg, config.lake).preflight()[table]
     snap = DeltaSnapshot(config.lake, source_cfg.name, table)
     if not snap.exists():
         return [f"{table}: no snapshot yet"]

@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from dagster_databus.config import SourceConfig
 from dagster_databus.sources.base import CaptureSource
 
 
-def open_source(config: SourceConfig) -> CaptureSource:
+def open_source(config: SourceConfig, lake: Path | None = None) -> CaptureSource:
+    """The source's capture adapter. With ``lake``, a source with a standby reads from the server
+    its change log's checkpoint names (the standby after a failover)."""
     if config.kind == "sqlite":
         from dagster_databus.sources.sqlite import SqliteSource
 
         return SqliteSource(config)
     if config.kind == "mysql":
+        from dagster_databus.log.store import ChangeLog
         from dagster_databus.sources.mysql import MysqlSource
 
-        return MysqlSource(config)
+        mysql = MysqlSource(config)
+        checkpoint = ChangeLog(lake, config.name).checkpoint() if lake is not None else None
+        if checkpoint is not None:
+            mysql.attach(checkpoint.state)
+        return mysql
     if config.kind == "oracle":
         from dagster_databus.sources.oracle import OracleSource
 

@@ -3,7 +3,9 @@
 SCN = (binlog file number << 32) | end offset of the transaction's commit event, so the
 checkpoint is also the resume position. The epoch is the server's identity and binlog base
 name; the checkpoint also keeps the creation time of its binlog file, so binlogs renumbered
-by ``RESET MASTER`` are recognised even when the same file names come back. Rows are
+by ``RESET MASTER`` are recognised even when the same file names come back. A source with a
+standby captures from whichever server its checkpoint names; after a failover SCNs carry the
+next *era* in their high bits (``sources/mysql_failover.py``, docs/ha.md). Rows are
 decoded with the column names and types of the binlog's table map (``binlog_row_metadata=FULL``),
 that is, the table's shape at the time of the event.
 """
@@ -13,9 +15,9 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pymysql
@@ -40,6 +42,10 @@ from dagster_databus.sources.base import (
     resolve_key,
 )
 
+if TYPE_CHECKING:
+    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.sources.mysql_failover import Switch
+
 # information_schema DATA_TYPE → logical type. Exact numerics and temporals travel as text so
 # nothing is rounded or shifted by a time zone.
 _INFO_TYPES: dict[str, LogicalType] = {
@@ -59,6 +65,9 @@ _DDL = re.compile(
     r"|RENAME\s+TABLE|CREATE\s+(?:OR\s+REPLACE\s+)?TABLE(?:\s+IF\s+NOT\s+EXISTS)?)\s+([`\w.]+)",
     re.IGNORECASE | re.DOTALL,
 )
+
+
+Role = Literal["primary", "standby"]
 
 
 def mysql_logical_type(data_type: str) -> LogicalType:
@@ -112,34 +121,84 @@ class MysqlSource:
         self._schemas: dict[str, TableSchema] | None = None
         self._pending_schemas: dict[str, TableSchema] = {}
         self._shapes: dict[tuple[Any, ...], TableSchema] = {}
+        self.role: Role = "primary"  # the server capture reads: the checkpoint's, see attach()
+        self.era = 0  # failovers so far: the high bits of every SCN this source makes
 
     def _field(self, suffix: str) -> str:
         return f"sources.{self.name}.{suffix}"
+
+    # -- servers -----------------------------------------------------------------------
+
+    def attach(self, state: Mapping[str, str]) -> None:
+        """Read from the server and era a checkpoint's state names (the primary and era 0 by default)."""
+        role = state.get("server", "primary")
+        if role == "standby" and self.config.standby is None:
+            raise ConfigError(self._field("standby"), "the change log's checkpoint was taken on the standby after "
+                              "a failover, but the source no longer names a standby",
+                              f"restore sources.{self.name}.standby, or run `databus bootstrap --source {self.name}`")
+        self.role = "standby" if role == "standby" else "primary"
+        self.era = int(state.get("era", "0"))
+        self.reset_schemas()
+
+    def address(self, role: Role | None = None) -> tuple[str, int]:
+        role = role or self.role
+        if role == "standby":
+            assert self.config.standby is not None
+            return self.config.standby.host, self.config.standby.port
+        return self.config.host, self.config.port
+
+    def resume(self, log: ChangeLog, progress: Callable[[str], None]) -> Switch | None:
+        """Read from the checkpoint's server; fail over to the other one if it stays down."""
+        from dagster_databus.sources.mysql_failover import resume
+
+        return resume(self, log, progress)
+
+    def probe(self) -> None:
+        """Raise SourceUnavailableError unless the active server answers."""
+        with closing(self.connect(database=False)) as conn, conn.cursor() as cur:
+            cur.execute("SELECT 1")
+
+    def reset_schemas(self) -> None:
+        """Forget table shapes read from the previous server."""
+        self._schemas, self._shapes = None, {}
+
+    def describe(self, role: Role | None = None) -> str:
+        host, port = self.address(role)
+        return f"{role or self.role} {host}:{port}"
+
+    def base_state(self, file: str, created: str) -> dict[str, str]:
+        return {"server": self.role, "era": str(self.era), "binlog_file": file, "binlog_created": created}
+
+    def scn(self, file: str, offset: int) -> Scn:
+        return Scn.from_binlog(_file_number(file), offset, self.era)
 
     # -- connections -------------------------------------------------------------------
 
     def connection_settings(self) -> dict[str, Any]:
         c = self.config
-        return {"host": c.host, "port": c.port, "user": c.user, "passwd": c.resolved_password(),
+        host, port = self.address()
+        return {"host": host, "port": port, "user": c.user, "passwd": c.resolved_password(),
                 "connect_timeout": c.connect_timeout_s}
 
-    def _connect(self, database: bool = True) -> pymysql.Connection:
+    def connect(self, database: bool = True) -> pymysql.Connection:
         c = self.config
+        host, port = self.address()
         try:
-            return pymysql.connect(host=c.host, port=c.port, user=c.user, password=c.resolved_password(),
+            return pymysql.connect(host=host, port=port, user=c.user, password=c.resolved_password(),
                                    database=c.database if database else None, autocommit=True,
                                    connect_timeout=c.connect_timeout_s, charset="utf8mb4")
         except pymysql.err.OperationalError as exc:
             code = exc.args[0] if exc.args else 0
             if code == 1045:
-                raise ConfigError(self._field("password"), f"access denied for user {c.user!r} at {c.host}:{c.port}",
+                raise ConfigError(self._field("password"), f"access denied for user {c.user!r} at {host}:{port}",
                                   "correct the user and password (or password_env) for this server") from None
             if code == 1049:
                 raise ConfigError(self._field("database"),
-                                  f"database {c.database!r} does not exist on {c.host}:{c.port}",
+                                  f"database {c.database!r} does not exist on {host}:{port}",
                                   "name an existing database (schema)") from None
             raise SourceUnavailableError(
-                f"cannot reach MySQL source {self.name!r} at {c.host}:{c.port}: {exc.args[-1] if exc.args else exc}",
+                f"cannot reach MySQL source {self.name!r} ({self.describe()}): "
+                f"{exc.args[-1] if exc.args else exc}",
                 "check host and port, that the server is running and that this machine may connect to it",
                 source=self.name,
             ) from None
@@ -147,7 +206,7 @@ class MysqlSource:
     # -- preflight ---------------------------------------------------------------------
 
     def preflight(self) -> Mapping[str, TableSchema]:
-        with closing(self._connect()) as conn, conn.cursor() as cur:
+        with closing(self.connect()) as conn, conn.cursor() as cur:
             self._schemas = {t.name: self._table_schema(cur, i, t.name, t.primary_key)
                              for i, t in enumerate(self.config.tables)}
         return self._schemas
@@ -188,7 +247,7 @@ class MysqlSource:
         """Every server setting or privilege capture needs that is missing, each with its fix."""
         self.preflight()
         problems = []
-        with closing(self._connect()) as conn, conn.cursor() as cur:
+        with closing(self.connect()) as conn, conn.cursor() as cur:
             cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', "
                         "'binlog_row_image', 'binlog_row_metadata', 'server_id')")
             settings = {k.lower(): str(v) for k, v in cur.fetchall()}
@@ -241,7 +300,7 @@ class MysqlSource:
         return cur.fetchone()
 
     def epoch(self) -> str:
-        with closing(self._connect()) as conn, conn.cursor() as cur:
+        with closing(self.connect()) as conn, conn.cursor() as cur:
             cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('server_uuid', 'server_id', "
                         "'log_bin_basename', 'gtid_domain_id')")
             v = {k.lower(): str(val) for k, val in cur.fetchall()}
@@ -256,11 +315,11 @@ class MysqlSource:
         return row[0], int(row[1])
 
     def high_water_mark(self) -> Scn:
-        with closing(self._connect()) as conn, conn.cursor() as cur:
+        with closing(self.connect()) as conn, conn.cursor() as cur:
             file, pos = self._master_status(cur)
-        return Scn.from_binlog(_file_number(file), pos)
+        return self.scn(file, pos)
 
-    def _binlog_created(self, file: str) -> str:
+    def binlog_created(self, file: str) -> str:
         """The creation time of a binlog file (its format description event), as text."""
         from pymysqlreplication import BinLogStreamReader
         from pymysqlreplication.event import FormatDescriptionEvent
@@ -277,10 +336,22 @@ class MysqlSource:
         return ""
 
     def start_position(self) -> tuple[Scn, dict[str, str]]:
-        with closing(self._connect()) as conn, conn.cursor() as cur:
+        with closing(self.connect()) as conn, conn.cursor() as cur:
             file, pos = self._master_status(cur)
-        return Scn.from_binlog(_file_number(file), pos), {"binlog_file": file,
-                                                         "binlog_created": self._binlog_created(file)}
+            gtid = self.gtid_pos(cur)
+        state = self.base_state(file, self.binlog_created(file))
+        if gtid:
+            state["gtid_pos"] = gtid
+        return self.scn(file, pos), state
+
+    def gtid_pos(self, cur: Any) -> str:
+        """MariaDB's GTID position of the binlog end (``@@gtid_binlog_pos``), '' elsewhere."""
+        try:
+            cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+        except pymysql.err.MySQLError:
+            return ""
+        row = cur.fetchone()
+        return str(row[0] or "") if row else ""
 
     def _check_position(self, cur: Any, since: Scn, epoch: str | None, state: Mapping[str, str]) -> str:
         current_epoch = self.epoch()
@@ -292,7 +363,12 @@ class MysqlSource:
         cur.execute("SHOW BINARY LOGS")
         sizes = {r[0]: int(r[1]) for r in cur.fetchall()}
         files = list(sizes)
-        number, offset = since.value >> 32, since.value & 0xFFFFFFFF
+        era, number, offset = since.binlog_parts()
+        if era != self.era:
+            raise EpochMismatchError(
+                f"the checkpoint of source {self.name!r} is SCN {since} of failover era {era}, but capture is in "
+                f"era {self.era} ({self.describe()}): the checkpoint's state and its SCN disagree",
+                f"run `databus bootstrap --source {self.name}`", source=self.name)
         base = files[-1].rsplit(".", 1)[0]
         name = state.get("binlog_file") or f"{base}.{number:06d}"
         numbers = [_file_number(f) for f in files]
@@ -314,10 +390,10 @@ class MysqlSource:
                 f"{sizes[name]} bytes: the binlogs were reset (RESET MASTER) and the name reused",
                 f"run `databus bootstrap --source {self.name}`", source=self.name)
         created = state.get("binlog_created")
-        if created and created != self._binlog_created(name):
+        if created and created != self.binlog_created(name):
             raise EpochMismatchError(
                 f"binlog {name} on source {self.name!r} is not the file the checkpoint was taken in (created "
-                f"{self._binlog_created(name)}, expected {created}): the binlogs were reset (RESET MASTER)",
+                f"{self.binlog_created(name)}, expected {created}): the binlogs were reset (RESET MASTER)",
                 f"run `databus bootstrap --source {self.name}`", source=self.name)
         return name
 
@@ -336,17 +412,17 @@ class MysqlSource:
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
         self.schemas()
-        with closing(self._connect()) as conn, conn.cursor() as cur:
+        with closing(self.connect()) as conn, conn.cursor() as cur:
             start_file = self._check_position(cur, since, epoch, state or {})
             bound_file, bound_pos = self._master_status(cur)
-        bound = Scn.from_binlog(_file_number(bound_file), bound_pos)
+        bound = self.scn(bound_file, bound_pos)
         stats.source_hwm = bound
         if since >= bound:
             return
         tables = {t.name for t in self.config.tables}
         stream = BinLogStreamReader(
             connection_settings=self.connection_settings(), server_id=self.config.replica_server_id(),
-            resume_stream=True, blocking=False, log_file=start_file, log_pos=since.value & 0xFFFFFFFF,
+            resume_stream=True, blocking=False, log_file=start_file, log_pos=since.binlog_parts()[2],
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
                          FormatDescriptionEvent, MariadbGtidEvent],
         )
@@ -354,6 +430,9 @@ class MysqlSource:
         chunk_events = 0
         pending: list[tuple[str, Op, dict[str, Any], TableSchema, int]] = []
         created = (state or {}).get("binlog_created", "")
+        # The last transaction read: its GTID and commit time find the position again on a standby.
+        done = {k: v for k, v in (state or {}).items() if k in ("gtid", "commit_ts")}
+        gtid = ""
         current_file = start_file
         try:
             for event in stream:
@@ -363,9 +442,10 @@ class MysqlSource:
                 if isinstance(event, FormatDescriptionEvent):
                     created = str(event.timestamp)
                     continue
-                position = Scn.from_binlog(_file_number(current_file), event.packet.log_pos)
+                position = self.scn(current_file, event.packet.log_pos)
                 if isinstance(event, MariadbGtidEvent):
                     pending = []
+                    gtid = event.gtid
                     continue
                 if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
                     if event.schema == self.config.database and event.table in tables:
@@ -383,8 +463,11 @@ class MysqlSource:
                 if position <= since:
                     pending = []
                     continue
+                if commit or isinstance(event, QueryEvent):  # a COMMIT, or DDL: its own transaction
+                    done = {"gtid": gtid, "commit_ts": str(event.timestamp)} if gtid else {
+                        "commit_ts": str(event.timestamp)}
                 stats.until = position
-                stats.state = {"binlog_file": current_file, "binlog_created": created}
+                stats.state = {**self.base_state(current_file, created), **done}
                 if commit and pending:
                     window, changed_shape = self._window(pending, position)
                     pending = []
@@ -499,7 +582,7 @@ class MysqlSource:
             if parallel is not None:
                 return parallel
         schema = self.preflight()[table]  # the live shape: the read below sees it
-        conn = self._connect()
+        conn = self.connect()
         cur = conn.cursor()
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         scn = self._consistent_snapshot(cur)
@@ -532,7 +615,7 @@ class MysqlSource:
         return TableSnapshot(scn=scn, schema=schema, batches=batches())
 
     def _reports_snapshot_position(self) -> bool:
-        with closing(self._connect()) as conn, conn.cursor() as cur:
+        with closing(self.connect()) as conn, conn.cursor() as cur:
             cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
             return cur.fetchone() is not None
 
@@ -544,16 +627,17 @@ class MysqlSource:
         from dagster_databus.sources.mysql_bootstrap import MysqlTableSource, key_ranges
 
         schema = self.preflight()[table]
-        with closing(self._connect()) as conn, conn.cursor() as cur:
+        with closing(self.connect()) as conn, conn.cursor() as cur:
             bounds = key_ranges(cur, table, schema.primary_key, rows_per_range)
         c = self.config
+        host, port = self.address()
         spark.dataSource.register(MysqlTableSource)
-        connection = {"host": c.host, "port": c.port, "user": c.user, "password": c.resolved_password(),
+        connection = {"host": host, "port": port, "user": c.user, "password": c.resolved_password(),
                       "database": c.database, "connect_timeout": c.connect_timeout_s}
         data = (spark.read.format("databus_mysql_table")
                 .option("connection", json.dumps(connection)).option("table", table)
                 .option("columns", json.dumps([[col.name, col.type] for col in schema.columns]))
-                .option("key", json.dumps(list(schema.primary_key)))
+                .option("key", json.dumps(list(schema.primary_key))).option("era", str(self.era))
                 .option("bounds", json.dumps(bounds, default=str))
                 .option("page_rows", str(min(rows_per_range, 10_000))).load().toArrow())
         if data.num_rows == 0:
@@ -570,7 +654,7 @@ class MysqlSource:
         if status.get("binlog_snapshot_file"):
             # MariaDB reports the binlog position that matches this transaction's snapshot.
             file, position = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
-            return Scn.from_binlog(_file_number(file), position)
+            return self.scn(file, position)
         # MySQL: hold a global read lock just long enough to pin the position to the snapshot.
         cur.execute("COMMIT")
         cur.execute("FLUSH TABLES WITH READ LOCK")
@@ -579,7 +663,7 @@ class MysqlSource:
             file, pos = self._master_status(cur)
         finally:
             cur.execute("UNLOCK TABLES")
-        return Scn.from_binlog(_file_number(file), pos)
+        return self.scn(file, pos)
 
     def release(self, through: Scn) -> None:
         """Binlogs are the server's to expire; capture keeps nothing on the source."""

@@ -94,7 +94,7 @@ class MysqlTableReader(DataSourceReader):
             cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
             status = {k.lower(): v for k, v in cur.fetchall()}
             position = Scn.from_binlog(int(status["binlog_snapshot_file"].rsplit(".", 1)[1]),
-                                       int(status["binlog_snapshot_position"])).value
+                                       int(status["binlog_snapshot_position"]), int(opts.get("era", "0"))).value
             after, through = spec["after"], spec["through"]
             while True:
                 where, params = [], []

@@ -1,0 +1,257 @@
+"""Primary/standby failover for MySQL sources (seed 002's ``master`` / ``standby`` addresses).
+
+When the server a source reads stays unreachable for ``failover.retries`` attempts,
+``failover.interval_s`` apart, capture switches to the other configured server and finds its
+position there:
+
+- by GTID (MariaDB): right after the last transaction captured, located through each binlog's
+  ``Gtid_list`` and ``SHOW BINLOG EVENTS``. Nothing is read twice and nothing is skipped; a
+  standby that lacks that transaction is refused (``StandbyBehindError``).
+- by commit time: from the first transaction committed at or after the last captured commit
+  time minus ``failover.fallback_interval_s``. Transactions in that interval are read again;
+  the snapshot merge absorbs them (they carry the same images, in the same order).
+
+Binlog positions of the two servers are unrelated, so the switch opens the next *era*: every
+SCN after it is larger than every SCN before (``Scn.from_binlog``), and the change log records
+the switch, the position found and the old epoch in its manifest (``LogWriter.switch_epoch``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from contextlib import closing
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import LogGapError, SourceUnavailableError, StandbyBehindError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.sources.mysql import MysqlSource, Role
+
+_GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Switch:
+    """A failover: where capture was, where it resumes, and how the position was found."""
+
+    from_server: str
+    to_server: str
+    from_epoch: str
+    to_epoch: str
+    method: str  # "gtid" or "timestamp"
+    era: int
+    resume_file: str
+    resume_offset: int
+    resume_scn: str
+    reason: str
+    last_gtid: str = ""
+    last_commit_ts: int | None = None  # seconds, source clock: the last transaction captured before
+    search_from_ts: int | None = None  # seconds: where the timestamp search started
+
+    def record(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in (None, "")}
+
+
+def other(role: Role) -> Role:
+    return "standby" if role == "primary" else "primary"
+
+
+def unreachable(source: MysqlSource, retries: int, interval_s: float) -> SourceUnavailableError | None:
+    """None if the active server answers within ``retries`` attempts, else the last error."""
+    error: SourceUnavailableError | None = None
+    for attempt in range(retries):
+        try:
+            source.probe()
+            return None
+        except SourceUnavailableError as exc:
+            error = exc
+            if attempt + 1 < retries:
+                time.sleep(interval_s)
+    return error
+
+
+def parse_gtid(text: str) -> tuple[int, int, int]:
+    match = _GTID.match(text.strip())
+    if not match:
+        raise ValueError(f"not a MariaDB GTID: {text!r}")
+    domain, server, seq = (int(g) for g in match.groups())
+    return domain, server, seq
+
+
+def _gtid_list(text: str) -> dict[int, int]:
+    """Domain → sequence number of a GTID list such as ``[0-1-3,1-2-5]`` or ``0-1-3``."""
+    out: dict[int, int] = {}
+    for part in text.strip().strip("[]").split(","):
+        if part.strip():
+            domain, _, seq = parse_gtid(part)
+            out[domain] = seq
+    return out
+
+
+def find_after_gtid(source: MysqlSource, cur: Any, gtid: str) -> tuple[str, int]:
+    """The binlog position right after transaction ``gtid`` on the server ``cur`` is connected to."""
+    domain, _, seq = parse_gtid(gtid)
+    where = source.describe()
+    cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+    have = _gtid_list(str(cur.fetchone()[0] or "")).get(domain, 0)
+    if have < seq:
+        raise StandbyBehindError(
+            f"{where} has written GTID domain {domain} only up to sequence {have}, but capture already read "
+            f"{gtid} from the other server: switching now would lose or re-order committed changes",
+            "if the server is still applying its relay log, wait until it has applied everything it received "
+            "and run capture again; if those transactions are lost for good (the old primary died before "
+            f"sending them), run `databus bootstrap --source {source.name}` so the snapshots match this server",
+            source=source.name, gtid=gtid, server_has=have)
+    cur.execute("SHOW BINARY LOGS")
+    files = [r[0] for r in cur.fetchall()]
+    for file in reversed(files):
+        cur.execute("SHOW BINLOG EVENTS IN %s LIMIT 4", (file,))
+        listed = next((r[5] for r in cur.fetchall() if r[2] == "Gtid_list"), "[]")
+        if _gtid_list(listed).get(domain, 0) >= seq:
+            continue  # the transaction was written before this file began
+        cur.execute("SHOW BINLOG EVENTS IN %s", (file,))
+        inside = False
+        for _, _, kind, _, end, info in cur.fetchall():
+            if kind == "Gtid":
+                inside = str(info).split()[-1] == gtid
+                ddl = inside and not str(info).startswith("BEGIN")
+                continue
+            if inside and (kind == "Xid" or (kind == "Query" and (ddl or str(info).strip().upper() == "COMMIT"))):
+                return file, int(end)
+        raise StandbyBehindError(
+            f"{where} has GTID domain {domain} past sequence {seq}, but not transaction {gtid} itself: its "
+            "history diverged from the server capture read before (a different transaction has that number)",
+            f"run `databus bootstrap --source {source.name}` so the snapshots match this server",
+            source=source.name, gtid=gtid)
+    raise LogGapError(
+        f"{where} no longer holds the binlog with GTID {gtid}: its oldest binlog {files[0]} starts after it",
+        f"run `databus bootstrap --source {source.name}`, or set sources.{source.name}.on_purged: bootstrap",
+        source=source.name)
+
+
+def _transaction_starts(source: MysqlSource, file: str) -> list[tuple[int, int]]:
+    """(resume offset, timestamp) of every transaction in one binlog file, in file order.
+
+    The resume offset is the end of the transaction before (4 for the file's first): reading from
+    there yields the transaction whole, plus at most some non-transactional events.
+    """
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+
+    stream = BinLogStreamReader(connection_settings=source.connection_settings(),
+                                server_id=source.config.replica_server_id(), resume_stream=True, blocking=False,
+                                log_file=file, log_pos=4,
+                                only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, RotateEvent])
+    starts: list[tuple[int, int]] = []
+    previous_end, opened = 4, False  # opened: a GTID event began the transaction, so BEGIN is no new start
+    try:
+        for event in stream:
+            if isinstance(event, RotateEvent):
+                if event.next_binlog != file:
+                    break
+                continue
+            if isinstance(event, MariadbGtidEvent | GtidEvent):
+                starts.append((previous_end, event.timestamp))
+                opened = True
+            elif isinstance(event, XidEvent):
+                previous_end, opened = event.packet.log_pos, False
+            elif isinstance(event, QueryEvent):
+                query = (event.query if isinstance(event.query, str) else event.query.decode()).strip().upper()
+                if query == "BEGIN":
+                    if not opened:
+                        starts.append((previous_end, event.timestamp))
+                    opened = True
+                else:  # COMMIT, or DDL (a transaction of its own)
+                    previous_end, opened = event.packet.log_pos, False
+    finally:
+        stream.close()
+    return starts
+
+
+def find_by_time(source: MysqlSource, cur: Any, since_ts: int) -> tuple[str, int]:
+    """The start of the first transaction committed at or after ``since_ts`` (seconds)."""
+    cur.execute("SHOW BINARY LOGS")
+    sizes = [(r[0], int(r[1])) for r in cur.fetchall()]
+    for i in range(len(sizes) - 1, -1, -1):
+        file, size = sizes[i]
+        starts = _transaction_starts(source, file)
+        if starts and starts[0][1] < since_ts:
+            later = [offset for offset, ts in starts if ts >= since_ts]
+            return (file, later[0]) if later else (file, size)
+    oldest = sizes[0][0]
+    if int(oldest.rsplit(".", 1)[1]) != 1:
+        raise LogGapError(
+            f"{source.describe()} holds no binlog from before {since_ts} (its oldest is {oldest}): transactions "
+            "of the fallback interval may have been purged there",
+            f"run `databus bootstrap --source {source.name}`, or set sources.{source.name}.on_purged: bootstrap",
+            source=source.name)
+    return oldest, 4  # the server's whole binlog history is there: read all of it
+
+
+def fail_over(source: MysqlSource, state: dict[str, str], checkpoint_ms: int, epoch: str,
+              reason: str) -> tuple[Switch, dict[str, str]]:
+    """Switch ``source`` to its other server; return the switch and the checkpoint state to resume with."""
+    settings = source.config.failover
+    origin = source.describe()
+    source.role = other(source.role)
+    source.era += 1
+    source.reset_schemas()
+    with closing(source.connect()) as conn, conn.cursor() as cur:
+        gtid = state.get("gtid", "")
+        server_gtids = source.gtid_pos(cur)
+        method = "gtid" if settings.position == "gtid" and gtid and server_gtids else "timestamp"
+        last_ts = int(state["commit_ts"]) if state.get("commit_ts") else checkpoint_ms // 1000
+        search_from = None
+        if method == "gtid":
+            file, offset = find_after_gtid(source, cur, gtid)
+        else:
+            search_from = last_ts - settings.fallback_interval_s
+            file, offset = find_by_time(source, cur, search_from)
+    resume = source.scn(file, offset)
+    new_state = {**source.base_state(file, source.binlog_created(file)),
+                 **{k: state[k] for k in ("gtid", "commit_ts") if state.get(k)}}
+    switch = Switch(from_server=origin, to_server=source.describe(), from_epoch=epoch, to_epoch=source.epoch(),
+                    method=method, era=source.era, resume_file=file, resume_offset=offset, resume_scn=str(resume),
+                    reason=reason, last_gtid=gtid, last_commit_ts=last_ts, search_from_ts=search_from)
+    return switch, new_state
+
+
+def resume(source: MysqlSource, log: ChangeLog, progress: Callable[[str], None]) -> Switch | None:
+    """Point ``source`` at the server its checkpoint names; fail over if that one stays down.
+
+    The switch is committed to the change log (manifest lineage + checkpoint) under the log's
+    writer lock before any change is read from the new server.
+    """
+    checkpoint = log.checkpoint()
+    if checkpoint is None:
+        return None
+    source.attach(checkpoint.state)
+    settings = source.config.failover
+    if source.config.standby is None:
+        return None
+    down = unreachable(source, settings.retries, settings.interval_s)
+    if down is None:
+        return None
+    progress(f"{source.name}: {source.describe()} did not answer {settings.retries} attempts "
+             f"{settings.interval_s:g}s apart ({down.problem}); failing over to the {other(source.role)}")
+    with log.writer() as writer:
+        checkpoint = log.checkpoint()  # again, under the lock: another run may have switched already
+        assert checkpoint is not None
+        source.attach(checkpoint.state)
+        if unreachable(source, 1, 0) is None:
+            return None
+        switch, state = fail_over(source, dict(checkpoint.state), checkpoint.updated_ms, checkpoint.epoch,
+                                  down.problem)
+        state["switched_ms"] = str(int(time.time() * 1000))
+        if switch.method == "timestamp" and switch.last_commit_ts is not None:
+            state["reread_through"] = str(switch.last_commit_ts)
+        writer.switch_epoch(Scn.parse(switch.resume_scn), switch.to_epoch, state, switch.record())
+    progress(f"{source.name}: now reading {switch.to_server} from {switch.resume_file}:{switch.resume_offset} "
+             f"(found by {switch.method}; era {switch.era})")
+    return switch
