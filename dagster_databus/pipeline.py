@@ -193,6 +193,7 @@ def enforce_retention(config: DatabusConfig, source: str) -> RetentionResult | N
     """Apply the source's retention limits, keeping everything some snapshot has not absorbed."""
     from dagster_databus.log.retention import apply_retention
     from dagster_databus.snapshot.delta import DeltaSnapshot
+    from dagster_databus.snapshot.logical import LogicalSnapshot
 
     source_cfg = config.source(source)
     limits = source_cfg.retention
@@ -201,6 +202,12 @@ def enforce_retention(config: DatabusConfig, source: str) -> RetentionResult | N
     applied = [DeltaSnapshot(config.lake, source, t.name).applied_scn() for t in source_cfg.tables]
     # A table without a snapshot has absorbed nothing yet: then nothing may go.
     absorbed = Scn.BEGINNING if None in applied else min(applied)
+    # Logical tables follow the log too; one not loaded yet will load from the snapshots instead.
+    for logical in config.logical_tables:
+        snap = LogicalSnapshot(config.lake, logical.name)
+        for part in logical.parts:
+            scn = snap.applied_scn(part.label) if part.source == source else None
+            absorbed = min(absorbed, scn) if scn is not None else absorbed
     log = ChangeLog(config.lake, source)
     with log.writer() as writer:
         return apply_retention(writer, absorbed,

@@ -9,6 +9,7 @@ import dagster as dg
 from dagster_databus.config import DatabusConfig
 from dagster_databus.defs.assets import RESOURCE, build_source_assets
 from dagster_databus.defs.checks import build_source_checks
+from dagster_databus.defs.logical import build_logical_asset, build_logical_automation_sensor
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.defs.schedules import (
     build_automation_sensor,
@@ -30,6 +31,9 @@ def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definition
         sensors.append(build_automation_sensor(source))
         if source.kind == "oracle":
             sensors.append(build_alert_sensor(source, job))
+    assets += [build_logical_asset(logical) for logical in config.logical_tables]
+    if config.logical_tables:
+        sensors.append(build_logical_automation_sensor())
     return dg.Definitions(
         assets=assets, asset_checks=checks, jobs=jobs, schedules=schedules, sensors=sensors,
         resources={RESOURCE: DatabusResource(config_path=str(config_path.resolve()))},

@@ -10,7 +10,7 @@ same either way.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -86,6 +86,19 @@ class DeltaSnapshot:
             data = data.select([n for n in data.column_names if not n.startswith("__")])
         return data
 
+    def read_pinned(self, with_meta: bool = False) -> tuple[pa.Table, Scn, Scn | None]:
+        """(rows, applied SCN, bootstrap SCN) from one version of the table, so a merge committing
+        meanwhile cannot pair rows of one version with the SCN of another."""
+        table = self._table()
+        applied = table.transaction_version(self.app_id) if table is not None else None
+        if table is None or applied is None:
+            raise FileNotFoundError(self.path)
+        boot = table.transaction_version(self.bootstrap_app_id)
+        data = table.to_pyarrow_table()
+        if not with_meta:
+            data = data.select([n for n in data.column_names if not n.startswith("__")])
+        return data, Scn(applied), Scn(boot) if boot is not None else None
+
     def row_count(self) -> int:
         table = self._table()
         return 0 if table is None else table.to_pyarrow_dataset().count_rows()
@@ -117,12 +130,39 @@ class DeltaEngine(Protocol):
     def merge(self, snap: DeltaSnapshot, schema: TableSchema, changes: pa.Table, scn: Scn) -> MergeCounts: ...
 
 
-def _merge_clauses(schema: TableSchema, columns: list[str]) -> tuple[str, dict[str, str], str, str]:
-    predicate = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in schema.primary_key)
+def merge_clauses(key: Sequence[str], columns: Sequence[str]) -> tuple[str, dict[str, str], str, str]:
+    """The MERGE's text for source ``s`` into target ``t``: (match predicate on ``key``, assignments of
+    every column, ``newer`` guard, ``is_delete`` test). Names are validated plain identifiers."""
+    predicate = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in key)
     assignments = {_q(c): f"s.{_q(c)}" for c in columns}
     newer = f"s.{_q('__scn')} > t.{_q('__scn')}"
     is_delete = f"s.{_q('__op')} = 'd'"
     return predicate, assignments, newer, is_delete
+
+
+def merge_with_delta_rs(path: Path, key: Sequence[str], changes: pa.Table, props: CommitProperties) -> MergeCounts:
+    """Apply reduced changes (one row per ``key``) with delta-rs in one commit carrying ``props``.
+
+    SCD type 1 with ``apply_as_deletes``: a newer delete removes the key, a newer image replaces
+    the row, an unseen key is inserted; a row whose ``__scn`` is not above the target's changes
+    nothing. No changes still commit, so the transaction ids in ``props`` are recorded.
+    """
+    table = DeltaTable(str(path))
+    if changes.num_rows == 0:
+        write_deltalake(table, pa.schema(table.schema().to_arrow()).empty_table(), mode="append",
+                        commit_properties=props)
+        return MergeCounts()
+    predicate, assignments, newer, is_delete = merge_clauses(key, changes.column_names)
+    metrics = (
+        table.merge(changes, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
+                    commit_properties=props)
+        .when_matched_delete(predicate=f"{is_delete} AND {newer}")
+        .when_matched_update(updates=assignments, predicate=f"NOT ({is_delete}) AND {newer}")
+        .when_not_matched_insert(updates=assignments, predicate=f"NOT ({is_delete})")
+        .execute()
+    )
+    return MergeCounts(inserted=metrics["num_target_rows_inserted"], updated=metrics["num_target_rows_updated"],
+                       deleted=metrics["num_target_rows_deleted"])
 
 
 class DeltaRsEngine:
@@ -155,23 +195,8 @@ class DeltaRsEngine:
         return count
 
     def merge(self, snap: DeltaSnapshot, schema: TableSchema, changes: pa.Table, scn: Scn) -> MergeCounts:
-        table = DeltaTable(str(snap.path))
-        if changes.num_rows == 0:
-            # Nothing for this table in the window range: record the SCN it is now current to.
-            write_deltalake(table, pa.schema(table.schema().to_arrow()).empty_table(), mode="append",
-                            commit_properties=self._props(snap, scn))
-            return MergeCounts()
-        predicate, assignments, newer, is_delete = _merge_clauses(schema, changes.column_names)
-        metrics = (
-            table.merge(changes, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
-                        commit_properties=self._props(snap, scn))
-            .when_matched_delete(predicate=f"{is_delete} AND {newer}")
-            .when_matched_update(updates=assignments, predicate=f"NOT ({is_delete}) AND {newer}")
-            .when_not_matched_insert(updates=assignments, predicate=f"NOT ({is_delete})")
-            .execute()
-        )
-        return MergeCounts(inserted=metrics["num_target_rows_inserted"], updated=metrics["num_target_rows_updated"],
-                           deleted=metrics["num_target_rows_deleted"])
+        # With no changes for this table in the window range this records the SCN it is now current to.
+        return merge_with_delta_rs(snap.path, schema.primary_key, changes, self._props(snap, scn))
 
 
 class DeltaSparkEngine:
@@ -206,7 +231,7 @@ class DeltaSparkEngine:
         from delta.tables import DeltaTable as SparkDeltaTable
 
         source = self.spark.createDataFrame(changes)
-        predicate, assignments, newer, is_delete = _merge_clauses(schema, changes.column_names)
+        predicate, assignments, newer, is_delete = merge_clauses(schema.primary_key, changes.column_names)
         backtick = {k.replace('"', "`"): v.replace('"', "`") for k, v in assignments.items()}
         self._txn(snap, scn)
         try:

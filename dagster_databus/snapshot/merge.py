@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster_databus.config import DatabusConfig, SourceConfig
-from dagster_databus.core.schema import META_COLUMNS, TableSchema
+from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.log.ddl import DdlLog
@@ -86,11 +86,14 @@ def reduce_latest(changes: DataFrame, primary_key: Sequence[str]) -> DataFrame:
 
 
 def to_merge_table(reduced: DataFrame, schema: TableSchema) -> pa.Table:
-    data = reduced.toArrow()
-    columns = [data[c.name].cast(f.type) for c, f in zip(schema.columns, schema.arrow(False), strict=True)]
-    commit_us = pc.multiply(data["__commit_ts_ms"], 1000).cast(META_COLUMNS["__commit_ts"])
-    columns += [data["__scn"], data["__op"], commit_us]
-    return pa.Table.from_arrays(columns, schema=schema.arrow(with_meta=True))
+    return conform_changes(reduced.toArrow(), schema.arrow(with_meta=True))
+
+
+def conform_changes(data: pa.Table, target: pa.Schema) -> pa.Table:
+    """Change rows as read from the log (``__commit_ts_ms``), in the snapshot's columns and types."""
+    columns = [pc.multiply(data["__commit_ts_ms"], 1000).cast(f.type) if f.name == "__commit_ts"
+               else data[f.name].cast(f.type) for f in target]
+    return pa.Table.from_arrays(columns, schema=target)
 
 
 def apply_changes(engine: DeltaEngine, snap: DeltaSnapshot, schema: TableSchema, changes: pa.Table,
@@ -148,7 +151,7 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
             progress(f"{table}: re-bootstrapping after DDL at SCN {ddl.scn}: {ddl.statement[:120]}")
             applied = None
         if applied is None:
-            source = open_source(source_cfg)
+            source = open_source(source_cfg, config.lake)
             snapshot = source.snapshot(table, spark=spark)
             progress(f"{table}: bootstrapping from the source at SCN {snapshot.scn}")
             log.schemas.register(snapshot.schema)

@@ -1,0 +1,59 @@
+"""One asset per logical table (sharded physical tables merged into one Delta snapshot), downstream
+of its parts' snapshots, and the sensor that runs them when a part's snapshot changes."""
+
+import dagster as dg
+from dagster import AssetExecutionContext
+
+from dagster_databus.config import LogicalTableConfig
+from dagster_databus.defs.assets import RESOURCE, clear_errors, pool, snapshot_key
+from dagster_databus.snapshot.logical import LogicalSyncResult, sync_logical
+
+GROUP = "logical"
+
+
+def logical_key(name: str) -> dg.AssetKey:
+    return dg.AssetKey([GROUP, name])
+
+
+def build_logical_asset(logical: LogicalTableConfig) -> dg.AssetsDefinition:
+    name = logical.name
+    parts = ", ".join(f"`{p.source}.{p.table}` ({p.label})" for p in logical.parts)
+
+    @dg.asset(
+        key=logical_key(name), group_name=GROUP, kinds={"delta", "spark"},
+        deps=[snapshot_key(p.source, p.table) for p in logical.parts], required_resource_keys={RESOURCE},
+        description=f"Logical Delta table `{name}` merged from the shards {parts}; key (`{logical.shard_column}`, "
+                    "primary key), `__part` names each row's shard. Each shard's applied SCN is kept apart, as "
+                    "its own Delta transaction id.",
+        tags={"databus/role": "logical", "databus/logical_table": name}, pool=pool(GROUP, name),
+        automation_condition=dg.AutomationCondition.eager(),
+    )
+    def logical_table(context: AssetExecutionContext) -> dg.MaterializeResult:
+        databus = getattr(context.resources, RESOURCE)
+        with clear_errors(context):
+            result = sync_logical(databus.spark(), databus.config(), name, progress=context.log.info)
+        return dg.MaterializeResult(metadata=_metadata(result))
+
+    return logical_table
+
+
+def build_logical_automation_sensor() -> dg.AutomationConditionSensorDefinition:
+    """Evaluates the logical tables' eager conditions: a part's new snapshot triggers a sync."""
+    return dg.AutomationConditionSensorDefinition(
+        name="logical_merge_automation", target=dg.AssetSelection.groups(GROUP),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Syncs logical tables whenever the snapshot of one of their parts is materialized.")
+
+
+def _metadata(r: LogicalSyncResult) -> dict[str, object]:
+    metadata: dict[str, object] = {f"applied_scn/{p.label}": dg.MetadataValue.text(str(p.to_scn)) for p in r.parts}
+    metadata.update({f"events/{p.label}": p.events for p in r.parts})
+    metadata.update({
+        "events": r.events,
+        "rows_inserted": r.counts.inserted, "rows_updated": r.counts.updated, "rows_deleted": r.counts.deleted,
+        "loaded": dg.MetadataValue.text(r.load_reason or "-"),
+        "dagster/row_count": r.row_count,
+        "delta_version": r.delta_version if r.delta_version is not None else -1,
+        "commits": r.commits, "duration_s": round(r.duration_s, 3),
+    })
+    return metadata
