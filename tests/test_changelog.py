@@ -52,6 +52,37 @@ def test_the_log_refuses_to_go_backwards(tmp_path: Path) -> None:
     assert log.committed_scn() == Scn(6)
 
 
+def test_an_epoch_switch_is_recorded_and_keeps_the_log_and_its_id(tmp_path: Path) -> None:
+    from dagster_databus.log.retention import apply_retention
+
+    log = ChangeLog(tmp_path, "s")
+    with log.writer() as w:
+        w.register_schemas([SCHEMA])
+        w.append([window(1, 2)], "e1")
+        w.append([window(5)], "e1")
+        log_id = log.manifest().log_id
+        with pytest.raises(ValueError, match="resume after"):
+            w.switch_epoch(Scn(5), "e2", {"server": "standby"}, {"method": "gtid"})
+        w.switch_epoch(Scn(100), "e2", {"server": "standby"}, {"method": "gtid"})
+        assert (log.checkpoint().scn, log.checkpoint().epoch, log.checkpoint().state) == (
+            Scn(100), "e2", {"server": "standby"})
+        with pytest.raises(EpochMismatchError):
+            w.append([window(101)], "e1")  # the old epoch may not write any more
+        w.append([window(101)], "e2")
+        apply_retention(w, Scn(101), max_age_s=None, max_bytes=1)
+    manifest = log.manifest()
+    assert log_id and manifest.log_id == log_id  # the switch and retention keep the log's identity
+    assert manifest.epoch == "e2" and manifest.knows_epoch("e1") and not manifest.knows_epoch("e0")
+    [entry] = manifest.lineage
+    assert (entry["epoch"], entry["until_scn"], entry["to_epoch"], entry["resume_scn"], entry["method"]) == (
+        "e1", "5", "e2", "100", "gtid")
+    assert [w.scn.value for w in log.read_windows()] == [101]
+    other = ChangeLog(tmp_path / "other", "s")
+    with other.writer() as w:
+        w.start_at(Scn(7), "e1")
+    assert other.manifest().log_id not in ("", log_id)
+
+
 def test_a_writer_from_another_epoch_cannot_commit(tmp_path: Path) -> None:
     log = ChangeLog(tmp_path, "s")
     with log.writer() as w:

@@ -1,2 +1,6 @@
 """Consumers of the change log: Databus-style callbacks, a Canal-style pull API, partition filters,
-and bootstrap from the Delta snapshots followed by catch-up from the log."""
+and bootstrap from the Delta snapshots followed by catch-up from the log.
+
+``ordering``: routing by key over a consumer group, and a sink guard that discards stale or
+duplicate changes by log position (seed 003). ``logical``: one stream for a table sharded over
+several sources, with a per-part checkpoint vector (seed 002)."""

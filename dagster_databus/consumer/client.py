@@ -9,21 +9,27 @@ Events arrive in SCN order, one consistency window at a time, grouped per table 
 subscription order. A callback that raises (or returns False) rolls the window back:
 ``on_rollback`` is called and the window is delivered again from its start. The checkpoint
 moves only after ``on_end_data_event_sequence`` succeeds: at least once, never a gap.
+
+``dedupe=`` puts an ``ordering.IdempotentSink`` in front of the consumer: events at or before the
+position the sink already applied for their key (replays after a restart from an older
+checkpoint, or after a crash between the consumer's commit and the checkpoint's) are discarded
+before they reach a callback. A rolled-back window was not applied, so it is delivered again.
+``group=`` makes this client one member of a consumer group split by key (``ordering.KeyRouter``).
 """
 
 from __future__ import annotations
 
 import time
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dagster_databus.consumer.checkpoints import CheckpointStore, ConsumerCheckpoint, MemoryCheckpointStore
 from dagster_databus.consumer.filters import PartitionFilter
-from dagster_databus.core.events import ChangeEvent, Op, encode_key
+from dagster_databus.consumer.ordering import Change, GroupMember, IdempotentSink, KeyRouter, log_lineage
+from dagster_databus.core.events import ChangeEvent, Op
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import DatabusError, SnapshotMissingError
 from dagster_databus.log.store import ChangeLog
@@ -64,7 +70,7 @@ class SequentialDispatcher:
     def broadcast(self, name: str, *args: Any) -> None:
         _call(self.consumer, name, *args)
 
-    def data(self, event: ChangeEvent) -> None:
+    def data(self, event: Change) -> None:
         _call(self.consumer, "on_data_event", event)
 
     def drain(self) -> None:
@@ -98,6 +104,7 @@ class ParallelDispatcher:
         self.workers = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"databus-worker-{i}")
                         for i in range(len(consumers))]
         self.pending: list[Future[None]] = []
+        self.router = KeyRouter(len(self.consumers))
 
     def _wait(self, futures: list[Future[None]]) -> None:
         errors = [f.exception() for f in futures]
@@ -122,8 +129,8 @@ class ParallelDispatcher:
         else:
             self.pending += futures
 
-    def data(self, event: ChangeEvent) -> None:
-        i = zlib.crc32(encode_key(event.key).encode()) % len(self.workers)
+    def data(self, event: Change) -> None:
+        i = self.router.member(event.key)  # the product's one key hash: the same worker for a key, always
         self.pending.append(self.workers[i].submit(_call, self.consumers[i], "on_data_event", event))
 
     def close(self) -> None:
@@ -131,11 +138,68 @@ class ParallelDispatcher:
             worker.shutdown(wait=True)
 
 
+class WindowStats(Protocol):
+    windows: int
+    events: int
+    rollbacks: int
+    discarded: int
+
+
+def deliver_window(dispatcher: Any, sink: IdempotentSink | None, lineage: str, scn: Scn, start: Scn,
+                   events: Sequence[Change], order: Callable[[list[str]], list[str]], max_retries: int,
+                   stats: WindowStats, failure: Callable[[Exception, int], ConsumerError]) -> None:
+    """Deliver one window, grouped per table in ``order``, with the rollback-and-retry protocol.
+
+    A callback that raises rolls the window back (``on_rollback``) and it is delivered again from
+    its start, up to ``max_retries`` times; then ``on_error`` and the error ``failure`` builds. With
+    a dedupe ``sink``, events are admitted afresh on every attempt (a rollback forgets the failed
+    one's) and held only once ``on_end_data_event_sequence`` succeeded, before the checkpoint moves:
+    a crash in between redelivers a window the sink then discards.
+    """
+    for attempt in range(max_retries + 1):
+        admitted = list(events) if sink is None else [e for e in events if sink.admit(e, lineage)]
+        if not admitted:  # all already applied by this sink: nothing to redo
+            _commit_sink(sink, stats)
+            return
+        by_table: dict[str, list[Change]] = {}
+        for event in admitted:
+            by_table.setdefault(event.table, []).append(event)
+        try:
+            dispatcher.broadcast("on_start_data_event_sequence", scn)
+            for table in order(list(by_table)):
+                dispatcher.broadcast("on_start_source", table)
+                for event in by_table[table]:
+                    dispatcher.data(event)
+                dispatcher.broadcast("on_end_source", table)
+            dispatcher.broadcast("on_end_data_event_sequence", scn)
+            _commit_sink(sink, stats)
+            stats.windows += 1
+            stats.events += len(admitted)
+            return
+        except Exception as exc:
+            if sink is not None:
+                sink.rollback()
+            stats.rollbacks += 1
+            dispatcher.broadcast("on_rollback", start)
+            if attempt == max_retries:
+                dispatcher.broadcast("on_error", exc)
+                raise failure(exc, attempt + 1) from exc
+
+
+def _commit_sink(sink: IdempotentSink | None, stats: WindowStats) -> None:
+    if sink is None:
+        return
+    before = sink.discarded
+    sink.commit()
+    stats.discarded += sink.discarded - before
+
+
 @dataclass(slots=True)
 class RunStats:
     windows: int = 0
     events: int = 0
     rollbacks: int = 0
+    discarded: int = 0  # events the dedupe sink dropped as stale or duplicate
     bootstrapped: bool = False
     bootstrap_rows: int = 0
     checkpoint: Scn | None = None
@@ -147,7 +211,8 @@ class DatabusClient:
     def __init__(self, lake: str | Path, source: str, consumer: DatabusConsumer | Callable[[], DatabusConsumer],
                  tables: Sequence[str] | None = None, partition_filter: PartitionFilter | str | None = None,
                  checkpoints: CheckpointStore | None = None, workers: int = 1, max_retries: int = 3,
-                 bootstrap: bool = True, bootstrap_batch_rows: int = 10_000) -> None:
+                 bootstrap: bool = True, bootstrap_batch_rows: int = 10_000,
+                 dedupe: IdempotentSink | bool = False, group: GroupMember | str | None = None) -> None:
         self.lake = Path(lake)
         self.source = source
         self.log = ChangeLog(self.lake, source)
@@ -157,6 +222,9 @@ class DatabusClient:
         self.max_retries = max_retries
         self.allow_bootstrap = bootstrap
         self.bootstrap_batch_rows = bootstrap_batch_rows
+        self.sink = IdempotentSink() if dedupe is True else None if dedupe is False else dedupe
+        self.group = GroupMember.parse(group) if isinstance(group, str) else group
+        self.lineage = ""  # of the log being delivered; set by run()
         if workers > 1:
             if not callable(consumer) or isinstance(consumer, DatabusConsumer):
                 raise ValueError("parallel dispatch needs a consumer factory (one consumer per worker)")
@@ -173,6 +241,8 @@ class DatabusClient:
     def _keep(self, table: str, key_json: str) -> bool:
         if self.tables is not None and table not in self.tables:
             return False
+        if self.group is not None and not self.group.owns_encoded(key_json):
+            return False
         return self.filter is None or self.filter.accepts_encoded(key_json)
 
     # -- running -----------------------------------------------------------------------
@@ -182,9 +252,12 @@ class DatabusClient:
         stats = RunStats()
         checkpoint = self.checkpoints.load()
         manifest = self.log.manifest()
+        self.lineage = log_lineage(self.source, manifest)
         stale = checkpoint is not None and (
             checkpoint.scn < manifest.start_scn
-            or (checkpoint.epoch is not None and manifest.epoch is not None and checkpoint.epoch != manifest.epoch))
+            # A failover switched epochs but kept the log: positions of earlier epochs still place.
+            or (checkpoint.epoch is not None and manifest.epoch is not None
+                and not manifest.knows_epoch(checkpoint.epoch)))
         if checkpoint is None or stale:
             if not self.allow_bootstrap:
                 start = manifest.start_scn if checkpoint is None else None
@@ -195,6 +268,10 @@ class DatabusClient:
                         "allow the consumer to bootstrap from the snapshots")
                 checkpoint = ConsumerCheckpoint(scn=start, epoch=manifest.epoch)
             else:
+                if self.sink is not None:
+                    # The snapshot restates every key, and positions held from before it may belong to a
+                    # log since restarted whose SCNs went back: start this source's positions afresh.
+                    self.sink.forget(self.source)
                 checkpoint = self._bootstrap(stats, manifest.epoch)
         since = checkpoint.scn
         bound = until or self.log.committed_scn()  # fixed now: later commits wait for the next run
@@ -218,6 +295,7 @@ class DatabusClient:
             stats = self.run()
             total.windows += stats.windows
             total.events += stats.events
+            total.discarded += stats.discarded
             total.checkpoint = stats.checkpoint or total.checkpoint
             if not stats.windows:
                 time.sleep(interval_s)
@@ -232,30 +310,14 @@ class DatabusClient:
         stats.checkpoint = checkpoint.scn
 
     def _deliver(self, scn: Scn, start: Scn, events: list[ChangeEvent], stats: RunStats) -> None:
-        by_table: dict[str, list[ChangeEvent]] = {}
-        for event in events:
-            by_table.setdefault(event.table, []).append(event)
-        for attempt in range(self.max_retries + 1):
-            try:
-                self.dispatcher.broadcast("on_start_data_event_sequence", scn)
-                for table in self._order(list(by_table)):
-                    self.dispatcher.broadcast("on_start_source", table)
-                    for event in by_table[table]:
-                        self.dispatcher.data(event)
-                    self.dispatcher.broadcast("on_end_source", table)
-                self.dispatcher.broadcast("on_end_data_event_sequence", scn)
-                stats.windows += 1
-                stats.events += len(events)
-                return
-            except Exception as exc:
-                stats.rollbacks += 1
-                self.dispatcher.broadcast("on_rollback", start)
-                if attempt == self.max_retries:
-                    self.dispatcher.broadcast("on_error", exc)
-                    raise ConsumerError(
-                        f"window {scn} of source {self.source!r} failed {attempt + 1} times in the consumer: {exc}",
-                        "fix the consumer; the next run redelivers this window from its start "
-                        f"(the checkpoint is still {start})", source=self.source) from exc
+        def failure(exc: Exception, attempts: int) -> ConsumerError:
+            return ConsumerError(
+                f"window {scn} of source {self.source!r} failed {attempts} times in the consumer: {exc}",
+                "fix the consumer; the next run redelivers this window from its start "
+                f"(the checkpoint is still {start})", source=self.source)
+
+        deliver_window(self.dispatcher, self.sink, self.lineage, scn, start, events, self._order,
+                       self.max_retries, stats, failure)
 
     # -- bootstrap ---------------------------------------------------------------------
 
@@ -294,6 +356,8 @@ class DatabusClient:
         for row in data.to_pylist():
             key = [row[k] for k in key_columns]
             if self.filter is not None and not self.filter.accepts(key):
+                continue
+            if self.group is not None and not self.group.owns(key):
                 continue
             image = {k: v for k, v in row.items() if not k.startswith("__")}
             commit = row.get("__commit_ts")

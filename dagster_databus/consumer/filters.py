@@ -1,7 +1,8 @@
 """Server-side partition filters on the primary key (seed 000, "Partition & Server Side Filtering").
 
 ``range:<interval>:<ids>``: partition = first key column // interval (integer keys).
-``mod:<buckets>:<ids>``: bucket = key % buckets for a single integer key, else crc32 of the key.
+``mod:<buckets>:<ids>``: bucket = key % buckets for a single integer key, else crc32 of the key as
+the log stores it (``core.events.key_partition``, the same hash ``ordering.KeyRouter`` uses).
 Id lists use the seed's syntax: ``[1,5,10]``, ``[1-10]``, ``[1,2,5-10]``. The reader applies
 a filter to each record's stored key before decoding its payload.
 """
@@ -10,10 +11,10 @@ from __future__ import annotations
 
 import json
 import re
-import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from dagster_databus.core.events import encode_key, key_partition
 from dagster_databus.errors import DatabusError
 
 
@@ -71,7 +72,9 @@ class PartitionFilter:
             return first // self.size
         if len(key) == 1 and isinstance(first, int) and not isinstance(first, bool):
             return first % self.size
-        return zlib.crc32(json.dumps(key, separators=(",", ":")).encode()) % self.size
+        # The product's one key hash (see consumer/ordering.py): the key as the log stores it, so a
+        # key read back from the log and the same key from a snapshot land in the same bucket.
+        return key_partition(encode_key(key), self.size)
 
     def accepts(self, key: list[Any]) -> bool:
         return self.partition(key) in self.ids

@@ -20,6 +20,7 @@ import io
 import json
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -89,13 +90,16 @@ class Manifest:
     state: dict[str, str] = field(default_factory=dict)  # the checkpoint state of the last commit
     # Recorded epoch switches (failovers), oldest first: {"epoch", "until_scn", "to_epoch", ...}.
     lineage: tuple[dict[str, Any], ...] = ()
+    # Names this log from its start (a bootstrap makes a new one; failovers and retention keep it).
+    log_id: str = ""
 
     def knows_epoch(self, epoch: str) -> bool:
         """Whether positions of ``epoch`` belong to this log (its current epoch or one it switched from)."""
         return epoch == self.epoch or any(e["epoch"] == epoch for e in self.lineage)
 
     def to_json(self, source: str) -> dict[str, Any]:
-        return {"format": FORMAT, "source": source, "epoch": self.epoch, "start_scn": str(self.start_scn),
+        return {"format": FORMAT, "source": source, "log_id": self.log_id, "epoch": self.epoch,
+                "start_scn": str(self.start_scn),
                 "state": self.state, "lineage": list(self.lineage), "segments": [asdict(s) for s in self.segments]}
 
     @property
@@ -142,7 +146,7 @@ class ChangeLog:
             )
         return Manifest(epoch=doc["epoch"], segments=tuple(SegmentInfo(**s) for s in doc["segments"]),
                         start_scn=Scn.parse(doc.get("start_scn", "0")), state=doc.get("state", {}),
-                        lineage=tuple(doc.get("lineage", ())))
+                        lineage=tuple(doc.get("lineage", ())), log_id=doc.get("log_id", ""))
 
     def write_manifest(self, manifest: Manifest) -> None:
         """Commit a manifest (atomically): the change log's commit point."""
@@ -328,7 +332,8 @@ class LogWriter:
         if self.log.manifest().segments:
             raise ValueError("start_at is only for an empty log")
         self.log.segments_dir.mkdir(parents=True, exist_ok=True)
-        self.log.write_manifest(Manifest(epoch=epoch, segments=(), start_scn=scn, state=state or {}))
+        self.log.write_manifest(Manifest(epoch=epoch, segments=(), start_scn=scn, state=state or {},
+                                         log_id=uuid.uuid4().hex))
         self._write_checkpoint(scn, epoch, state or {})
 
     def switch_epoch(self, resume: Scn, epoch: str, state: dict[str, str], record: dict[str, Any]) -> None:
@@ -400,7 +405,9 @@ class LogWriter:
             events=sum(tables.values()), bytes=final.stat().st_size, created_ms=_now_ms(), tables=tables,
         )
         with disk_errors("committing the change-log manifest", self.log.root):
-            self.log.write_manifest(replace(manifest, epoch=epoch, state=state or {},
+            # A log's first segment names it, unless start_at did (logs older than ids keep none).
+            log_id = manifest.log_id or ("" if manifest.segments else uuid.uuid4().hex)
+            self.log.write_manifest(replace(manifest, epoch=epoch, state=state or {}, log_id=log_id,
                                             segments=(*manifest.segments, info)))
         crash_point("manifest_committed")
         self._write_checkpoint(last, epoch, state or {})

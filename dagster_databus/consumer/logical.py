@@ -1,0 +1,386 @@
+"""Consumers of a *logical* table: one table sharded over several sources, read as one stream (seed 002).
+
+A logical table (``config.logical_tables``) names its parts: a physical table of a configured
+source, each with a label. Its change stream is every part's change log, read for that part's
+table only, with each event
+
+* renamed to the logical table,
+* given the shard column (``shard_column``) set to the part's label when the physical row has
+  no such column (when it has one, its value is used),
+* keyed ``(shard value, *primary key)`` (the primary key without the shard column when it is
+  part of it, as the logical snapshot keys rows), so equal keys on different shards stay apart,
+* wrapped in a ``LogicalEvent`` that also names the part, its source and physical table.
+
+**Order.** Each part is delivered strictly in its own log's SCN order, one source window at a
+time (the part table's events of one consistency window, whole). SCNs of different sources are
+unrelated, so there is no true order across parts; the parts are interleaved by commit time for
+readability with ``heapq.merge``, which only ever picks among the parts' next windows and so
+never reorders a part, even when a source clock jumps back.
+
+**Checkpoint.** A vector: per part, the SCN (and epoch) of the last window delivered
+(``LogicalCheckpoint``, kept in a JSON file replaced atomically by ``FileLogicalCheckpointStore``).
+Each part resumes at its own position; a part moves only after ``on_end_data_event_sequence`` of
+its window succeeded. At least once, never a gap: a killed consumer gets again at most the window
+it was in. A callback that raises (or returns False) rolls the window back: ``on_rollback`` with
+the part's checkpoint SCN, then the window again from its start, up to ``max_retries`` times.
+
+The callbacks are ``client.DatabusConsumer``'s. ``on_start_data_event_sequence``,
+``on_end_data_event_sequence``, ``on_checkpoint`` and ``on_rollback`` get the *part's* SCN;
+``on_start_source``/``on_end_source`` get the logical table's name; ``event.part`` names the part.
+
+``group=GroupMember(i, n)`` splits the stream over a consumer group by logical key
+(``ordering.KeyRouter``): each key reaches one member, in order. ``dedupe=`` adds an
+``ordering.IdempotentSink`` whose positions are per part lineage.
+
+A part with no checkpoint starts at the oldest change its log holds, or at ``start[label]``.
+A part whose checkpoint is older than its log retains, or from a log that was restarted since,
+raises ``LogicalCheckpointError``: there is no bootstrap from the logical snapshot here (out of
+scope). Load the logical snapshot yourself and pass each part's snapshot SCN as ``start``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from dagster_databus.config import DatabusConfig, LogicalPartConfig, LogicalTableConfig
+from dagster_databus.consumer.checkpoints import ConsumerCheckpoint
+from dagster_databus.consumer.client import (
+    ConsumerError,
+    DatabusConsumer,
+    ParallelDispatcher,
+    SequentialDispatcher,
+    deliver_window,
+)
+from dagster_databus.consumer.ordering import GroupMember, IdempotentSink, log_lineage
+from dagster_databus.core.events import ChangeEvent, Op
+from dagster_databus.core.scn import Scn
+from dagster_databus.log.durable import write_json_atomic
+from dagster_databus.log.store import ChangeLog, Manifest
+
+FORMAT = 1
+
+
+class LogicalCheckpointError(ConsumerError):
+    """A part's checkpoint cannot be resumed from its change log (gone past retention, restarted, or
+    belonging to another part)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogicalEvent:
+    """A change of a logical table: a part's ``ChangeEvent`` renamed, keyed and labelled.
+
+    Has ``ChangeEvent``'s fields (``scn``, ``seq``, ``table``, ``op``, ``key``, ``row``,
+    ``commit_ts_ms``), so consumers written for ``ChangeEvent`` work unchanged. ``scn`` is the
+    part's own log SCN: compare it only with SCNs of the same ``part``.
+    """
+
+    scn: Scn
+    seq: int
+    table: str  # the logical table
+    op: Op
+    key: tuple[Any, ...]  # (shard value, *physical primary key)
+    row: Mapping[str, Any]  # with the shard column
+    commit_ts_ms: int
+    part: str  # the part's label
+    source: str
+    physical_table: str
+
+    def as_change_event(self) -> ChangeEvent:
+        return ChangeEvent(scn=self.scn, seq=self.seq, table=self.table, op=self.op, key=self.key, row=self.row,
+                           commit_ts_ms=self.commit_ts_ms)
+
+
+# -- checkpoints -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartPosition:
+    """One part's place: every window of ``source``.``table`` at or below ``scn`` was delivered."""
+
+    source: str
+    table: str
+    checkpoint: ConsumerCheckpoint
+
+    @property
+    def scn(self) -> Scn:
+        return self.checkpoint.scn
+
+
+@dataclass(frozen=True, slots=True)
+class LogicalCheckpoint:
+    """The checkpoint vector of a logical-table consumer: a position per part label."""
+
+    table: str
+    parts: dict[str, PartPosition] = field(default_factory=dict)
+
+    def scns(self) -> dict[str, Scn]:
+        return {label: p.scn for label, p in self.parts.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "logical_table": self.table,
+                "parts": {label: {"source": p.source, "table": p.table, **p.checkpoint.to_json()}
+                          for label, p in sorted(self.parts.items())}}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> LogicalCheckpoint:
+        return cls(table=doc["logical_table"], parts={
+            label: PartPosition(p["source"], p["table"], ConsumerCheckpoint.from_json(p))
+            for label, p in doc["parts"].items()})
+
+
+class LogicalCheckpointStore(Protocol):
+    def load(self) -> LogicalCheckpoint | None: ...
+    def save(self, checkpoint: LogicalCheckpoint) -> None: ...
+
+
+class FileLogicalCheckpointStore:
+    """A JSON file, replaced atomically (fsync + rename) on every save."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def load(self) -> LogicalCheckpoint | None:
+        if not self.path.exists():
+            return None
+        doc = json.loads(self.path.read_text())
+        if doc.get("format") != FORMAT:
+            raise LogicalCheckpointError(
+                f"logical checkpoint {self.path} has format {doc.get('format')!r}; this version reads {FORMAT}",
+                "upgrade dagster-databus, or start the consumer afresh with a new checkpoint file")
+        return LogicalCheckpoint.from_json(doc)
+
+    def save(self, checkpoint: LogicalCheckpoint) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.path, checkpoint.to_json())
+
+
+class MemoryLogicalCheckpointStore:
+    def __init__(self, checkpoint: LogicalCheckpoint | None = None) -> None:
+        self.checkpoint = checkpoint
+
+    def load(self) -> LogicalCheckpoint | None:
+        return self.checkpoint
+
+    def save(self, checkpoint: LogicalCheckpoint) -> None:
+        self.checkpoint = checkpoint
+
+
+# -- the client --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class LogicalRunStats:
+    windows: int = 0  # part windows delivered
+    events: int = 0
+    rollbacks: int = 0
+    discarded: int = 0  # dropped by the dedupe sink as stale or duplicate
+    positions: dict[str, Scn] = field(default_factory=dict)  # the checkpoint vector after the run
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    index: int  # config order: breaks commit-time ties between parts, stably
+    config: LogicalPartConfig
+    log: ChangeLog
+
+    @property
+    def label(self) -> str:
+        return self.config.label
+
+
+@dataclass(frozen=True, slots=True)
+class _PartWindow:
+    part: _Part
+    scn: Scn
+    events: tuple[LogicalEvent, ...]  # may be empty: the group member owns none of the window's keys
+    commit_ts_ms: int
+
+
+class LogicalTableClient:
+    """Delivers a logical table's change stream to a consumer (or N consumers on N threads)."""
+
+    def __init__(self, lake: str | Path, table: LogicalTableConfig,
+                 consumer: DatabusConsumer | Callable[[], DatabusConsumer],
+                 checkpoints: LogicalCheckpointStore | None = None, group: GroupMember | str | None = None,
+                 dedupe: IdempotentSink | bool = False, workers: int = 1, max_retries: int = 3,
+                 start: Mapping[str, Scn] | None = None) -> None:
+        self.lake = Path(lake)
+        self.table = table
+        self.parts = [_Part(i, p, ChangeLog(self.lake, p.source)) for i, p in enumerate(table.parts)]
+        self.checkpoints = checkpoints or MemoryLogicalCheckpointStore()
+        self.group = GroupMember.parse(group) if isinstance(group, str) else group
+        self.sink = IdempotentSink() if dedupe is True else None if dedupe is False else dedupe
+        self.max_retries = max_retries
+        unknown = sorted(set(start or {}) - {p.label for p in self.parts})
+        if unknown:
+            raise LogicalCheckpointError(f"start names parts {unknown} that logical table {table.name!r} lacks",
+                                         f"use part labels: {', '.join(p.label for p in self.parts)}")
+        self.start = dict(start or {})
+        self._lineages: dict[str, str] = {}
+        self._primary_keys: dict[str, tuple[str, ...]] = {}
+        if workers > 1:
+            if not callable(consumer) or isinstance(consumer, DatabusConsumer):
+                raise ValueError("parallel dispatch needs a consumer factory (one consumer per worker)")
+            self.dispatcher: SequentialDispatcher | ParallelDispatcher = ParallelDispatcher(
+                [consumer() for _ in range(workers)])
+        else:
+            self.dispatcher = SequentialDispatcher(consumer if isinstance(consumer, DatabusConsumer) else consumer())
+
+    @classmethod
+    def from_config(cls, config: DatabusConfig, name: str,
+                    consumer: DatabusConsumer | Callable[[], DatabusConsumer], **options: Any) -> LogicalTableClient:
+        return cls(config.lake, config.logical_table(name), consumer, **options)
+
+    # -- positions -------------------------------------------------------------------
+
+    def _resume(self, part: _Part, held: PartPosition | None, manifest: Manifest) -> PartPosition:
+        """Where ``part`` continues, refusing positions its log cannot continue from."""
+        label, source, table = part.label, part.config.source, part.config.table
+        if held is None:
+            scn = self.start.get(label, manifest.start_scn)
+            held = PartPosition(source, table, ConsumerCheckpoint(scn=scn, epoch=manifest.epoch))
+        elif (held.source, held.table) != (source, table):
+            raise LogicalCheckpointError(
+                f"the checkpoint of part {label!r} of logical table {self.table.name!r} is for "
+                f"{held.source}.{held.table}, but the part is now {source}.{table}",
+                "the part was re-pointed: start this consumer with a new checkpoint file (and a fresh copy of "
+                "the logical table), or restore the part's previous source and table in the config")
+        epoch = held.checkpoint.epoch
+        foreign = epoch is not None and manifest.epoch is not None and not manifest.knows_epoch(epoch)
+        # A log only grows, so a checkpoint past its end means the log was restarted with lower SCNs.
+        ahead = held.scn > manifest.last_scn
+        if held.scn < manifest.start_scn or foreign or ahead:
+            if foreign:
+                why = f"belongs to epoch {epoch}, but the log of {source!r} was restarted (epoch {manifest.epoch})"
+            elif ahead:
+                why = (f"is SCN {held.scn}, past the end ({manifest.last_scn}) of the log of {source!r}: the log "
+                       "was restarted")
+            else:
+                why = (f"is SCN {held.scn}, but the log of {source!r} now starts after {manifest.start_scn} "
+                       "(retention or a bootstrap dropped what is between)")
+            raise LogicalCheckpointError(
+                f"part {label!r} ({source}.{table}) of logical table {self.table.name!r}: its checkpoint {why}; "
+                "resuming would silently skip changes",
+                f"rebuild this consumer's copy of {source}.{table} from its snapshot (DatabusClient bootstraps "
+                f"one source), then set part {label!r} in the checkpoint file to the snapshot's SCN, or pass it "
+                "as start= with a new checkpoint file", part=label, source=source)
+        return held
+
+    # -- the stream ------------------------------------------------------------------
+
+    def _key_columns(self, part: _Part) -> tuple[str, ...]:
+        if part.label not in self._primary_keys:
+            latest = part.log.schemas.latest(part.config.table)
+            self._primary_keys[part.label] = latest[1].primary_key if latest else ()
+        return self._primary_keys[part.label]
+
+    def _logical(self, part: _Part, event: ChangeEvent) -> LogicalEvent:
+        column = self.table.shard_column
+        if column in event.row:
+            shard, row = event.row[column], event.row
+        else:
+            shard, row = part.label, {column: part.label, **event.row}
+        # The logical key, as the logical snapshot keys its rows: the shard first, then the primary
+        # key without the shard column when that is part of it.
+        names = self._key_columns(part)
+        rest = event.key if len(names) != len(event.key) else tuple(
+            v for name, v in zip(names, event.key, strict=True) if name != column)
+        return LogicalEvent(scn=event.scn, seq=event.seq, table=self.table.name, op=event.op,
+                            key=(shard, *rest), row=row, commit_ts_ms=event.commit_ts_ms,
+                            part=part.label, source=part.config.source, physical_table=part.config.table)
+
+    def _windows(self, part: _Part, since: Scn, bound: Scn) -> Iterator[_PartWindow]:
+        for window in part.log.read_windows(since, bound, tables=[part.config.table]):
+            events = tuple(self._logical(part, e) for e in window.events)
+            if self.group is not None:
+                events = tuple(e for e in events if self.group.owns(e.key))
+            yield _PartWindow(part, window.scn, events, window.events[-1].commit_ts_ms)
+
+    def _stream(self, positions: Mapping[str, Scn], bounds: Mapping[str, Scn]) -> Iterator[_PartWindow]:
+        """Each part's windows in (position, bound], merged by commit time without reordering a part:
+        ``heapq.merge`` only compares the parts' next windows, so a part whose clock went back just
+        comes out of commit-time order, never out of its own SCN order."""
+        return heapq.merge(*(self._windows(p, positions[p.label], bounds[p.label]) for p in self.parts
+                             if p.label in positions),
+                           key=lambda w: (w.commit_ts_ms, w.part.index))
+
+    # -- running ---------------------------------------------------------------------
+
+    def run(self, until: Mapping[str, Scn] | None = None) -> LogicalRunStats:
+        """Deliver everything committed now in every part's log (or up to ``until[label]``), then return."""
+        stats = LogicalRunStats()
+        saved = self.checkpoints.load()
+        if saved is not None and saved.table != self.table.name:
+            raise LogicalCheckpointError(
+                f"the checkpoint is for logical table {saved.table!r}, not {self.table.name!r}",
+                "give each logical table's consumer its own checkpoint file")
+        vector: dict[str, PartPosition] = {}
+        bounds: dict[str, Scn] = {}
+        epochs: dict[str, str | None] = {}
+        for part in self.parts:
+            manifest = part.log.manifest()
+            held = saved.parts.get(part.label) if saved else None
+            if held is None and not part.log.manifest_path.exists():
+                continue  # nothing captured yet: the part starts wherever its log will start
+            vector[part.label] = self._resume(part, held, manifest)
+            self._lineages[part.label] = log_lineage(part.config.source, manifest)
+            epochs[part.label] = manifest.epoch
+            # Fixed now, per part: later commits wait for the next run.
+            bounds[part.label] = (until or {}).get(part.label, manifest.last_scn)
+        for window in self._stream({label: p.scn for label, p in vector.items()}, bounds):
+            part = window.part
+            if window.events:
+                self._deliver(window, vector[part.label].scn, stats)
+            vector[part.label] = PartPosition(part.config.source, part.config.table,
+                                              ConsumerCheckpoint(scn=window.scn, epoch=epochs[part.label]))
+            if window.events:
+                self._commit(vector, window.scn)
+        for label, bound in bounds.items():  # the rest of a part was other tables or other members' keys
+            held = vector[label]
+            if bound > held.scn:
+                vector[label] = PartPosition(held.source, held.table,
+                                             ConsumerCheckpoint(scn=bound, epoch=epochs[label]))
+        if saved is None or vector != saved.parts:
+            self.checkpoints.save(LogicalCheckpoint(self.table.name, dict(vector)))
+        stats.positions = {label: p.scn for label, p in vector.items()}
+        return stats
+
+    def follow(self, interval_s: float = 1.0, stop: Callable[[], bool] = lambda: False) -> LogicalRunStats:
+        """Keep delivering as the parts' logs grow until ``stop()`` says so."""
+        total = LogicalRunStats()
+        while not stop():
+            stats = self.run()
+            total.windows += stats.windows
+            total.events += stats.events
+            total.rollbacks += stats.rollbacks
+            total.discarded += stats.discarded
+            total.positions = stats.positions
+            if not stats.windows:
+                time.sleep(interval_s)
+        return total
+
+    def close(self) -> None:
+        self.dispatcher.close()
+
+    def _commit(self, vector: dict[str, PartPosition], scn: Scn) -> None:
+        self.checkpoints.save(LogicalCheckpoint(self.table.name, dict(vector)))  # a copy: stores may keep it
+        self.dispatcher.broadcast("on_checkpoint", scn)
+
+    def _deliver(self, window: _PartWindow, start: Scn, stats: LogicalRunStats) -> None:
+        label = window.part.label
+
+        def failure(exc: Exception, attempts: int) -> ConsumerError:
+            return ConsumerError(
+                f"window {window.scn} of part {label!r} ({window.part.config.source}.{window.part.config.table}) "
+                f"of logical table {self.table.name!r} failed {attempts} times in the consumer: {exc}",
+                "fix the consumer; the next run redelivers this window from its start (the part's "
+                f"checkpoint is still {start})", part=label)
+
+        deliver_window(self.dispatcher, self.sink, self._lineages[label], window.scn, start, window.events,
+                       lambda tables: tables, self.max_retries, stats, failure)
