@@ -59,11 +59,26 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
             applied = DeltaSnapshot(config.lake, source.name, table.name).applied_scn()
             behind = str(manifest.last_scn.value - applied.value) if applied is not None else "-"
             print(f"  {table.name:<26}{'':>12}{applied or '-'!s:>12}{'':>12}{behind:>8}")
+        if getattr(source, "standby", None) is not None:
+            server = checkpoint.state.get("server", "primary") if checkpoint else "primary"
+            switches = "; ".join(f"{e.get('from_server')} -> {e.get('to_server')} by {e.get('method')}"
+                                 for e in manifest.lineage) or "none"
+            print(f"  reading the {server} (failovers: {switches})")
         for client, cursor in MetaManager(config.lake, source.name).cursors().items():
             position = cursor.value if cursor else manifest.start_scn.value
             state = "  behind retention: must bootstrap" if position < manifest.start_scn.value else ""
             print(f"  consumer {client:<17}{cursor or '-'!s:>12}{'':>24}{manifest.last_scn.value - position:>8}"
                   f"{state}")
+    for logical in config.logical_tables:
+        from dagster_databus.snapshot.logical import LogicalSnapshot
+
+        snap = LogicalSnapshot(config.lake, logical.name)
+        print(f"logical {logical.name}")
+        for part in logical.parts:
+            applied = snap.applied_scn(part.label)
+            log_scn = ChangeLog(config.lake, part.source).manifest().last_scn
+            behind = str(max(0, log_scn.value - applied.value)) if applied is not None else "-"
+            print(f"  {part.label:<26}{'':>12}{applied or '-'!s:>12}{'':>12}{behind:>8}")
     return 0
 
 

@@ -14,11 +14,15 @@ from typing import Any
 import pytest
 
 from dagster_databus import pipeline
+from dagster_databus.config import load_config
+from dagster_databus.consumer.checkpoints import FileCheckpointStore
+from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
 from dagster_databus.errors import ConfigError, SourceUnavailableError, StandbyBehindError
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import compare_rows, reconcile_table
+from dagster_databus.sources import open_source
 from tests.faults.loadgen import DDL, TABLE, LoadGenerator
 from tests.harness import MysqlHarness, make_config
 from tests.mariadb import MariaDBServer
@@ -52,9 +56,19 @@ def _setup(pair: tuple[MariaDBServer, MariaDBServer], tmp_path: Path, **kw: Any
     primary, replica = pair
     harness = MysqlHarness(primary)
     harness.execute([DDL])
+    _wait_for_table(replica, harness.database)  # install checks the standby has the database
     config = _config(tmp_path / "lake", harness, replica, **kw)
     pipeline.install(config, SOURCE)
     return config, harness, MysqlHarness(replica, harness.database), LoadGenerator(harness, seed=7)
+
+
+def _wait_for_table(replica: MariaDBServer, database: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not replica.query(f"SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{database}' "
+                            f"AND TABLE_NAME = '{TABLE}'"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the replica did not create {database}.{TABLE} within {timeout_s}s")
+        time.sleep(0.05)
 
 
 def _rows(harness: MysqlHarness) -> list[dict[str, Any]]:
@@ -106,6 +120,7 @@ def test_primary_killed_mid_workload_fails_over_to_the_replica(pair, tmp_path: P
         # A replica is normally ahead of a batch capture; make sure of it, then kill the primary mid-workload.
         replica.wait_for_gtid(before.state["gtid"])
         primary.crash()
+        writer.join(10)  # its next transaction fails: the workload is cut off, not stopped
     finally:
         writer.stopped.set()
         writer.join(10)
@@ -177,6 +192,96 @@ def test_rereads_after_a_timestamp_failover_leave_the_snapshot_unchanged(pair, t
     assert snap.version() > version_before  # the re-reads were merged ...
     assert sorted(snap.read().to_pylist(), key=lambda r: r["k"]) == rows_before  # ... and changed nothing
     _assert_snapshot_equals(config, on_replica)
+
+
+def test_a_consumer_keeps_its_place_across_the_failover(pair, tmp_path: Path, spark) -> None:
+    primary, replica = pair
+    config, _, on_replica, generator = _setup(pair, tmp_path)
+    generator.run(10)
+    pipeline.capture(config, SOURCE)
+    sync_source(spark, config, SOURCE)
+    seen: list[int] = []
+
+    class Collect(DatabusConsumer):
+        def on_data_event(self, event: Any) -> None:
+            seen.append(event.row["v"])
+
+    checkpoints = FileCheckpointStore(tmp_path / "consumer.json")
+    first = DatabusClient(config.lake, SOURCE, Collect(), checkpoints=checkpoints).run()
+    assert first.bootstrapped
+    replica.wait_for_gtid(ChangeLog(config.lake, SOURCE).checkpoint().state["gtid"])
+    primary.crash()
+    replica.wait_applied()
+    assert pipeline.capture(config, SOURCE).failover is not None
+    generator.harness = on_replica
+    generator.run(5)
+    pipeline.capture(config, SOURCE)
+    seen.clear()
+
+    second = DatabusClient(config.lake, SOURCE, Collect(), checkpoints=checkpoints).run()
+
+    # The checkpoint is of the old epoch, which the log switched from: no bootstrap, just the new windows.
+    assert not second.bootstrapped and second.windows == 5
+    assert sorted(seen) == sorted(v for window in list(_windows(config).values())[-5:] for v in window)
+
+
+def test_the_changelog_asset_reports_the_switch(pair, tmp_path: Path, spark,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import dagster as dg
+
+    from tests.test_dagster import materialize, metadata
+
+    primary, replica = pair
+    harness = MysqlHarness(primary)
+    harness.execute([DDL])
+    _wait_for_table(replica, harness.database)
+    generator = LoadGenerator(harness)
+    path = tmp_path / "databus.yaml"
+    source = harness.source_config(SOURCE, [(TABLE, ["k"])], standby={"host": "127.0.0.1", "port": replica.port},
+                                   failover={"retries": 2, "interval_s": 0.1})
+    path.write_text(json.dumps({"lake": "lake", "sources": [source]}))
+    with dg.instance_for_test() as instance:
+        assert materialize(path, instance).success
+        generator.run(10)
+        assert metadata(materialize(path, instance), [SOURCE, "changelog"])["server"] == "primary"
+        replica.wait_for_gtid(ChangeLog(tmp_path / "lake", SOURCE).checkpoint().state["gtid"])
+        primary.crash()
+        replica.wait_applied()
+        result = materialize(path, instance)
+    log = metadata(result, [SOURCE, "changelog"])
+    assert log["server"] == "standby" and log["failovers"] == 1 and log["failover_method"] == "gtid"
+    assert log["failover_to"] == f"standby 127.0.0.1:{replica.port}" and log["reread_windows"] == 0
+    assert log["failover_position"].startswith("binlog.")
+    from dagster_databus.cli import main
+
+    assert main(["--config", str(path), "status"]) == 0
+    assert (f"reading the standby (failovers: primary 127.0.0.1:{primary.port} -> standby 127.0.0.1:{replica.port} "
+            "by gtid)") in capsys.readouterr().out
+    _assert_snapshot_equals(load_config(path), MysqlHarness(replica, harness.database))
+
+
+def test_verify_names_a_standby_that_does_not_log_what_it_replicates(tmp_path: Path) -> None:
+    primary = MariaDBServer(server_id=1)
+    standby = MariaDBServer(server_id=2)  # no --log-slave-updates
+    try:
+        harness = MysqlHarness(primary)
+        harness.execute([DDL])
+        config = _config(tmp_path / "lake", harness, standby)
+        problems = open_source(config.source(SOURCE)).verify()
+        assert any(p.startswith(f"standby 127.0.0.1:{standby.port}: database") for p in problems)
+        standby.replicate_from(primary)
+        _wait_for_table(standby, harness.database)
+        problems = open_source(config.source(SOURCE)).verify()
+        assert [p for p in problems if "log_slave_updates" in p] == [
+            p for p in problems if p.startswith(f"standby 127.0.0.1:{standby.port}: log_slave_updates")]
+        assert len([p for p in problems if "log_slave_updates" in p]) == 1
+        standby.crash()  # a standby that is down is not a reason to stop capturing from the primary
+        assert open_source(config.source(SOURCE)).verify() == []
+    finally:
+        standby.close()
+        primary.close()
 
 
 def test_a_standby_missing_captured_transactions_is_refused(pair, tmp_path: Path, spark) -> None:

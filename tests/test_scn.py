@@ -35,6 +35,18 @@ def test_binlog_scn_puts_file_number_above_offset() -> None:
         Scn.from_binlog(1, 2**32)
 
 
+def test_a_failover_era_orders_every_later_position_after_every_earlier_one() -> None:
+    last_of_era0 = Scn.from_binlog(2**20 - 1, 2**32 - 1)
+    first_of_era1 = Scn.from_binlog(1, 4, era=1)
+    assert last_of_era0 < first_of_era1 < Scn.from_binlog(1, 5, era=1) < Scn.from_binlog(1, 4, era=2)
+    assert Scn.from_binlog(7, 1234, era=3).binlog_parts() == (3, 7, 1234)
+    assert Scn.from_binlog(7, 1234).value == (7 << 32) | 1234  # era 0: the pre-failover encoding, unchanged
+    with pytest.raises(ValueError):
+        Scn.from_binlog(2**20, 4)  # would spill into the era bits
+    with pytest.raises(ValueError):
+        Scn.from_binlog(1, 4, era=2**11)
+
+
 def test_positions_compare_within_an_epoch_and_refuse_across_epochs() -> None:
     assert Position("a", Scn(1)) < Position("a", Scn(2))
     with pytest.raises(EpochMismatchError, match="bootstrap"):

@@ -244,46 +244,73 @@ class MysqlSource:
     # -- verify (the "install" of a binlog source) --------------------------------------
 
     def verify(self) -> list[str]:
-        """Every server setting or privilege capture needs that is missing, each with its fix."""
+        """Every server setting or privilege capture needs that is missing, each with its fix.
+
+        With a standby, the other server is checked too when it answers (it must log what it
+        replicates, ``log_slave_updates``), so a failover is not the first time it is looked at.
+        """
         self.preflight()
-        problems = []
         with closing(self.connect()) as conn, conn.cursor() as cur:
-            cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', "
-                        "'binlog_row_image', 'binlog_row_metadata', 'server_id')")
-            settings = {k.lower(): str(v) for k, v in cur.fetchall()}
-            wanted = [("log_bin", "ON", "enable binary logging: add 'log_bin' (and 'server_id') under [mysqld] "
-                       "and restart the server"),
-                      ("binlog_format", "ROW", "SET GLOBAL binlog_format = 'ROW' (and binlog_format=ROW under "
-                       "[mysqld] to keep it)"),
-                      ("binlog_row_image", "FULL", "SET GLOBAL binlog_row_image = 'FULL' (and binlog_row_image=FULL "
-                       "under [mysqld])")]
-            if "binlog_row_metadata" in settings:
-                wanted.append(("binlog_row_metadata", "FULL", "SET GLOBAL binlog_row_metadata = 'FULL' (and "
-                               "binlog_row_metadata=FULL under [mysqld]); capture needs column names in the binlog"))
-            for name, value, fix in wanted:
-                if settings.get(name, "").upper() != value:
-                    problems.append(f"{name} is {settings.get(name, 'unset')!r}, needs {value!r}: {fix}")
-            if settings.get("server_id") == "0":
-                problems.append("server_id is 0, so the server cannot serve replicas: set server_id under [mysqld]")
-            elif settings.get("server_id") == str(self.config.replica_server_id()):
-                problems.append(f"the capture's replica server id {self.config.replica_server_id()} equals the "
-                                f"server's own server_id: set sources.{self.name}.server_id to another number")
-            cur.execute("SHOW GRANTS")
-            grants = " ".join(r[0].upper() for r in cur.fetchall())
-            for privilege in ("REPLICATION SLAVE", "REPLICATION CLIENT|BINLOG MONITOR", "SELECT"):
-                options = privilege.split("|")
-                if "ALL PRIVILEGES ON *.*" not in grants and not any(o in grants for o in options):
-                    problems.append(f"user {self.config.user!r} lacks {options[0]}: GRANT {options[0]} ON "
-                                    f"{'*.*' if privilege != 'SELECT' else self.config.database + '.*'} TO "
-                                    f"'{self.config.user}'@'%'")
+            problems = self._server_problems(cur, standby=False)
+        if self.config.standby is not None:
+            active = self.role
+            self.role = "standby" if active == "primary" else "primary"
+            try:
+                with closing(self.connect(database=False)) as conn, conn.cursor() as cur:
+                    other = self._server_problems(cur, standby=True)
+                    cur.execute("SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
+                                (self.config.database,))
+                    if cur.fetchone() is None:
+                        other.append(f"database {self.config.database!r} does not exist here: make this server a "
+                                     "replica of the other one (CHANGE MASTER TO ... MASTER_USE_GTID=slave_pos)")
+                    problems += [f"{self.describe()}: {p}" for p in other]
+            except SourceUnavailableError:
+                pass  # a standby that is down now is not a reason to stop capturing from the server that is up
+            finally:
+                self.role = active
+        return problems
+
+    def _server_problems(self, cur: Any, standby: bool) -> list[str]:
+        problems = []
+        cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', "
+                    "'binlog_row_image', 'binlog_row_metadata', 'server_id', 'log_slave_updates')")
+        settings = {k.lower(): str(v) for k, v in cur.fetchall()}
+        wanted = [("log_bin", "ON", "enable binary logging: add 'log_bin' (and 'server_id') under [mysqld] "
+                   "and restart the server"),
+                  ("binlog_format", "ROW", "SET GLOBAL binlog_format = 'ROW' (and binlog_format=ROW under "
+                   "[mysqld] to keep it)"),
+                  ("binlog_row_image", "FULL", "SET GLOBAL binlog_row_image = 'FULL' (and binlog_row_image=FULL "
+                   "under [mysqld])")]
+        if "binlog_row_metadata" in settings:
+            wanted.append(("binlog_row_metadata", "FULL", "SET GLOBAL binlog_row_metadata = 'FULL' (and "
+                           "binlog_row_metadata=FULL under [mysqld]); capture needs column names in the binlog"))
+        if standby:
+            wanted.append(("log_slave_updates", "ON", "add log_slave_updates under [mysqld] and restart: a standby "
+                           "must write what it replicates to its own binlog for capture to read it after a failover"))
+        for name, value, fix in wanted:
+            if settings.get(name, "").upper() != value:
+                problems.append(f"{name} is {settings.get(name, 'unset')!r}, needs {value!r}: {fix}")
+        if settings.get("server_id") == "0":
+            problems.append("server_id is 0, so the server cannot serve replicas: set server_id under [mysqld]")
+        elif settings.get("server_id") == str(self.config.replica_server_id()):
+            problems.append(f"the capture's replica server id {self.config.replica_server_id()} equals the "
+                            f"server's own server_id: set sources.{self.name}.server_id to another number")
+        cur.execute("SHOW GRANTS")
+        grants = " ".join(r[0].upper() for r in cur.fetchall())
+        for privilege in ("REPLICATION SLAVE", "REPLICATION CLIENT|BINLOG MONITOR", "SELECT"):
+            options = privilege.split("|")
+            if "ALL PRIVILEGES ON *.*" not in grants and not any(o in grants for o in options):
+                problems.append(f"user {self.config.user!r} lacks {options[0]}: GRANT {options[0]} ON "
+                                f"{'*.*' if privilege != 'SELECT' else self.config.database + '.*'} TO "
+                                f"'{self.config.user}'@'%'")
         return problems
 
     def require_installed(self) -> None:
         problems = self.verify()
         if problems:
             raise CaptureNotInstalledError(
-                f"MySQL source {self.name!r} at {self.config.host}:{self.config.port} is not ready for binlog "
-                "capture:\n  - " + "\n  - ".join(problems),
+                f"MySQL source {self.name!r} ({self.describe()}) is not ready for binlog capture:\n  - "
+                + "\n  - ".join(problems),
                 "apply each fix above, then materialize the '" + self.name + "/capture' asset again",
                 source=self.name,
             )
