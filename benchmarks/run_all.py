@@ -8,6 +8,7 @@ from benchmarks import (
     bench_capture,
     bench_consumer,
     bench_e2e,
+    bench_failover,
     bench_log_write,
     bench_merge,
     bench_mysql,
@@ -23,3 +24,4 @@ if __name__ == "__main__":
             bench_merge.main(rows, pct)
     bench_bootstrap.main()
     bench_e2e.main()
+    bench_failover.main()
