@@ -12,13 +12,14 @@ from typing import Any
 
 import dagster as dg
 import pytest
+from deltalake import DeltaTable
 
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, LogicalTableConfig, load_config, parse_config
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.errors import SchemaDriftError, ShardCollisionError, SnapshotMissingError
 from dagster_databus.log.store import ChangeLog
-from dagster_databus.snapshot.logical import LogicalSnapshot, sync_logical
+from dagster_databus.snapshot.logical import LogicalSnapshot, compare_parts, sync_logical
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.sources import open_source, read_rows
@@ -398,6 +399,15 @@ def test_the_logical_asset_materializes_with_per_part_metadata(servers, tmp_path
     assert meta["dagster/row_count"] == len(shards.expected())
     assert meta["delta_version"] == shards.logical.version() and meta["loaded"] == "-"
     shards.assert_equal()
+    [check] = [e for e in second.get_asset_check_evaluations() if e.asset_key == dg.AssetKey(["logical", "users"])]
+    assert check.check_name == "parts_match_snapshots" and check.passed
+    assert all(p.equal for p in compare_parts(shards.config, "users"))
+    # A row lost from the logical table alone (its SCNs unchanged) is found and named.
+    victim = next(r["id"] for r in shards.logical.read(with_meta=True).to_pylist() if r["__part"] == shards.labels[1])
+    DeltaTable(str(shards.logical.path)).delete(f"id = {victim} AND __part = '{shards.labels[1]}'")
+    differing = [p for p in compare_parts(shards.config, "users") if not p.equal]
+    assert [p.label for p in differing] == [shards.labels[1]]
+    assert differing[0].comparison.missing == 1 and f"missing ({victim},)" in differing[0].comparison.examples
     from dagster_databus.cli import main
 
     assert main(["--config", str(path), "status"]) == 0

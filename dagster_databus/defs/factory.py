@@ -9,7 +9,7 @@ import dagster as dg
 from dagster_databus.config import DatabusConfig
 from dagster_databus.defs.assets import RESOURCE, build_source_assets
 from dagster_databus.defs.checks import build_source_checks
-from dagster_databus.defs.logical import build_logical_asset, build_logical_automation_sensor
+from dagster_databus.defs.logical import build_logical_asset, build_logical_automation_sensor, build_logical_check
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.defs.schedules import (
     build_automation_sensor,
@@ -32,6 +32,7 @@ def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definition
         if source.kind == "oracle":
             sensors.append(build_alert_sensor(source, job))
     assets += [build_logical_asset(logical) for logical in config.logical_tables]
+    checks += [build_logical_check(logical) for logical in config.logical_tables]
     if config.logical_tables:
         sensors.append(build_logical_automation_sensor())
     return dg.Definitions(

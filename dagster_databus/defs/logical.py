@@ -6,7 +6,7 @@ from dagster import AssetExecutionContext
 
 from dagster_databus.config import LogicalTableConfig
 from dagster_databus.defs.assets import RESOURCE, clear_errors, pool, snapshot_key
-from dagster_databus.snapshot.logical import LogicalSyncResult, sync_logical
+from dagster_databus.snapshot.logical import LogicalSyncResult, compare_parts, sync_logical
 
 GROUP = "logical"
 
@@ -35,6 +35,29 @@ def build_logical_asset(logical: LogicalTableConfig) -> dg.AssetsDefinition:
         return dg.MaterializeResult(metadata=_metadata(result))
 
     return logical_table
+
+
+def build_logical_check(logical: LogicalTableConfig) -> dg.AssetChecksDefinition:
+    name = logical.name
+
+    @dg.asset_check(asset=logical_key(name), name="parts_match_snapshots", required_resource_keys={RESOURCE},
+                    description="Each shard's rows in the logical table equal its physical snapshot, for the shards "
+                                "whose snapshot is at the same SCN (warns when none is).")
+    def parts_match_snapshots(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        parts = compare_parts(getattr(context.resources, RESOURCE).config(), name)
+        compared = [p for p in parts if p.comparable]
+        differing = [p for p in compared if not p.equal]
+        metadata: dict[str, object] = {f"scn/{p.label}": dg.MetadataValue.text(
+            f"{p.logical_scn} (snapshot {p.physical_scn})") for p in parts}
+        metadata.update({f"differences/{p.label}": dg.MetadataValue.json(list(p.comparison.examples))
+                         for p in differing if p.comparison is not None})
+        return dg.AssetCheckResult(
+            passed=bool(compared) and not differing,
+            severity=dg.AssetCheckSeverity.ERROR if differing else dg.AssetCheckSeverity.WARN,
+            description=None if compared else "no shard's snapshot is at the logical table's SCN for it yet",
+            metadata=metadata)
+
+    return parts_match_snapshots
 
 
 def build_logical_automation_sensor() -> dg.AutomationConditionSensorDefinition:

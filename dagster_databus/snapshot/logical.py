@@ -38,6 +38,7 @@ from dagster_databus.log.durable import crash_point, disk_errors, exclusive_lock
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts, merge_with_delta_rs
 from dagster_databus.snapshot.merge import conform_changes, read_changes, reduce_latest
+from dagster_databus.snapshot.reconcile import Comparison, compare_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -467,3 +468,57 @@ def _collision(layout: LogicalLayout, clashes: list[tuple[str, list[str]]], held
         f"give logical_tables.{layout.name} a shard_column the physical tables do not have (each part's label "
         f"then fills it), or fix the data so each value of {layout.shard_column} lives on one shard",
         logical_table=layout.name)
+
+
+@dataclass(frozen=True, slots=True)
+class PartComparison:
+    """A part's rows in the logical table against its physical snapshot."""
+
+    label: str
+    logical_scn: Scn | None
+    physical_scn: Scn | None
+    comparison: Comparison | None  # None when the two are not at the same SCN
+
+    @property
+    def comparable(self) -> bool:
+        return self.comparison is not None
+
+    @property
+    def equal(self) -> bool:
+        return self.comparison is not None and self.comparison.equal
+
+
+def compare_parts(config: DatabusConfig, name: str) -> list[PartComparison]:
+    """Each part's rows in logical table ``name`` against its physical snapshot, where both are at one SCN.
+
+    The logical table is derived from the physical snapshots and the logs, so at equal SCNs a part's
+    rows must be exactly the snapshot's (the shard column aside when it was added from labels).
+    """
+    logical = config.logical_table(name)
+    target = LogicalSnapshot(config.lake, name)
+    table = target._table()
+    if table is None:
+        raise SnapshotMissingError(f"logical table {name} has not been written yet ({target.path})",
+                                   f"materialize the logical/{name} asset")
+    data = table.to_pyarrow_table()  # rows and SCNs from one version
+    out = []
+    for part in logical.parts:
+        version = table.transaction_version(target.app_id(part.label))
+        logical_scn = Scn(version) if version is not None else None
+        snap = DeltaSnapshot(config.lake, part.source, part.table)
+        try:
+            physical, physical_scn, _ = snap.read_pinned()
+        except FileNotFoundError:
+            physical, physical_scn = None, None
+        if physical is None or logical_scn != physical_scn:
+            out.append(PartComparison(part.label, logical_scn, physical_scn, None))
+            continue
+        key = [k for k in physical.column_names if k in _physical_key(config, part)]
+        rows = data.filter(pc.equal(data[PART_COLUMN], part.label)).select(physical.column_names)
+        out.append(PartComparison(part.label, logical_scn, physical_scn,
+                                  compare_rows(f"{name}@{part.label}", key, physical.to_pylist(), rows.to_pylist())))
+    return out
+
+
+def _physical_key(config: DatabusConfig, part: LogicalPartConfig) -> tuple[str, ...]:
+    return config.source(part.source).table(part.table).primary_key
