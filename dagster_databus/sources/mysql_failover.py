@@ -174,16 +174,37 @@ def _transaction_starts(source: MysqlSource, file: str) -> list[tuple[int, int]]
     return starts
 
 
-def find_by_time(source: MysqlSource, cur: Any, since_ts: int) -> tuple[str, int]:
-    """The start of the first transaction committed at or after ``since_ts`` (seconds)."""
+def find_by_time(source: MysqlSource, cur: Any, since_ts: int, captured_ts: int | None = None) -> tuple[str, int]:
+    """The start of the first transaction committed at or after ``since_ts`` (seconds).
+
+    ``captured_ts``, the commit time of the last transaction capture read from the other server:
+    replicated events keep the primary's timestamps, so a server whose newest transaction is older
+    lacks that transaction, and switching to it would lose it.
+    """
     cur.execute("SHOW BINARY LOGS")
     sizes = [(r[0], int(r[1])) for r in cur.fetchall()]
+    newest: int | None = None
     for i in range(len(sizes) - 1, -1, -1):
         file, size = sizes[i]
         starts = _transaction_starts(source, file)
+        if starts and newest is None:
+            newest = max(ts for _, ts in starts)
+            if captured_ts is not None and newest < captured_ts:
+                raise StandbyBehindError(
+                    f"{source.describe()}'s newest transaction was committed at {newest}, before the last one "
+                    f"capture already read from the other server ({captured_ts}): this server lacks it",
+                    "if the server is still applying its relay log, wait until it has applied everything it "
+                    "received and run capture again; if those transactions are lost for good, run "
+                    f"`databus bootstrap --source {source.name}` so the snapshots match this server",
+                    source=source.name, captured_ts=captured_ts, server_newest_ts=newest)
         if starts and starts[0][1] < since_ts:
             later = [offset for offset, ts in starts if ts >= since_ts]
             return (file, later[0]) if later else (file, size)
+    if captured_ts is not None and newest is None:
+        raise StandbyBehindError(
+            f"{source.describe()} has no transaction in its binlogs, but capture already read transactions "
+            "from the other server", f"make it a replica that logs what it replicates (log_slave_updates), or "
+            f"run `databus bootstrap --source {source.name}`", source=source.name)
     oldest = sizes[0][0]
     if int(oldest.rsplit(".", 1)[1]) != 1:
         raise LogGapError(
@@ -212,7 +233,8 @@ def fail_over(source: MysqlSource, state: dict[str, str], checkpoint_ms: int, ep
             file, offset = find_after_gtid(source, cur, gtid)
         else:
             search_from = last_ts - settings.fallback_interval_s
-            file, offset = find_by_time(source, cur, search_from)
+            file, offset = find_by_time(source, cur, search_from,
+                                        int(state["commit_ts"]) if state.get("commit_ts") else None)
     resume = source.scn(file, offset)
     new_state = {**source.base_state(file, source.binlog_created(file)),
                  **{k: state[k] for k in ("gtid", "commit_ts") if state.get(k)}}
