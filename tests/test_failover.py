@@ -166,6 +166,41 @@ def test_primary_killed_mid_workload_fails_over_to_the_replica(pair, tmp_path: P
     _assert_snapshot_equals(config, on_replica)
 
 
+def test_a_primary_lost_in_the_middle_of_a_capture_run_fails_over_in_the_same_run(pair, tmp_path: Path,
+                                                                                  spark) -> None:
+    primary, replica = pair
+    config, _harness, on_replica, generator = _setup(pair, tmp_path)
+    config = config.model_copy(update={"sources": (config.sources[0].model_copy(
+        update={"poll": config.sources[0].poll.model_copy(update={"chunk_rows": 20})}),)})
+    pipeline.capture(config, SOURCE)
+    generator.run(30, per_txn=3)
+    # 32 MB of another table's rows: more than the sockets buffer, so the run is still streaming
+    # from the primary when it dies, and capture must find its place again on the replica.
+    primary.execute("CREATE TABLE bulk (id INT PRIMARY KEY, b LONGBLOB)", database=_harness.database)
+    for i in range(32):
+        primary.execute(("INSERT INTO bulk VALUES (%s, %s)", (i, bytes(1 << 20))), database=_harness.database)
+    generator.run(30, per_txn=3)
+    replica.wait_for_gtid(str(primary.query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0]), timeout_s=60)
+    messages: list[str] = []
+
+    def progress(message: str) -> None:
+        messages.append(message)
+        if primary.process.poll() is None and "appended" in message:
+            primary.crash()  # after the first chunk is durable, while the run still has more to read
+
+    result = pipeline.capture(config, SOURCE, progress=progress)
+
+    assert result.failover is not None and result.failover["method"] == "gtid"
+    assert any("checking whether to fail over" in m for m in messages)
+    assert [m for m in messages if "appended" in m][1:], "the run went on appending after the switch"
+    assert len(_windows(config)) == 60  # each of the 60 transactions, once
+    written = Counter(e.event.row["v"] for e in ChangeLog(config.lake, SOURCE).read(tables=[TABLE])
+                      if e.event.op.value != "d")
+    assert set(written.values()) == {1}
+    sync_source(spark, config, SOURCE)
+    _assert_snapshot_equals(config, on_replica)
+
+
 def test_rereads_after_a_timestamp_failover_leave_the_snapshot_unchanged(pair, tmp_path: Path, spark) -> None:
     primary, replica = pair
     config, _harness, on_replica, generator = _setup(pair, tmp_path, method="timestamp", fallback_s=3)
