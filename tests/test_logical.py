@@ -415,3 +415,39 @@ def test_the_logical_asset_materializes_with_per_part_metadata(servers, tmp_path
     start = lines.index("logical users")
     assert [line.split() for line in lines[start + 1:start + 4]] == [
         [label, meta[f"applied_scn/{label}"], "0"] for label in shards.labels]
+
+
+def test_a_logical_consumer_bootstraps_from_the_logical_table_then_follows_each_shard(
+        servers, tmp_path: Path, spark) -> None:
+    from dagster_databus.consumer.client import DatabusConsumer
+    from dagster_databus.consumer.logical import FileLogicalCheckpointStore, LogicalTableClient
+
+    shards = make_shards(servers, tmp_path)
+    seed(shards)
+    shards.capture()
+    shards.merge_physical(spark)
+    sync_logical(spark, shards.config, "users")
+    interleaved_round(shards, 0)  # captured, but not yet in the logical table: comes from the logs
+    shards.capture()
+    copy: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    class Mirror(DatabusConsumer):
+        def on_data_event(self, event: Any) -> None:
+            if event.op.value == "d":
+                copy.pop(event.key, None)
+            else:
+                copy[event.key] = dict(event.row)
+
+    checkpoints = FileLogicalCheckpointStore(tmp_path / "users.ckpt")
+    first = LogicalTableClient.from_config(shards.config, "users", Mirror(), checkpoints=checkpoints,
+                                           bootstrap=True).run()
+
+    assert first.bootstrapped and first.bootstrap_rows == 3 * 12
+    expected = {(r["shard"], r["id"]): r for r in shards.expected()}
+    assert copy == expected
+    interleaved_round(shards, 1)
+    shards.capture()
+    second = LogicalTableClient.from_config(shards.config, "users", Mirror(), checkpoints=checkpoints,
+                                            bootstrap=True).run()
+    assert not second.bootstrapped and second.windows > 0
+    assert copy == {(r["shard"], r["id"]): r for r in shards.expected()}

@@ -32,10 +32,12 @@ The callbacks are ``client.DatabusConsumer``'s. ``on_start_data_event_sequence``
 (``ordering.KeyRouter``): each key reaches one member, in order. ``dedupe=`` adds an
 ``ordering.IdempotentSink`` whose positions are per part lineage.
 
-A part with no checkpoint starts at the oldest change its log holds, or at ``start[label]``.
-A part whose checkpoint is older than its log retains, or from a log that was restarted since,
-raises ``LogicalCheckpointError``: there is no bootstrap from the logical snapshot here (out of
-scope). Load the logical snapshot yourself and pass each part's snapshot SCN as ``start``.
+With ``bootstrap=True``, a consumer with no checkpoint, or one a part's log can no longer
+continue, first gets the logical Delta table (``snapshot/logical.py``) as inserts, every part at
+the SCN that table holds it at (one table version), then each part's log after that SCN: no gap,
+nothing twice. Without it, a part with no checkpoint starts at the oldest change its log holds,
+or at ``start[label]``, and a part whose checkpoint is older than its log retains, or from a log
+that was restarted since, raises ``LogicalCheckpointError``.
 """
 
 from __future__ import annotations
@@ -180,6 +182,8 @@ class LogicalRunStats:
     events: int = 0
     rollbacks: int = 0
     discarded: int = 0  # dropped by the dedupe sink as stale or duplicate
+    bootstrapped: bool = False
+    bootstrap_rows: int = 0
     positions: dict[str, Scn] = field(default_factory=dict)  # the checkpoint vector after the run
 
 
@@ -209,7 +213,8 @@ class LogicalTableClient:
                  consumer: DatabusConsumer | Callable[[], DatabusConsumer],
                  checkpoints: LogicalCheckpointStore | None = None, group: GroupMember | str | None = None,
                  dedupe: IdempotentSink | bool = False, workers: int = 1, max_retries: int = 3,
-                 start: Mapping[str, Scn] | None = None) -> None:
+                 start: Mapping[str, Scn] | None = None, bootstrap: bool = False,
+                 bootstrap_batch_rows: int = 10_000) -> None:
         self.lake = Path(lake)
         self.table = table
         self.parts = [_Part(i, p, ChangeLog(self.lake, p.source)) for i, p in enumerate(table.parts)]
@@ -222,6 +227,7 @@ class LogicalTableClient:
             raise LogicalCheckpointError(f"start names parts {unknown} that logical table {table.name!r} lacks",
                                          f"use part labels: {', '.join(p.label for p in self.parts)}")
         self.start = dict(start or {})
+        self.bootstrap, self.bootstrap_batch_rows = bootstrap, bootstrap_batch_rows
         self._lineages: dict[str, str] = {}
         self._primary_keys: dict[str, tuple[str, ...]] = {}
         if workers > 1:
@@ -323,14 +329,24 @@ class LogicalTableClient:
         vector: dict[str, PartPosition] = {}
         bounds: dict[str, Scn] = {}
         epochs: dict[str, str | None] = {}
+        manifests = {part.label: part.log.manifest() for part in self.parts}
         for part in self.parts:
-            manifest = part.log.manifest()
+            self._lineages[part.label] = log_lineage(part.config.source, manifests[part.label])
+            epochs[part.label] = manifests[part.label].epoch
+        if self.bootstrap and saved is None:
+            saved = self._bootstrap(manifests, stats)
+        for part in self.parts:
+            manifest = manifests[part.label]
             held = saved.parts.get(part.label) if saved else None
             if held is None and not part.log.manifest_path.exists():
                 continue  # nothing captured yet: the part starts wherever its log will start
-            vector[part.label] = self._resume(part, held, manifest)
-            self._lineages[part.label] = log_lineage(part.config.source, manifest)
-            epochs[part.label] = manifest.epoch
+            try:
+                vector[part.label] = self._resume(part, held, manifest)
+            except LogicalCheckpointError:
+                if not self.bootstrap or stats.bootstrapped:
+                    raise
+                saved = self._bootstrap(manifests, stats)  # the snapshot is the way past the gap
+                vector[part.label] = self._resume(part, saved.parts[part.label], manifest)
             # Fixed now, per part: later commits wait for the next run.
             bounds[part.label] = (until or {}).get(part.label, manifest.last_scn)
         for window in self._stream({label: p.scn for label, p in vector.items()}, bounds):
@@ -350,6 +366,42 @@ class LogicalTableClient:
             self.checkpoints.save(LogicalCheckpoint(self.table.name, dict(vector)))
         stats.positions = {label: p.scn for label, p in vector.items()}
         return stats
+
+    def _bootstrap(self, manifests: Mapping[str, Manifest], stats: LogicalRunStats) -> LogicalCheckpoint:
+        """Deliver the logical table as inserts, each part at its SCN there; return the checkpoint after it."""
+        from dagster_databus.snapshot.logical import PART_COLUMN, LogicalSnapshot
+
+        data, scns = LogicalSnapshot(self.lake, self.table.name).read_pinned([p.label for p in self.parts])
+        first = min(scns.values())
+        self.dispatcher.broadcast("on_start_bootstrap", first)
+        rows = data.to_pylist()
+        for part in self.parts:
+            if self.sink is not None:  # the snapshot restates every key of the part
+                self.sink.forget(part.config.source)
+            scn, batch = scns[part.label], []
+            for row in (r for r in rows if r[PART_COLUMN] == part.label):
+                image = {k: v for k, v in row.items() if not k.startswith("__")}
+                event = self._logical(part, ChangeEvent(
+                    scn=Scn(row["__scn"]), seq=len(batch), table=part.config.table, op=Op.INSERT,
+                    key=tuple(row[k] for k in self._key_columns(part)), row=image,
+                    commit_ts_ms=int(row["__commit_ts"].timestamp() * 1000) if row.get("__commit_ts") else 0))
+                if self.group is not None and not self.group.owns(event.key):
+                    continue
+                batch.append(event)
+                if len(batch) >= self.bootstrap_batch_rows:
+                    self._deliver(_PartWindow(part, scn, tuple(batch), 0), scn, stats)
+                    stats.bootstrap_rows, batch = stats.bootstrap_rows + len(batch), []
+            if batch:
+                self._deliver(_PartWindow(part, scn, tuple(batch), 0), scn, stats)
+                stats.bootstrap_rows += len(batch)
+        self.dispatcher.broadcast("on_end_bootstrap", first)
+        stats.bootstrapped = True
+        checkpoint = LogicalCheckpoint(self.table.name, {
+            p.label: PartPosition(p.config.source, p.config.table,
+                                  ConsumerCheckpoint(scn=scns[p.label], epoch=manifests[p.label].epoch))
+            for p in self.parts})
+        self.checkpoints.save(checkpoint)
+        return checkpoint
 
     def follow(self, interval_s: float = 1.0, stop: Callable[[], bool] = lambda: False) -> LogicalRunStats:
         """Keep delivering as the parts' logs grow until ``stop()`` says so."""

@@ -158,6 +158,21 @@ class LogicalSnapshot:
         table = self._table()
         return table.version() if table is not None else None
 
+    def read_pinned(self, labels: Sequence[str]) -> tuple[pa.Table, dict[str, Scn]]:
+        """All rows (with metadata) and each part's applied SCN, from one version of the table."""
+        table = self._table()
+        if table is None:
+            raise SnapshotMissingError(f"logical table {self.name} has not been written yet ({self.path})",
+                                       f"materialize the logical/{self.name} asset")
+        scns = {}
+        for label in labels:
+            version = table.transaction_version(self.app_id(label))
+            if version is None:
+                raise SnapshotMissingError(f"logical table {self.name} holds no rows of part {label} yet",
+                                           f"materialize the logical/{self.name} asset")
+            scns[label] = Scn(version)
+        return table.to_pyarrow_table(), scns
+
     def read(self, with_meta: bool = False) -> pa.Table:
         table = self._table()
         if table is None:
