@@ -38,13 +38,11 @@ def _q(name: str) -> str:
     return f'"{name}"'  # names are validated plain identifiers
 
 
-class DeltaSnapshot:
-    """One snapshot table: ``<lake>/snapshot/<source>/<table>``."""
+class DeltaFolder:
+    """A Delta table in a folder of the lake: whether it exists, its version, its rows."""
 
-    def __init__(self, lake: Path, source: str, table: str) -> None:
-        self.path = Path(lake) / "snapshot" / source / table
-        self.app_id = f"databus:{source}.{table}"
-        self.source, self.table = source, table
+    def __init__(self, path: Path) -> None:
+        self.path = path
 
     def _table(self) -> DeltaTable | None:
         try:
@@ -54,6 +52,32 @@ class DeltaSnapshot:
 
     def exists(self) -> bool:
         return self._table() is not None
+
+    def version(self) -> int | None:
+        table = self._table()
+        return table.version() if table is not None else None
+
+    def read(self, with_meta: bool = False) -> pa.Table:
+        table = self._table()
+        if table is None:
+            raise FileNotFoundError(self.path)
+        data = table.to_pyarrow_table()
+        if not with_meta:
+            data = data.select([n for n in data.column_names if not n.startswith("__")])
+        return data
+
+    def row_count(self) -> int:
+        table = self._table()
+        return 0 if table is None else table.to_pyarrow_dataset().count_rows()
+
+
+class DeltaSnapshot(DeltaFolder):
+    """One snapshot table: ``<lake>/snapshot/<source>/<table>``."""
+
+    def __init__(self, lake: Path, source: str, table: str) -> None:
+        super().__init__(Path(lake) / "snapshot" / source / table)
+        self.app_id = f"databus:{source}.{table}"
+        self.source, self.table = source, table
 
     def applied_scn(self) -> Scn | None:
         """The SCN the snapshot reflects, read from the Delta log; None before bootstrap."""
@@ -73,18 +97,6 @@ class DeltaSnapshot:
         version = table.transaction_version(self.bootstrap_app_id) if table is not None else None
         return Scn(version) if version is not None else None
 
-    def version(self) -> int | None:
-        table = self._table()
-        return table.version() if table is not None else None
-
-    def read(self, with_meta: bool = False) -> pa.Table:
-        table = self._table()
-        if table is None:
-            raise FileNotFoundError(self.path)
-        data = table.to_pyarrow_table()
-        if not with_meta:
-            data = data.select([n for n in data.column_names if not n.startswith("__")])
-        return data
 
     def read_pinned(self, with_meta: bool = False) -> tuple[pa.Table, Scn, Scn | None]:
         """(rows, applied SCN, bootstrap SCN) from one version of the table, so a merge committing
@@ -99,9 +111,6 @@ class DeltaSnapshot:
             data = data.select([n for n in data.column_names if not n.startswith("__")])
         return data, Scn(applied), Scn(boot) if boot is not None else None
 
-    def row_count(self) -> int:
-        table = self._table()
-        return 0 if table is None else table.to_pyarrow_dataset().count_rows()
 
 
 def with_meta(batch: pa.RecordBatch | pa.Table, scn: Scn, op: str, commit_ts_ms: int) -> pa.RecordBatch:

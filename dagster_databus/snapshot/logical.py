@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import TableNotFoundError
 
 from dagster_databus.config import DatabusConfig, LogicalPartConfig, LogicalTableConfig
 from dagster_databus.core.schema import ARROW_TYPES, META_COLUMNS, Column, TableSchema
@@ -36,7 +35,7 @@ from dagster_databus.errors import LogGapError, SchemaDriftError, ShardCollision
 from dagster_databus.log.ddl import DdlLog
 from dagster_databus.log.durable import crash_point, disk_errors, exclusive_lock
 from dagster_databus.log.store import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts, merge_with_delta_rs
+from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot, MergeCounts, merge_with_delta_rs
 from dagster_databus.snapshot.merge import conform_changes, read_changes, reduce_latest
 from dagster_databus.snapshot.reconcile import Comparison, compare_rows
 
@@ -114,11 +113,11 @@ class LogicalLayout:
                           sort_keys=True)
 
 
-class LogicalSnapshot:
+class LogicalSnapshot(DeltaFolder):
     """One logical table: ``<lake>/logical/<name>``."""
 
     def __init__(self, lake: Path, name: str) -> None:
-        self.path = Path(lake) / "logical" / name
+        super().__init__(Path(lake) / "logical" / name)
         self.name = name
 
     def app_id(self, label: str) -> str:
@@ -127,15 +126,6 @@ class LogicalSnapshot:
     def loaded_from_app_id(self, label: str) -> str:
         """Records the bootstrap SCN of the physical snapshot the part was loaded from."""
         return f"{self.app_id(label)}#loaded_from"
-
-    def _table(self) -> DeltaTable | None:
-        try:
-            return DeltaTable(str(self.path))
-        except TableNotFoundError:
-            return None
-
-    def exists(self) -> bool:
-        return self._table() is not None
 
     def applied_scn(self, label: str) -> Scn | None:
         table = self._table()
@@ -154,10 +144,6 @@ class LogicalSnapshot:
         # Every commit of a sync carries the layout, so the newest commit's is the current one.
         return next(iter(table.history(1)), {}).get(LAYOUT_KEY)
 
-    def version(self) -> int | None:
-        table = self._table()
-        return table.version() if table is not None else None
-
     def read_pinned(self, labels: Sequence[str]) -> tuple[pa.Table, dict[str, Scn]]:
         """All rows (with metadata) and each part's applied SCN, from one version of the table."""
         table = self._table()
@@ -173,18 +159,6 @@ class LogicalSnapshot:
             scns[label] = Scn(version)
         return table.to_pyarrow_table(), scns
 
-    def read(self, with_meta: bool = False) -> pa.Table:
-        table = self._table()
-        if table is None:
-            raise FileNotFoundError(self.path)
-        data = table.to_pyarrow_table()
-        if not with_meta:
-            data = data.select([n for n in data.column_names if not n.startswith("__")])
-        return data
-
-    def row_count(self) -> int:
-        table = self._table()
-        return 0 if table is None else table.to_pyarrow_dataset().count_rows()
 
 
 @dataclass(frozen=True, slots=True)
