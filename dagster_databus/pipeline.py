@@ -152,8 +152,9 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
         result = CaptureResult(source=source, epoch=epoch, since=since, until=since, source_hwm=since,
                                schema_versions=versions)
         start_state = checkpoint.state if checkpoint else {}
-        if "switched_ms" in start_state and log.manifest().lineage:
-            result.failover = log.manifest().lineage[-1]
+        lineage = log.manifest().lineage
+        if "switched_ms" in start_state and lineage:
+            result.failover = lineage[-1]
         # After a switch by commit time, windows up to the last commit captured before it are re-reads.
         reread_ms = int(start_state["reread_through"]) * 1000 if "reread_through" in start_state else None
         ddl = DdlLog(log.root)

@@ -160,7 +160,6 @@ class LogicalSnapshot(DeltaFolder):
         return table.to_pyarrow_table(), scns
 
 
-
 @dataclass(frozen=True, slots=True)
 class _Part:
     config: LogicalPartConfig
@@ -502,12 +501,8 @@ def compare_parts(config: DatabusConfig, name: str) -> list[PartComparison]:
         if physical is None or logical_scn != physical_scn:
             out.append(PartComparison(part.label, logical_scn, physical_scn, None))
             continue
-        key = [k for k in physical.column_names if k in _physical_key(config, part)]
+        key = config.source(part.source).table(part.table).primary_key
         rows = data.filter(pc.equal(data[PART_COLUMN], part.label)).select(physical.column_names)
         out.append(PartComparison(part.label, logical_scn, physical_scn,
                                   compare_rows(f"{name}@{part.label}", key, physical.to_pylist(), rows.to_pylist())))
     return out
-
-
-def _physical_key(config: DatabusConfig, part: LogicalPartConfig) -> tuple[str, ...]:
-    return config.source(part.source).table(part.table).primary_key

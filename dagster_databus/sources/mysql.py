@@ -70,6 +70,10 @@ _DDL = re.compile(
 Role = Literal["primary", "standby"]
 
 
+def other_role(role: Role) -> Role:
+    return "standby" if role == "primary" else "primary"
+
+
 def mysql_logical_type(data_type: str) -> LogicalType:
     return _INFO_TYPES.get(data_type.lower(), "string")
 
@@ -180,9 +184,10 @@ class MysqlSource:
         return {"host": host, "port": port, "user": c.user, "passwd": c.resolved_password(),
                 "connect_timeout": c.connect_timeout_s}
 
-    def connect(self, database: bool = True) -> pymysql.Connection:
+    def connect(self, database: bool = True, role: Role | None = None) -> pymysql.Connection:
+        """A connection to the active server, or to ``role``'s."""
         c = self.config
-        host, port = self.address()
+        host, port = self.address(role)
         try:
             return pymysql.connect(host=host, port=port, user=c.user, password=c.resolved_password(),
                                    database=c.database if database else None, autocommit=True,
@@ -197,7 +202,7 @@ class MysqlSource:
                                   f"database {c.database!r} does not exist on {host}:{port}",
                                   "name an existing database (schema)") from None
             raise SourceUnavailableError(
-                f"cannot reach MySQL source {self.name!r} ({self.describe()}): "
+                f"cannot reach MySQL source {self.name!r} ({self.describe(role)}): "
                 f"{exc.args[-1] if exc.args else exc}",
                 "check host and port, that the server is running and that this machine may connect to it",
                 source=self.name,
@@ -253,21 +258,18 @@ class MysqlSource:
         with closing(self.connect()) as conn, conn.cursor() as cur:
             problems = self._server_problems(cur, standby=False)
         if self.config.standby is not None:
-            active = self.role
-            self.role = "standby" if active == "primary" else "primary"
+            spare = other_role(self.role)
             try:
-                with closing(self.connect(database=False)) as conn, conn.cursor() as cur:
+                with closing(self.connect(database=False, role=spare)) as conn, conn.cursor() as cur:
                     other = self._server_problems(cur, standby=True)
                     cur.execute("SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
                                 (self.config.database,))
                     if cur.fetchone() is None:
                         other.append(f"database {self.config.database!r} does not exist here: make this server a "
                                      "replica of the other one (CHANGE MASTER TO ... MASTER_USE_GTID=slave_pos)")
-                    problems += [f"{self.describe()}: {p}" for p in other]
+                    problems += [f"{self.describe(spare)}: {p}" for p in other]
             except SourceUnavailableError:
                 pass  # a standby that is down now is not a reason to stop capturing from the server that is up
-            finally:
-                self.role = active
         return problems
 
     def _server_problems(self, cur: Any, standby: bool) -> list[str]:
@@ -365,11 +367,7 @@ class MysqlSource:
     def start_position(self) -> tuple[Scn, dict[str, str]]:
         with closing(self.connect()) as conn, conn.cursor() as cur:
             file, pos = self._master_status(cur)
-            gtid = self.gtid_pos(cur)
-        state = self.base_state(file, self.binlog_created(file))
-        if gtid:
-            state["gtid_pos"] = gtid
-        return self.scn(file, pos), state
+        return self.scn(file, pos), self.base_state(file, self.binlog_created(file))
 
     def gtid_pos(self, cur: Any) -> str:
         """MariaDB's GTID position of the binlog end (``@@gtid_binlog_pos``), '' elsewhere."""

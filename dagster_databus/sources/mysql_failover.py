@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import LogGapError, SourceUnavailableError, StandbyBehindError
+from dagster_databus.sources.mysql import other_role
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from dagster_databus.log.store import ChangeLog
-    from dagster_databus.sources.mysql import MysqlSource, Role
+    from dagster_databus.sources.mysql import MysqlSource
 
 _GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 
@@ -56,10 +57,6 @@ class Switch:
 
     def record(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v not in (None, "")}
-
-
-def other(role: Role) -> Role:
-    return "standby" if role == "primary" else "primary"
 
 
 def unreachable(source: MysqlSource, retries: int, interval_s: float) -> SourceUnavailableError | None:
@@ -220,7 +217,7 @@ def fail_over(source: MysqlSource, state: dict[str, str], checkpoint_ms: int, ep
     """Switch ``source`` to its other server; return the switch and the checkpoint state to resume with."""
     settings = source.config.failover
     origin = source.describe()
-    source.role = other(source.role)
+    source.role = other_role(source.role)
     source.era += 1
     source.reset_schemas()
     with closing(source.connect()) as conn, conn.cursor() as cur:
@@ -261,7 +258,7 @@ def resume(source: MysqlSource, log: ChangeLog, progress: Callable[[str], None])
     if down is None:
         return None
     progress(f"{source.name}: {source.describe()} did not answer {settings.retries} attempts "
-             f"{settings.interval_s:g}s apart ({down.problem}); failing over to the {other(source.role)}")
+             f"{settings.interval_s:g}s apart ({down.problem}); failing over to the {other_role(source.role)}")
     with log.writer() as writer:
         checkpoint = log.checkpoint()  # again, under the lock: another run may have switched already
         assert checkpoint is not None
