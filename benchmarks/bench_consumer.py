@@ -15,10 +15,12 @@ from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
 from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
+from dagster_databus.core.types import ColumnType
 from dagster_databus.log.store import ChangeLog
 
-SCHEMA = TableSchema("b", "items", (Column("id", "long"), Column("name", "string"), Column("price", "double"),
-                                    Column("qty", "long")), ("id",))
+SCHEMA = TableSchema("b", "items", (Column("id", ColumnType("long")), Column("name", ColumnType("string")),
+                                    Column("price", ColumnType("double")),
+                                    Column("qty", ColumnType("long"))), ("id",))
 
 
 def main(rows: int = 200_000) -> None:

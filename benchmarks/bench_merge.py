@@ -17,12 +17,14 @@ from dagster_databus.config import parse_config
 from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
+from dagster_databus.core.types import ColumnType
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaRsEngine, DeltaSnapshot, with_meta
 from dagster_databus.snapshot.merge import sync_table
 from dagster_databus.snapshot.spark import get_spark
 
-SCHEMA = TableSchema("b", "items", (Column("id", "long"), Column("name", "string"), Column("price", "double")),
+SCHEMA = TableSchema("b", "items", (Column("id", ColumnType("long")), Column("name", ColumnType("string")),
+                                    Column("price", ColumnType("double"))),
                      ("id",))
 
 

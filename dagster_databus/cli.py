@@ -12,17 +12,25 @@ from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
 from dagster_databus.consumer.pull import MetaManager
 from dagster_databus.core.events import ChangeEvent
 from dagster_databus.core.scn import Scn
+from dagster_databus.core.types import ColumnType, json_value
 from dagster_databus.errors import DatabusError
+from dagster_databus.log.schemas import SchemaRegistry
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.sources import open_source
 
 
 def _validate(config: DatabusConfig, _: argparse.Namespace) -> int:
-    for source in config.sources:
-        schemas = open_source(source).preflight()
+    failed = 0
+    for source in config.sources:  # every source is checked, so one run names every problem
+        try:
+            schemas = open_source(source).preflight()
+        except DatabusError as exc:
+            failed += 1
+            print(f"{source.name}: {exc.problem}\n  Fix: {exc.fix}", file=sys.stderr)
+            continue
         print(f"{source.name}: {source.kind} ok, tables: {', '.join(schemas)}")
-    return 0
+    return 2 if failed else 0
 
 
 def _install(config: DatabusConfig, args: argparse.Namespace) -> int:
@@ -83,12 +91,24 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
 
 
 class JsonLinesConsumer(DatabusConsumer):
-    """Prints each data event as one JSON line."""
+    """Prints each data event as one JSON line, every value in its type's one text form (docs/types.md)."""
+
+    def __init__(self, schemas: SchemaRegistry) -> None:
+        self.schemas = schemas
+        self._types: dict[str, dict[str, ColumnType]] = {}
+
+    def _column_types(self, table: str) -> dict[str, ColumnType]:
+        if table not in self._types:
+            latest = self.schemas.latest(table)
+            self._types[table] = {c.name: c.type for c in latest[1].columns} if latest else {}
+        return self._types[table]
 
     def on_data_event(self, event: ChangeEvent) -> None:
+        types = self._column_types(event.table)
+        row = {name: types[name].to_json(v) if name in types else json_value(v) for name, v in event.row.items()}
         print(json.dumps({"scn": str(event.scn), "seq": event.seq, "table": event.table, "op": event.op.value,
-                          "key": list(event.key), "commit_ts_ms": event.commit_ts_ms, "row": dict(event.row)},
-                         default=lambda v: v.hex() if isinstance(v, bytes) else str(v)), flush=True)
+                          "key": [json_value(v) for v in event.key], "commit_ts_ms": event.commit_ts_ms,
+                          "row": row}, ensure_ascii=False), flush=True)
 
 
 def _tail(config: DatabusConfig, args: argparse.Namespace) -> int:
@@ -103,8 +123,9 @@ def _tail(config: DatabusConfig, args: argparse.Namespace) -> int:
     if args.from_scn is not None and store.load() is None:
         store.save(ConsumerCheckpoint(scn=Scn.parse(args.from_scn),
                                       epoch=ChangeLog(config.lake, args.source).manifest().epoch))
-    client = DatabusClient(config.lake, args.source, JsonLinesConsumer(), tables=args.tables,
-                           partition_filter=args.filter, checkpoints=store, bootstrap=not args.no_bootstrap)
+    printer = JsonLinesConsumer(ChangeLog(config.lake, args.source).schemas)
+    client = DatabusClient(config.lake, args.source, printer, tables=args.tables, partition_filter=args.filter,
+                           checkpoints=store, bootstrap=not args.no_bootstrap)
     try:
         if args.follow:
             client.follow(interval_s=args.interval)

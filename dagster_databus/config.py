@@ -151,6 +151,9 @@ class MysqlSourceConfig(_ServerSourceBase):
     # The replica server id capture registers with; must differ from every server and replica.
     server_id: int = Field(default=0, ge=0, lt=2**32)
     on_purged: Literal["fail", "bootstrap"] = "fail"
+    # MySQL's zero dates ('0000-00-00', '2024-00-15') have no value in Delta's date and timestamp types:
+    # "error" stops capture at the first one (naming table, column and row); "null" stores them as NULL.
+    zero_dates: Literal["error", "null"] = "error"
     standby: StandbyConfig | None = None
     failover: FailoverConfig = FailoverConfig()
 

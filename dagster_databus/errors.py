@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 
 class DatabusError(Exception):
     """Base class: ``problem`` says what happened, ``fix`` says what to do about it."""
@@ -41,6 +43,14 @@ class SchemaMismatchError(DatabusError):
     """A captured value does not fit the column type the Avro schema declares."""
 
 
+class UnsupportedTypeError(DatabusError):
+    """A captured column's declared type has no mapping to a change-log and Delta type (docs/types.md)."""
+
+
+class ChangeLogFormatError(DatabusError):
+    """The change log was written in a format this version does not read (for example before typed columns)."""
+
+
 class SchemaDriftError(DatabusError):
     """A table's columns changed while its capture triggers still had the old shape."""
 
@@ -67,3 +77,31 @@ class StandbyBehindError(DatabusError):
 
 class ShardCollisionError(DatabusError):
     """Two parts of a logical table hold the same logical key: the shard column does not separate them."""
+
+
+_TASK_MARK = "databus-error:"
+
+
+def for_task(exc: DatabusError) -> RuntimeError:
+    """``exc`` as it can cross from a Spark task to the driver: Spark re-raises only the worker's text."""
+    body = {"kind": type(exc).__name__, "problem": exc.problem, "fix": exc.fix,
+            "context": {k: v for k, v in exc.context.items() if isinstance(v, str | int | float | bool | None)}}
+    return RuntimeError(_TASK_MARK + json.dumps(body))
+
+
+def from_task(exc: BaseException) -> DatabusError | None:
+    """The ``DatabusError`` a Spark task raised (through ``for_task``), rebuilt on the driver; else None."""
+    text = str(exc)
+    at = text.find(_TASK_MARK)
+    if at < 0:
+        return None
+    try:
+        body, _ = json.JSONDecoder().raw_decode(text, at + len(_TASK_MARK))
+    except ValueError:
+        return None
+    kind = globals().get(body["kind"])
+    if not (isinstance(kind, type) and issubclass(kind, DatabusError)) or kind is ConfigError:
+        kind = DatabusError
+    error = kind.__new__(kind)
+    DatabusError.__init__(error, body["problem"], body["fix"], **body["context"])
+    return error

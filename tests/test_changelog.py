@@ -14,13 +14,14 @@ from dagster_databus import pipeline
 from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
+from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import ConcurrentRunError, EpochMismatchError
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
 from tests.conftest import assert_snapshots_match
 from tests.harness import SqliteHarness, make_config
 
-SCHEMA = TableSchema("s", "t", (Column("id", "long"), Column("v", "string")), ("id",))
+SCHEMA = TableSchema("s", "t", (Column("id", ColumnType("long")), Column("v", ColumnType("string"))), ("id",))
 
 
 def window(*scns: int) -> Window:

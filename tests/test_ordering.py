@@ -52,6 +52,7 @@ from dagster_databus.consumer.pull import MetaManager, PullConsumer
 from dagster_databus.core.events import ChangeEvent, Op, Window, encode_key
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
+from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import EpochMismatchError
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
@@ -365,7 +366,7 @@ def test_a_crash_between_the_sink_commit_and_the_checkpoint_redelivers_a_window_
     assert consumer.table.rows == source_rows(dbs["b"], "user2")
 
 
-SCHEMA = TableSchema("clock", "t", (Column("id", "long"), Column("v", "string")), ("id",))
+SCHEMA = TableSchema("clock", "t", (Column("id", ColumnType("long")), Column("v", ColumnType("string"))), ("id",))
 
 
 def test_a_source_clock_going_backwards_does_not_discard_newer_changes(tmp_path: Path) -> None:

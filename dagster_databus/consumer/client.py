@@ -353,7 +353,7 @@ class DatabusClient:
         schema = self.log.schemas.latest(table)
         key_columns = list(schema[1].primary_key) if schema else [data.column_names[0]]
         batch: list[ChangeEvent] = []
-        for row in data.to_pylist():
+        for row in schema[1].rows_from_arrow(data) if schema else data.to_pylist():
             key = [row[k] for k in key_columns]
             if self.filter is not None and not self.filter.accepts(key):
                 continue

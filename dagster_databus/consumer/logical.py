@@ -374,7 +374,8 @@ class LogicalTableClient:
         data, scns = LogicalSnapshot(self.lake, self.table.name).read_pinned([p.label for p in self.parts])
         first = min(scns.values())
         self.dispatcher.broadcast("on_start_bootstrap", first)
-        rows = data.to_pylist()
+        latest = self.parts[0].log.schemas.latest(self.parts[0].config.table)  # every part has the same columns
+        rows = latest[1].rows_from_arrow(data) if latest is not None else data.to_pylist()
         for part in self.parts:
             if self.sink is not None:  # the snapshot restates every key of the part
                 self.sink.forget(part.config.source)

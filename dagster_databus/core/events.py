@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from dagster_databus.core.scn import Scn
+from dagster_databus.core.types import json_value
 
 
 class Op(StrEnum):
@@ -19,14 +20,10 @@ class Op(StrEnum):
 
 
 def encode_key(values: Sequence[Any]) -> str:
-    """The primary key as a compact JSON array: a stable, comparable string form."""
-    return json.dumps(list(values), separators=(",", ":"), ensure_ascii=False, default=_bytes_hex)
-
-
-def _bytes_hex(value: object) -> str:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).hex()
-    raise TypeError(f"unsupported key value {value!r}")
+    """The primary key as a compact JSON array: a stable, comparable string form. Values that JSON has
+    no type for take their one text form (``core.types.json_value``), so a key read from a snapshot
+    encodes exactly as the same key read from the log."""
+    return json.dumps([json_value(v) for v in values], separators=(",", ":"), ensure_ascii=False)
 
 
 def key_partition(key: str, buckets: int = 1 << 16) -> int:

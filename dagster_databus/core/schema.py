@@ -1,31 +1,21 @@
-"""Table schemas: source columns mapped to Avro, Arrow and Delta types in one place.
+"""Table schemas: a table's columns with their product types (``core.types``) and key.
 
-A ``TableSchema`` is what a source reports for a table. Its Avro form describes the payload
-of that table's change events; versions are kept in the lake by ``log.schemas``.
+A ``TableSchema`` is what a source reports for a table. Its Avro form describes the rows of
+that table's change events; versions are kept in the lake by ``log.schemas``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
 
+from dagster_databus.core.types import ColumnType, TypeValueError
 from dagster_databus.errors import SchemaMismatchError
-
-LogicalType = Literal["long", "double", "string", "bytes", "boolean"]
-
-ARROW_TYPES: dict[str, pa.DataType] = {
-    "long": pa.int64(),
-    "double": pa.float64(),
-    "string": pa.string(),
-    "bytes": pa.binary(),
-    "boolean": pa.bool_(),
-}
 
 # Metadata columns every snapshot carries beside the source's own columns. Delta's only
 # timestamp type has microsecond precision, so commit times are stored that way.
@@ -35,12 +25,15 @@ META_COLUMNS: dict[str, pa.DataType] = {
     "__commit_ts": pa.timestamp("us", tz="UTC"),
 }
 
+VALUE_FIX = ("correct the value in the source, or give the column a type that holds it (docs/types.md lists how each "
+             "declared type is captured), then re-run the install asset and `databus bootstrap --source {source}`")
+
 
 @dataclass(frozen=True, slots=True)
 class Column:
     name: str
-    type: LogicalType
-    source_type: str = ""
+    type: ColumnType
+    source_type: str = ""  # the type as the source declares it (e.g. MySQL's COLUMN_TYPE)
     default: str | None = None  # the column's SQL default, as the source reports it
 
 
@@ -57,71 +50,87 @@ class TableSchema:
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
 
+    def column(self, name: str) -> Column:
+        return next(c for c in self.columns if c.name == name)
+
     def avro(self) -> dict[str, Any]:
         return {
             "type": "record",
             "name": self.table,
             "namespace": f"databus.{self.source}",
             "fields": [
-                {"name": c.name, "type": ["null", c.type], "default": None} for c in self.columns
+                {"name": c.name, "type": ["null", c.type.avro()], "default": None} for c in self.columns
             ],
         }
 
     def arrow(self, with_meta: bool = True) -> pa.Schema:
-        fields = [pa.field(c.name, ARROW_TYPES[c.type]) for c in self.columns]
+        fields = [pa.field(c.name, c.type.arrow()) for c in self.columns]
         if with_meta:
             fields += [pa.field(name, typ) for name, typ in META_COLUMNS.items()]
         return pa.schema(fields)
 
     def fingerprint(self) -> str:
         body = json.dumps(
-            {"columns": [[c.name, c.type] for c in self.columns], "pk": list(self.primary_key)},
+            {"columns": [[c.name, str(c.type)] for c in self.columns], "pk": list(self.primary_key)},
             sort_keys=True,
         )
         return hashlib.sha256(body.encode()).hexdigest()[:16]
 
-    def coerce_row(self, row: Mapping[str, Any], where: str) -> dict[str, Any]:
-        """Values converted to the declared column types; a value that cannot be is an error."""
-        return {c.name: coerce_value(row.get(c.name), c, self.table, where) for c in self.columns}
-
-
-def coerce_value(value: Any, column: Column, table: str, where: str) -> Any:
-    if value is None:
-        return None
-    kind = column.type
-    ok: Any = _MISSING
-    if kind == "long":
-        if isinstance(value, bool):
-            ok = int(value)
-        elif isinstance(value, int):
-            ok = value
-        elif isinstance(value, float) and value.is_integer():
-            ok = int(value)
-    elif kind == "double":
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            ok = float(value)
-    elif kind == "string":
-        if isinstance(value, str):
-            ok = value
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            ok = repr(value) if isinstance(value, float) and not math.isfinite(value) else str(value)
-    elif kind == "bytes":
-        if isinstance(value, bytes | bytearray | memoryview):
-            ok = bytes(value)
-        elif isinstance(value, str):
-            ok = value.encode()
-    elif kind == "boolean" and isinstance(value, bool | int):
-        ok = bool(value)
-    if ok is _MISSING:
-        raise SchemaMismatchError(
-            f"{table}.{column.name} is declared {column.source_type or kind} (captured as {kind}) "
-            f"but holds {type(value).__name__} value {value!r} ({where})",
-            "correct the value in the source, or declare the column with a type that holds it "
-            "(for example TEXT) and re-run the install asset",
-            table=table,
-            column=column.name,
+    def value_error(self, column: Column, value: Any, reason: str, where: str,
+                    fix: str = VALUE_FIX) -> SchemaMismatchError:
+        """The error for a value ``column`` cannot hold: names source, table, column, value and the fix."""
+        declared = f"declared {column.source_type}, " if column.source_type else ""
+        shown = repr(value) if len(repr(value)) <= 200 else repr(value)[:200] + "..."
+        return SchemaMismatchError(
+            f"source {self.source!r}, column {self.table}.{column.name} ({declared}captured as {column.type}) "
+            f"cannot hold {type(value).__name__} value {shown}: {reason} ({where})",
+            fix.format(source=self.source, table=self.table, column=column.name),
+            source=self.source, table=self.table, column=column.name,
         )
-    return ok
 
+    def converter(self, convert: Callable[[Column], Callable[[Any], Any]],
+                  fix: str = VALUE_FIX) -> Callable[[Mapping[str, Any], str], dict[str, Any]]:
+        """A row converter: each column's ``convert(column)`` (driver value → canonical value), then the type's
+        check; a value that does not fit raises ``value_error`` saying ``where`` the row came from."""
+        steps = [(c, convert(c), c.type.check) for c in self.columns]
 
-_MISSING = object()
+        def row(values: Mapping[str, Any], where: str) -> dict[str, Any]:
+            out = {}
+            for column, to_value, check in steps:
+                raw = values.get(column.name)
+                try:
+                    out[column.name] = None if raw is None else check(to_value(raw))
+                except TypeValueError as exc:
+                    raise self.value_error(column, raw, str(exc), where, fix) from None
+            return out
+
+        return row
+
+    def batch(self, convert: Callable[[Column], Callable[[Any], Any]], where: str,
+              fix: str = VALUE_FIX) -> Callable[[list[tuple[Any, ...]]], pa.RecordBatch]:
+        """A converter of fetched rows (tuples in column order) into one snapshot record batch."""
+        steps = [(c, convert(c), c.type.check) for c in self.columns]
+        arrow = self.arrow(with_meta=False)
+
+        def batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+            arrays = []
+            for i, (column, to_value, check) in enumerate(steps):
+                values = []
+                for r in rows:
+                    raw = r[i]
+                    try:
+                        values.append(None if raw is None else check(to_value(raw)))
+                    except TypeValueError as exc:
+                        raise self.value_error(column, raw, str(exc), where, fix) from None
+                arrays.append(column.type.to_arrow(values))
+            return pa.RecordBatch.from_arrays(arrays, schema=arrow)
+
+        return batch
+
+    def rows_from_arrow(self, data: pa.Table | pa.RecordBatch) -> list[dict[str, Any]]:
+        """Snapshot rows with this schema's columns back as canonical values (what consumers receive);
+        other columns (metadata, a shard column) as Arrow gives them."""
+        types = {c.name: c.type for c in self.columns}
+        names = data.schema.names
+        columns = [types[n].from_arrow(data.column(n)) if n in types else data.column(n).to_pylist() for n in names]
+        return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]

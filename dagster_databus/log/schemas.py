@@ -14,8 +14,12 @@ from typing import Any
 import fastavro
 
 from dagster_databus.core.schema import Column, TableSchema
-from dagster_databus.errors import SchemaDriftError
+from dagster_databus.core.types import ColumnType
+from dagster_databus.errors import ChangeLogFormatError, SchemaDriftError
 from dagster_databus.log.durable import write_json_atomic
+
+# 2: columns carry product types (core.types); 1 (before) kept DECIMAL, dates and times as text.
+SCHEMA_FORMAT = 2
 
 
 class SchemaRegistry:
@@ -51,7 +55,9 @@ class SchemaRegistry:
         document = {
             **schema.avro(),
             "databus": {
+                "format": SCHEMA_FORMAT,
                 "version": version,
+                "column_types": {c.name: str(c.type) for c in schema.columns},
                 "primary_key": list(schema.primary_key),
                 "source_types": {c.name: c.source_type for c in schema.columns},
                 "fingerprint": schema.fingerprint(),
@@ -99,8 +105,17 @@ def _read_document(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
 def _load(path: Path, source: str) -> TableSchema:
     doc = _document(path)
     meta = doc["databus"]
+    if meta.get("format") != SCHEMA_FORMAT:
+        raise ChangeLogFormatError(
+            f"schema {path} of source {source!r} was written by an earlier dagster-databus that kept DECIMAL, "
+            "DATE, DATETIME and TIMESTAMP columns as text; this version keeps each column in its own type and "
+            "does not mix the two in one log",
+            f"run `databus bootstrap --source {source}`: the old change log and snapshots move to <lake>/trash/ "
+            "and the next run reads every table afresh", source=source)
+    types = meta["column_types"]
     columns = tuple(
-        Column(name=f["name"], type=f["type"][1], source_type=meta["source_types"].get(f["name"], ""))
+        Column(name=f["name"], type=ColumnType.parse(types[f["name"]]),
+               source_type=meta["source_types"].get(f["name"], ""))
         for f in doc["fields"]
     )
     return TableSchema(source=source, table=doc["name"], columns=columns, primary_key=tuple(meta["primary_key"]))

@@ -31,11 +31,12 @@ import fastavro
 from dagster_databus.core.events import ChangeEvent, Op, Window, encode_key, key_partition
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ChangeLogCorruptError, EpochMismatchError
+from dagster_databus.errors import ChangeLogCorruptError, ChangeLogFormatError, EpochMismatchError
 from dagster_databus.log.durable import crash_point, disk_errors, exclusive_lock, fsync_dir, write_json_atomic
 from dagster_databus.log.schemas import SchemaRegistry
 
-FORMAT = 1
+# 2: rows in their columns' own types (core.types). Format 1 logs kept DECIMAL, dates and times as text.
+FORMAT = 2
 KeyFilter = Callable[[str, str], bool]  # (table, key as stored: a JSON array) -> deliver?
 
 EVENT_SCHEMA = fastavro.parse_schema({
@@ -131,7 +132,7 @@ class ChangeLog:
         self.manifest_path = self.root / "manifest.json"
         self.checkpoint_path = self.root / "checkpoint.json"
         self.schemas = SchemaRegistry(self.root / "schemas", source)
-        self._decoders: dict[tuple[str, int], tuple[Any, TableSchema]] = {}
+        self._decoders: dict[tuple[str, int], tuple[Any, TableSchema, list[tuple[str, Any]]]] = {}
 
     # -- reading -----------------------------------------------------------------------
 
@@ -139,6 +140,13 @@ class ChangeLog:
         if not self.manifest_path.exists():
             return Manifest(epoch=None, segments=())
         doc = json.loads(self.manifest_path.read_text())
+        if doc.get("format") == 1:
+            raise ChangeLogFormatError(
+                f"the change log of source {self.source!r} ({self.root}) was written by an earlier dagster-databus "
+                "that kept DECIMAL, DATE, DATETIME and TIMESTAMP columns as text; this version keeps each column in "
+                "its own type (docs/types.md) and does not mix the two",
+                f"run `databus bootstrap --source {self.source}`: the old change log and snapshots move to "
+                "<lake>/trash/ and the next run reads every table afresh, typed", source=self.source)
         if doc.get("format") != FORMAT:
             raise ChangeLogCorruptError(
                 f"{self.manifest_path} has format {doc.get('format')!r}; this version reads format {FORMAT}",
@@ -262,10 +270,13 @@ class ChangeLog:
         table, version = record["table"], record["schema_version"]
         decoder = self._decoders.get((table, version))
         if decoder is None:
-            decoder = self._decoders[(table, version)] = (self.schemas.parsed(table, version),
-                                                          self.schemas.load(table, version))
-        parsed, schema = decoder
+            schema = self.schemas.load(table, version)
+            decoder = self._decoders[(table, version)] = (self.schemas.parsed(table, version), schema,
+                                                          avro_conversions(schema, "from"))
+        parsed, schema, conversions = decoder
         row = fastavro.schemaless_reader(io.BytesIO(record["payload"]), parsed, None)
+        for name, convert in conversions:
+            row[name] = convert(row[name])
         event = ChangeEvent(
             scn=Scn(record["scn"]), seq=record["seq"], table=table, op=Op(record["op"]),
             key=tuple(row[k] for k in schema.primary_key), row=row, commit_ts_ms=record["commit_ts_ms"],
@@ -309,6 +320,11 @@ class LogWriter:
         to write after committed segments that are missing or damaged."""
         if self.refuse_damage:
             self.log.require_intact()
+        else:
+            try:
+                self.log.manifest()
+            except ChangeLogFormatError:
+                return []  # a log of an older format: the bootstrap opening this writer sets it aside whole
         manifest = self.log.manifest()
         listed = {s.file for s in manifest.segments}
         removed = []
@@ -417,12 +433,19 @@ class LogWriter:
     def _records(self, windows: list[Window], tables: dict[str, int]) -> Iterator[dict[str, Any]]:
         buffer = io.BytesIO()
         parsed = {table: self.log.schemas.parsed(table, version) for table, version in self.versions.items()}
+        conversions = {table: avro_conversions(self.log.schemas.load(table, version), "to")
+                       for table, version in self.versions.items()}
         for window in windows:
             for event in window.events:
                 version = self.versions[event.table]
                 buffer.seek(0)
                 buffer.truncate()
-                fastavro.schemaless_writer(buffer, parsed[event.table], event.row)
+                row = event.row
+                if conversions[event.table]:
+                    row = dict(row)
+                    for name, convert in conversions[event.table]:
+                        row[name] = convert(row.get(name))
+                fastavro.schemaless_writer(buffer, parsed[event.table], row)
                 key = encode_key(event.key)
                 tables[event.table] = tables.get(event.table, 0) + 1
                 yield {
@@ -433,6 +456,12 @@ class LogWriter:
 
     def _write_checkpoint(self, scn: Scn, epoch: str, state: dict[str, str]) -> None:
         write_json_atomic(self.log.checkpoint_path, Checkpoint(scn, epoch, _now_ms(), dict(state)).to_json())
+
+
+def avro_conversions(schema: TableSchema, direction: str) -> list[tuple[str, Any]]:
+    """(column, converter) for the columns whose canonical value is not what fastavro reads or writes."""
+    return [(c.name, c.type.to_avro if direction == "to" else c.type.from_avro) for c in schema.columns
+            if c.type.kind in ("time", "number")]
 
 
 def _now_ms() -> int:

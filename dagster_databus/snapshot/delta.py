@@ -66,6 +66,20 @@ class DeltaFolder:
             data = data.select([n for n in data.column_names if not n.startswith("__")])
         return data
 
+    def delta_types(self) -> dict[str, str]:
+        """Column name → Delta type name (``decimal(10,2)``, ``timestamp_ntz``, ...); empty when absent."""
+        table = self._table()
+        if table is None:
+            return {}
+        return {f.name: str(getattr(f.type, "type", f.type)) for f in table.schema().fields}
+
+    def type_differences(self, schema: TableSchema) -> list[str]:
+        """Columns of ``schema`` the table holds in another type (a snapshot written before typed columns,
+        or a column whose declared type changed)."""
+        held = self.delta_types()
+        return [f"{c.name}: {held[c.name]} in the snapshot, {c.type.delta()} now" for c in schema.columns
+                if c.name in held and held[c.name] != c.type.delta()]
+
     def row_count(self) -> int:
         table = self._table()
         return 0 if table is None else table.to_pyarrow_dataset().count_rows()
@@ -189,18 +203,28 @@ class DeltaRsEngine:
                   scn: Scn) -> int:
         now = int(time.time() * 1000)
         count = 0
+        failure: list[BaseException] = []
 
         def stamped() -> Iterator[pa.RecordBatch]:
             nonlocal count
-            for batch in batches:
-                count += batch.num_rows
-                yield with_meta(batch, scn, "r", now)
+            try:
+                for batch in batches:
+                    count += batch.num_rows
+                    yield with_meta(batch, scn, "r", now)
+            except Exception as exc:  # delta-rs would wrap it in a DeltaError; keep the source's own error
+                failure.append(exc)
+                raise
 
         snap.path.parent.mkdir(parents=True, exist_ok=True)
         reader = pa.RecordBatchReader.from_batches(schema.arrow(with_meta=True), stamped())
-        write_deltalake(str(snap.path), reader, mode="overwrite", schema_mode="overwrite",
-                        commit_properties=self._props(snap, scn, bootstrap=True),
-                        description=f"databus snapshot of {snap.source}.{snap.table}")
+        try:
+            write_deltalake(str(snap.path), reader, mode="overwrite", schema_mode="overwrite",
+                            commit_properties=self._props(snap, scn, bootstrap=True),
+                            description=f"databus snapshot of {snap.source}.{snap.table}")
+        except Exception:
+            if failure:
+                raise failure[0] from None
+            raise
         return count
 
     def merge(self, snap: DeltaSnapshot, schema: TableSchema, changes: pa.Table, scn: Scn) -> MergeCounts:

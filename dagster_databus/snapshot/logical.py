@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from dagster_databus.config import DatabusConfig, LogicalPartConfig, LogicalTableConfig
-from dagster_databus.core.schema import ARROW_TYPES, META_COLUMNS, Column, TableSchema
+from dagster_databus.core.schema import META_COLUMNS, Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import LogGapError, SchemaDriftError, ShardCollisionError, SnapshotMissingError
 from dagster_databus.log.ddl import DdlLog
@@ -102,7 +102,7 @@ class LogicalLayout:
 
     def arrow(self) -> pa.Schema:
         fields = [pa.field(self.shard_column, pa.string())] if self.shard_from_label else []
-        fields += [pa.field(c.name, ARROW_TYPES[c.type]) for c in self.columns]
+        fields += [pa.field(c.name, c.type.arrow()) for c in self.columns]
         fields.append(pa.field(PART_COLUMN, pa.string()))
         return pa.schema(fields + [pa.field(n, t) for n, t in META_COLUMNS.items()])
 

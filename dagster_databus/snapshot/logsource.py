@@ -1,8 +1,9 @@
 """A PySpark Python data source over the change log: ``spark.read.format("databus_log")``.
 
 One input partition per committed segment overlapping (since, until]. Tasks decode the
-Avro segments with fastavro and yield Arrow record batches in the table's latest schema
-(columns a payload's older schema lacks are null; dropped columns are left out).
+Avro segments with fastavro and yield Arrow record batches in the table's latest schema, each
+column in its snapshot (Delta) type (columns a payload's older schema lacks are null; dropped
+columns are left out).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from dagster_databus.errors import DatabusError, for_task
+
 # Columns the reader adds after the table's own.
 META_SPARK = "`__scn` long, `__seq` int, `__window_scn` long, `__op` string, `__commit_ts_ms` long"
-SPARK_TYPES = {"long": "long", "double": "double", "string": "string", "bytes": "binary", "boolean": "boolean"}
 
 
 class ChangeLogDataSource(DataSource):
@@ -36,11 +38,11 @@ class ChangeLogDataSource(DataSource):
         return latest[1]
 
     def schema(self) -> str:
-        columns = ", ".join(f"`{c.name}` {SPARK_TYPES[c.type]}" for c in self._latest().columns)
+        columns = ", ".join(f"`{c.name}` {c.type.spark()}" for c in self._latest().columns)
         return f"{columns}, {META_SPARK}"
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return ChangeLogReader(dict(self.options), [(c.name, c.type) for c in self._latest().columns])
+        return ChangeLogReader(dict(self.options), [(c.name, str(c.type)) for c in self._latest().columns])
 
 
 class ChangeLogReader(DataSourceReader):
@@ -61,13 +63,19 @@ class ChangeLogReader(DataSourceReader):
         return [InputPartition(json.dumps({"file": s.file})) for s in segments] or [InputPartition("{}")]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        try:
+            yield from self._read(partition)
+        except DatabusError as exc:
+            raise for_task(exc) from None
+
+    def _read(self, partition: InputPartition) -> Iterator[Any]:
         import io
 
         import fastavro
         import pyarrow as pa
 
-        from dagster_databus.core.schema import ARROW_TYPES
-        from dagster_databus.log.store import ChangeLog
+        from dagster_databus.core.types import ColumnType
+        from dagster_databus.log.store import ChangeLog, avro_conversions
 
         spec = json.loads(partition.value)
         if not spec:
@@ -76,23 +84,33 @@ class ChangeLogReader(DataSourceReader):
         log = ChangeLog(Path(opts["lake"]), opts["source"])
         table, since = opts["table"], int(opts.get("since", "0"))
         until = int(opts["until"]) if opts.get("until") else None
-        names = [*self.columns, "__scn", "__seq", "__window_scn", "__op", "__commit_ts_ms"]
-        arrow_schema = pa.schema(
-            [pa.field(n, ARROW_TYPES[t]) for n, t in zip(self.columns, self.types, strict=True)]
-            + [pa.field("__scn", pa.int64()), pa.field("__seq", pa.int32()), pa.field("__window_scn", pa.int64()),
-               pa.field("__op", pa.string()), pa.field("__commit_ts_ms", pa.int64())]
-        )
+        types = [ColumnType.parse(t) for t in self.types]
+        meta = [("__scn", pa.int64()), ("__seq", pa.int32()), ("__window_scn", pa.int64()), ("__op", pa.string()),
+                ("__commit_ts_ms", pa.int64())]
+        arrow_schema = pa.schema([pa.field(n, t.arrow()) for n, t in zip(self.columns, types, strict=True)]
+                                 + [pa.field(n, t) for n, t in meta])
+
+        def flush(batch: dict[str, list[Any]]) -> pa.RecordBatch:
+            arrays = [t.to_arrow(batch[n]) for n, t in zip(self.columns, types, strict=True)]
+            arrays += [pa.array(batch[n], type=t) for n, t in meta]
+            return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+        names = [*self.columns, *(n for n, _ in meta)]
         batch: dict[str, list[Any]] = {n: [] for n in names}
-        parsed: dict[int, Any] = {}
+        decoders: dict[int, tuple[Any, list[tuple[str, Any]]]] = {}
         with open(log.segments_dir / spec["file"], "rb") as f:
             for rec in fastavro.reader(f):
                 scn = rec["scn"]
                 if rec["table"] != table or scn <= since or (until is not None and scn > until):
                     continue
                 version = rec["schema_version"]
-                if version not in parsed:
-                    parsed[version] = log.schemas.parsed(table, version)
-                row = fastavro.schemaless_reader(io.BytesIO(rec["payload"]), parsed[version], None)
+                if version not in decoders:
+                    decoders[version] = (log.schemas.parsed(table, version),
+                                         avro_conversions(log.schemas.load(table, version), "from"))
+                parsed, conversions = decoders[version]
+                row = fastavro.schemaless_reader(io.BytesIO(rec["payload"]), parsed, None)
+                for name, convert in conversions:
+                    row[name] = convert(row[name])
                 for c in self.columns:
                     batch[c].append(row.get(c))
                 batch["__scn"].append(scn)
@@ -101,7 +119,7 @@ class ChangeLogReader(DataSourceReader):
                 batch["__op"].append(rec["op"])
                 batch["__commit_ts_ms"].append(rec["commit_ts_ms"])
                 if len(batch["__scn"]) >= 10_000:
-                    yield pa.RecordBatch.from_pydict(batch, schema=arrow_schema)
+                    yield flush(batch)
                     batch = {n: [] for n in names}
         if batch["__scn"]:
-            yield pa.RecordBatch.from_pydict(batch, schema=arrow_schema)
+            yield flush(batch)

@@ -31,6 +31,7 @@ from dagster_databus.snapshot.delta import (
     MergeCounts,
     drop_stale,
 )
+from dagster_databus.snapshot.spark import task_errors
 from dagster_databus.sources import open_source
 
 if TYPE_CHECKING:
@@ -150,6 +151,12 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
             # columns no longer fit the snapshot. Read it afresh.
             progress(f"{table}: re-bootstrapping after DDL at SCN {ddl.scn}: {ddl.statement[:120]}")
             applied = None
+        registered = log.schemas.latest(table)
+        retyped = snap.type_differences(registered[1]) if applied is not None and registered is not None else []
+        if retyped:
+            # Never mix types in one column: read the table afresh in the types the log now holds.
+            progress(f"{table}: re-bootstrapping, the snapshot holds columns in other types: {'; '.join(retyped)}")
+            applied = None
         if applied is None:
             source = open_source(source_cfg, config.lake)
             snapshot = source.snapshot(table, spark=spark)
@@ -191,7 +198,8 @@ def sync_source(spark: SparkSession, config: DatabusConfig, source: str, tables:
     source_cfg = config.source(source)
     engine = pick_engine(spark)
     names = list(tables) if tables is not None else [t.name for t in source_cfg.tables]
-    return [sync_table(spark, config, source_cfg, name, engine, progress, mode) for name in names]
+    with task_errors():
+        return [sync_table(spark, config, source_cfg, name, engine, progress, mode) for name in names]
 
 
 def rebuild_from_bootstrap(snap: DeltaSnapshot, log: ChangeLog, progress: Progress) -> tuple[Scn, int]:

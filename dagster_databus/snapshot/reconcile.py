@@ -11,6 +11,7 @@ from typing import Any
 
 from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.scn import Scn
+from dagster_databus.core.types import json_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +48,8 @@ def compare_rows(table: str, key: Sequence[str], source: Iterable[Mapping[str, A
 
 def row_digest(row: Mapping[str, Any]) -> int:
     """A 64-bit digest of one row's source columns (metadata columns ignored)."""
-    body = json.dumps({k: v.hex() if isinstance(v, bytes) else v for k, v in sorted(row.items())
-                       if not k.startswith("__")}, sort_keys=True, default=str, separators=(",", ":"))
+    body = json.dumps({k: json_value(v) for k, v in sorted(row.items()) if not k.startswith("__")},
+                      sort_keys=True, separators=(",", ":"))
     return int(hashlib.sha256(body.encode()).hexdigest()[:16], 16)
 
 
@@ -87,7 +88,8 @@ def reconcile_table(config: DatabusConfig, source_cfg: SourceConfig, table: str)
     source = open_source(source_cfg, config.lake)
     read = source.snapshot(table)
     columns = read.schema.column_names
-    source_rows = [{k: v for k, v in r.items() if k in columns} for b in read.batches for r in b.to_pylist()]
+    # Both sides as canonical values (core.types), the form change-log events carry.
+    source_rows = [r for b in read.batches for r in read.schema.rows_from_arrow(b.select(columns))]
     snap = DeltaSnapshot(config.lake, source_cfg.name, table)
     applied = snap.applied_scn()
     if applied is None:
@@ -100,7 +102,9 @@ def reconcile_table(config: DatabusConfig, source_cfg: SourceConfig, table: str)
                               f"the source is at SCN {read.scn} but the change log only reaches {reach}: capture "
                               "first (or run the check when the source is quiet)")
     key = read.schema.primary_key
-    rows = {tuple(r[k] for k in key): r for r in snap.read().to_pylist()}
+    data = snap.read()
+    data = data.select([c for c in columns if c in data.column_names])
+    rows = {tuple(r[k] for k in key): r for r in read.schema.rows_from_arrow(data)}
     if applied < read.scn:
         for item in log.read(since=applied, until=read.scn, tables=[table]):
             event = item.event

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dagster_databus.config import SparkConfig
+from dagster_databus.errors import from_task
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -75,3 +78,15 @@ def delta_spark_available(spark: SparkSession) -> bool:
         return True
     except Exception:
         return False
+
+
+@contextmanager
+def task_errors() -> Iterator[None]:
+    """Re-raise a typed error a Spark task raised (``errors.for_task``) as itself, not a PythonException."""
+    try:
+        yield
+    except Exception as exc:
+        error = from_task(exc)
+        if error is None:
+            raise
+        raise error from None

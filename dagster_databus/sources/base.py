@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -12,7 +12,34 @@ from dagster_databus.core.events import Window
 from dagster_databus.core.identifiers import RESERVED_PREFIX, is_plain_name
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ConfigError
+from dagster_databus.errors import ConfigError, UnsupportedTypeError
+
+
+def require_mapped(source: str, table: str, unmapped: Sequence[str], kind: str, fix: str) -> None:
+    """Refuse a table with columns whose declared type has no mapping, naming all of them at once."""
+    if unmapped:
+        raise UnsupportedTypeError(
+            f"source {source!r}, table {table!r}: column(s) {', '.join(unmapped)} have a declared type with no "
+            f"mapping to a change-log and snapshot type (docs/types.md lists the {kind} mapping)",
+            f"{fix}, or leave the table out of capture", source=source, table=table)
+
+
+def table_schemas(tables: Sequence[Any], build: Callable[[int, str, tuple[str, ...]], TableSchema]
+                  ) -> dict[str, TableSchema]:
+    """``build(index, name, key)`` for every configured table; unmapped column types of all tables are
+    reported together, so one validate run names every column to change."""
+    schemas, unmapped = {}, []
+    for i, table in enumerate(tables):
+        try:
+            schemas[table.name] = build(i, table.name, table.primary_key)
+        except UnsupportedTypeError as exc:
+            unmapped.append(exc)
+    if len(unmapped) == 1:
+        raise unmapped[0]
+    if unmapped:
+        raise UnsupportedTypeError("; ".join(e.problem for e in unmapped), unmapped[0].fix,
+                                   source=unmapped[0].context.get("source"))
+    return schemas
 
 
 def check_column_name(name: str, table: str, where: str) -> None:

@@ -12,11 +12,10 @@ that is, the table's shape at the time of the event.
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
@@ -24,7 +23,7 @@ import pymysql
 
 from dagster_databus.config import MysqlSourceConfig
 from dagster_databus.core.events import ChangeEvent, Op, Window
-from dagster_databus.core.schema import Column, LogicalType, TableSchema, coerce_value
+from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
     CaptureNotInstalledError,
@@ -32,33 +31,34 @@ from dagster_databus.errors import (
     EpochMismatchError,
     LogGapError,
     SourceUnavailableError,
+    UnsupportedTypeError,
 )
 from dagster_databus.sources.base import (
     InstallReport,
     PollStats,
     TableSnapshot,
     check_column_name,
+    require_mapped,
     require_unique_key,
     resolve_key,
+    table_schemas,
+)
+from dagster_databus.sources.mysql_types import (
+    EMPTY_SET_SOURCE,
+    ZERO_DATE,
+    ZERO_DATE_SOURCES,
+    binlog_column_type,
+    binlog_source_type,
+    binlog_value,
+    bootstrap_value,
+    compatible,
+    mysql_column_type,
+    select_expression,
 )
 
 if TYPE_CHECKING:
     from dagster_databus.log.store import ChangeLog
     from dagster_databus.sources.mysql_failover import Switch
-
-# information_schema DATA_TYPE → logical type. Exact numerics and temporals travel as text so
-# nothing is rounded or shifted by a time zone.
-_INFO_TYPES: dict[str, LogicalType] = {
-    **dict.fromkeys(["tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year", "bit"], "long"),
-    **dict.fromkeys(["float", "double", "real"], "double"),
-    **dict.fromkeys(["binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point",
-                     "linestring", "polygon"], "bytes"),
-}
-# Binlog column type codes (MySQL's enum_field_types) → logical type; text vs binary by charset.
-_BINLOG_LONG = {1, 2, 3, 8, 9, 13, 16}
-_BINLOG_DOUBLE = {4, 5}
-_BINLOG_BYTES_IF_BINARY = {15, 249, 250, 251, 252, 253, 254}
-_BINLOG_GEOMETRY = 255
 
 _DDL = re.compile(
     r"^\s*(?:/\*.*?\*/\s*)*(ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE|TRUNCATE(?:\s+TABLE)?|DROP\s+TABLE(?:\s+IF\s+EXISTS)?"
@@ -68,47 +68,25 @@ _DDL = re.compile(
 
 
 Role = Literal["primary", "standby"]
+# A row change read from the binlog, converted at its commit: (table, op, values, shape, commit ms, converter).
+Pending = tuple[str, Op, dict[str, Any], TableSchema, int, Any]
 
 
 def other_role(role: Role) -> Role:
     return "standby" if role == "primary" else "primary"
 
 
-def mysql_logical_type(data_type: str) -> LogicalType:
-    return _INFO_TYPES.get(data_type.lower(), "string")
-
-
-def binlog_logical_type(column: Any) -> LogicalType:
-    code = column.type
-    if code in _BINLOG_LONG:
-        return "long"
-    if code in _BINLOG_DOUBLE:
-        return "double"
-    if code == _BINLOG_GEOMETRY:
-        return "bytes"
-    if code in _BINLOG_BYTES_IF_BINARY and getattr(column, "character_set_name", None) == "binary":
-        return "bytes"
-    return "string"
-
-
-def to_text(value: Any) -> Any:
-    """Values of text-typed columns as the server would print them."""
-    if isinstance(value, decimal.Decimal):
-        return format(value, "f")
-    if isinstance(value, dt.datetime):
-        return value.isoformat(sep=" ")
-    if isinstance(value, dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        total = int(value.total_seconds())
-        sign, total = ("-", -total) if total < 0 else ("", total)
-        text = f"{sign}{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"
-        return text + (f".{value.microseconds:06d}" if value.microseconds else "")
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("utf-8", errors="replace")
-    if isinstance(value, set):
-        return ",".join(sorted(value))
-    return value
+def _with_none_sources(values: dict[str, Any], none_sources: Mapping[str, str] | None) -> dict[str, Any]:
+    """Row values with the NULLs that are not NULL in the source told apart: an empty SET and a zero date."""
+    if not none_sources:
+        return values
+    out = dict(values)
+    for name, reason in none_sources.items():
+        if reason == EMPTY_SET_SOURCE:
+            out[name] = ""
+        elif reason in ZERO_DATE_SOURCES:
+            out[name] = ZERO_DATE
+    return out
 
 
 def _file_number(name: str) -> int:
@@ -124,7 +102,7 @@ class MysqlSource:
         self.name = config.name
         self._schemas: dict[str, TableSchema] | None = None
         self._pending_schemas: dict[str, TableSchema] = {}
-        self._shapes: dict[tuple[Any, ...], TableSchema] = {}
+        self._shapes: dict[tuple[Any, ...], tuple[TableSchema, Any]] = {}
         self.role: Role = "primary"  # the server capture reads: the checkpoint's, see attach()
         self.era = 0  # failovers so far: the high bits of every SCN this source makes
 
@@ -212,8 +190,7 @@ class MysqlSource:
 
     def preflight(self) -> Mapping[str, TableSchema]:
         with closing(self.connect()) as conn, conn.cursor() as cur:
-            self._schemas = {t.name: self._table_schema(cur, i, t.name, t.primary_key)
-                             for i, t in enumerate(self.config.tables)}
+            self._schemas = table_schemas(self.config.tables, partial(self._table_schema, cur))
         return self._schemas
 
     def schemas(self) -> Mapping[str, TableSchema]:
@@ -231,12 +208,16 @@ class MysqlSource:
             existing = ", ".join(r[0] for r in cur.fetchall()) or "(none)"
             raise ConfigError(f"{where}.name", f"table {table!r} does not exist in database {self.config.database!r}",
                               f"use one of the database's tables: {existing}")
-        columns = []
-        for name, data_type, column_type, default in rows:
+        columns, unmapped = [], []
+        for name, _data_type, column_type, default in rows:
             check_column_name(name, table, where)
             default = None if default is None or str(default).upper() == "NULL" else str(default)
-            columns.append(Column(name=name, type=mysql_logical_type(data_type), source_type=column_type,
-                                  default=default))
+            ctype = mysql_column_type(column_type)
+            if ctype is None:
+                unmapped.append(f"{name} {column_type}")
+                continue
+            columns.append(Column(name=name, type=ctype, source_type=column_type, default=default))
+        require_mapped(self.name, table, unmapped, "MySQL", "change the column to a mapped type")
         key = resolve_key(columns, key, table, where)
         cur.execute("SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
                     "AND TABLE_NAME = %s AND NON_UNIQUE = 0", (self.config.database, table))
@@ -453,7 +434,7 @@ class MysqlSource:
         )
         chunk: list[Window] = []
         chunk_events = 0
-        pending: list[tuple[str, Op, dict[str, Any], TableSchema, int]] = []
+        pending: list[Pending] = []
         created = (state or {}).get("binlog_created", "")
         # The last transaction read: its GTID and commit time find the position again on a standby.
         done = {k: v for k, v in (state or {}).items() if k in ("gtid", "commit_ts")}
@@ -524,31 +505,38 @@ class MysqlSource:
             stats.chunks += 1
             yield chunk
 
-    def _row_changes(self, event: Any, ts_ms: int) -> list[tuple[str, Op, dict[str, Any], TableSchema, int]]:
+    def _row_changes(self, event: Any, ts_ms: int) -> list[Pending]:
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
 
-        schema = self._event_schema(event)
+        schema, convert = self._event_schema(event)
         out = []
         for row in event.rows:
             if isinstance(event, UpdateRowsEvent):
-                before, after = row["before_values"], row["after_values"]
+                before = _with_none_sources(row["before_values"], row.get("before_none_sources"))
+                after = _with_none_sources(row["after_values"], row.get("after_none_sources"))
                 if any(before[k] != after[k] for k in schema.primary_key):
-                    out.append((event.table, Op.DELETE, before, schema, ts_ms))
-                    out.append((event.table, Op.INSERT, after, schema, ts_ms))
+                    out.append((event.table, Op.DELETE, before, schema, ts_ms, convert))
+                    out.append((event.table, Op.INSERT, after, schema, ts_ms, convert))
                 else:
-                    out.append((event.table, Op.UPDATE, after, schema, ts_ms))
+                    out.append((event.table, Op.UPDATE, after, schema, ts_ms, convert))
             elif isinstance(event, DeleteRowsEvent):
-                out.append((event.table, Op.DELETE, row["values"], schema, ts_ms))
+                out.append((event.table, Op.DELETE, _with_none_sources(row["values"], row.get("none_sources")),
+                            schema, ts_ms, convert))
             else:
-                out.append((event.table, Op.INSERT, row["values"], schema, ts_ms))
+                out.append((event.table, Op.INSERT, _with_none_sources(row["values"], row.get("none_sources")),
+                            schema, ts_ms, convert))
         return out
 
-    def _event_schema(self, event: Any) -> TableSchema:
-        """The table's shape as the binlog's table map describes it at this event (cached per shape)."""
-        shape = (event.table, tuple((c.name, c.type, getattr(c, "character_set_name", None)) for c in event.columns))
+    def _event_schema(self, event: Any) -> tuple[TableSchema, Any]:
+        """The table's shape as the binlog's table map describes it at this event, and the converter of its
+        rows (cached per shape: SET members or BINARY widths may differ between shapes of one schema)."""
+        shape = (event.table, tuple(tuple((k, repr(v)) for k, v in sorted(c.data.items())) for c in event.columns))
         cached = self._shapes.get(shape)
         if cached is None:
-            cached = self._shapes[shape] = self._shape_schema(event)
+            schema = self._shape_schema(event)
+            by_name = {c.name: c for c in event.columns}
+            cached = self._shapes[shape] = (schema, schema.converter(
+                lambda column: binlog_value(by_name[column.name], column, self.config.zero_dates)))
         return cached
 
     def _shape_schema(self, event: Any) -> TableSchema:
@@ -556,26 +544,32 @@ class MysqlSource:
         by_name = {c.name: c for c in known.columns}
         columns = []
         for col in event.columns:
-            kind = binlog_logical_type(col)
+            ctype = binlog_column_type(col)
             same = by_name.get(col.name)
-            columns.append(same if same is not None and same.type == kind
-                           else Column(name=col.name, type=kind, source_type=f"binlog type {col.type}"))
+            if same is not None and compatible(same, col, ctype):
+                columns.append(same)
+                continue
+            if ctype is None:
+                raise UnsupportedTypeError(
+                    f"source {self.name!r}, table {event.table!r}: the binlog has column {col.name} as "
+                    f"{binlog_source_type(col)}, a type with no mapping to a change-log and snapshot type",
+                    "change the column to a mapped type (docs/types.md), then run "
+                    f"`databus bootstrap --source {self.name}`", source=self.name, table=event.table)
+            columns.append(Column(name=col.name, type=ctype, source_type=binlog_source_type(col)))
         schema = TableSchema(source=self.name, table=event.table, columns=tuple(columns),
                              primary_key=known.primary_key)
-        return known if schema.fingerprint() == known.fingerprint() else schema
+        return known if schema == known else schema
 
-    def _window(self, pending: list[tuple[str, Op, dict[str, Any], TableSchema, int]],
+    def _window(self, pending: list[Pending],
                 position: Scn) -> tuple[Window, bool]:
         events, changed = [], False
         current = self.schemas()
-        for seq, (table, op, values, schema, ts_ms) in enumerate(pending):
+        for seq, (table, op, values, schema, ts_ms, convert) in enumerate(pending):
             changed = changed or (schema is not current[table] and schema != current[table])
-            row = {c.name: to_text(values.get(c.name)) if c.type == "string" else values.get(c.name)
-                   for c in schema.columns}
-            image = schema.coerce_row(row, f"source {self.name}, SCN {position}")
+            image = convert(values, f"the transaction committed at SCN {position}")
             events.append(ChangeEvent(scn=position, seq=seq, table=table, op=op,
                                       key=tuple(image[k] for k in schema.primary_key), row=image, commit_ts_ms=ts_ms))
-        self._pending_schemas = {table: schema for table, _, _, schema, _ in pending}
+        self._pending_schemas = {table: schema for table, _, _, schema, _, _ in pending}
         return Window(scn=position, events=tuple(events)), changed
 
     def _adopt(self, window: Window) -> None:
@@ -610,26 +604,21 @@ class MysqlSource:
         conn = self.connect()
         cur = conn.cursor()
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP read in UTC, as the binlog has it
         scn = self._consistent_snapshot(cur)
-        columns = ", ".join(f"`{c.name}`" for c in schema.columns)
+        columns = ", ".join(select_expression(c) for c in schema.columns)
         key = [f"`{k}`" for k in schema.primary_key]
         first = f"SELECT {columns} FROM `{table}` ORDER BY {', '.join(key)} LIMIT %s"
         after = (f"SELECT {columns} FROM `{table}` WHERE ({', '.join(key)}) > ({', '.join(['%s'] * len(key))}) "
                  f"ORDER BY {', '.join(key)} LIMIT %s")
-        arrow_schema = schema.arrow(with_meta=False)
         key_index = [schema.column_names.index(k) for k in schema.primary_key]
-        where = f"source {self.name}, bootstrap of {table}"
+        convert = schema.batch(lambda c: bootstrap_value(c, self.config.zero_dates), f"bootstrap of {table}")
 
         def batches() -> Iterator[pa.RecordBatch]:
             try:
                 cur.execute(first, (batch_rows,))
                 while rows := cur.fetchall():
-                    cols = list(zip(*rows, strict=True))
-                    yield pa.RecordBatch.from_arrays([
-                        pa.array([coerce_value(to_text(v) if c.type == "string" else v, c, table, where)
-                                  for v in values], type=f.type)
-                        for c, f, values in zip(schema.columns, arrow_schema, cols, strict=True)
-                    ], schema=arrow_schema)
+                    yield convert(rows)
                     if len(rows) < batch_rows:
                         break
                     cur.execute(after, (*[rows[-1][i] for i in key_index], batch_rows))
@@ -649,6 +638,7 @@ class MysqlSource:
 
         import pyarrow.compute as pc
 
+        from dagster_databus.snapshot.spark import task_errors
         from dagster_databus.sources.mysql_bootstrap import MysqlTableSource, key_ranges
 
         schema = self.preflight()[table]
@@ -659,12 +649,15 @@ class MysqlSource:
         spark.dataSource.register(MysqlTableSource)
         connection = {"host": host, "port": port, "user": c.user, "password": c.resolved_password(),
                       "database": c.database, "connect_timeout": c.connect_timeout_s}
-        data = (spark.read.format("databus_mysql_table")
-                .option("connection", json.dumps(connection)).option("table", table)
-                .option("columns", json.dumps([[col.name, col.type] for col in schema.columns]))
-                .option("key", json.dumps(list(schema.primary_key))).option("era", str(self.era))
-                .option("bounds", json.dumps(bounds, default=str))
-                .option("page_rows", str(min(rows_per_range, 10_000))).load().toArrow())
+        columns = [[col.name, str(col.type), col.source_type] for col in schema.columns]
+        with task_errors():  # a value error in a task arrives as itself
+            data = (spark.read.format("databus_mysql_table")
+                    .option("connection", json.dumps(connection)).option("table", table).option("source", self.name)
+                    .option("columns", json.dumps(columns))
+                    .option("zero_dates", self.config.zero_dates)
+                    .option("key", json.dumps(list(schema.primary_key))).option("era", str(self.era))
+                    .option("bounds", json.dumps(bounds, default=str))
+                    .option("page_rows", str(min(rows_per_range, 10_000))).load().toArrow())
         if data.num_rows == 0:
             return None  # nothing to split: the single-connection read pins the position
         target = schema.arrow(with_meta=False)

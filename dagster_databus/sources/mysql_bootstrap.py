@@ -16,7 +16,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from dagster_databus.snapshot.logsource import SPARK_TYPES
+from dagster_databus.core.types import ColumnType
+from dagster_databus.errors import DatabusError, for_task
 
 
 def key_ranges(cursor: Any, table: str, key: Sequence[str], rows_per_range: int) -> list[list[Any] | None]:
@@ -40,8 +41,8 @@ def key_ranges(cursor: Any, table: str, key: Sequence[str], rows_per_range: int)
 
 
 class MysqlTableSource(DataSource):
-    """Options: ``connection`` (JSON), ``table``, ``columns`` (JSON [[name, type]]), ``key`` (JSON),
-    ``bounds`` (JSON list of upper keys, null for open), ``page_rows``."""
+    """Options: ``connection`` (JSON), ``table``, ``columns`` (JSON [[name, type, COLUMN_TYPE]]), ``key`` (JSON),
+    ``bounds`` (JSON list of upper keys, null for open), ``page_rows``, ``zero_dates``."""
 
     @classmethod
     def name(cls) -> str:
@@ -49,7 +50,7 @@ class MysqlTableSource(DataSource):
 
     def schema(self) -> str:
         columns = json.loads(self.options["columns"])
-        return ", ".join(f"`{n}` {SPARK_TYPES[t]}" for n, t in columns) + ", `__scn` long"
+        return ", ".join(f"`{n}` {ColumnType.parse(t).spark()}" for n, t, _ in columns) + ", `__scn` long"
 
     def reader(self, schema: Any) -> DataSourceReader:
         return MysqlTableReader(dict(self.options))
@@ -66,30 +67,39 @@ class MysqlTableReader(DataSourceReader):
                                                                                            strict=True)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        try:
+            yield from self._read(partition)
+        except DatabusError as exc:
+            raise for_task(exc) from None
+
+    def _read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
         import pymysql
 
-        from dagster_databus.core.schema import ARROW_TYPES, Column, coerce_value
+        from dagster_databus.core.schema import Column, TableSchema
         from dagster_databus.core.scn import Scn
-        from dagster_databus.sources.mysql import to_text
+        from dagster_databus.sources.mysql_types import bootstrap_value, select_expression
 
         spec = json.loads(partition.value)
         opts = self.options
         conn_args = json.loads(opts["connection"])
         table = opts["table"]
-        columns = [Column(n, t) for n, t in json.loads(opts["columns"])]
+        columns = [Column(n, ColumnType.parse(t), source_type) for n, t, source_type in json.loads(opts["columns"])]
         key = json.loads(opts["key"])
         page = int(opts["page_rows"])
-        names = ", ".join(f"`{c.name}`" for c in columns)
+        names = ", ".join(select_expression(c) for c in columns)
         kcols = ", ".join(f"`{k}`" for k in key)
         marks = ", ".join(["%s"] * len(key))
         key_index = [[c.name for c in columns].index(k) for k in key]
-        arrow_schema = pa.schema([pa.field(c.name, ARROW_TYPES[c.type]) for c in columns]
-                                 + [pa.field("__scn", pa.int64())])
+        schema = TableSchema(opts.get("source", ""), table, tuple(columns), tuple(key))
+        convert = schema.batch(lambda c: bootstrap_value(c, opts.get("zero_dates", "error")),  # type: ignore[arg-type]
+                               f"bootstrap of {table}")
+        arrow_schema = schema.arrow(with_meta=False).append(pa.field("__scn", pa.int64()))
         conn = pymysql.connect(**conn_args, autocommit=True, charset="utf8mb4")
         try:
             cur = conn.cursor()
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP read in UTC, as the binlog has it
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
             cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
             status = {k.lower(): v for k, v in cur.fetchall()}
@@ -109,11 +119,9 @@ class MysqlTableReader(DataSourceReader):
                 rows = cur.fetchall()
                 if not rows:
                     break
-                where_text = f"bootstrap of {table}"
-                arrays = [pa.array([coerce_value(to_text(r[i]) if c.type == "string" else r[i], c, table, where_text)
-                                    for r in rows], ARROW_TYPES[c.type]) for i, c in enumerate(columns)]
-                arrays.append(pa.array([position] * len(rows), pa.int64()))
-                yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+                batch = convert(rows)
+                yield pa.RecordBatch.from_arrays([*batch.columns, pa.array([position] * len(rows), pa.int64())],
+                                                 schema=arrow_schema)
                 if len(rows) < page:
                     break
                 after = [rows[-1][i] for i in key_index]

@@ -9,19 +9,18 @@ and reads each table's ``sy$<table>`` view and delete-shadow table with the seed
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import hashlib
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
 
 from dagster_databus.config import OracleSourceConfig
 from dagster_databus.core.events import ChangeEvent, Op, Window
-from dagster_databus.core.schema import Column, LogicalType, TableSchema, coerce_value
+from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
     CaptureNotInstalledError,
@@ -35,8 +34,10 @@ from dagster_databus.sources.base import (
     PollStats,
     TableSnapshot,
     check_column_name,
+    require_mapped,
     require_unique_key,
     resolve_key,
+    table_schemas,
 )
 from dagster_databus.sources.oracle_sql import (
     Statement,
@@ -45,6 +46,13 @@ from dagster_databus.sources.oracle_sql import (
     poll_query,
     quote,
     split_script,
+)
+from dagster_databus.sources.oracle_types import (
+    oracle_column_type,
+    oracle_declared,
+    oracle_value,
+    output_type_handler,
+    select_expression,
 )
 
 CAPTURE_VERSION = "1"
@@ -57,29 +65,6 @@ CORE_OBJECTS = (("SEQUENCE", "SY$SCN_SEQ"), ("TABLE", "SYNC_CORE_SETTINGS"), ("T
                 ("PACKAGE", "SYNC_ALERT"), ("PACKAGE BODY", "SYNC_ALERT"))
 JOBS = ("J_COALESCE_LOG", "J_CALL_SIGNAL")
 MAX_SOURCES = 126  # sy$txlog.mask is a NUMBER: 38 digits hold bits 0..125
-
-
-def oracle_logical_type(data_type: str, precision: int | None, scale: int | None) -> LogicalType:
-    kind = data_type.upper()
-    if kind == "NUMBER" and scale == 0 and precision is not None and precision <= 18:
-        return "long"
-    if kind in ("BINARY_DOUBLE", "BINARY_FLOAT", "FLOAT"):
-        return "double"
-    if kind in ("RAW", "BLOB", "LONG RAW"):
-        return "bytes"
-    return "string"  # NUMBER without scale 0 stays exact as text; dates and timestamps as ISO text
-
-
-def to_text(value: Any) -> Any:
-    if isinstance(value, decimal.Decimal | float | int) and not isinstance(value, bool):
-        return str(value)
-    if isinstance(value, dt.datetime):
-        return value.isoformat(sep=" ")
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if hasattr(value, "read"):  # LOB
-        return value.read()
-    return value
 
 
 class OracleSource:
@@ -103,7 +88,7 @@ class OracleSource:
 
         c = self.config
         try:
-            return oracledb.connect(user=c.user, password=c.resolved_password(), dsn=c.dsn,
+            conn = oracledb.connect(user=c.user, password=c.resolved_password(), dsn=c.dsn,
                                     tcp_connect_timeout=c.connect_timeout_s)
         except oracledb.Error as exc:
             text = str(exc)
@@ -113,13 +98,14 @@ class OracleSource:
             raise SourceUnavailableError(f"cannot reach Oracle source {self.name!r} at {c.dsn}: {text}",
                                          "check the dsn (host:port/service), the listener and the network",
                                          source=self.name) from None
+        conn.outputtypehandler = output_type_handler  # NUMBER as Decimal, LOBs inline: exact values
+        return conn
 
     # -- preflight ---------------------------------------------------------------------
 
     def preflight(self) -> Mapping[str, TableSchema]:
         with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
-            self._schemas = {t.name: self._table_schema(cur, i, t.name, t.primary_key)
-                             for i, t in enumerate(self.config.tables)}
+            self._schemas = table_schemas(self.config.tables, partial(self._table_schema, cur))
         return self._schemas
 
     def schemas(self) -> Mapping[str, TableSchema]:
@@ -143,13 +129,18 @@ class OracleSource:
         self._actual[table] = actual
         cur.execute("SELECT column_name, data_type, data_precision, data_scale FROM user_tab_columns "
                     "WHERE table_name = :t AND column_name <> 'TXN' ORDER BY column_id", t=actual)
-        columns, mapping = [], {}
+        columns, mapping, unmapped = [], {}, []
         for name, data_type, precision, scale in cur.fetchall():
             out = self._out(name)
             check_column_name(out, table, where)
+            declared = oracle_declared(data_type, precision, scale)
+            ctype = oracle_column_type(declared)
+            if ctype is None:
+                unmapped.append(f"{name} {declared}")
+                continue
             mapping[out] = name
-            columns.append(Column(name=out, type=oracle_logical_type(data_type, precision, scale),
-                                  source_type=data_type))
+            columns.append(Column(name=out, type=ctype, source_type=declared))
+        require_mapped(self.name, table, unmapped, "Oracle", "change the column to a mapped type")
         self._columns[table] = mapping
         key = resolve_key(columns, key, table, where)
         cur.execute("SELECT c.constraint_name, cc.column_name FROM user_constraints c JOIN user_cons_columns cc "
@@ -367,25 +358,32 @@ class OracleSource:
                 if windows:
                     yield windows
 
+    def _select_list(self, table: str, names: Sequence[str], alias: str = "") -> str:
+        """Exact-value SELECT expressions (``oracle_types.select_expression``) of ``names``, over ``alias``."""
+        schema, mapping = self.schemas()[table], self._columns[table]
+        prefix = f"{alias}." if alias else ""
+        return ", ".join(select_expression(prefix + quote(mapping[n]), schema.column(n).source_type, quote(mapping[n]))
+                         for n in names)
+
     def _read_chunk(self, cur: Any, schemas: Mapping[str, TableSchema], since: Scn, end: Scn) -> list[Window]:
         by_scn: dict[int, list[tuple[int, str, Op, dict[str, Any], int]]] = {}
-        for table in schemas:
+        for table, schema in schemas.items():
             objects = self._objects(table).values
-            mapping = self._columns[table]
-            reverse = {v: k for k, v in mapping.items()}
-            for order, (sql, op) in enumerate(((sqlfiles.render("oracle", "poll/deletes.sql", shadow=objects["shadow"]),
-                                                Op.DELETE),
-                                               (poll_query("simple", objects["view"], bounded=True), Op.UPDATE))):
-                cur.execute(sql, sinceScn=since.value, untilScn=end.value)
-                names = [d[0] for d in cur.description]
+            reverse = {v: k for k, v in self._columns[table].items()}
+            queries = ((sqlfiles.render("oracle", "poll/deletes.sql", shadow=objects["shadow"]), Op.DELETE,
+                        schema.primary_key),
+                       (poll_query("simple", objects["view"], bounded=True), Op.UPDATE, schema.column_names))
+            for order, (sql, op, names) in enumerate(queries):
+                cur.execute(f"SELECT q.scn, q.event_timestamp, {self._select_list(table, names, 'q')} FROM ({sql}) q",
+                            sinceScn=since.value, untilScn=end.value)
+                labels = [reverse.get(d[0], d[0]) for d in cur.description]
                 for row in cur.fetchall():
-                    record = dict(zip(names, row, strict=True))
-                    scn = int(record.pop("SCN"))
-                    ts = record.pop("EVENT_TIMESTAMP")
-                    record.pop("TXN", None)
-                    values = {reverse.get(k, k): v for k, v in record.items()}
+                    values = dict(zip(labels, row, strict=True))
+                    scn = int(values.pop("SCN"))
+                    ts = values.pop("EVENT_TIMESTAMP")
                     by_scn.setdefault(scn, []).append(
                         (order, table, op, values, int(ts.timestamp() * 1000) if ts else 0))
+        converters = {table: schema.converter(oracle_value) for table, schema in schemas.items()}
         windows = []
         for scn in sorted(by_scn):
             # Deletes first: a view row is the final state of its transaction, newer than any delete in it.
@@ -393,9 +391,7 @@ class OracleSource:
             events = []
             for seq, (_, table, op, values, ts_ms) in enumerate(changes):
                 schema = schemas[table]
-                row = {c.name: to_text(values.get(c.name)) if c.type == "string" else values.get(c.name)
-                       for c in schema.columns}
-                image = schema.coerce_row(row, f"source {self.name}, SCN {scn}")
+                image = converters[table](values, f"SCN {scn}")
                 events.append(ChangeEvent(scn=Scn(scn), seq=seq, table=table, op=op,
                                           key=tuple(image[k] for k in schema.primary_key), row=image,
                                           commit_ts_ms=ts_ms))
@@ -420,31 +416,25 @@ class OracleSource:
                 return self._parallel_snapshot(spark, cur, schema, actual, keys, scn, batch_rows)
             finally:
                 conn.close()
-        cols = ", ".join(quote(mapping[c.name]) for c in schema.columns)
+        # The raw key columns trail the exact-value expressions: keyset paging binds them as they are.
+        cols = ", ".join([self._select_list(table, schema.column_names), *keys])
         after = after_clause(keys, "k")
         order = ", ".join(keys)
         first = f"SELECT {cols} FROM {actual} AS OF SCN :scn ORDER BY {order} FETCH FIRST :n ROWS ONLY"
         following = (f"SELECT {cols} FROM {actual} AS OF SCN :scn WHERE {after} ORDER BY {order} "
                      "FETCH FIRST :n ROWS ONLY")
-        arrow_schema = schema.arrow(with_meta=False)
-        key_index = [schema.column_names.index(k) for k in schema.primary_key]
-        where = f"source {self.name}, bootstrap of {table}"
+        width = len(schema.columns)
+        convert = schema.batch(oracle_value, f"bootstrap of {table} as of SCN {scn.value}")
 
         def batches() -> Iterator[pa.RecordBatch]:
             try:
                 cur.execute(first, scn=scn.value, n=batch_rows)
                 while rows := cur.fetchall():
-                    columns = list(zip(*rows, strict=True))
-                    yield pa.RecordBatch.from_arrays([
-                        pa.array([coerce_value(to_text(v) if c.type == "string" else v, c, table, where)
-                                  for v in values], type=f.type)
-                        for c, f, values in zip(schema.columns, arrow_schema, columns, strict=True)],
-                        schema=arrow_schema)
+                    yield convert(rows)
                     if len(rows) < batch_rows:
                         break
-                    last = rows[-1]
                     cur.execute(following, scn=scn.value, n=batch_rows,
-                                **{f"k{i}": last[j] for i, j in enumerate(key_index)})
+                                **{f"k{i}": v for i, v in enumerate(rows[-1][width:])})
             finally:
                 conn.close()
 
@@ -454,19 +444,21 @@ class OracleSource:
                            scn: Scn, rows_per_range: int) -> TableSnapshot:
         import json
 
+        from dagster_databus.snapshot.spark import task_errors
         from dagster_databus.sources.oracle_bootstrap import OracleTableSource, key_ranges
 
         bounds = key_ranges(cur, actual, keys, scn.value, rows_per_range)
         mapping = self._columns[schema.table]
         c = self.config
         spark.dataSource.register(OracleTableSource)
-        data = (spark.read.format("databus_oracle_table")
-                .option("connection", json.dumps({"user": c.user, "password": c.resolved_password(), "dsn": c.dsn}))
-                .option("table", actual).option("scn", str(scn.value))
-                .option("columns", json.dumps([[col.name, quote(mapping[col.name]), col.type]
-                                               for col in schema.columns]))
-                .option("key", json.dumps(keys)).option("bounds", json.dumps(bounds, default=str))
-                .option("page_rows", str(min(rows_per_range, 10_000))).load().toArrow())
+        with task_errors():  # a value error in a task arrives as itself
+            data = (spark.read.format("databus_oracle_table")
+                    .option("connection", json.dumps({"user": c.user, "password": c.resolved_password(), "dsn": c.dsn}))
+                    .option("table", actual).option("source", self.name).option("scn", str(scn.value))
+                    .option("columns", json.dumps([[col.name, quote(mapping[col.name]), str(col.type), col.source_type]
+                                                   for col in schema.columns]))
+                    .option("key", json.dumps(keys)).option("bounds", json.dumps(bounds, default=str))
+                    .option("page_rows", str(min(rows_per_range, 10_000))).load().toArrow())
         data = data.cast(schema.arrow(with_meta=False))
         return TableSnapshot(scn=scn, schema=schema, batches=iter(data.to_batches()))
 

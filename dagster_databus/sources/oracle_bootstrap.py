@@ -9,7 +9,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from dagster_databus.snapshot.logsource import SPARK_TYPES
+from dagster_databus.core.types import ColumnType
+from dagster_databus.errors import DatabusError, for_task
 from dagster_databus.sources.oracle_sql import after_clause, through_clause
 
 
@@ -29,7 +30,8 @@ def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_
 
 
 class OracleTableSource(DataSource):
-    """Options: ``connection`` (JSON), ``table`` (quoted), ``columns`` (JSON [[name, quoted column, type]]),
+    """Options: ``connection`` (JSON), ``table`` (quoted), ``columns`` (JSON [[name, quoted column, type,
+    declared type]]),
     ``key`` (JSON quoted key columns), ``bounds`` (JSON), ``scn``, ``page_rows``."""
 
     @classmethod
@@ -37,7 +39,7 @@ class OracleTableSource(DataSource):
         return "databus_oracle_table"
 
     def schema(self) -> str:
-        return ", ".join(f"`{n}` {SPARK_TYPES[t]}" for n, _, t in json.loads(self.options["columns"]))
+        return ", ".join(f"`{n}` {ColumnType.parse(t).spark()}" for n, _, t, _ in json.loads(self.options["columns"]))
 
     def reader(self, schema: Any) -> DataSourceReader:
         return OracleTableReader(dict(self.options))
@@ -53,22 +55,30 @@ class OracleTableReader(DataSourceReader):
                 for lo, hi in zip([None, *bounds[:-1]], bounds, strict=True)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        import oracledb
-        import pyarrow as pa
+        try:
+            yield from self._read(partition)
+        except DatabusError as exc:
+            raise for_task(exc) from None
 
-        from dagster_databus.core.schema import ARROW_TYPES, Column, coerce_value
-        from dagster_databus.sources.oracle import to_text
+    def _read(self, partition: InputPartition) -> Iterator[Any]:
+        import oracledb
+
+        from dagster_databus.core.schema import Column, TableSchema
+        from dagster_databus.sources.oracle_types import oracle_value, output_type_handler, select_expression
 
         opts, spec = self.options, json.loads(partition.value)
         columns = json.loads(opts["columns"])
         keys = json.loads(opts["key"])
-        typed = [Column(name, kind) for name, _, kind in columns]
-        select = ", ".join(quoted for _, quoted, _ in columns)
-        key_index = [[q for _, q, _ in columns].index(k) for k in keys]
-        arrow_schema = pa.schema([pa.field(c.name, ARROW_TYPES[c.type]) for c in typed])
+        typed = [Column(name, ColumnType.parse(kind), declared) for name, _, kind, declared in columns]
+        # The raw key columns trail the exact-value expressions: keyset paging binds them as they are.
+        exact = [select_expression(quoted, declared, quoted) for _, quoted, _, declared in columns]
+        select = ", ".join([*exact, *keys])
+        schema = TableSchema(opts.get("source", ""), opts["table"], tuple(typed), ())
         page, scn, table = int(opts["page_rows"]), int(opts["scn"]), opts["table"]
+        convert = schema.batch(oracle_value, f"bootstrap of {table} as of SCN {scn}")
         after, through = spec["after"], spec["through"]
         with oracledb.connect(**json.loads(opts["connection"])) as conn, conn.cursor() as cur:
+            conn.outputtypehandler = output_type_handler
             while True:
                 where, binds = [], {"scn": scn, "n": page}
                 if after is not None:
@@ -83,10 +93,7 @@ class OracleTableReader(DataSourceReader):
                 rows = cur.fetchall()
                 if not rows:
                     break
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array([coerce_value(to_text(r[i]) if c.type == "string" else r[i], c, table, "bootstrap")
-                               for r in rows], ARROW_TYPES[c.type]) for i, c in enumerate(typed)],
-                    schema=arrow_schema)
+                yield convert(rows)
                 if len(rows) < page:
                     break
-                after = [rows[-1][i] for i in key_index]
+                after = list(rows[-1][len(typed):])

@@ -14,6 +14,7 @@ import sqlite3
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import closing
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import pyarrow as pa
 from dagster_databus.config import SqliteSourceConfig
 from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.identifiers import quote_literal, quote_sqlite
-from dagster_databus.core.schema import Column, LogicalType, TableSchema, coerce_value
+from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
     CaptureNotInstalledError,
@@ -37,32 +38,16 @@ from dagster_databus.sources.base import (
     PollStats,
     TableSnapshot,
     check_column_name,
+    require_mapped,
     require_unique_key,
     resolve_key,
+    table_schemas,
 )
+from dagster_databus.sources.sqlite_types import sqlite_column_type, sqlite_value
 
-CAPTURE_VERSION = "1"
+CAPTURE_VERSION = "2"  # 2: REAL values travel as exact text (SQLite's JSON keeps 15 digits)
 CORE_TABLES = ("_databus_settings", "_databus_epoch", "_databus_txlog")
 NOW_MS = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)"
-
-
-def sqlite_logical_type(declared: str) -> LogicalType:
-    """SQLite's type-affinity rules (section 3.1 of its datatype docs), mapped to Avro types."""
-    decl = declared.upper()
-    if "INT" in decl:
-        return "long"
-    if any(s in decl for s in ("CHAR", "CLOB", "TEXT")):
-        return "string"
-    if "BLOB" in decl:
-        return "bytes"
-    if any(s in decl for s in ("REAL", "FLOA", "DOUB")):
-        return "double"
-    if "BOOL" in decl:
-        return "boolean"
-    # NUMERIC affinity. Dates are usually stored as ISO text; untyped columns hold anything.
-    if not decl or "DATE" in decl or "TIME" in decl:
-        return "string"
-    return "double"
 
 
 class SqliteSource:
@@ -110,8 +95,7 @@ class SqliteSource:
 
     def preflight(self) -> Mapping[str, TableSchema]:
         with closing(self._connect()) as conn:
-            self._schemas = {t.name: self._table_schema(conn, i, t.name, t.primary_key)
-                             for i, t in enumerate(self.config.tables)}
+            self._schemas = table_schemas(self.config.tables, partial(self._table_schema, conn))
         return self._schemas
 
     def schemas(self) -> Mapping[str, TableSchema]:
@@ -129,11 +113,16 @@ class SqliteSource:
                 f"{where}.name", f"table {table!r} does not exist in {self.config.path}",
                 f"use one of the database's tables: {', '.join(existing) or '(none)'}",
             )
-        columns = []
+        columns, unmapped = [], []
         for _cid, name, decl, _notnull, default, _pk in info:
             check_column_name(name, table, where)
-            columns.append(Column(name=name, type=sqlite_logical_type(decl or ""), source_type=decl or "",
+            ctype = sqlite_column_type(decl or "")
+            if ctype is None:
+                unmapped.append(f"{name} {decl}")
+                continue
+            columns.append(Column(name=name, type=ctype, source_type=decl or "",
                                   default=None if default is None or default.upper() == "NULL" else default))
+        require_mapped(self.name, table, unmapped, "SQLite", "declare DECIMAL(p,s) with 1 <= p and s <= p")
         key = resolve_key(columns, key, table, where)
         require_unique_key(key, self._unique_sets(conn, table, info), table, where)
         return TableSchema(source=self.name, table=table, columns=tuple(columns), primary_key=key)
@@ -158,6 +147,7 @@ class SqliteSource:
             return ", ".join(
                 f"{quote_literal(c.name)}, CASE typeof({alias}.{quote_sqlite(c.name)}) WHEN 'blob' "
                 f"THEN json_object('$b', hex({alias}.{quote_sqlite(c.name)})) "
+                f"WHEN 'real' THEN json_object('$r', printf('%!.20e', {alias}.{quote_sqlite(c.name)})) "
                 f"ELSE {alias}.{quote_sqlite(c.name)} END"
                 for c in schema.columns
             )
@@ -330,6 +320,7 @@ class SqliteSource:
             )
 
     def _windows(self, rows: list[tuple[Any, ...]], schemas: Mapping[str, TableSchema]) -> list[Window]:
+        converters = {t: s.converter(sqlite_value) for t, s in schemas.items()}
         windows: list[Window] = []
         current: list[ChangeEvent] = []
         current_epoch = rows[0][1]
@@ -349,8 +340,7 @@ class SqliteSource:
                     f"`databus bootstrap --source {self.name}` so the snapshots are read afresh from the source",
                     source=self.name, table=tbl, scn=scn,
                 )
-            where = f"source {self.name}, SCN {scn}"
-            image = schema.coerce_row(_decode_json(row), where)
+            image = converters[tbl](_decode_json(row), f"the change at SCN {scn}")
             current.append(ChangeEvent(
                 scn=Scn(scn), seq=len(current), table=tbl, op=Op(op),
                 key=tuple(image[k] for k in schema.primary_key), row=image, commit_ts_ms=ts,
@@ -371,18 +361,12 @@ class SqliteSource:
         columns = ", ".join(quote_sqlite(c.name) for c in schema.columns)
         order = ", ".join(quote_sqlite(k) for k in schema.primary_key)
         cursor = conn.execute(f"SELECT {columns} FROM {quote_sqlite(table)} ORDER BY {order}")
-        arrow_schema = schema.arrow(with_meta=False)
+        convert = schema.batch(sqlite_value, f"bootstrap of {table}")
 
         def batches() -> Iterator[pa.RecordBatch]:
             try:
                 while rows := cursor.fetchmany(batch_rows):
-                    where = f"source {self.name}, bootstrap of {table}"
-                    cols = list(zip(*rows, strict=True))
-                    arrays = [
-                        pa.array([coerce_value(v, c, table, where) for v in values], type=field.type)
-                        for c, field, values in zip(schema.columns, arrow_schema, cols, strict=True)
-                    ]
-                    yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+                    yield convert(rows)
             finally:
                 conn.execute("COMMIT")
                 conn.close()
@@ -404,6 +388,8 @@ def _decode_json(text: str) -> dict[str, Any]:
     def hook(obj: dict[str, Any]) -> Any:
         if len(obj) == 1 and "$b" in obj:
             return bytes.fromhex(obj["$b"])
+        if len(obj) == 1 and "$r" in obj:
+            return float(obj["$r"])
         return obj
 
     return json.loads(text, object_hook=hook)

@@ -7,7 +7,9 @@
 -- after an ALTER TABLE and before the triggers are re-installed are flagged, not trusted.
 --
 -- Each trigger appends the row image as JSON. BLOB values are wrapped as a JSON object with one key "$b" holding hex, so a
--- blob in any column never makes the application's own write fail.
+-- blob in any column never makes the application's own write fail. REAL values are wrapped as an object with one key "$r" holding
+-- printf('%!.20e'): SQLite's JSON writes reals with 15 significant digits, which changes values such as
+-- 0.30000000000000004; twenty digits read back as the stored double exactly.
 
 DROP TRIGGER IF EXISTS {trg_insert};
 CREATE TRIGGER {trg_insert} AFTER INSERT ON {table}

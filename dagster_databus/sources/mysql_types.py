@@ -1,0 +1,293 @@
+"""MySQL / MariaDB: column types → product types (docs/types.md), and driver values → canonical values.
+
+A row reaches capture by two roads that hand over different Python values for the same stored
+value: the bootstrap reads it with pymysql (the text protocol), change events decode it from the
+binary log with python-mysql-replication. Each road has its converter here, and both end in the
+column type's canonical value (``core.types``), so a row is the same whichever road it took:
+
+- FLOAT: the text protocol prints a FLOAT rounded (0.3 for the stored 0.300000011920928955078125);
+  the bootstrap selects ``CAST(col AS DOUBLE)``, the exact stored value, as the binlog has it.
+- TIMESTAMP: the bootstrap session runs with ``time_zone = '+00:00'``, so it reads UTC as the
+  binlog stores it, whatever the server's time zone.
+- BIT: bytes from the bootstrap, a string of 0s and 1s from the binlog.
+- SET: text in definition order from the bootstrap, a Python set from the binlog (None when empty).
+- BINARY(n): the binlog drops trailing zero bytes, which are part of the stored value.
+- YEAR 0000: 0 from the bootstrap, 1900 from the binlog. Zero dates: text from pymysql, None from
+  the binlog (with the reason in ``none_sources``); a zero TIMESTAMP is the epoch in the binlog.
+- MariaDB's UUID, INET6, INET4: text from the bootstrap, their 16 or 4 stored bytes from the binlog.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import ipaddress
+import json
+import re
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dagster_databus.core.schema import Column
+from dagster_databus.core.types import ColumnType, TypeValueError
+
+ZeroDates = Literal["error", "null"]
+ZERO_DATE = "<zero date>"  # what the binlog converter is handed for a date it could not decode
+ZERO_DATE_SOURCES = {"out of date range", "out of datetime range", "out of datetime2 range"}
+EMPTY_SET_SOURCE = "empty set"
+
+_GEOMETRY = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+             "geometrycollection", "geomcollection"}
+_TEXT = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "json", "enum", "set", "uuid", "inet6",
+         "inet4"}
+_BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+_INTEGERS: dict[str, tuple[str, str]] = {  # data type → (signed, unsigned)
+    "tinyint": ("byte", "short"), "smallint": ("short", "integer"), "mediumint": ("integer", "integer"),
+    "int": ("integer", "long"), "integer": ("integer", "long"), "bigint": ("long", "decimal(20,0)"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MysqlType:
+    """A parsed ``COLUMN_TYPE`` (``bigint(20) unsigned``, ``set('a','b')``, ``decimal(10,2)``)."""
+
+    name: str
+    args: tuple[str, ...]
+    unsigned: bool
+
+    @classmethod
+    def parse(cls, column_type: str) -> MysqlType:
+        match = re.match(r"\s*([a-z ]+?)\s*(?:\((.*)\))?\s*((?:unsigned|signed|zerofill|\s)*)$", column_type,
+                         re.IGNORECASE | re.DOTALL)
+        if not match:
+            return cls(column_type.lower(), (), False)
+        name, args, flags = match.groups()
+        return cls(name.lower().strip(), tuple(_split_args(args)) if args else (), "unsigned" in flags.lower())
+
+    def int_arg(self, index: int, default: int) -> int:
+        return int(self.args[index]) if len(self.args) > index and self.args[index].isdigit() else default
+
+
+def _split_args(text: str) -> list[str]:
+    """``'a','b''c'`` → ['a', "b'c"]; ``10,2`` → ['10', '2']."""
+    if not text.strip().startswith("'"):
+        return [a.strip() for a in text.split(",")]
+    return [m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", text)]
+
+
+def mysql_column_type(column_type: str) -> ColumnType | None:
+    """The product type of a column from information_schema's COLUMN_TYPE; None when it has no mapping."""
+    t = MysqlType.parse(column_type)
+    name = t.name
+    if name in _INTEGERS:
+        return ColumnType.parse(_INTEGERS[name][1 if t.unsigned else 0])
+    if name in ("decimal", "numeric", "dec", "fixed"):
+        return ColumnType.decimal(t.int_arg(0, 10), t.int_arg(1, 0))
+    if name == "float":
+        return ColumnType("double" if t.args and len(t.args) == 1 and t.int_arg(0, 0) > 24 else "float")
+    if name in ("double", "real", "double precision"):
+        return ColumnType("double")
+    if name == "bit":
+        return ColumnType("boolean" if t.int_arg(0, 1) == 1 else "binary")
+    if name in ("bool", "boolean"):
+        return ColumnType("byte")
+    if name in _TEXT:
+        return ColumnType("string")
+    if name in _BINARY or name in _GEOMETRY:
+        return ColumnType("binary")
+    if name == "date":
+        return ColumnType("date")
+    if name == "datetime":
+        return ColumnType("timestamp_ntz")
+    if name == "timestamp":
+        return ColumnType("timestamp")
+    if name == "time":
+        return ColumnType("time")
+    if name == "year":
+        return ColumnType("integer")
+    return None
+
+
+# -- the bootstrap road (pymysql) -------------------------------------------------------
+
+
+def select_expression(column: Column) -> str:
+    """The bootstrap's SELECT item for ``column`` (a validated plain name)."""
+    if MysqlType.parse(column.source_type).name == "float" and column.type.kind == "float":
+        return f"CAST(`{column.name}` AS DOUBLE) AS `{column.name}`"
+    return f"`{column.name}`"
+
+
+def bootstrap_value(column: Column, zero_dates: ZeroDates) -> Callable[[Any], Any]:
+    """pymysql's value (never None) → the canonical value of ``column.type``."""
+    t = MysqlType.parse(column.source_type)
+    kind = column.type.kind
+    if kind == "decimal" and t.name in _INTEGERS:  # BIGINT UNSIGNED
+        return decimal.Decimal
+    if t.name == "bit":
+        return (lambda v: bytes(v) != b"\x00") if kind == "boolean" else bytes
+    if kind in ("date", "timestamp_ntz", "timestamp"):
+        return _temporal(kind, zero_dates)
+    if kind == "binary":
+        return bytes
+    return lambda v: v
+
+
+def _temporal(kind: str, zero_dates: ZeroDates) -> Callable[[Any], Any]:
+    def convert(value: Any) -> Any:
+        if isinstance(value, str):  # pymysql hands over what it cannot parse: zero or partly zero dates
+            return _zero_date(repr(value), zero_dates)
+        if kind == "timestamp" and isinstance(value, dt.datetime):
+            return value.replace(tzinfo=dt.UTC)  # the session reads TIMESTAMP in UTC
+        return value
+
+    return convert
+
+
+def _zero_date(described: str, zero_dates: ZeroDates) -> None:
+    if zero_dates == "null":
+        return None
+    raise TypeValueError(
+        f"{described} is a MySQL zero date, which Delta's date and timestamp types cannot hold; set the source's "
+        "zero_dates: null to store such dates as NULL, or correct the rows")
+
+
+# -- the binlog road (python-mysql-replication) -----------------------------------------
+
+
+def binlog_column_type(col: Any) -> ColumnType | None:
+    """The product type of a binlog table-map column (``binlog_row_metadata=FULL``)."""
+    code, unsigned = col.type, bool(getattr(col, "unsigned", False))
+    binary = getattr(col, "character_set_name", None) == "binary"
+    if code in _BINLOG_INTS:
+        return ColumnType.parse(_INTEGERS[_BINLOG_INTS[code]][1 if unsigned else 0])
+    simple = _BINLOG_SIMPLE.get(code)
+    if simple is not None:
+        return ColumnType(simple)  # type: ignore[arg-type]
+    if code == 246:
+        return ColumnType.decimal(col.precision, col.decimals)
+    if code == 16:
+        return ColumnType("boolean" if col.bits == 1 else "binary")
+    if code in (15, 253, 254, 249, 250, 251, 252):
+        return ColumnType("binary" if binary else "string")
+    return None
+
+
+_BINLOG_INTS = {1: "tinyint", 2: "smallint", 9: "mediumint", 3: "int", 8: "bigint"}
+_BINLOG_SIMPLE = {4: "float", 5: "double", 7: "timestamp", 17: "timestamp", 12: "timestamp_ntz",
+                  18: "timestamp_ntz", 10: "date", 14: "date", 11: "time", 19: "time", 13: "integer",
+                  247: "string", 248: "string", 245: "string", 255: "binary"}
+_BINLOG_NAMES = {1: "tinyint", 2: "smallint", 9: "mediumint", 3: "int", 8: "bigint", 4: "float", 5: "double",
+                 7: "timestamp", 17: "timestamp", 12: "datetime", 18: "datetime", 10: "date", 14: "date",
+                 11: "time", 19: "time", 13: "year", 245: "json", 255: "geometry", 246: "decimal", 16: "bit",
+                 247: "enum", 248: "set", 15: "varchar", 253: "varchar", 254: "char", 249: "tinyblob",
+                 250: "mediumblob", 251: "longblob", 252: "blob"}
+
+
+def binlog_source_type(col: Any) -> str:
+    """A COLUMN_TYPE-like description of a binlog column, for schemas and messages."""
+    name = _BINLOG_NAMES.get(col.type, f"binlog type {col.type}")
+    binary = getattr(col, "character_set_name", None) == "binary"
+    if col.type == 246:
+        return f"decimal({col.precision},{col.decimals})"
+    if col.type == 16:
+        return f"bit({col.bits})"
+    if col.type in (247, 248):
+        members = col.enum_values[1:] if col.type == 247 else col.set_values
+        return f"{name}(" + ",".join("'" + m.replace("'", "''") + "'" for m in members or ()) + ")"
+    if col.type in (15, 253, 254):
+        base = {"varchar": "varbinary", "char": "binary"}[name] if binary else name
+        return f"{base}({col.max_length})"
+    if col.type in (249, 250, 251, 252) and not binary:
+        return name.replace("blob", "text")
+    if col.type in (17, 18, 19) and getattr(col, "fsp", 0):
+        return f"{name}({col.fsp})"
+    return f"{name} unsigned" if getattr(col, "unsigned", False) else name
+
+
+def compatible(known: Column, col: Any, ctype: ColumnType | None) -> bool:
+    """Whether a binlog column is the known (information_schema) column as the binlog writes it."""
+    if known.type == ctype:
+        return True
+    special = MysqlType.parse(known.source_type).name
+    return (special in ("uuid", "inet6", "inet4") and col.type == 254
+            and getattr(col, "character_set_name", None) == "binary"
+            and getattr(col, "max_length", 0) == (4 if special == "inet4" else 16))
+
+
+def binlog_value(col: Any, column: Column, zero_dates: ZeroDates) -> Callable[[Any], Any]:
+    """python-mysql-replication's value (never None) → the canonical value of ``column.type``.
+
+    Zero dates arrive as ``ZERO_DATE`` and empty sets as ``""`` (the caller reads ``none_sources``).
+    """
+    kind = column.type.kind
+    special = MysqlType.parse(column.source_type).name
+    if special in ("uuid", "inet6", "inet4"):
+        return _TEXT_FORMS[special]
+    code = col.type
+    if code == 16:
+        width = (col.bits + 7) // 8
+        if kind == "boolean":
+            return lambda v: v == "1"
+        return lambda v: int(v, 2).to_bytes(width, "big")
+    if code == 248:
+        order = {m: i for i, m in enumerate(col.set_values or ())}
+        return lambda v: v if isinstance(v, str) else ",".join(sorted(v, key=order.__getitem__))
+    if code == 13:
+        return lambda v: 0 if v == 1900 else v  # YEAR 0000 is stored as 0 and decoded as 1900 + 0
+    if code == 245:
+        return _mysql_json_text
+    if kind == "binary":
+        length = getattr(col, "max_length", 0) if code == 254 else 0
+        return lambda v: _binary(v, length)
+    if kind == "decimal" and code == 8:  # BIGINT UNSIGNED
+        return decimal.Decimal
+    if kind in ("date", "timestamp_ntz"):
+        return lambda v: _zero_date("a zero or partly zero date", zero_dates) if v is ZERO_DATE else v
+    if kind == "timestamp":
+        def timestamp(v: Any) -> Any:
+            if v is ZERO_DATE or v == _EPOCH:  # TIMESTAMP's zero is stored as 0 seconds
+                return _zero_date("'0000-00-00 00:00:00'", zero_dates)
+            return v.replace(tzinfo=dt.UTC)  # the binlog stores UTC seconds
+
+        return timestamp
+    return lambda v: v
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def _binary(value: Any, length: int) -> bytes:
+    data = value.encode("latin-1") if isinstance(value, str) else bytes(value)
+    # BINARY(n) is stored right-padded with zero bytes; the binlog leaves the padding out.
+    return data.ljust(length, b"\x00") if length else data
+
+
+def _inet6(value: bytes) -> str:
+    return socket.inet_ntop(socket.AF_INET6, _binary(value, 16))
+
+
+_TEXT_FORMS: dict[str, Callable[[Any], str]] = {
+    "uuid": lambda v: str(uuid.UUID(bytes=_binary(v, 16))),
+    "inet6": _inet6,
+    "inet4": lambda v: str(ipaddress.IPv4Address(_binary(v, 4))),
+}
+
+
+def _mysql_json_text(value: Any) -> str:
+    """MySQL's binary JSON, decoded by python-mysql-replication, as the text MySQL prints for it."""
+    if isinstance(value, str):
+        return value  # MariaDB: JSON is LONGTEXT
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, bytes):
+            return v.decode("utf-8")
+        if isinstance(v, dict):
+            return {plain(k): plain(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        return v
+
+    return json.dumps(plain(value), ensure_ascii=False, separators=(", ", ": "))
