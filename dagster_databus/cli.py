@@ -125,7 +125,8 @@ def _tail(config: DatabusConfig, args: argparse.Namespace) -> int:
                                       epoch=ChangeLog(config.lake, args.source).manifest().epoch))
     printer = JsonLinesConsumer(ChangeLog(config.lake, args.source).schemas)
     client = DatabusClient(config.lake, args.source, printer, tables=args.tables, partition_filter=args.filter,
-                           checkpoints=store, bootstrap=not args.no_bootstrap)
+                           checkpoints=store, bootstrap=not args.no_bootstrap,
+                           checkpoint_every_windows=args.checkpoint_every, checkpoint_every_s=args.checkpoint_seconds)
     try:
         if args.follow:
             client.follow(interval_s=args.interval)
@@ -157,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     tail.add_argument("--no-bootstrap", action="store_true", help="never read the snapshots first")
     tail.add_argument("--follow", action="store_true", help="keep printing as the log grows (Ctrl-C stops)")
     tail.add_argument("--interval", type=float, default=1.0, help="seconds between polls with --follow")
+    tail.add_argument("--checkpoint-every", type=int, default=1, metavar="N",
+                      help="save the checkpoint after every N windows (and at the end); a crash reprints at most N")
+    tail.add_argument("--checkpoint-seconds", type=float, default=None, metavar="T",
+                      help="also save it when T seconds passed since the last save")
     args = parser.parse_args(argv)
     commands = {"validate": _validate, "install": _install, "bootstrap": _bootstrap, "status": _status,
                 "tail": _tail}

@@ -142,6 +142,55 @@ def test_a_window_that_keeps_failing_stops_with_the_checkpoint_before_it(tmp_pat
     assert store.load().scn == windows[0].scn
 
 
+class CountingStore(MemoryCheckpointStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves: list[Scn] = []
+
+    def save(self, checkpoint: ConsumerCheckpoint) -> None:
+        super().save(checkpoint)
+        self.saves.append(checkpoint.scn)
+
+
+def test_checkpoints_every_n_windows_and_a_failure_redelivers_only_what_followed_the_last(tmp_path: Path) -> None:
+    config, _ = shop_log(tmp_path, rounds=24)  # a SQLite capture run closes one window
+    log = ChangeLog(config.lake, "shop")
+    windows = list(log.read_windows())
+    assert len(windows) > 20
+
+    class Stubborn(Recorder):
+        def on_end_data_event_sequence(self, scn: Scn) -> Any:
+            return scn != windows[12].scn
+
+    store = CountingStore()
+    with pytest.raises(ConsumerError, match=f"the checkpoint is still {windows[11].scn}"):
+        DatabusClient(config.lake, "shop", Stubborn(), checkpoints=store, max_retries=0, bootstrap=False,
+                      checkpoint_every_windows=5).run()
+    # Every 5 windows, then the last window delivered in full before the one that failed.
+    assert store.saves == [windows[4].scn, windows[9].scn, windows[11].scn]
+    recorder = Recorder()
+    store.saves.clear()
+    DatabusClient(config.lake, "shop", recorder, checkpoints=store, bootstrap=False, checkpoint_every_windows=5).run()
+    delivered = [scn for kind, scn in recorder.trace if kind == "start"]
+    assert delivered == [w.scn for w in windows[12:]]
+    rest = len(windows) - 12
+    assert store.saves[-1] == log.committed_scn() and len(store.saves) == -(-rest // 5)
+
+
+def test_checkpoints_by_time(tmp_path: Path) -> None:
+    config, _ = shop_log(tmp_path, rounds=6)
+    windows = list(ChangeLog(config.lake, "shop").read_windows())
+    rarely, always = CountingStore(), CountingStore()
+    DatabusClient(config.lake, "shop", Recorder(), checkpoints=rarely, bootstrap=False,
+                  checkpoint_every_windows=10**9, checkpoint_every_s=3600).run()
+    DatabusClient(config.lake, "shop", Recorder(), checkpoints=always, bootstrap=False,
+                  checkpoint_every_windows=10**9, checkpoint_every_s=0).run()
+    assert rarely.saves == [windows[-1].scn]
+    assert always.saves == [w.scn for w in windows]
+    with pytest.raises(ValueError, match="checkpoint_every_windows"):
+        DatabusClient(config.lake, "shop", Recorder(), checkpoint_every_windows=0)
+
+
 CONSUMER_SCRIPT = """
 import json, os, sys
 from dagster_databus.consumer.checkpoints import FileCheckpointStore
@@ -335,7 +384,7 @@ def test_databus_tail_prints_json_lines_and_keeps_its_checkpoint(tmp_path: Path,
     path.write_text(json.dumps({"lake": str(config.lake), "sources": [
         {"name": "shop", "kind": "sqlite", "path": str(tmp_path / "shop.db"), "tables": TABLES}]}))
     args = ["--config", str(path), "tail", "--source", "shop", "--tables", "orders", "--filter", "mod:2:[1]",
-            "--checkpoint", str(tmp_path / "tail.ckpt"), "--from-scn", "0"]
+            "--checkpoint", str(tmp_path / "tail.ckpt"), "--from-scn", "0", "--checkpoint-every", "3"]
     assert cli(args) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     expected = [e.event for e in ChangeLog(config.lake, "shop").read(tables=["orders"]) if e.event.key[0] % 2 == 1]

@@ -212,7 +212,8 @@ class DatabusClient:
                  tables: Sequence[str] | None = None, partition_filter: PartitionFilter | str | None = None,
                  checkpoints: CheckpointStore | None = None, workers: int = 1, max_retries: int = 3,
                  bootstrap: bool = True, bootstrap_batch_rows: int = 10_000,
-                 dedupe: IdempotentSink | bool = False, group: GroupMember | str | None = None) -> None:
+                 dedupe: IdempotentSink | bool = False, group: GroupMember | str | None = None,
+                 checkpoint_every_windows: int = 1, checkpoint_every_s: float | None = None) -> None:
         self.lake = Path(lake)
         self.source = source
         self.log = ChangeLog(self.lake, source)
@@ -225,6 +226,13 @@ class DatabusClient:
         self.sink = IdempotentSink() if dedupe is True else None if dedupe is False else dedupe
         self.group = GroupMember.parse(group) if isinstance(group, str) else group
         self.lineage = ""  # of the log being delivered; set by run()
+        if checkpoint_every_windows < 1 or (checkpoint_every_s is not None and checkpoint_every_s < 0):
+            raise ValueError("checkpoint_every_windows must be >= 1 and checkpoint_every_s >= 0")
+        # A checkpoint is saved after this many delivered windows or this many seconds, whichever
+        # comes first, and always at the end of a run and before a failure is raised: a crash
+        # redelivers at most the windows since the last save (at least once, never lost).
+        self.checkpoint_every_windows = checkpoint_every_windows
+        self.checkpoint_every_s = checkpoint_every_s
         if workers > 1:
             if not callable(consumer) or isinstance(consumer, DatabusConsumer):
                 raise ValueError("parallel dispatch needs a consumer factory (one consumer per worker)")
@@ -275,17 +283,28 @@ class DatabusClient:
                 checkpoint = self._bootstrap(stats, manifest.epoch)
         since = checkpoint.scn
         bound = until or self.log.committed_scn()  # fixed now: later commits wait for the next run
+        saved, unsaved, saved_at = checkpoint, 0, time.monotonic()
         for window in self.log.read_windows(since, bound, keep=self._keep):
             events = [e for e in window.events if e.scn.value > checkpoint.table_floors.get(e.table, -1)]
             if events:
-                self._deliver(window.scn, since, events, stats)
+                try:
+                    self._deliver(window.scn, since, events, stats)
+                except ConsumerError:
+                    if checkpoint is not saved:  # every window before this one was delivered in full
+                        self._commit(checkpoint, stats)
+                    raise
             since = window.scn
             checkpoint = ConsumerCheckpoint(scn=window.scn, epoch=manifest.epoch,
                                             table_floors=checkpoint.table_floors)
-            self._commit(checkpoint, stats)
+            unsaved += 1
+            if unsaved >= self.checkpoint_every_windows or (
+                    self.checkpoint_every_s is not None and time.monotonic() - saved_at >= self.checkpoint_every_s):
+                self._commit(checkpoint, stats)
+                saved, unsaved, saved_at = checkpoint, 0, time.monotonic()
         if bound > checkpoint.scn:  # the rest was filtered out: don't scan it again
-            self._commit(ConsumerCheckpoint(scn=bound, epoch=manifest.epoch,
-                                            table_floors=checkpoint.table_floors), stats)
+            checkpoint = ConsumerCheckpoint(scn=bound, epoch=manifest.epoch, table_floors=checkpoint.table_floors)
+        if checkpoint is not saved:
+            self._commit(checkpoint, stats)
         return stats
 
     def follow(self, interval_s: float = 1.0, stop: Callable[[], bool] = lambda: False) -> RunStats:
