@@ -91,12 +91,13 @@ def main(rate_per_s: float = 50.0, seconds: float = 60.0) -> None:
             pipeline.capture(config, "e")
             sync_source(spark, config, "e")
 
+        quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}  # `make bench` prints figures only
         with dg.instance_for_test() as instance:
-            job.execute_in_process(instance=instance)  # warm
+            job.execute_in_process(instance=instance, run_config=quiet)  # warm
             runs = []
             for _ in range(3):
                 t = time.perf_counter()
-                job.execute_in_process(instance=instance)
+                job.execute_in_process(instance=instance, run_config=quiet)
                 runs.append(time.perf_counter() - t)
         plain = []
         for _ in range(3):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable
 
@@ -24,3 +26,29 @@ def report(title: str, rows: int, ours: tuple[str, float], *peers: tuple[str, fl
     for peer, peer_seconds in peers:
         print(f"  {peer:<38}{peer_seconds:8.3f}s {rows / peer_seconds:>12,.0f} rows/s   "
               f"ours takes {seconds / peer_seconds:5.2f}x its time")
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_growth(fn: Callable[[], object], interval_s: float = 0.005) -> int:
+    """How far this process's resident memory rose above where it stood when ``fn`` started (bytes)."""
+    base = peak = _rss_bytes()
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _rss_bytes())
+            done.wait(interval_s)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        fn()
+    finally:
+        done.set()
+        sampler.join()
+    return max(peak, _rss_bytes()) - base
