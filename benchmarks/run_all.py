@@ -10,6 +10,7 @@ from benchmarks import (
     bench_e2e,
     bench_failover,
     bench_log_write,
+    bench_manifest,
     bench_merge,
     bench_mysql,
 )
@@ -18,6 +19,7 @@ if __name__ == "__main__":
     bench_capture.main()
     bench_mysql.main()
     bench_log_write.main()
+    bench_manifest.main()
     bench_consumer.main()
     for rows in (1_000_000, 10_000_000):
         for pct in (1.0, 10.0):

@@ -15,7 +15,7 @@ from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
-from dagster_databus.errors import ConcurrentRunError, EpochMismatchError
+from dagster_databus.errors import ChangeLogCorruptError, ConcurrentRunError, EpochMismatchError
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
 from tests.conftest import assert_snapshots_match
@@ -150,3 +150,98 @@ def test_crash_while_publishing_loses_nothing_and_duplicates_nothing(
     assert log.checkpoint().scn == log.committed_scn()
     sync_source(spark, config, "shop")
     assert_snapshots_match(config)
+
+
+def sealed_log(tmp_path: Path, segments: int, part_segments: int = 3) -> ChangeLog:
+    """A log of ``segments`` one-window segments (window SCNs 10, 20, ...), sealing every ``part_segments``."""
+    log = ChangeLog(tmp_path, "s")
+    log.part_segments = part_segments
+    with log.writer() as w:
+        w.register_schemas([SCHEMA])
+        for n in range(1, segments + 1):
+            w.append([window(10 * n)], "e1")
+    return log
+
+
+def test_old_segments_are_sealed_into_parts_so_a_commit_rewrites_only_the_newest(tmp_path: Path) -> None:
+    log = sealed_log(tmp_path, 10)
+    doc = json.loads(log.manifest_path.read_text())
+    assert doc["format"] == 3
+    assert [p["file"] for p in doc["parts"]] == [
+        f"{10 * a:020d}-{10 * b:020d}-3.json" for a, b in ((1, 3), (4, 6), (7, 9))]
+    assert [s["first_scn"] for s in doc["segments"]] == [100]  # manifest.json names only the newest
+    assert sorted(p.name for p in log.parts_dir.iterdir()) == [p["file"] for p in doc["parts"]]
+    reader = ChangeLog(tmp_path, "s")  # reading needs no knowledge of the part size
+    assert [s.last_scn for s in reader.manifest().segments] == [10 * n for n in range(1, 11)]
+    assert [w.scn.value for w in reader.read_windows(Scn(25))] == [30, 40, 50, 60, 70, 80, 90, 100]
+    assert reader.continuity_problems() == []
+
+
+def test_retention_reseals_a_part_it_cut_and_the_next_writer_deletes_parts_no_longer_named(tmp_path: Path) -> None:
+    from dagster_databus.log.retention import apply_retention
+
+    log = sealed_log(tmp_path, 10)
+    with log.writer() as w:
+        dropped = apply_retention(w, Scn(40), max_age_s=0, max_bytes=None)
+    assert dropped.removed_segments == 4
+    doc = json.loads(log.manifest_path.read_text())
+    # 10..30 went whole; 40..60 lost its first segment and was sealed again as 50..60; 70..90 is reused.
+    assert [p["file"] for p in doc["parts"]] == [f"{50:020d}-{60:020d}-2.json", f"{70:020d}-{90:020d}-3.json"]
+    assert [w.scn.value for w in ChangeLog(tmp_path, "s").read_windows()] == [50, 60, 70, 80, 90, 100]
+    with log.writer():
+        pass
+    assert sorted(p.name for p in log.parts_dir.iterdir()) == [p["file"] for p in doc["parts"]]
+    with log.writer() as w:  # and the log keeps growing from there
+        w.register_schemas([SCHEMA])
+        w.append([window(110)], "e1")
+    assert [s.last_scn for s in log.manifest().segments] == [50, 60, 70, 80, 90, 100, 110]
+
+
+def test_a_format_2_manifest_is_read_and_sealed_by_the_next_commit(tmp_path: Path) -> None:
+    log = sealed_log(tmp_path, 5, part_segments=100)
+    doc = json.loads(log.manifest_path.read_text())
+    assert doc["parts"] == [] and len(doc["segments"]) == 5
+    doc["format"] = 2  # what dagster-databus wrote before parts: every segment inline, no "parts" key
+    del doc["parts"]
+    log.manifest_path.write_text(json.dumps(doc))
+    assert [s.last_scn for s in log.manifest().segments] == [10, 20, 30, 40, 50]
+    log.part_segments = 2
+    with log.writer() as w:
+        w.register_schemas([SCHEMA])
+        w.append([window(60)], "e1")
+    doc = json.loads(log.manifest_path.read_text())
+    assert doc["format"] == 3 and [p["count"] for p in doc["parts"]] == [2, 2, 2] and doc["segments"] == []
+    assert [w.scn.value for w in log.read_windows()] == [10, 20, 30, 40, 50, 60]
+
+
+def test_a_crash_after_sealing_a_part_leaves_the_previous_commit_and_a_missing_part_is_named(tmp_path: Path) -> None:
+    log = sealed_log(tmp_path, 2)
+    crashed = subprocess.run(
+        [sys.executable, "-c",
+         "from pathlib import Path\nfrom dagster_databus.log.store import ChangeLog\n"
+         "from tests.test_changelog import SCHEMA, window\n"
+         f"log = ChangeLog(Path({str(tmp_path)!r}), 's')\nlog.part_segments = 3\n"
+         "with log.writer() as w:\n    w.register_schemas([SCHEMA])\n    w.append([window(30)], 'e1')\n"],
+        env={**os.environ, "DATABUS_CRASH_AT": "manifest_part_written"}, capture_output=True, text=True,
+        cwd=Path(__file__).resolve().parents[1])
+    assert crashed.returncode == -9, crashed.stderr
+    assert [p.name for p in log.parts_dir.iterdir()] == [f"{10:020d}-{30:020d}-3.json"]  # sealed, never named
+    assert [w.scn.value for w in log.read_windows()] == [10, 20] and log.committed_scn() == Scn(20)
+    with log.writer() as w:  # recovery removes the unnamed part and segment; capture resumes
+        assert not any(log.parts_dir.iterdir())
+        assert sorted(p.name for p in log.segments_dir.iterdir()) == [s.file for s in log.manifest().segments]
+        w.register_schemas([SCHEMA])
+        w.append([window(30)], "e1")
+    assert [w.scn.value for w in log.read_windows()] == [10, 20, 30]
+
+    [part] = log.parts_dir.iterdir()
+    part.unlink()
+    with pytest.raises(ChangeLogCorruptError, match=f"manifest part {part.name} .* missing") as caught:
+        log.writer().__enter__()  # this process read the part before: the damage check still sees it gone
+    assert "databus bootstrap --source s" in caught.value.fix
+    fresh = subprocess.run(  # a process that never read it cannot list the log's segments at all
+        [sys.executable, "-c", f"from pathlib import Path\nfrom dagster_databus.log.store import ChangeLog\n"
+                               f"ChangeLog(Path({str(tmp_path)!r}), 's').manifest()"],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert f"ChangeLogCorruptError: manifest part {part.name}" in fresh.stderr
+    assert "databus bootstrap --source s" in fresh.stderr

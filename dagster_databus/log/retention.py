@@ -45,7 +45,7 @@ def apply_retention(writer: LogWriter, absorbed: Scn, max_age_s: float | None = 
         return RetentionResult(0, 0, manifest.start_scn, held)
     removed, kept = segments[:drop], segments[drop:]
     start = Scn(removed[-1].last_scn)
-    log.write_manifest(replace(manifest, start_scn=start, segments=tuple(kept)))
+    log.write_manifest(replace(manifest, start_scn=start, sealed=(), tail=tuple(kept)))
     for segment in removed:
         (log.segments_dir / segment.file).unlink(missing_ok=True)
     fsync_dir(log.segments_dir)

@@ -3,7 +3,9 @@
 Layout under ``<lake>/log/<source>/``::
 
     segments/<first_scn>-<last_scn>.avro   whole windows, Avro object container files
-    manifest.json                          the committed segments, in SCN order (the high watermark)
+    manifest.json                          the commit point: the newest segments, the sealed parts
+                                           that list the older ones, epoch and lineage
+    manifest.d/<first>-<last>-<n>.json     sealed parts: immutable lists of older segments
     checkpoint.json                        Databus's MaxSCN: how far capture has durably got
     schemas/<table>/vNNNN.avsc             row schemas the payloads were written with
 
@@ -12,6 +14,11 @@ segment to a temp file, fsync, rename, fsync the folder; then the manifest (atom
 then the checkpoint (atomically). A crash anywhere leaves either an unpublished file that
 the next writer deletes, or a committed segment the checkpoint is rolled forward to.
 Readers see only manifest segments, so they never see a half-written window.
+
+A commit rewrites manifest.json, so it names only the newest segments; whenever that list
+reaches ``ChangeLog.part_segments`` entries they are sealed into an immutable part file (written
+and fsynced before the manifest that names it). A commit thus costs the same at 100 segments
+as at 100,000, and readers cache the parts they have read.
 """
 
 from __future__ import annotations
@@ -19,10 +26,13 @@ from __future__ import annotations
 import io
 import json
 import os
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property, lru_cache
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +42,20 @@ from dagster_databus.core.events import ChangeEvent, Op, Window, encode_key, key
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ChangeLogCorruptError, ChangeLogFormatError, EpochMismatchError
-from dagster_databus.log.durable import crash_point, disk_errors, exclusive_lock, fsync_dir, write_json_atomic
+from dagster_databus.log.durable import (
+    crash_point,
+    disk_errors,
+    exclusive_lock,
+    fsync_dir,
+    write_atomic,
+    write_json_atomic,
+)
 from dagster_databus.log.schemas import SchemaRegistry
 
-# 2: rows in their columns' own types (core.types). Format 1 logs kept DECIMAL, dates and times as text.
-FORMAT = 2
+# 3: older segments listed in sealed manifest parts. 2: rows in their columns' own types (core.types),
+# every segment in manifest.json (still read). Format 1 logs kept DECIMAL, dates and times as text.
+FORMAT = 3
+READABLE_FORMATS = (2, 3)
 KeyFilter = Callable[[str, str], bool]  # (table, key as stored: a JSON array) -> deliver?
 
 EVENT_SCHEMA = fastavro.parse_schema({
@@ -70,6 +89,29 @@ class SegmentInfo:
     created_ms: int
     tables: dict[str, int] = field(default_factory=dict)
 
+    def to_json(self) -> dict[str, Any]:
+        # By hand: dataclasses.asdict deep-copies, and a commit encodes up to part_segments of these.
+        return {"file": self.file, "first_scn": self.first_scn, "last_scn": self.last_scn, "windows": self.windows,
+                "events": self.events, "bytes": self.bytes, "created_ms": self.created_ms, "tables": self.tables}
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestPart:
+    """A sealed, immutable list of consecutive committed segments (``manifest.d/<file>``)."""
+
+    file: str
+    first_scn: int
+    last_scn: int
+    count: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "first_scn": self.first_scn, "last_scn": self.last_scn, "count": self.count}
+
+    @classmethod
+    def of(cls, segments: Sequence[SegmentInfo]) -> ManifestPart:
+        first, last = segments[0].first_scn, segments[-1].last_scn
+        return cls(f"{first:020d}-{last:020d}-{len(segments)}.json", first, last, len(segments))
+
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
@@ -83,16 +125,26 @@ class Checkpoint:
         return {"scn": str(self.scn), "epoch": self.epoch, "updated_ms": self.updated_ms, "state": self.state}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # not slots: ``segments`` is a cached property
 class Manifest:
     epoch: str | None
-    segments: tuple[SegmentInfo, ...]
+    # The newest segments, named in manifest.json itself; write_manifest seals them into parts as they
+    # reach ChangeLog.part_segments (so a new listing may put every segment here).
+    tail: tuple[SegmentInfo, ...] = ()
     start_scn: Scn = Scn.BEGINNING  # the log holds every change after this (set by a bootstrap)
     state: dict[str, str] = field(default_factory=dict)  # the checkpoint state of the last commit
     # Recorded epoch switches (failovers), oldest first: {"epoch", "until_scn", "to_epoch", ...}.
     lineage: tuple[dict[str, Any], ...] = ()
     # Names this log from its start (a bootstrap makes a new one; failovers and retention keep it).
     log_id: str = ""
+    # Sealed parts listing the oldest segments, in order, and (when read back) the segments of each.
+    parts: tuple[ManifestPart, ...] = ()
+    sealed: tuple[tuple[SegmentInfo, ...], ...] = ()
+
+    @cached_property
+    def segments(self) -> tuple[SegmentInfo, ...]:
+        """Every committed segment, oldest first (built on first use: a commit itself never needs it)."""
+        return tuple(chain(*self.sealed, self.tail))
 
     def knows_epoch(self, epoch: str) -> bool:
         """Whether positions of ``epoch`` belong to this log (its current epoch or one it switched from)."""
@@ -100,12 +152,17 @@ class Manifest:
 
     def to_json(self, source: str) -> dict[str, Any]:
         return {"format": FORMAT, "source": source, "log_id": self.log_id, "epoch": self.epoch,
-                "start_scn": str(self.start_scn),
-                "state": self.state, "lineage": list(self.lineage), "segments": [asdict(s) for s in self.segments]}
+                "start_scn": str(self.start_scn), "state": self.state, "lineage": list(self.lineage),
+                "parts": [p.to_json() for p in self.parts], "segments": [s.to_json() for s in self.tail]}
+
+    @property
+    def empty(self) -> bool:
+        return not self.tail and not self.sealed
 
     @property
     def last_scn(self) -> Scn:
-        return Scn(self.segments[-1].last_scn) if self.segments else self.start_scn
+        last = self.tail[-1] if self.tail else self.sealed[-1][-1] if self.sealed else None
+        return Scn(last.last_scn) if last is not None else self.start_scn
 
     def between(self, since: Scn, until: Scn | None = None) -> list[SegmentInfo]:
         """Segments holding any SCN in (since, until]."""
@@ -125,11 +182,15 @@ class LogEvent:
 
 
 class ChangeLog:
+    # How many segments manifest.json names before they are sealed into a part: bounds a commit's cost.
+    part_segments = 256
+
     def __init__(self, lake: Path, source: str) -> None:
         self.source = source
         self.root = Path(lake) / "log" / source
         self.segments_dir = self.root / "segments"
         self.manifest_path = self.root / "manifest.json"
+        self.parts_dir = self.root / "manifest.d"
         self.checkpoint_path = self.root / "checkpoint.json"
         self.schemas = SchemaRegistry(self.root / "schemas", source)
         self._decoders: dict[tuple[str, int], tuple[Any, TableSchema, list[tuple[str, Any]]]] = {}
@@ -137,8 +198,16 @@ class ChangeLog:
     # -- reading -----------------------------------------------------------------------
 
     def manifest(self) -> Manifest:
+        try:
+            return self._read_manifest()
+        except _PartGone:
+            # Retention re-sealed the parts between our read of manifest.json and of a part: read
+            # the newer manifest. A part still missing then is damage (raised below).
+            return self._read_manifest(final=True)
+
+    def _read_manifest(self, final: bool = False) -> Manifest:
         if not self.manifest_path.exists():
-            return Manifest(epoch=None, segments=())
+            return Manifest(epoch=None)
         doc = json.loads(self.manifest_path.read_text())
         if doc.get("format") == 1:
             raise ChangeLogFormatError(
@@ -147,18 +216,119 @@ class ChangeLog:
                 "its own type (docs/types.md) and does not mix the two",
                 f"run `databus bootstrap --source {self.source}`: the old change log and snapshots move to "
                 "<lake>/trash/ and the next run reads every table afresh, typed", source=self.source)
-        if doc.get("format") != FORMAT:
+        if doc.get("format") not in READABLE_FORMATS:
             raise ChangeLogCorruptError(
-                f"{self.manifest_path} has format {doc.get('format')!r}; this version reads format {FORMAT}",
+                f"{self.manifest_path} has format {doc.get('format')!r}; this version reads formats "
+                f"{', '.join(map(str, READABLE_FORMATS))}",
                 "upgrade dagster-databus, or bootstrap the source into a fresh lake",
             )
-        return Manifest(epoch=doc["epoch"], segments=tuple(SegmentInfo(**s) for s in doc["segments"]),
+        log_id = doc.get("log_id", "")
+        listing = tuple((p["file"], p["first_scn"], p["last_scn"], p["count"]) for p in doc.get("parts", ()))
+        if log_id:  # a named part never changes within its log, so one listing reads the same forever
+            parts, sealed = self._parts(listing, log_id, final)
+        else:
+            parts, sealed = self._read_parts(listing, log_id, final)
+        return Manifest(epoch=doc["epoch"], tail=tuple(SegmentInfo(**s) for s in doc["segments"]),
                         start_scn=Scn.parse(doc.get("start_scn", "0")), state=doc.get("state", {}),
-                        lineage=tuple(doc.get("lineage", ())), log_id=doc.get("log_id", ""))
+                        lineage=tuple(doc.get("lineage", ())), log_id=log_id, parts=parts, sealed=sealed)
+
+    def _parts(self, listing: tuple[tuple[str, int, int, int], ...], log_id: str,
+               final: bool) -> tuple[tuple[ManifestPart, ...], tuple[tuple[SegmentInfo, ...], ...]]:
+        # Most commits list the same parts as the one before: reuse the whole result (flat per commit).
+        key = (str(self.parts_dir), log_id, listing)
+        with _LISTINGS_LOCK:  # parallel consumers read manifests from several threads
+            cached = _LISTINGS.get(key)
+        if cached is None:
+            cached = self._read_parts(listing, log_id, final)
+            with _LISTINGS_LOCK:
+                _LISTINGS[key] = cached
+                while len(_LISTINGS) > 64:
+                    del _LISTINGS[next(iter(_LISTINGS))]
+        return cached
+
+    def _read_parts(self, listing: tuple[tuple[str, int, int, int], ...], log_id: str,
+                    final: bool) -> tuple[tuple[ManifestPart, ...], tuple[tuple[SegmentInfo, ...], ...]]:
+        parts = tuple(ManifestPart(*p) for p in listing)
+        return parts, tuple(self._part_segments(p, log_id, final) for p in parts)
+
+    def _part_segments(self, part: ManifestPart, log_id: str, final: bool) -> tuple[SegmentInfo, ...]:
+        path = f"{self.parts_dir}/{part.file}"
+        try:
+            if log_id:  # a named part never changes within its log, and a rebuilt lake has a new log id
+                segments = _read_part(path, log_id, 0, 0)
+            else:  # logs from before ids: key by the file's identity instead (one stat)
+                stat = os.stat(path)
+                segments = _read_part(path, "", stat.st_mtime_ns, stat.st_size)
+        except FileNotFoundError:
+            if not final:
+                raise _PartGone from None
+            raise ChangeLogCorruptError(
+                f"manifest part {part.file} (SCN {part.first_scn}..{part.last_scn}, {part.count} segments) is "
+                f"named in {self.manifest_path} but missing from {self.parts_dir}",
+                f"restore {self.parts_dir} from backup, or run `databus bootstrap --source {self.source}`",
+                source=self.source) from None
+        held = (len(segments), segments[0].first_scn, segments[-1].last_scn) if segments else (0, None, None)
+        if held != (part.count, part.first_scn, part.last_scn):
+            raise ChangeLogCorruptError(
+                f"manifest part {part.file} lists {held[0]} segments (SCN {held[1]}..{held[2]}), "
+                f"{self.manifest_path} says {part.count} ({part.first_scn}..{part.last_scn})",
+                f"restore {self.parts_dir} from backup, or run `databus bootstrap --source {self.source}`",
+                source=self.source)
+        return segments
 
     def write_manifest(self, manifest: Manifest) -> None:
-        """Commit a manifest (atomically): the change log's commit point."""
-        write_json_atomic(self.manifest_path, manifest.to_json(self.source))
+        """Commit a manifest (atomically): the change log's commit point.
+
+        First seals what manifest.json should no longer list inline into part files (fsynced), so
+        the commit names only durable parts; parts it no longer names are deleted by the writer's
+        next ``recover``, never here, so a reader holding the previous manifest can still read them.
+        """
+        manifest = self._seal(manifest)
+        # Compact: the C encoder; an indented one is several times slower for the same entries.
+        write_atomic(self.manifest_path, json.dumps(manifest.to_json(self.source), separators=(",", ":")).encode())
+
+    def _seal(self, manifest: Manifest) -> Manifest:
+        if len(manifest.sealed) == len(manifest.parts):  # as read back, plus new segments in the tail
+            parts, sealed, tail = list(manifest.parts), list(manifest.sealed), manifest.tail
+        else:  # a new listing (retention dropped the oldest segments): match the old parts against it
+            parts, sealed, tail = self._reuse_parts(manifest.parts, manifest.segments)
+        fresh = [i for i in range(len(parts)) if parts[i] is None]
+        while len(tail) >= self.part_segments:
+            fresh.append(len(parts))
+            parts.append(None)
+            sealed.append(tail[:self.part_segments])
+            tail = tail[self.part_segments:]
+        for i in fresh:
+            parts[i] = ManifestPart.of(sealed[i])
+            self.parts_dir.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.parts_dir / parts[i].file,
+                         json.dumps([s.to_json() for s in sealed[i]], separators=(",", ":")).encode())
+        if fresh:
+            crash_point("manifest_part_written")
+        return replace(manifest, parts=tuple(parts), sealed=tuple(sealed), tail=tail)
+
+    @staticmethod
+    def _reuse_parts(old: Sequence[ManifestPart], segments: Sequence[SegmentInfo]) -> tuple[
+            list[ManifestPart | None], list[tuple[SegmentInfo, ...]], tuple[SegmentInfo, ...]]:
+        """Old parts still listing consecutive ``segments`` are kept; a part whose first segments are
+        gone gets a new part (None) for the rest; what follows the last part is the tail."""
+        parts: list[ManifestPart | None] = []
+        sealed: list[tuple[SegmentInfo, ...]] = []
+        i = 0
+        for part in old:
+            if i == len(segments) or part.last_scn < segments[i].first_scn:
+                continue  # retention dropped all of it
+            if part.first_scn > segments[i].first_scn:
+                break  # segments before this part are not in any part: they and the rest are sealed anew
+            end = i
+            while end < len(segments) and segments[end].last_scn <= part.last_scn:
+                end += 1
+            if end > i:
+                whole = part.first_scn == segments[i].first_scn and end - i == part.count
+                parts.append(part if whole else None)
+                sealed.append(tuple(segments[i:end]))
+            i = end
+        return parts, sealed, tuple(segments[i:])
 
     def checkpoint(self) -> Checkpoint | None:
         if not self.checkpoint_path.exists():
@@ -170,7 +340,8 @@ class ChangeLog:
     def damage(self) -> list[str]:
         """Committed segments that overlap, are missing, or differ in size or SCN range from the manifest."""
         manifest = self.manifest()
-        problems = []
+        problems = [f"manifest part {p.file} (SCN {p.first_scn}..{p.last_scn}) is missing from {self.parts_dir}"
+                    for p in manifest.parts if not (self.parts_dir / p.file).exists()]
         previous = manifest.start_scn
         for s in manifest.segments:
             if s.first_scn <= previous.value:
@@ -335,20 +506,26 @@ class LogWriter:
         for path in self.log.root.glob(".tmp-*"):
             path.unlink()
             removed.append(path.name)
+        if self.log.parts_dir.exists():
+            named = {p.file for p in manifest.parts}
+            for path in self.log.parts_dir.iterdir():
+                if path.name not in named:  # sealed by a commit that crashed, or replaced by retention
+                    path.unlink()
+                    removed.append(f"manifest.d/{path.name}")
         if removed:
             fsync_dir(self.log.segments_dir)
         checkpoint = self.log.checkpoint()
-        if manifest.segments and (checkpoint is None or checkpoint.scn < manifest.last_scn):
+        if not manifest.empty and (checkpoint is None or checkpoint.scn < manifest.last_scn):
             # The manifest only names fsynced segments, so everything it lists is durable.
             self._write_checkpoint(manifest.last_scn, manifest.epoch or "", manifest.state)
         return removed
 
     def start_at(self, scn: Scn, epoch: str, state: dict[str, str] | None = None) -> None:
         """Begin an empty log at ``scn`` (a bootstrap): capture continues after it."""
-        if self.log.manifest().segments:
+        if not self.log.manifest().empty:
             raise ValueError("start_at is only for an empty log")
         self.log.segments_dir.mkdir(parents=True, exist_ok=True)
-        self.log.write_manifest(Manifest(epoch=epoch, segments=(), start_scn=scn, state=state or {},
+        self.log.write_manifest(Manifest(epoch=epoch, start_scn=scn, state=state or {},
                                          log_id=uuid.uuid4().hex))
         self._write_checkpoint(scn, epoch, state or {})
 
@@ -422,9 +599,9 @@ class LogWriter:
         )
         with disk_errors("committing the change-log manifest", self.log.root):
             # A log's first segment names it, unless start_at did (logs older than ids keep none).
-            log_id = manifest.log_id or ("" if manifest.segments else uuid.uuid4().hex)
+            log_id = manifest.log_id or ("" if not manifest.empty else uuid.uuid4().hex)
             self.log.write_manifest(replace(manifest, epoch=epoch, state=state or {}, log_id=log_id,
-                                            segments=(*manifest.segments, info)))
+                                            tail=(*manifest.tail, info)))
         crash_point("manifest_committed")
         self._write_checkpoint(last, epoch, state or {})
         crash_point("checkpoint_written")
@@ -456,6 +633,23 @@ class LogWriter:
 
     def _write_checkpoint(self, scn: Scn, epoch: str, state: dict[str, str]) -> None:
         write_json_atomic(self.log.checkpoint_path, Checkpoint(scn, epoch, _now_ms(), dict(state)).to_json())
+
+
+# (parts folder, log id, listing) -> the listing's parts and their segments; a few logs' newest listings.
+_LISTINGS: dict[tuple[str, str, tuple[tuple[str, int, int, int], ...]],
+                tuple[tuple[ManifestPart, ...], tuple[tuple[SegmentInfo, ...], ...]]] = {}
+_LISTINGS_LOCK = threading.Lock()
+
+
+class _PartGone(Exception):
+    """A manifest part vanished while being read (retention re-sealed it): read the manifest again."""
+
+
+@lru_cache(maxsize=8192)  # parts of ~2M segments; retention's dropped parts age out
+def _read_part(path: str, log_id: str, mtime_ns: int, size: int) -> tuple[SegmentInfo, ...]:
+    # Parsed once per process: a part is immutable once a manifest names it.
+    with open(path, "rb") as f:
+        return tuple(SegmentInfo(**s) for s in json.loads(f.read()))
 
 
 def avro_conversions(schema: TableSchema, direction: str) -> list[tuple[str, Any]]:
