@@ -6,17 +6,18 @@ import json
 import os
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from dagster_databus import pipeline
-from dagster_databus.core.events import ChangeEvent, Op, Window
+from dagster_databus.core.events import ChangeEvent, Op, Window, key_partition
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
-from dagster_databus.errors import ChangeLogCorruptError, ConcurrentRunError, EpochMismatchError
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.errors import ChangeLogCorruptError, ConcurrentRunError, EpochMismatchError, UnsupportedTypeError
+from dagster_databus.log.store import EVENT_FIELD_NAMES, ChangeLog
 from dagster_databus.snapshot.merge import sync_source
 from tests.conftest import assert_snapshots_match
 from tests.harness import SqliteHarness, make_config
@@ -166,7 +167,7 @@ def sealed_log(tmp_path: Path, segments: int, part_segments: int = 3) -> ChangeL
 def test_old_segments_are_sealed_into_parts_so_a_commit_rewrites_only_the_newest(tmp_path: Path) -> None:
     log = sealed_log(tmp_path, 10)
     doc = json.loads(log.manifest_path.read_text())
-    assert doc["format"] == 3
+    assert doc["format"] == 2
     assert [p["file"] for p in doc["parts"]] == [
         f"{10 * a:020d}-{10 * b:020d}-3.json" for a, b in ((1, 3), (4, 6), (7, 9))]
     assert [s["first_scn"] for s in doc["segments"]] == [100]  # manifest.json names only the newest
@@ -195,23 +196,6 @@ def test_retention_reseals_a_part_it_cut_and_the_next_writer_deletes_parts_no_lo
         w.register_schemas([SCHEMA])
         w.append([window(110)], "e1")
     assert [s.last_scn for s in log.manifest().segments] == [50, 60, 70, 80, 90, 100, 110]
-
-
-def test_a_format_2_manifest_is_read_and_sealed_by_the_next_commit(tmp_path: Path) -> None:
-    log = sealed_log(tmp_path, 5, part_segments=100)
-    doc = json.loads(log.manifest_path.read_text())
-    assert doc["parts"] == [] and len(doc["segments"]) == 5
-    doc["format"] = 2  # what dagster-databus wrote before parts: every segment inline, no "parts" key
-    del doc["parts"]
-    log.manifest_path.write_text(json.dumps(doc))
-    assert [s.last_scn for s in log.manifest().segments] == [10, 20, 30, 40, 50]
-    log.part_segments = 2
-    with log.writer() as w:
-        w.register_schemas([SCHEMA])
-        w.append([window(60)], "e1")
-    doc = json.loads(log.manifest_path.read_text())
-    assert doc["format"] == 3 and [p["count"] for p in doc["parts"]] == [2, 2, 2] and doc["segments"] == []
-    assert [w.scn.value for w in log.read_windows()] == [10, 20, 30, 40, 50, 60]
 
 
 def test_a_crash_after_sealing_a_part_leaves_the_previous_commit_and_a_missing_part_is_named(tmp_path: Path) -> None:
@@ -245,3 +229,40 @@ def test_a_crash_after_sealing_a_part_leaves_the_previous_commit_and_a_missing_p
         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     assert f"ChangeLogCorruptError: manifest part {part.name}" in fresh.stderr
     assert "databus bootstrap --source s" in fresh.stderr
+
+
+def test_a_segment_holds_each_event_as_its_tables_row_record_readable_by_any_avro_reader(tmp_path: Path) -> None:
+    import fastavro
+
+    other = TableSchema("s", "order-items", (Column("id", ColumnType("long")),
+                                             Column("price", ColumnType.parse("decimal(10,2)"))), ("id",))
+    log = ChangeLog(tmp_path, "s")
+    with log.writer() as w:
+        w.register_schemas([SCHEMA, other])
+        item = ChangeEvent(Scn(3), 1, "order-items", Op.UPDATE, (7,), {"id": 7, "price": Decimal("12.50")}, 1_003)
+        w.append([window(1, 2), Window(Scn(3), (ChangeEvent(Scn(3), 0, "t", Op.DELETE, (3,), {"id": 3, "v": None},
+                                                            1_003), item))], "e1")
+    [segment] = log.manifest().segments
+    with open(log.segments_dir / segment.file, "rb") as f:
+        reader = fastavro.reader(f, return_record_name=True)
+        rows = json.loads(reader.metadata["databus.rows"])
+        union = reader.writer_schema
+        records = list(reader)
+    assert rows == {"r0": ["order-items", 1], "r1": ["t", 1]}
+    assert [[f["name"] for f in r["fields"]] for r in union] == [
+        ["id", "price", *EVENT_FIELD_NAMES], ["id", "v", *EVENT_FIELD_NAMES]]
+    assert records[0] == ("databus.segment.r1", {"id": 1, "v": "v1", "__scn": 1, "__window_scn": 2, "__seq": 0,
+                                                 "__op": "i", "__key": "[1]", "__partition": key_partition("[1]"),
+                                                 "__commit_ts_ms": 1_001})
+    assert records[-1][0] == "databus.segment.r0" and records[-1][1]["price"] == Decimal("12.50")
+    assert [(e.table, e.op, e.row) for e in (x.event for x in log.read(Scn(2)))] == [
+        ("t", Op.DELETE, {"id": 3, "v": None}), ("order-items", Op.UPDATE, {"id": 7, "price": Decimal("12.50")})]
+
+    clashing = TableSchema("s", "bad", (Column("id", ColumnType("long")), Column("__op", ColumnType("string"))),
+                           ("id",))
+    with log.writer() as w:
+        w.register_schemas([clashing])
+        with pytest.raises(UnsupportedTypeError, match=r"table 'bad' .* columns named __op"):
+            w.append([Window(Scn(9), (ChangeEvent(Scn(9), 0, "bad", Op.INSERT, (1,), {"id": 1, "__op": "x"}, 1),))],
+                     "e1")
+    assert log.committed_scn() == Scn(3)

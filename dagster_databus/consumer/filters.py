@@ -4,7 +4,7 @@
 ``mod:<buckets>:<ids>``: bucket = key % buckets for a single integer key, else crc32 of the key as
 the log stores it (``core.events.key_partition``, the same hash ``ordering.KeyRouter`` uses).
 Id lists use the seed's syntax: ``[1,5,10]``, ``[1-10]``, ``[1,2,5-10]``. The reader applies
-a filter to each record's stored key before decoding its payload.
+a filter to each record's stored key before building its event.
 """
 
 from __future__ import annotations

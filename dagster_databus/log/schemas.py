@@ -1,7 +1,7 @@
 """Versioned Avro row schemas per table, kept in the lake beside the change log.
 
 ``<lake>/log/<source>/schemas/<table>/v0001.avsc``: a new version is written only when the
-source's columns change, so every event can name the exact schema its payload was written in.
+source's columns change; a segment names the version each of its row records was written in.
 """
 
 from __future__ import annotations
@@ -72,6 +72,12 @@ class SchemaRegistry:
     def latest(self, table: str) -> tuple[int, TableSchema] | None:
         versions = self.versions(table)
         return (versions[-1], self.load(table, versions[-1])) if versions else None
+
+    def record(self, table: str, version: int) -> dict[str, Any]:
+        """The version's Avro row record (a copy without databus's own annotations)."""
+        doc = dict(_document(self._dir(table) / f"v{version:04d}.avsc"))
+        doc.pop("databus")
+        return doc
 
     def parsed(self, table: str, version: int) -> Any:
         return _parsed(self._dir(table) / f"v{version:04d}.avsc")

@@ -7,7 +7,7 @@ Layout under ``<lake>/log/<source>/``::
                                            that list the older ones, epoch and lineage
     manifest.d/<first>-<last>-<n>.json     sealed parts: immutable lists of older segments
     checkpoint.json                        Databus's MaxSCN: how far capture has durably got
-    schemas/<table>/vNNNN.avsc             row schemas the payloads were written with
+    schemas/<table>/vNNNN.avsc             row schemas, versioned; a segment's records use them
 
 A segment becomes part of the log only when the manifest names it. Writing one goes:
 segment to a temp file, fsync, rename, fsync the folder; then the manifest (atomically);
@@ -23,13 +23,13 @@ as at 100,000, and readers cache the parts they have read.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from itertools import chain
@@ -41,7 +41,12 @@ import fastavro
 from dagster_databus.core.events import ChangeEvent, Op, Window, encode_key, key_partition
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ChangeLogCorruptError, ChangeLogFormatError, EpochMismatchError
+from dagster_databus.errors import (
+    ChangeLogCorruptError,
+    ChangeLogFormatError,
+    EpochMismatchError,
+    UnsupportedTypeError,
+)
 from dagster_databus.log.durable import (
     crash_point,
     disk_errors,
@@ -52,30 +57,26 @@ from dagster_databus.log.durable import (
 )
 from dagster_databus.log.schemas import SchemaRegistry
 
-# 3: older segments listed in sealed manifest parts. 2: rows in their columns' own types (core.types),
-# every segment in manifest.json (still read). Format 1 logs kept DECIMAL, dates and times as text.
-FORMAT = 3
-READABLE_FORMATS = (2, 3)
+# 2: each event one Avro record of its table's row schema plus the event fields, every column in its
+# own type (core.types); older segments listed in sealed manifest parts. Format 1 logs kept DECIMAL,
+# dates and times as text, each row Avro-encoded again inside an envelope record.
+FORMAT = 2
+READABLE_FORMATS = (2,)
 KeyFilter = Callable[[str, str], bool]  # (table, key as stored: a JSON array) -> deliver?
 
-EVENT_SCHEMA = fastavro.parse_schema({
-    "type": "record",
-    "name": "DbusEvent",
-    "namespace": "dagster_databus",
-    "doc": "One row change. payload is the row image, Avro-encoded with the table's schema version.",
-    "fields": [
-        {"name": "scn", "type": "long"},
-        {"name": "window_scn", "type": "long", "doc": "end SCN of the consistency window"},
-        {"name": "seq", "type": "int", "doc": "position within the window"},
-        {"name": "table", "type": "string"},
-        {"name": "op", "type": {"type": "enum", "name": "Op", "symbols": ["i", "u", "d"]}},
-        {"name": "key", "type": "string", "doc": "primary key values as a JSON array"},
-        {"name": "partition", "type": "int", "doc": "crc32(key) mod 65536, for server-side filters"},
-        {"name": "schema_version", "type": "int"},
-        {"name": "commit_ts_ms", "type": "long"},
-        {"name": "payload", "type": "bytes"},
-    ],
-})
+# The event's own fields, after the table's columns in each row record of a segment. Columns named
+# like these are refused when the segment schema is built (they would also clash in the snapshot).
+EVENT_FIELDS: list[dict[str, Any]] = [
+    {"name": "__scn", "type": "long"},
+    {"name": "__window_scn", "type": "long", "doc": "end SCN of the consistency window"},
+    {"name": "__seq", "type": "int", "doc": "position within the window"},
+    {"name": "__op", "type": "string", "doc": "i, u or d"},
+    {"name": "__key", "type": "string", "doc": "primary key values as a JSON array (core.events.encode_key)"},
+    {"name": "__partition", "type": "int", "doc": "crc32(key) mod 65536, for server-side filters"},
+    {"name": "__commit_ts_ms", "type": "long"},
+]
+EVENT_FIELD_NAMES = tuple(f["name"] for f in EVENT_FIELDS)
+ROW_NAMESPACE = "databus.segment"
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +194,7 @@ class ChangeLog:
         self.parts_dir = self.root / "manifest.d"
         self.checkpoint_path = self.root / "checkpoint.json"
         self.schemas = SchemaRegistry(self.root / "schemas", source)
-        self._decoders: dict[tuple[str, int], tuple[Any, TableSchema, list[tuple[str, Any]]]] = {}
+        self._decoders: dict[tuple[str, int], tuple[TableSchema, list[tuple[str, Any]]]] = {}
 
     # -- reading -----------------------------------------------------------------------
 
@@ -394,7 +395,7 @@ class ChangeLog:
              tables: Iterable[str] | None = None, keep: KeyFilter | None = None) -> Iterator[LogEvent]:
         """Committed events with ``since < scn <= until``, in log order.
 
-        ``keep(table, key_json)`` is a server-side filter, applied before the payload is decoded.
+        ``keep(table, key_json)`` is a server-side filter on the stored key, applied before an event is built.
         """
         wanted = set(tables) if tables is not None else None
         for segment in self.manifest().between(since, until):
@@ -417,6 +418,22 @@ class ChangeLog:
 
     def _read_segment(self, segment: SegmentInfo, since: Scn, until: Scn | None,
                       tables: set[str] | None, keep: KeyFilter | None = None) -> Iterator[LogEvent]:
+        with self.open_segment(segment) as (records, row_tables):
+            for name, rec in records:
+                scn = rec["__scn"]
+                if scn <= since.value or (until is not None and scn > until.value):
+                    continue
+                table, version = row_tables[name]
+                if tables is not None and table not in tables:
+                    continue
+                if keep is not None and not keep(table, rec["__key"]):
+                    continue
+                yield self._decode(table, version, rec)
+
+    @contextmanager
+    def open_segment(self, segment: SegmentInfo) -> Iterator[tuple[Iterator[tuple[str, dict[str, Any]]],
+                                                                    dict[str, tuple[str, int]]]]:
+        """A committed segment's records as (row record name, record), and each name's (table, version)."""
         path = self.segments_dir / segment.file
         try:
             handle = open(path, "rb")  # noqa: SIM115 - closed by the with below; open errors handled here
@@ -427,32 +444,29 @@ class ChangeLog:
                 "restore the segment from backup, or bootstrap the source",
             ) from None
         with handle:
-            for record in fastavro.reader(handle):
-                scn = record["scn"]
-                if scn <= since.value or (until is not None and scn > until.value):
-                    continue
-                if tables is not None and record["table"] not in tables:
-                    continue
-                if keep is not None and not keep(record["table"], record["key"]):
-                    continue
-                yield self._decode(record)
+            reader = fastavro.reader(handle, return_record_name=True)
+            rows = reader.metadata.get("databus.rows")
+            if rows is None:
+                raise ChangeLogCorruptError(
+                    f"segment {segment.file} of source {self.source!r} has no databus.rows metadata: it was not "
+                    "written by this version's log writer", "restore the segment from backup, or run "
+                    f"`databus bootstrap --source {self.source}`", source=self.source)
+            yield reader, {f"{ROW_NAMESPACE}.{n}": (t, v) for n, (t, v) in json.loads(rows).items()}
 
-    def _decode(self, record: dict[str, Any]) -> LogEvent:
-        table, version = record["table"], record["schema_version"]
+    def _decode(self, table: str, version: int, rec: dict[str, Any]) -> LogEvent:
         decoder = self._decoders.get((table, version))
         if decoder is None:
             schema = self.schemas.load(table, version)
-            decoder = self._decoders[(table, version)] = (self.schemas.parsed(table, version), schema,
-                                                          avro_conversions(schema, "from"))
-        parsed, schema, conversions = decoder
-        row = fastavro.schemaless_reader(io.BytesIO(record["payload"]), parsed, None)
+            decoder = self._decoders[(table, version)] = (schema, avro_conversions(schema, "from"))
+        schema, conversions = decoder
+        scn, window_scn, seq, op = rec.pop("__scn"), rec.pop("__window_scn"), rec.pop("__seq"), rec.pop("__op")
+        commit_ts_ms = rec.pop("__commit_ts_ms")
+        del rec["__key"], rec["__partition"]
         for name, convert in conversions:
-            row[name] = convert(row[name])
-        event = ChangeEvent(
-            scn=Scn(record["scn"]), seq=record["seq"], table=table, op=Op(record["op"]),
-            key=tuple(row[k] for k in schema.primary_key), row=row, commit_ts_ms=record["commit_ts_ms"],
-        )
-        return LogEvent(window_scn=Scn(record["window_scn"]), schema_version=version, event=event)
+            rec[name] = convert(rec[name])
+        event = ChangeEvent(scn=Scn(scn), seq=seq, table=table, op=Op(op),
+                            key=tuple(rec[k] for k in schema.primary_key), row=rec, commit_ts_ms=commit_ts_ms)
+        return LogEvent(window_scn=Scn(window_scn), schema_version=version, event=event)
 
     # -- writing -----------------------------------------------------------------------
 
@@ -472,6 +486,7 @@ class LogWriter:
             "wait for the other capture of this source to finish; runs of one source must not overlap",
         )
         self.versions: dict[str, int] = {}
+        self._segment: tuple[dict[str, int], Any, dict[str, tuple[str, int]]] | None = None
 
     def __enter__(self) -> LogWriter:
         self.log.segments_dir.mkdir(parents=True, exist_ok=True)
@@ -580,11 +595,13 @@ class LogWriter:
         name = f"{first.value:020d}-{last.value:020d}.avro"
         tmp = self.log.segments_dir / f".tmp-{name}-{os.getpid()}"
         tables: dict[str, int] = {}
+        schema, rows = self._segment_schema()
         with disk_errors(f"writing change-log segment {name}", self.log.segments_dir), open(tmp, "wb") as f:
             fastavro.writer(
-                f, EVENT_SCHEMA, self._records(windows, tables), codec="deflate",
+                f, schema, self._records(windows, tables, rows), codec="deflate",
                 metadata={"databus.source": self.log.source, "databus.epoch": epoch,
-                          "databus.first_scn": str(first), "databus.last_scn": str(last)},
+                          "databus.first_scn": str(first), "databus.last_scn": str(last),
+                          "databus.rows": json.dumps(rows)},
             )
             f.flush()
             os.fsync(f.fileno())
@@ -607,29 +624,43 @@ class LogWriter:
         crash_point("checkpoint_written")
         return info
 
-    def _records(self, windows: list[Window], tables: dict[str, int]) -> Iterator[dict[str, Any]]:
-        buffer = io.BytesIO()
-        parsed = {table: self.log.schemas.parsed(table, version) for table, version in self.versions.items()}
+    def _segment_schema(self) -> tuple[Any, dict[str, tuple[str, int]]]:
+        """A union of one row record per registered table (its columns, then EVENT_FIELDS), named
+        r0, r1, ... (table names need not be Avro names), and each record's (table, version)."""
+        if self._segment is None or self._segment[0] != self.versions:
+            records, rows = [], {}
+            for i, (table, version) in enumerate(sorted(self.versions.items())):
+                record = self.log.schemas.record(table, version)
+                clash = [f["name"] for f in record["fields"] if f["name"] in EVENT_FIELD_NAMES]
+                if clash:
+                    raise UnsupportedTypeError(
+                        f"table {table!r} of source {self.log.source!r} has columns named {', '.join(clash)}, which "
+                        "the change log and the snapshots reserve for event fields",
+                        "rename the columns in the source, or leave the table out of the config",
+                        source=self.log.source, table=table)
+                records.append({**record, "name": f"r{i}", "namespace": ROW_NAMESPACE,
+                                "fields": [*record["fields"], *EVENT_FIELDS]})
+                rows[f"r{i}"] = (table, version)
+            self._segment = (dict(self.versions), fastavro.parse_schema(records), rows)
+        return self._segment[1], self._segment[2]
+
+    def _records(self, windows: list[Window], tables: dict[str, int],
+                 rows: dict[str, tuple[str, int]]) -> Iterator[tuple[str, dict[str, Any]]]:
+        names = {table: f"{ROW_NAMESPACE}.{name}" for name, (table, _) in rows.items()}
         conversions = {table: avro_conversions(self.log.schemas.load(table, version), "to")
                        for table, version in self.versions.items()}
         for window in windows:
+            window_scn = window.scn.value
             for event in window.events:
-                version = self.versions[event.table]
-                buffer.seek(0)
-                buffer.truncate()
-                row = event.row
-                if conversions[event.table]:
-                    row = dict(row)
-                    for name, convert in conversions[event.table]:
-                        row[name] = convert(row.get(name))
-                fastavro.schemaless_writer(buffer, parsed[event.table], row)
+                rec = dict(event.row)
+                for column, convert in conversions[event.table]:
+                    rec[column] = convert(rec.get(column))
                 key = encode_key(event.key)
+                rec["__scn"], rec["__window_scn"], rec["__seq"] = event.scn.value, window_scn, event.seq
+                rec["__op"], rec["__key"], rec["__partition"] = event.op.value, key, key_partition(key)
+                rec["__commit_ts_ms"] = event.commit_ts_ms
                 tables[event.table] = tables.get(event.table, 0) + 1
-                yield {
-                    "scn": event.scn.value, "window_scn": window.scn.value, "seq": event.seq,
-                    "table": event.table, "op": event.op.value, "key": key, "partition": key_partition(key),
-                    "schema_version": version, "commit_ts_ms": event.commit_ts_ms, "payload": buffer.getvalue(),
-                }
+                yield names[event.table], rec
 
     def _write_checkpoint(self, scn: Scn, epoch: str, state: dict[str, str]) -> None:
         write_json_atomic(self.log.checkpoint_path, Checkpoint(scn, epoch, _now_ms(), dict(state)).to_json())

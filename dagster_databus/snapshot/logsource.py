@@ -1,9 +1,9 @@
 """A PySpark Python data source over the change log: ``spark.read.format("databus_log")``.
 
 One input partition per committed segment overlapping (since, until]. Tasks decode the
-Avro segments with fastavro and yield Arrow record batches in the table's latest schema, each
-column in its snapshot (Delta) type (columns a payload's older schema lacks are null; dropped
-columns are left out).
+Avro segments (one row record per event) with fastavro and yield Arrow record batches in the
+table's latest schema, each column in its snapshot (Delta) type (columns an older schema
+version lacks are null; dropped columns are left out).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class ChangeLogReader(DataSourceReader):
         table = self.options["table"]
         segments = [s for s in log.manifest().between(Scn.parse(self.options.get("since", "0")), until)
                     if table in s.tables]
-        return [InputPartition(json.dumps({"file": s.file})) for s in segments] or [InputPartition("{}")]
+        return [InputPartition(json.dumps(s.to_json())) for s in segments] or [InputPartition("{}")]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         try:
@@ -69,13 +69,10 @@ class ChangeLogReader(DataSourceReader):
             raise for_task(exc) from None
 
     def _read(self, partition: InputPartition) -> Iterator[Any]:
-        import io
-
-        import fastavro
         import pyarrow as pa
 
         from dagster_databus.core.types import ColumnType
-        from dagster_databus.log.store import ChangeLog, avro_conversions
+        from dagster_databus.log.store import ChangeLog, SegmentInfo, avro_conversions
 
         spec = json.loads(partition.value)
         if not spec:
@@ -97,27 +94,24 @@ class ChangeLogReader(DataSourceReader):
 
         names = [*self.columns, *(n for n, _ in meta)]
         batch: dict[str, list[Any]] = {n: [] for n in names}
-        decoders: dict[int, tuple[Any, list[tuple[str, Any]]]] = {}
-        with open(log.segments_dir / spec["file"], "rb") as f:
-            for rec in fastavro.reader(f):
-                scn = rec["scn"]
-                if rec["table"] != table or scn <= since or (until is not None and scn > until):
+        conversions: dict[int, list[tuple[str, Any]]] = {}
+        with log.open_segment(SegmentInfo(**spec)) as (records, row_tables):
+            for name, rec in records:
+                scn = rec["__scn"]
+                row_table, version = row_tables[name]
+                if row_table != table or scn <= since or (until is not None and scn > until):
                     continue
-                version = rec["schema_version"]
-                if version not in decoders:
-                    decoders[version] = (log.schemas.parsed(table, version),
-                                         avro_conversions(log.schemas.load(table, version), "from"))
-                parsed, conversions = decoders[version]
-                row = fastavro.schemaless_reader(io.BytesIO(rec["payload"]), parsed, None)
-                for name, convert in conversions:
-                    row[name] = convert(row[name])
+                if version not in conversions:
+                    conversions[version] = avro_conversions(log.schemas.load(table, version), "from")
+                for column, convert in conversions[version]:
+                    rec[column] = convert(rec[column])
                 for c in self.columns:
-                    batch[c].append(row.get(c))
+                    batch[c].append(rec.get(c))
                 batch["__scn"].append(scn)
-                batch["__seq"].append(rec["seq"])
-                batch["__window_scn"].append(rec["window_scn"])
-                batch["__op"].append(rec["op"])
-                batch["__commit_ts_ms"].append(rec["commit_ts_ms"])
+                batch["__seq"].append(rec["__seq"])
+                batch["__window_scn"].append(rec["__window_scn"])
+                batch["__op"].append(rec["__op"])
+                batch["__commit_ts_ms"].append(rec["__commit_ts_ms"])
                 if len(batch["__scn"]) >= 10_000:
                     yield flush(batch)
                     batch = {n: [] for n in names}
