@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import io
+import json
 import math
 import random
 import struct
@@ -13,6 +14,7 @@ import fastavro
 import pyarrow as pa
 import pytest
 
+from dagster_databus.core.events import encode_key
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType, TypeValueError, float32, float32_text, json_value
 from dagster_databus.log.store import avro_conversions
@@ -117,3 +119,10 @@ def test_float32_prints_the_shortest_text_that_reads_back_as_the_same_float32() 
 ])
 def test_json_has_one_text_form_per_type(value: object, text: str) -> None:
     assert json_value(value) == text
+
+
+@pytest.mark.parametrize("key", [(1,), (1, -2), (10**30,), (True,), ("a\"é\n",), (1, "x"), (D("1.50"),), ()])
+def test_encode_key_is_the_compact_json_of_each_values_text_form(key: tuple) -> None:
+    # The stored key is compared across paths and hashed into partitions: its form may never drift.
+    assert encode_key(key) == json.dumps([json_value(v) for v in key], separators=(",", ":"), ensure_ascii=False)
+    assert json.loads(encode_key(key)) == [json_value(v) for v in key]

@@ -23,7 +23,12 @@ def encode_key(values: Sequence[Any]) -> str:
     """The primary key as a compact JSON array: a stable, comparable string form. Values that JSON has
     no type for take their one text form (``core.types.json_value``), so a key read from a snapshot
     encodes exactly as the same key read from the log."""
-    return json.dumps([json_value(v) for v in values], separators=(",", ":"), ensure_ascii=False)
+    if all(type(v) is int for v in values):  # the common key, and exactly what JSON writes for it
+        return f"[{','.join(map(str, values))}]"
+    return _KEY_JSON.encode([json_value(v) for v in values])
+
+
+_KEY_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # one encoder, not one per key
 
 
 def key_partition(key: str, buckets: int = 1 << 16) -> int:
@@ -58,8 +63,8 @@ class Window:
     def __post_init__(self) -> None:
         if not self.events:
             raise ValueError("a window has at least one event")
-        scns = [e.scn for e in self.events]
-        if scns != sorted(scns) or scns[-1] > self.scn:
+        scns = [e.scn.value for e in self.events]  # ints: sorted() compares them in C
+        if scns != sorted(scns) or scns[-1] > self.scn.value:
             raise ValueError(f"events of window {self.scn} are not in SCN order")
 
     @property

@@ -77,6 +77,7 @@ EVENT_FIELDS: list[dict[str, Any]] = [
 ]
 EVENT_FIELD_NAMES = tuple(f["name"] for f in EVENT_FIELDS)
 ROW_NAMESPACE = "databus.segment"
+_OPS = {op.value: op for op in Op}
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,7 +409,7 @@ class ChangeLog:
         current: list[ChangeEvent] = []
         current_scn: Scn | None = None
         for item in self.read(since, until, tables, keep):
-            if current_scn is not None and item.window_scn != current_scn:
+            if current_scn is not None and item.window_scn is not current_scn:  # one Scn object per window
                 yield Window(scn=current_scn, events=tuple(current))
                 current = []
             current_scn = item.window_scn
@@ -418,6 +419,7 @@ class ChangeLog:
 
     def _read_segment(self, segment: SegmentInfo, since: Scn, until: Scn | None,
                       tables: set[str] | None, keep: KeyFilter | None = None) -> Iterator[LogEvent]:
+        window = Scn.BEGINNING  # the events of a window share one Scn object
         with self.open_segment(segment) as (records, row_tables):
             for name, rec in records:
                 scn = rec["__scn"]
@@ -428,7 +430,9 @@ class ChangeLog:
                     continue
                 if keep is not None and not keep(table, rec["__key"]):
                     continue
-                yield self._decode(table, version, rec)
+                if rec["__window_scn"] != window.value:
+                    window = Scn(rec["__window_scn"])
+                yield self._decode(table, version, window, rec)
 
     @contextmanager
     def open_segment(self, segment: SegmentInfo) -> Iterator[tuple[Iterator[tuple[str, dict[str, Any]]],
@@ -453,20 +457,19 @@ class ChangeLog:
                     f"`databus bootstrap --source {self.source}`", source=self.source)
             yield reader, {f"{ROW_NAMESPACE}.{n}": (t, v) for n, (t, v) in json.loads(rows).items()}
 
-    def _decode(self, table: str, version: int, rec: dict[str, Any]) -> LogEvent:
+    def _decode(self, table: str, version: int, window: Scn, rec: dict[str, Any]) -> LogEvent:
         decoder = self._decoders.get((table, version))
         if decoder is None:
             schema = self.schemas.load(table, version)
             decoder = self._decoders[(table, version)] = (schema, avro_conversions(schema, "from"))
         schema, conversions = decoder
-        scn, window_scn, seq, op = rec.pop("__scn"), rec.pop("__window_scn"), rec.pop("__seq"), rec.pop("__op")
-        commit_ts_ms = rec.pop("__commit_ts_ms")
-        del rec["__key"], rec["__partition"]
+        scn, seq, op, commit_ts_ms = rec.pop("__scn"), rec.pop("__seq"), rec.pop("__op"), rec.pop("__commit_ts_ms")
+        del rec["__window_scn"], rec["__key"], rec["__partition"]
         for name, convert in conversions:
             rec[name] = convert(rec[name])
-        event = ChangeEvent(scn=Scn(scn), seq=seq, table=table, op=Op(op),
+        event = ChangeEvent(scn=window if scn == window.value else Scn(scn), seq=seq, table=table, op=_OPS[op],
                             key=tuple(rec[k] for k in schema.primary_key), row=rec, commit_ts_ms=commit_ts_ms)
-        return LogEvent(window_scn=Scn(window_scn), schema_version=version, event=event)
+        return LogEvent(window_scn=window, schema_version=version, event=event)
 
     # -- writing -----------------------------------------------------------------------
 
@@ -598,7 +601,8 @@ class LogWriter:
         schema, rows = self._segment_schema()
         with disk_errors(f"writing change-log segment {name}", self.log.segments_dir), open(tmp, "wb") as f:
             fastavro.writer(
-                f, schema, self._records(windows, tables, rows), codec="deflate",
+                # Level 1: near the speed of no compression, about the size of the default level.
+                f, schema, self._records(windows, tables, rows), codec="deflate", codec_compression_level=1,
                 metadata={"databus.source": self.log.source, "databus.epoch": epoch,
                           "databus.first_scn": str(first), "databus.last_scn": str(last),
                           "databus.rows": json.dumps(rows)},
