@@ -38,7 +38,7 @@ from typing import Any
 
 import fastavro
 
-from dagster_databus.core.events import ChangeEvent, Op, Window, encode_key, key_partition
+from dagster_databus.core.events import OPS, ChangeEvent, Window, encode_key, key_partition
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
@@ -77,7 +77,6 @@ EVENT_FIELDS: list[dict[str, Any]] = [
 ]
 EVENT_FIELD_NAMES = tuple(f["name"] for f in EVENT_FIELDS)
 ROW_NAMESPACE = "databus.segment"
-_OPS = {op.value: op for op in Op}
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,7 +466,7 @@ class ChangeLog:
         del rec["__window_scn"], rec["__key"], rec["__partition"]
         for name, convert in conversions:
             rec[name] = convert(rec[name])
-        event = ChangeEvent(scn=window if scn == window.value else Scn(scn), seq=seq, table=table, op=_OPS[op],
+        event = ChangeEvent(scn=window if scn == window.value else Scn(scn), seq=seq, table=table, op=OPS[op],
                             key=tuple(rec[k] for k in schema.primary_key), row=rec, commit_ts_ms=commit_ts_ms)
         return LogEvent(window_scn=window, schema_version=version, event=event)
 

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from dagster_databus.config import SqliteSourceConfig
-from dagster_databus.core.events import ChangeEvent, Op, Window
+from dagster_databus.core.events import OPS, ChangeEvent, Window
 from dagster_databus.core.identifiers import quote_literal, quote_sqlite
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
@@ -342,7 +342,7 @@ class SqliteSource:
                 )
             image = converters[tbl](_decode_json(row), f"the change at SCN {scn}")
             current.append(ChangeEvent(
-                scn=Scn(scn), seq=len(current), table=tbl, op=Op(op),
+                scn=Scn(scn), seq=len(current), table=tbl, op=OPS[op],
                 key=tuple(image[k] for k in schema.primary_key), row=image, commit_ts_ms=ts,
             ))
         if current:
@@ -384,15 +384,17 @@ class SqliteSource:
 
 
 
-def _decode_json(text: str) -> dict[str, Any]:
-    def hook(obj: dict[str, Any]) -> Any:
-        if len(obj) == 1 and "$b" in obj:
+def _tagged(obj: dict[str, Any]) -> Any:
+    """The triggers' tagged values: ``{"$b": hex}`` for a BLOB, ``{"$r": text}`` for a REAL JSON cannot hold."""
+    if len(obj) == 1:
+        if "$b" in obj:
             return bytes.fromhex(obj["$b"])
-        if len(obj) == 1 and "$r" in obj:
+        if "$r" in obj:
             return float(obj["$r"])
-        return obj
+    return obj
 
-    return json.loads(text, object_hook=hook)
+
+_decode_json = json.JSONDecoder(object_hook=_tagged).decode  # one decoder for every row image
 
 
 def _split(script: str) -> list[str]:
