@@ -61,7 +61,6 @@ from dagster_databus.log.schemas import SchemaRegistry
 # own type (core.types); older segments listed in sealed manifest parts. Format 1 logs kept DECIMAL,
 # dates and times as text, each row Avro-encoded again inside an envelope record.
 FORMAT = 2
-READABLE_FORMATS = (2,)
 KeyFilter = Callable[[str, str], bool]  # (table, key as stored: a JSON array) -> deliver?
 
 # The event's own fields, after the table's columns in each row record of a segment. Columns named
@@ -217,49 +216,37 @@ class ChangeLog:
                 "its own type (docs/types.md) and does not mix the two",
                 f"run `databus bootstrap --source {self.source}`: the old change log and snapshots move to "
                 "<lake>/trash/ and the next run reads every table afresh, typed", source=self.source)
-        if doc.get("format") not in READABLE_FORMATS:
+        if doc.get("format") != FORMAT:
             raise ChangeLogCorruptError(
-                f"{self.manifest_path} has format {doc.get('format')!r}; this version reads formats "
-                f"{', '.join(map(str, READABLE_FORMATS))}",
+                f"{self.manifest_path} has format {doc.get('format')!r}; this version reads format {FORMAT}",
                 "upgrade dagster-databus, or bootstrap the source into a fresh lake",
             )
-        log_id = doc.get("log_id", "")
+        log_id = doc.get("log_id", "")  # format 2 logs get one with their first commit, before any part
         listing = tuple((p["file"], p["first_scn"], p["last_scn"], p["count"]) for p in doc.get("parts", ()))
-        if log_id:  # a named part never changes within its log, so one listing reads the same forever
-            parts, sealed = self._parts(listing, log_id, final)
-        else:
-            parts, sealed = self._read_parts(listing, log_id, final)
+        parts, sealed = self._parts(listing, log_id, final)
         return Manifest(epoch=doc["epoch"], tail=tuple(SegmentInfo(**s) for s in doc["segments"]),
                         start_scn=Scn.parse(doc.get("start_scn", "0")), state=doc.get("state", {}),
                         lineage=tuple(doc.get("lineage", ())), log_id=log_id, parts=parts, sealed=sealed)
 
     def _parts(self, listing: tuple[tuple[str, int, int, int], ...], log_id: str,
                final: bool) -> tuple[tuple[ManifestPart, ...], tuple[tuple[SegmentInfo, ...], ...]]:
-        # Most commits list the same parts as the one before: reuse the whole result (flat per commit).
+        # A named part never changes within its log (a rebuilt lake has a new log id), so a listing
+        # reads the same forever; most commits list the same parts as the one before (flat per commit).
         key = (str(self.parts_dir), log_id, listing)
         with _LISTINGS_LOCK:  # parallel consumers read manifests from several threads
             cached = _LISTINGS.get(key)
         if cached is None:
-            cached = self._read_parts(listing, log_id, final)
+            parts = tuple(ManifestPart(*p) for p in listing)
+            cached = parts, tuple(self._part_segments(p, log_id, final) for p in parts)
             with _LISTINGS_LOCK:
                 _LISTINGS[key] = cached
                 while len(_LISTINGS) > 64:
                     del _LISTINGS[next(iter(_LISTINGS))]
         return cached
 
-    def _read_parts(self, listing: tuple[tuple[str, int, int, int], ...], log_id: str,
-                    final: bool) -> tuple[tuple[ManifestPart, ...], tuple[tuple[SegmentInfo, ...], ...]]:
-        parts = tuple(ManifestPart(*p) for p in listing)
-        return parts, tuple(self._part_segments(p, log_id, final) for p in parts)
-
     def _part_segments(self, part: ManifestPart, log_id: str, final: bool) -> tuple[SegmentInfo, ...]:
-        path = f"{self.parts_dir}/{part.file}"
         try:
-            if log_id:  # a named part never changes within its log, and a rebuilt lake has a new log id
-                segments = _read_part(path, log_id, 0, 0)
-            else:  # logs from before ids: key by the file's identity instead (one stat)
-                stat = os.stat(path)
-                segments = _read_part(path, "", stat.st_mtime_ns, stat.st_size)
+            segments = _read_part(f"{self.parts_dir}/{part.file}", log_id)
         except FileNotFoundError:
             if not final:
                 raise _PartGone from None
@@ -680,7 +667,7 @@ class _PartGone(Exception):
 
 
 @lru_cache(maxsize=8192)  # parts of ~2M segments; retention's dropped parts age out
-def _read_part(path: str, log_id: str, mtime_ns: int, size: int) -> tuple[SegmentInfo, ...]:
+def _read_part(path: str, log_id: str) -> tuple[SegmentInfo, ...]:
     # Parsed once per process: a part is immutable once a manifest names it.
     with open(path, "rb") as f:
         return tuple(SegmentInfo(**s) for s in json.loads(f.read()))
