@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dagster_databus.config import DatabusConfig
+from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import LogGapError, SourceUnavailableError
 from dagster_databus.log.ddl import DdlLog
@@ -159,23 +160,25 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
         reread_ms = int(start_state["reread_through"]) * 1000 if "reread_through" in start_state else None
         ddl = DdlLog(log.root)
         poll_epoch = checkpoint.epoch if checkpoint else log.manifest().epoch
-        for windows in src.poll(since, poll_epoch, stats, checkpoint.state if checkpoint else {}):
+        for chunk in src.poll(since, poll_epoch, stats, checkpoint.state if checkpoint else {}):
             # A chunk may follow a schema change: register what its events were written with.
             versions = writer.register_schemas(src.schemas().values(), guard)
             ddl.record(stats.ddl)  # before the checkpoint passes them
-            info = writer.append(windows, epoch, dict(stats.state))
+            batch = chunk if isinstance(chunk, ChangeBatch) else ChangeBatch.from_windows(chunk, writer.schemas())
+            info = writer.append_batch(batch, epoch, dict(stats.state))
+            window_scns, window_commits = batch.window_ends()
             result.segments += 1
-            result.windows += len(windows)
+            result.windows += len(window_scns)
             result.events += info.events
-            for window in windows:
-                if reread_ms is not None and window.events[-1].commit_ts_ms <= reread_ms:
-                    result.reread_windows += 1
-                for event in window.events:
-                    result.events_by_op[event.op.value] = result.events_by_op.get(event.op.value, 0) + 1
-                    result.events_by_table[event.table] = result.events_by_table.get(event.table, 0) + 1
-            result.newest_commit_ms = windows[-1].events[-1].commit_ts_ms
+            if reread_ms is not None:
+                result.reread_windows += int((window_commits <= reread_ms).sum())
+            for op, count in batch.op_counts().items():
+                result.events_by_op[op] = result.events_by_op.get(op, 0) + count
+            for table, count in info.tables.items():
+                result.events_by_table[table] = result.events_by_table.get(table, 0) + count
+            result.newest_commit_ms = int(window_commits[-1])
             progress(f"{source}: appended SCN {info.first_scn}..{info.last_scn} "
-                     f"({len(windows)} windows, {info.events} events)")
+                     f"({len(window_scns)} windows, {info.events} events)")
         ddl.record(stats.ddl)
         current = log.checkpoint()
         if current is None or stats.until > current.scn:

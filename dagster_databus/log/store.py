@@ -37,16 +37,21 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+import numpy as np
+import pyarrow as pa
 
-from dagster_databus.core.events import OPS, ChangeEvent, Window, encode_key, key_partition
+from dagster_databus.core.batch import ChangeBatch, batch_schema
+from dagster_databus.core.events import OPS, ChangeEvent, Window
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
+from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import (
     ChangeLogCorruptError,
     ChangeLogFormatError,
     EpochMismatchError,
     UnsupportedTypeError,
 )
+from dagster_databus.log.avro_columnar import Field, encode_blocks, write_container
 from dagster_databus.log.durable import (
     crash_point,
     disk_errors,
@@ -75,6 +80,9 @@ EVENT_FIELDS: list[dict[str, Any]] = [
     {"name": "__commit_ts_ms", "type": "long"},
 ]
 EVENT_FIELD_NAMES = tuple(f["name"] for f in EVENT_FIELDS)
+# How the columnar encoder writes them (core.batch.EVENT_SCHEMA holds them in Arrow).
+EVENT_AVRO_FIELDS = tuple(Field(f["name"], ColumnType({"int": "integer"}.get(f["type"], f["type"])), nullable=False)
+                          for f in EVENT_FIELDS)
 ROW_NAMESPACE = "databus.segment"
 
 
@@ -565,13 +573,7 @@ class LogWriter:
         """Publish whole windows as one segment and advance the checkpoint past them."""
         if not windows:
             raise ValueError("nothing to append")
-        manifest = self.log.manifest()
-        if manifest.epoch is not None and manifest.epoch != epoch:
-            raise EpochMismatchError(
-                f"the change log of source {self.log.source!r} belongs to epoch {manifest.epoch}; a writer "
-                f"from epoch {epoch} may not append to it",
-                "bootstrap the source into a fresh log (see docs/operations.md)", source=self.log.source,
-            )
+        manifest = self._manifest_for(epoch)
         previous = manifest.last_scn
         for window in windows:
             if window.first_scn <= previous:
@@ -580,19 +582,53 @@ class LogWriter:
                     "the log only grows in commit order"
                 )
             previous = window.scn
-        first, last = windows[0].first_scn, windows[-1].scn
+        batch = ChangeBatch.from_windows(windows, self.schemas())
+        return self._publish(manifest, batch, batch.commit_order(), (windows[0].first_scn, windows[-1].scn),
+                             len(windows), epoch, state)
+
+    def append_batch(self, batch: ChangeBatch, epoch: str, state: dict[str, str] | None = None) -> SegmentInfo:
+        """Publish a columnar batch of whole windows as one segment (``append`` without per-event objects)."""
+        manifest = self._manifest_for(epoch)
+        schemas = self.schemas()
+        for table, rows in batch.tables.items():
+            if table not in schemas or rows.schema != batch_schema(schemas[table]):
+                raise ValueError(f"table {table!r}: the batch's columns are not those of its registered schema "
+                                 f"(register_schemas first): {rows.schema}")
+        order = batch.commit_order()
+        scn, window = batch.column("__scn"), batch.column("__window_scn")
+        if order is not None:
+            scn, window = scn[order], window[order]
+        starts = np.flatnonzero(np.diff(window)) + 1
+        previous = np.concatenate([[manifest.last_scn.value], window[starts - 1]])
+        if not (np.all(np.diff(scn) >= 0) and np.all(scn <= window)
+                and np.all(scn[np.concatenate([[0], starts])] > previous)):
+            raise ValueError(f"the batch's windows are not in commit order after SCN {manifest.last_scn}: "
+                             "the log only grows in commit order")
+        return self._publish(manifest, batch, order, (Scn(int(scn[0])), Scn(int(window[-1]))), len(starts) + 1,
+                             epoch, state)
+
+    def _manifest_for(self, epoch: str) -> Manifest:
+        manifest = self.log.manifest()
+        if manifest.epoch is not None and manifest.epoch != epoch:
+            raise EpochMismatchError(
+                f"the change log of source {self.log.source!r} belongs to epoch {manifest.epoch}; a writer "
+                f"from epoch {epoch} may not append to it",
+                "bootstrap the source into a fresh log (see docs/operations.md)", source=self.log.source,
+            )
+        return manifest
+
+    def _publish(self, manifest: Manifest, batch: ChangeBatch, order: np.ndarray | None, scns: tuple[Scn, Scn],
+                 windows: int, epoch: str, state: dict[str, str] | None) -> SegmentInfo:
+        first, last = scns
         name = f"{first.value:020d}-{last.value:020d}.avro"
         tmp = self.log.segments_dir / f".tmp-{name}-{os.getpid()}"
-        tables: dict[str, int] = {}
         schema, rows = self._segment_schema()
+        blocks = self._encode(batch, rows, order)
         with disk_errors(f"writing change-log segment {name}", self.log.segments_dir), open(tmp, "wb") as f:
-            fastavro.writer(
-                # Level 1: near the speed of no compression, about the size of the default level.
-                f, schema, self._records(windows, tables, rows), codec="deflate", codec_compression_level=1,
-                metadata={"databus.source": self.log.source, "databus.epoch": epoch,
-                          "databus.first_scn": str(first), "databus.last_scn": str(last),
-                          "databus.rows": json.dumps(rows)},
-            )
+            # zstd level 1: a third of deflate's time (level 1) for a smaller file, and faster to read.
+            write_container(f, schema, blocks, codec="zstandard", level=1, metadata={
+                "databus.source": self.log.source, "databus.epoch": epoch, "databus.first_scn": str(first),
+                "databus.last_scn": str(last), "databus.rows": json.dumps(rows)})
             f.flush()
             os.fsync(f.fileno())
         crash_point("segment_written")
@@ -600,8 +636,9 @@ class LogWriter:
         os.replace(tmp, final)
         fsync_dir(self.log.segments_dir)
         crash_point("segment_published")
+        tables = {table: len(events) for table, events in batch.tables.items() if len(events)}
         info = SegmentInfo(
-            file=name, first_scn=first.value, last_scn=last.value, windows=len(windows),
+            file=name, first_scn=first.value, last_scn=last.value, windows=windows,
             events=sum(tables.values()), bytes=final.stat().st_size, created_ms=_now_ms(), tables=tables,
         )
         with disk_errors("committing the change-log manifest", self.log.root):
@@ -614,7 +651,11 @@ class LogWriter:
         crash_point("checkpoint_written")
         return info
 
-    def _segment_schema(self) -> tuple[Any, dict[str, tuple[str, int]]]:
+    def schemas(self) -> dict[str, TableSchema]:
+        """The registered schema of each table, as change batches for ``append_batch`` hold its columns."""
+        return {table: self.log.schemas.load(table, version) for table, version in self.versions.items()}
+
+    def _segment_schema(self) -> tuple[list[dict[str, Any]], dict[str, tuple[str, int]]]:
         """A union of one row record per registered table (its columns, then EVENT_FIELDS), named
         r0, r1, ... (table names need not be Avro names), and each record's (table, version)."""
         if self._segment is None or self._segment[0] != self.versions:
@@ -631,26 +672,15 @@ class LogWriter:
                 records.append({**record, "name": f"r{i}", "namespace": ROW_NAMESPACE,
                                 "fields": [*record["fields"], *EVENT_FIELDS]})
                 rows[f"r{i}"] = (table, version)
-            self._segment = (dict(self.versions), fastavro.parse_schema(records), rows)
+            self._segment = (dict(self.versions), records, rows)
         return self._segment[1], self._segment[2]
 
-    def _records(self, windows: list[Window], tables: dict[str, int],
-                 rows: dict[str, tuple[str, int]]) -> Iterator[tuple[str, dict[str, Any]]]:
-        names = {table: f"{ROW_NAMESPACE}.{name}" for name, (table, _) in rows.items()}
-        conversions = {table: avro_conversions(self.log.schemas.load(table, version), "to")
-                       for table, version in self.versions.items()}
-        for window in windows:
-            window_scn = window.scn.value
-            for event in window.events:
-                rec = dict(event.row)
-                for column, convert in conversions[event.table]:
-                    rec[column] = convert(rec.get(column))
-                key = encode_key(event.key)
-                rec["__scn"], rec["__window_scn"], rec["__seq"] = event.scn.value, window_scn, event.seq
-                rec["__op"], rec["__key"], rec["__partition"] = event.op.value, key, key_partition(key)
-                rec["__commit_ts_ms"] = event.commit_ts_ms
-                tables[event.table] = tables.get(event.table, 0) + 1
-                yield names[event.table], rec
+    def _encode(self, batch: ChangeBatch, rows: dict[str, tuple[str, int]], order: np.ndarray | None) -> list[pa.Array]:
+        """Every event of ``batch`` as its Avro record (its table's union branch), in commit order, in blocks."""
+        branch = {table: i for i, (table, _) in enumerate(rows.values())}
+        schemas = self.schemas()
+        return encode_blocks([(events, [*(Field(c.name, c.type) for c in schemas[table].columns), *EVENT_AVRO_FIELDS],
+                               branch[table]) for table, events in batch.tables.items()], order)
 
     def _write_checkpoint(self, scn: Scn, epoch: str, state: dict[str, str]) -> None:
         write_json_atomic(self.log.checkpoint_path, Checkpoint(scn, epoch, _now_ms(), dict(state)).to_json())

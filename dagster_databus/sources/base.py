@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.events import Window
 from dagster_databus.core.identifiers import RESERVED_PREFIX, is_plain_name
 from dagster_databus.core.schema import Column, TableSchema
@@ -131,8 +132,9 @@ class CaptureSource(Protocol):
         """Table schemas in effect for the chunk the poll yielded last (before polling: the current ones)."""
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
-             state: Mapping[str, str] | None = None) -> Iterator[list[Window]]:
-        """Whole windows after ``since`` up to a bound fixed when the poll starts, in chunks.
+             state: Mapping[str, str] | None = None) -> Iterator[list[Window] | ChangeBatch]:
+        """Whole windows after ``since`` up to a bound fixed when the poll starts, in chunks (as
+        ``Window`` objects, or by column as a ``ChangeBatch``).
 
         Precondition: ``require_installed()`` passed.
         """

@@ -1,0 +1,149 @@
+"""Change batches: whole consistency windows held by column, one Arrow record batch per table.
+
+What capture hands the change log to write in bulk. Each table's record batch holds the table's
+columns in their snapshot (Arrow) form (``TableSchema.arrow``, ``core.types``), then the event
+columns of ``EVENT_SCHEMA``. Commit order across tables is (``__window_scn``, ``__seq``): ``__seq``
+numbers the events of a window from 0 whatever their table, as in ``core.events.Window``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dagster_databus.core.events import OPS, ChangeEvent, Window, encode_key
+from dagster_databus.core.schema import TableSchema
+from dagster_databus.core.scn import Scn
+
+EVENT_SCHEMA = pa.schema([
+    ("__scn", pa.int64()),
+    ("__window_scn", pa.int64()),  # end SCN of the event's consistency window
+    ("__seq", pa.int32()),  # position within the window
+    ("__op", pa.string()),  # i, u or d
+    ("__key", pa.string()),  # primary key values as a JSON array (core.events.encode_key)
+    ("__partition", pa.int32()),  # crc32(key) mod 65536 (core.events.key_partition)
+    ("__commit_ts_ms", pa.int64()),
+])
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeBatch:
+    """Whole windows of one source's changes, by column: ``tables`` maps each table with events to
+    its record batch (columns, then ``EVENT_SCHEMA``)."""
+
+    tables: Mapping[str, pa.RecordBatch]
+
+    def __post_init__(self) -> None:
+        if not any(len(b) for b in self.tables.values()):
+            raise ValueError("a change batch holds at least one event")
+
+    @property
+    def events(self) -> int:
+        return sum(len(b) for b in self.tables.values())
+
+    def column(self, name: str) -> np.ndarray:
+        """An event column of every table, tables in ``tables`` order (as ``commit_order`` indexes it)."""
+        return np.concatenate([np.asarray(b.column(name)) for b in self.tables.values()])
+
+    def commit_order(self) -> np.ndarray | None:
+        """Positions (into ``column``'s concatenation) in commit order; None when already in it."""
+        window, seq = self.column("__window_scn"), self.column("__seq")
+        if len(self.tables) == 1 and _ordered(window, seq):
+            return None
+        return np.lexsort((seq, window))
+
+    def window_ends(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each window's end SCN and its last event's commit time (ms), in commit order."""
+        order = self.commit_order()
+        window, commit = self.column("__window_scn"), self.column("__commit_ts_ms")
+        if order is not None:
+            window, commit = window[order], commit[order]
+        last = np.flatnonzero(np.append(window[1:] != window[:-1], True))
+        return window[last], commit[last]
+
+    def op_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for rows in self.tables.values():
+            for item in pc.value_counts(rows.column("__op")).to_pylist():
+                counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
+        return counts
+
+    @classmethod
+    def from_windows(cls, windows: Sequence[Window], schemas: Mapping[str, TableSchema]) -> ChangeBatch:
+        """The columnar form of row-by-row windows (capture that builds ``Window`` objects)."""
+        per_table: dict[str, list[tuple[int, object]]] = {}
+        for window in windows:
+            window_scn = window.scn.value
+            for event in window.events:
+                per_table.setdefault(event.table, []).append((window_scn, event))
+        tables = {}
+        for table, items in per_table.items():
+            schema = schemas[table]
+            events = [e for _, e in items]
+            rows = [e.row for e in events]  # type: ignore[attr-defined]
+            arrays = [c.type.to_arrow([r.get(c.name) for r in rows]) for c in schema.columns]
+            keys = [encode_key(e.key) for e in events]  # type: ignore[attr-defined]
+            arrays += [
+                pa.array([e.scn.value for e in events], pa.int64()),  # type: ignore[attr-defined]
+                pa.array([w for w, _ in items], pa.int64()),
+                pa.array([e.seq for e in events], pa.int32()),  # type: ignore[attr-defined]
+                pa.array([e.op.value for e in events], pa.string()),  # type: ignore[attr-defined]
+                pa.array(keys, pa.string()),
+                partitions(keys),
+                pa.array([e.commit_ts_ms for e in events], pa.int64()),  # type: ignore[attr-defined]
+            ]
+            tables[table] = pa.RecordBatch.from_arrays(arrays, schema=batch_schema(schema))
+        return cls(tables)
+
+
+    def to_windows(self, schemas: Mapping[str, TableSchema]) -> list[Window]:
+        """The row-by-row form: ``Window`` objects of ``ChangeEvent`` with canonical values."""
+        events = []
+        for table, rows in self.tables.items():
+            schema = schemas[table]
+            images = schema.rows_from_arrow(rows.select(schema.column_names))
+            meta = zip(*(rows.column(n).to_pylist() for n in ("__window_scn", "__seq", "__scn", "__op",
+                                                             "__commit_ts_ms")), strict=True)
+            for image, (window, seq, scn, op, commit) in zip(images, meta, strict=True):
+                key = tuple(image[k] for k in schema.primary_key)
+                events.append((window, seq, ChangeEvent(Scn(scn), seq, table, OPS[op], key, image, commit)))
+        events.sort(key=lambda item: (item[0], item[1]))
+        windows: list[Window] = []
+        for window, group in groupby(events, key=lambda item: item[0]):
+            windows.append(Window(scn=Scn(window), events=tuple(e for _, _, e in group)))
+        return windows
+
+
+def batch_schema(schema: TableSchema) -> pa.Schema:
+    """The Arrow schema of ``schema``'s record batch in a change batch."""
+    return pa.schema([*schema.arrow(with_meta=False), *EVENT_SCHEMA])
+
+
+def encode_keys(columns: Sequence[pa.Array], values: Sequence[Sequence[object]] | None = None) -> pa.Array:
+    """``core.events.encode_key`` of every row: by column for one integer key column; else per row
+    from ``values`` (the key tuples, in canonical Python values)."""
+    if len(columns) == 1 and pa.types.is_integer(columns[0].type) and not columns[0].null_count:
+        return pc.binary_join_element_wise("[", columns[0].cast(pa.string()), "]", "")
+    if values is None:
+        values = list(zip(*(c.to_pylist() for c in columns), strict=True))
+    return pa.array([encode_key(v) for v in values], pa.string())
+
+
+def partitions(keys: pa.Array | Sequence[str]) -> pa.Array:
+    """``core.events.key_partition`` of encoded keys (crc32 mod 65536)."""
+    if isinstance(keys, pa.Array):
+        keys = keys.to_pylist()
+    return pa.array([zlib.crc32(k.encode()) & 0xFFFF for k in keys], pa.int32())
+
+
+def _ordered(window: np.ndarray, seq: np.ndarray) -> bool:
+    if len(window) < 2:
+        return True
+    dw, ds = np.diff(window), np.diff(seq)
+    return bool(np.all((dw > 0) | ((dw == 0) & (ds > 0))))

@@ -1,0 +1,151 @@
+"""Columnar change batches: the bulk Avro encoder, ``append_batch``, and SQLite capture by column."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import random
+from decimal import Decimal
+from pathlib import Path
+
+import fastavro
+import pyarrow as pa
+import pytest
+
+from dagster_databus.core.batch import ChangeBatch
+from dagster_databus.core.events import ChangeEvent, Op, Window
+from dagster_databus.core.schema import Column, TableSchema
+from dagster_databus.core.scn import Scn
+from dagster_databus.core.types import ColumnType
+from dagster_databus.log.avro_columnar import Field, encode_blocks, encode_records, write_container
+from dagster_databus.log.store import ChangeLog
+
+UTC = dt.UTC
+# Per product type: edge values (range ends, sign boundaries of the two's complement, sub-normals,
+# infinities, widest text), each column also gets NULLs.
+EDGES: dict[str, list[object]] = {
+    "boolean": [True, False],
+    "byte": [-128, 127, 0, -1],
+    "short": [-32768, 32767, 63, 64, -64, -65],
+    "integer": [-(2**31), 2**31 - 1, 0, 8191, 8192],
+    "long": [-(2**63), 2**63 - 1, 0, 1, -1, 127, 128, 2**35, -(2**56)],
+    "float": [0.0, -0.0, 1.5, float("inf"), float("-inf"), 3.4028234663852886e38, 1.401298464324817e-45],
+    "double": [0.0, -0.0, 0.1 + 0.2, 1.7976931348623157e308, 5e-324, float("inf"), float("-inf")],
+    "decimal(10,2)": [Decimal("0.00"), Decimal("-0.01"), Decimal("99999999.99"), Decimal("-99999999.99"),
+                      Decimal("1.28"), Decimal("-1.28"), Decimal("1.27"), Decimal("-1.29"), Decimal("-327.68")],
+    "decimal(38,0)": [Decimal(10**38 - 1), Decimal(-(10**38 - 1)), Decimal(0), Decimal(-128), Decimal(-129),
+                      Decimal(255), Decimal(-256), Decimal(-(2**63))],
+    "decimal(65,30)": [Decimal("1" + "0" * 34 + "." + "1" * 30), Decimal("-0." + "0" * 29 + "1"), Decimal(0)],
+    "number": [Decimal("1.5"), Decimal("100"), Decimal("-0.001"), Decimal("1" * 60)],
+    "string": ["", "é中文😀", "x" * 300, "\x00 nul", '{"$r":"1"}'],
+    "binary": [b"", b"\x00\xff" * 200, b"\x80"],
+    "date": [dt.date(1, 1, 1), dt.date(9999, 12, 31), dt.date(1970, 1, 1), dt.date(1969, 12, 31)],
+    "timestamp": [dt.datetime(1, 1, 1, tzinfo=UTC), dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+                  dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)],
+    "timestamp_ntz": [dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999), dt.datetime(1970, 1, 1)],
+    "time": [dt.timedelta(hours=-838, minutes=-59, seconds=-59), dt.timedelta(hours=838, minutes=59, seconds=59),
+             dt.timedelta(0), dt.timedelta(microseconds=-1)],
+}
+COLUMNS = tuple(Column(f"c{i}", ColumnType.parse(kind)) for i, kind in enumerate(EDGES))
+WIDE = TableSchema("s", "wide", COLUMNS, ("c4",))
+
+
+def sample(rows: int, seed: int = 7) -> dict[str, list[object]]:
+    rng = random.Random(seed)
+    return {c.name: [rng.choice([*EDGES[str(c.type)], None]) for _ in range(rows)] for c in COLUMNS}
+
+
+def test_each_record_is_byte_for_byte_what_fastavro_writes_for_every_type_edge_value_and_null() -> None:
+    values = sample(3_000)
+    batch = pa.RecordBatch.from_arrays([c.type.to_arrow(values[c.name]) for c in COLUMNS],
+                                       schema=WIDE.arrow(with_meta=False))
+    avro = fastavro.parse_schema(WIDE.avro())
+    # Slices start mid-buffer (and mid-validity-bitmap): offsets must be honoured.
+    for start, stop in ((0, 3_000), (13, 2_000), (2_999, 3_000)):
+        records = encode_records(batch.slice(start, stop - start), [Field(c.name, c.type) for c in COLUMNS])
+        assert len(records) == stop - start
+        for i, record in enumerate(records.to_pylist()):
+            expected = io.BytesIO()
+            fastavro.schemaless_writer(expected, avro, {c.name: c.type.to_avro(values[c.name][start + i])
+                                                        for c in COLUMNS})
+            assert record == expected.getvalue(), (start + i, {c.name: values[c.name][start + i] for c in COLUMNS})
+
+
+def test_a_container_of_two_tables_in_commit_order_reads_back_in_any_avro_reader(tmp_path: Path) -> None:
+    small = TableSchema("s", "small", (Column("id", ColumnType("long")),), ("id",))
+    wide_rows = sample(40_000, seed=3)
+    wide = pa.RecordBatch.from_arrays([c.type.to_arrow(wide_rows[c.name]) for c in COLUMNS],
+                                      schema=WIDE.arrow(with_meta=False))
+    ids = pa.RecordBatch.from_arrays([pa.array(range(40_000), pa.int64())], schema=small.arrow(with_meta=False))
+    order = [i // 2 if i % 2 == 0 else 40_000 + i // 2 for i in range(80_000)]  # interleaved
+    blocks = encode_blocks([(wide, [Field(c.name, c.type) for c in COLUMNS], 0),
+                            (ids, [Field("id", ColumnType("long"))], 1)], order=order, block_records=7_000)
+    assert [len(b) for b in blocks] == [7_000] * 11 + [3_000]
+    union = [{**WIDE.avro(), "name": "w"}, {**small.avro(), "name": "s"}]
+    for codec in ("zstandard", "deflate", "null"):
+        with open(tmp_path / f"{codec}.avro", "wb") as f:
+            write_container(f, union, blocks, {"databus.test": "yes"}, codec=codec)
+        with open(tmp_path / f"{codec}.avro", "rb") as f:
+            reader = fastavro.reader(f, return_record_name=True)
+            assert reader.metadata["databus.test"] == "yes" and reader.codec == codec
+            records = list(reader)
+        assert [name for name, _ in records[:4]] == ["databus.s.w", "databus.s.s"] * 2
+        assert [r["id"] for name, r in records if name == "databus.s.s"] == list(range(40_000))
+        read_wide = [r for name, r in records if name == "databus.s.w"]
+        for column in COLUMNS:
+            assert [r[column.name] for r in read_wide] == [column.type.to_avro(v) for v in wide_rows[column.name]]
+
+
+def events_of(table: str, scns: list[int], window: int, seq0: int = 0) -> list[ChangeEvent]:
+    return [ChangeEvent(Scn(s), seq0 + i, table, Op.UPDATE if s % 2 else Op.INSERT, (s,), {"id": s, "v": f"v{s}"},
+                        1_000 + s) for i, s in enumerate(scns)]
+
+
+T1 = TableSchema("s", "t1", (Column("id", ColumnType("long")), Column("v", ColumnType("string"))), ("id",))
+T2 = TableSchema("s", "t2", (Column("id", ColumnType("long")), Column("v", ColumnType("string"))), ("id",))
+
+
+def mixed_windows() -> list[Window]:
+    first = [*events_of("t1", [1, 2], 3), *events_of("t2", [3], 3, seq0=2)]
+    second = [*events_of("t2", [5], 6), *events_of("t1", [6], 6, seq0=1)]
+    return [Window(Scn(3), tuple(first)), Window(Scn(6), tuple(second))]
+
+
+def test_batches_and_windows_are_two_forms_of_the_same_changes(tmp_path: Path) -> None:
+    windows = mixed_windows()
+    batch = ChangeBatch.from_windows(windows, {"t1": T1, "t2": T2})
+    assert batch.to_windows({"t1": T1, "t2": T2}) == windows
+    scns, commits = batch.window_ends()
+    assert list(scns) == [3, 6] and list(commits) == [1_003, 1_006]
+    assert batch.op_counts() == {"i": 2, "u": 3}
+
+    by_windows, by_batch = ChangeLog(tmp_path / "a", "s"), ChangeLog(tmp_path / "b", "s")
+    with by_windows.writer() as w:
+        w.register_schemas([T1, T2])
+        w.append(windows, "e1")
+    with by_batch.writer() as w:
+        w.register_schemas([T1, T2])
+        info = w.append_batch(batch, "e1")
+    assert (info.first_scn, info.last_scn, info.windows, info.events, info.tables) == (1, 6, 2, 5, {"t1": 3, "t2": 2})
+    assert list(by_batch.read_windows()) == list(by_windows.read_windows()) == windows
+
+
+def test_append_batch_refuses_what_append_refuses_and_writes_nothing(tmp_path: Path) -> None:
+    log = ChangeLog(tmp_path, "s")
+    with log.writer() as w:
+        w.register_schemas([T1, T2])
+        w.append_batch(ChangeBatch.from_windows(mixed_windows(), {"t1": T1, "t2": T2}), "e1")
+        again = ChangeBatch.from_windows([Window(Scn(6), tuple(events_of("t1", [6], 6)))], {"t1": T1})
+        with pytest.raises(ValueError, match="commit order after SCN 6"):
+            w.append_batch(again, "e1")
+        # A window whose events run backwards is refused, wherever it sits in the batch.
+        backwards = again.tables["t1"].set_column(2, "__scn", pa.array([7], pa.int64()))
+        late = ChangeBatch.from_windows([Window(Scn(9), tuple(events_of("t2", [8, 9], 9)))], {"t2": T2})
+        with pytest.raises(ValueError, match="commit order"):
+            w.append_batch(ChangeBatch({"t1": backwards, **late.tables}), "e1")
+        other = TableSchema("s", "t1", (Column("id", ColumnType("long")),), ("id",))
+        with pytest.raises(ValueError, match="registered schema"):
+            w.append_batch(ChangeBatch.from_windows([Window(Scn(8), (
+                ChangeEvent(Scn(8), 0, "t1", Op.INSERT, (8,), {"id": 8}, 1),))], {"t1": other}), "e1")
+    assert log.committed_scn() == Scn(6) and len(log.manifest().segments) == 1
+    assert sorted(p.name for p in log.segments_dir.iterdir()) == [log.manifest().segments[0].file]
