@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import random
+import sqlite3
 from decimal import Decimal
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
 from dagster_databus.log.avro_columnar import Field, encode_blocks, encode_records, write_container
 from dagster_databus.log.store import ChangeLog
+from dagster_databus.sources import sqlite_batch
+from dagster_databus.sources.sqlite import SqliteSource, _decode_json
+from tests.harness import SqliteHarness, make_config
 
 UTC = dt.UTC
 # Per product type: edge values (range ends, sign boundaries of the two's complement, sub-normals,
@@ -149,3 +153,86 @@ def test_append_batch_refuses_what_append_refuses_and_writes_nothing(tmp_path: P
                 ChangeEvent(Scn(8), 0, "t1", Op.INSERT, (8,), {"id": 8}, 1),))], {"t1": other}), "e1")
     assert log.committed_scn() == Scn(6) and len(log.manifest().segments) == 1
     assert sorted(p.name for p in log.segments_dir.iterdir()) == [log.manifest().segments[0].file]
+
+
+# -- SQLite capture by column ------------------------------------------------------------------
+
+FAST = {"n": "INTEGER", "t": "TEXT", "r": "REAL", "b": "BLOB", "f": "BOOLEAN"}
+FAST_VALUES: dict[str, list[object]] = {
+    "n": [-(2**63), 2**63 - 1, 0, -1, 2**53 + 1],
+    "t": ["", "é中文😀", "tab\tquote\"back\\slash\nline", '{"$r":"1"}', '{"$b":"00"}', "x" * 2_000],
+    "r": [0.1 + 0.2, 5e-324, 1.7976931348623157e308, -2.5, float("inf"), float("-inf"), 1e-300, 123456789.125],
+    "b": [b"", b"\x00", bytes(range(256))],
+    "f": [0, 1],
+}
+
+
+NEXT_EPOCH = "UPDATE _databus_epoch SET epoch = epoch + 1"
+
+
+@pytest.fixture()
+def fast_table(tmp_path: Path):
+    from dagster_databus import pipeline
+
+    columns = ", ".join(f"{name} {decl}" for name, decl in FAST.items())
+    source = SqliteHarness(tmp_path / "src.db")
+    source.execute([f"CREATE TABLE fast (id INTEGER PRIMARY KEY, {columns})"])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("fast", ["id"])],
+                                                                 poll={"chunk_rows": 50_000}))
+    pipeline.install(config, "shop")
+    rng = random.Random(5)
+    rows = [(i, *(rng.choice([*FAST_VALUES[n], None]) for n in FAST)) for i in range(1, 3_001)]
+    # Each transaction in an epoch of its own (as polls between them would leave it): one window each.
+    source.execute([("INSERT INTO fast VALUES (?, ?, ?, ?, ?, ?)", row) for row in rows])
+    source.execute([NEXT_EPOCH, *(("UPDATE fast SET t = ?, r = ? WHERE id = ?", ("u", -0.5, i))
+                                  for i in range(1, 3_001, 7))])
+    source.execute([NEXT_EPOCH, *(("DELETE FROM fast WHERE id = ?", (i,)) for i in range(2, 3_001, 11))])
+    return source, config
+
+
+def txlog_rows(path: Path) -> list[tuple[object, ...]]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT scn, epoch, tbl, op, pk, row, ts, stale FROM _databus_txlog "
+                            "ORDER BY scn").fetchall()
+
+
+def test_sqlite_images_parsed_by_column_equal_the_row_by_row_conversion(fast_table) -> None:
+    source, config = fast_table
+    src = SqliteSource(config.sources[0])
+    schema = src.schemas()["fast"]
+    rows = txlog_rows(source.path)
+    texts = pa.array([r[5] for r in rows], pa.string())
+    scns = [r[0] for r in rows]
+    by_json = sqlite_batch._columns_by_json(schema, texts)  # raises _Fallback if any image misses the fast shape
+    by_row = sqlite_batch._columns_by_row(schema, texts, scns, _decode_json)
+    for column, fast, slow in zip(schema.columns, by_json, by_row, strict=True):
+        assert fast.type == slow.type == column.type.arrow(), column.name
+        assert fast.to_pylist() == slow.to_pylist(), column.name
+
+
+def test_sqlite_capture_by_column_keeps_windows_keys_and_values(fast_table) -> None:
+    from dagster_databus import pipeline
+
+    source, config = fast_table
+    source.execute([NEXT_EPOCH, "UPDATE fast SET n = n WHERE id = 1", "INSERT INTO fast (id, t) VALUES (5000, 'w')"])
+    changes = len(txlog_rows(source.path))
+    result = pipeline.capture(config, "shop")
+    log = ChangeLog(config.lake, "shop")
+    events = [e.event for e in log.read()]
+    assert result.events == len(events) == changes
+    assert result.windows == 4 and result.events_by_op["d"] == len(range(2, 3_001, 11))
+    with sqlite3.connect(source.path) as conn:
+        live = {r[0]: r for r in conn.execute("SELECT id, n, t, r, b, f FROM fast")}
+    final: dict[int, dict[str, object]] = {}
+    for event in events:
+        if event.op is Op.DELETE:
+            final.pop(event.key[0])
+        else:
+            final[event.key[0]] = event.row
+    assert set(final) == set(live)
+    for key, row in final.items():
+        expected = live[key]
+        assert (row["id"], row["n"], row["t"], row["r"], row["b"]) == expected[:5]
+        assert row["f"] == (None if expected[5] is None else bool(expected[5]))
+    windows = list(log.read_windows())
+    assert [[e.seq for e in w.events] for w in windows] == [list(range(len(w.events))) for w in windows]

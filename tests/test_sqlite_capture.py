@@ -150,8 +150,8 @@ def test_poll_reads_only_to_the_bound_fixed_at_its_start(shop) -> None:
     first = next(chunks)
     # A transaction committed mid-poll lands in a later epoch: not part of this poll.
     source.execute([("INSERT INTO items VALUES (?, 'late', 1, 1)", (100,))])
-    rest = [w for chunk in chunks for w in chunk]
-    keys = [e.key[0] for w in [*first, *rest] for e in w.events]
+    rest = [w for chunk in chunks for w in chunk.to_windows(src.schemas())]
+    keys = [e.key[0] for w in [*first.to_windows(src.schemas()), *rest] for e in w.events]
     assert keys == list(range(1, 8))
 
 

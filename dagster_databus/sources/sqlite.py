@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from dagster_databus.config import SqliteSourceConfig
-from dagster_databus.core.events import OPS, ChangeEvent, Window
+from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.identifiers import quote_literal, quote_sqlite
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
@@ -43,6 +43,7 @@ from dagster_databus.sources.base import (
     resolve_key,
     table_schemas,
 )
+from dagster_databus.sources.sqlite_batch import chunk_batch
 from dagster_databus.sources.sqlite_types import sqlite_column_type, sqlite_value
 
 CAPTURE_VERSION = "2"  # 2: REAL values travel as exact text (SQLite's JSON keeps 15 digits)
@@ -260,7 +261,7 @@ class SqliteSource:
         return Scn.BEGINNING, {}
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
-             state: Mapping[str, str] | None = None) -> Iterator[list[Window]]:
+             state: Mapping[str, str] | None = None) -> Iterator[ChangeBatch]:
         schemas = self.schemas()
         chunk_rows = self.config.poll.chunk_rows
         with closing(self._connect()) as conn:
@@ -284,11 +285,12 @@ class SqliteSource:
                     break
                 if len(rows) == chunk_rows:
                     rows += conn.execute(rest_sql, {"epoch": rows[-1][1], "after_scn": rows[-1][0]}).fetchall()
-                windows = self._windows(rows, schemas)
-                last = windows[-1].scn
+                batch = chunk_batch(rows, schemas, _decode_json, self._stale_error)
+                last = Scn(rows[-1][0])  # whole epochs: the chunk's rows up to here are all read
                 stats.until = last
                 stats.chunks += 1
-                yield windows
+                if batch is not None:
+                    yield batch
                 if len(rows) < chunk_rows:
                     break
 
@@ -319,35 +321,15 @@ class SqliteSource:
                 source=self.name,
             )
 
-    def _windows(self, rows: list[tuple[Any, ...]], schemas: Mapping[str, TableSchema]) -> list[Window]:
-        converters = {t: s.converter(sqlite_value) for t, s in schemas.items()}
-        windows: list[Window] = []
-        current: list[ChangeEvent] = []
-        current_epoch = rows[0][1]
-        for scn, epoch, tbl, op, _pk, row, ts, stale in rows:
-            if epoch != current_epoch:
-                windows.append(Window(scn=current[-1].scn, events=tuple(current)))
-                current, current_epoch = [], epoch
-            schema = schemas.get(tbl)
-            if schema is None:
-                continue  # a table captured earlier and since removed from config
-            if stale:
-                raise SchemaDriftError(
-                    f"table {tbl!r} of source {self.name!r} changed its columns while its capture triggers "
-                    f"still had the old ones: the change at SCN {scn} (and any after it until the triggers were "
-                    "re-installed) may lack the new columns",
-                    f"re-install capture (materialize '{self.name}/capture'), then run "
-                    f"`databus bootstrap --source {self.name}` so the snapshots are read afresh from the source",
-                    source=self.name, table=tbl, scn=scn,
-                )
-            image = converters[tbl](_decode_json(row), f"the change at SCN {scn}")
-            current.append(ChangeEvent(
-                scn=Scn(scn), seq=len(current), table=tbl, op=OPS[op],
-                key=tuple(image[k] for k in schema.primary_key), row=image, commit_ts_ms=ts,
-            ))
-        if current:
-            windows.append(Window(scn=current[-1].scn, events=tuple(current)))
-        return windows
+    def _stale_error(self, table: str, scn: int) -> SchemaDriftError:
+        return SchemaDriftError(
+            f"table {table!r} of source {self.name!r} changed its columns while its capture triggers "
+            f"still had the old ones: the change at SCN {scn} (and any after it until the triggers were "
+            "re-installed) may lack the new columns",
+            f"re-install capture (materialize '{self.name}/capture'), then run "
+            f"`databus bootstrap --source {self.name}` so the snapshots are read afresh from the source",
+            source=self.name, table=table, scn=scn,
+        )
 
     # -- bootstrap ---------------------------------------------------------------------
 
