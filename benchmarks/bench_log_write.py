@@ -1,4 +1,4 @@
-"""Change-log append (Avro, deflate, fsync, manifest) vs writing the same rows as Arrow IPC."""
+"""Change-log append (Avro, zstandard, fsync, manifest) vs writing the same rows as Arrow IPC."""
 
 from __future__ import annotations
 
