@@ -100,6 +100,16 @@ def test_a_container_of_two_tables_in_commit_order_reads_back_in_any_avro_reader
             assert [r[column.name] for r in read_wide] == [column.type.to_avro(v) for v in wide_rows[column.name]]
 
 
+def test_a_segment_of_more_tables_than_one_byte_of_union_branch_holds(tmp_path: Path) -> None:
+    schemas = [TableSchema("s", f"t{i:03d}", (Column("id", ColumnType("long")),), ("id",)) for i in range(70)]
+    log = ChangeLog(tmp_path, "s")
+    events = tuple(ChangeEvent(Scn(i + 1), i, s.table, Op.INSERT, (i,), {"id": i}, 1) for i, s in enumerate(schemas))
+    with log.writer() as w:
+        w.register_schemas(schemas)  # union branches 64..69 take two bytes
+        w.append([Window(Scn(70), events)], "e1")
+    assert [e.event for e in log.read()] == list(events)
+
+
 def events_of(table: str, scns: list[int], window: int, seq0: int = 0) -> list[ChangeEvent]:
     return [ChangeEvent(Scn(s), seq0 + i, table, Op.UPDATE if s % 2 else Op.INSERT, (s,), {"id": s, "v": f"v{s}"},
                         1_000 + s) for i, s in enumerate(scns)]

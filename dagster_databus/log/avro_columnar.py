@@ -64,9 +64,8 @@ def encode_records(batch: pa.RecordBatch, fields: Sequence[Field], union_index: 
     pieces: list[pa.Array] = []
     run = _Run(rows)
     if union_index is not None:
-        run.add(np.full((rows, 1), union_index << 1, dtype=np.uint8))  # branches < 64: one byte
-        if union_index >= 64:
-            raise ValueError(f"union branch {union_index}: a segment holds at most 64 tables")
+        branch = np.frombuffer(_varint_bytes(union_index), dtype=np.uint8)  # the same bytes on every row
+        run.add(np.broadcast_to(branch, (rows, len(branch))))
     for f in fields:
         payload = _field(batch.column(f.name), f, run)
         if payload is not None:
