@@ -188,6 +188,13 @@ class SparkConfig(_Strict):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+class MergeConfig(_Strict):
+    # With delta-rs, the newest change per key is reduced in-process: changes beyond this many MiB
+    # spill to files in spill_dir (the system temp folder when unset) instead of growing memory.
+    memory_mb: int = Field(default=256, ge=16)
+    spill_dir: Path | None = None
+
+
 class LogicalPartConfig(_Strict):
     """One physical table of a logical table: a configured table of a configured source."""
 
@@ -222,6 +229,7 @@ class DatabusConfig(_Strict):
     sources: tuple[SourceConfig, ...] = Field(min_length=1)
     logical_tables: tuple[LogicalTableConfig, ...] = ()
     spark: SparkConfig = SparkConfig()
+    merge: MergeConfig = MergeConfig()
     path: Path | None = None
 
     @model_validator(mode="after")
@@ -315,7 +323,11 @@ def _resolve_paths(config: DatabusConfig, base: Path) -> DatabusConfig:
     spark = config.spark
     if spark.delta_jars is not None:
         spark = spark.model_copy(update={"delta_jars": resolve(spark.delta_jars)})
-    return config.model_copy(update={"lake": resolve(config.lake), "sources": sources, "spark": spark})
+    merge = config.merge
+    if merge.spill_dir is not None:
+        merge = merge.model_copy(update={"spill_dir": resolve(merge.spill_dir)})
+    return config.model_copy(update={"lake": resolve(config.lake), "sources": sources, "spark": spark,
+                                     "merge": merge})
 
 
 def _config_error(exc: ValidationError) -> ConfigError:

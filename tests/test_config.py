@@ -62,6 +62,11 @@ def test_relative_database_path_resolves_against_the_config_folder(tmp_path: Pat
     assert config.sources[0].path == db
 
 
+def test_relative_spill_folder_resolves_against_the_config_folder(tmp_path: Path, db: Path) -> None:
+    config = load_config(write(tmp_path, minimal(db) + "merge: {memory_mb: 64, spill_dir: ./spill}\n"))
+    assert (config.merge.memory_mb, config.merge.spill_dir) == (64, tmp_path / "spill")
+
+
 @pytest.mark.parametrize(
     ("case", "field", "words"),
     [
@@ -76,6 +81,7 @@ def test_relative_database_path_resolves_against_the_config_folder(tmp_path: Pat
          "unknown field"),
         (lambda db: minimal(db) + "    poll: {chunk_rows: many}\n", "sources[0].poll.chunk_rows",
          "valid integer"),
+        (lambda db: minimal(db) + "merge: {memory_mb: 1}\n", "merge.memory_mb", "greater than or equal to 16"),
         (lambda db: "lake: [unclosed", "databus.yaml", "not valid YAML"),
         (lambda db: "- just\n- a list\n", "(top level)", "mapping"),
     ],

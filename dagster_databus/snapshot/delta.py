@@ -9,11 +9,12 @@ same either way.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,7 +25,10 @@ from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+# Reduced change rows in the snapshot's columns: in memory, streamed, or a distributed Spark DataFrame.
+Changes: TypeAlias = "pa.Table | pa.RecordBatchReader | DataFrame"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +154,7 @@ class DeltaEngine(Protocol):
     def bootstrap(self, snap: DeltaSnapshot, schema: TableSchema, batches: Iterator[pa.RecordBatch],
                   scn: Scn) -> int: ...
 
-    def merge(self, snap: DeltaSnapshot, schema: TableSchema, changes: pa.Table, scn: Scn) -> MergeCounts: ...
+    def merge(self, snap: DeltaSnapshot, schema: TableSchema, changes: Changes, scn: Scn) -> MergeCounts: ...
 
 
 def merge_clauses(key: Sequence[str], columns: Sequence[str]) -> tuple[str, dict[str, str], str, str]:
@@ -163,22 +167,25 @@ def merge_clauses(key: Sequence[str], columns: Sequence[str]) -> tuple[str, dict
     return predicate, assignments, newer, is_delete
 
 
-def merge_with_delta_rs(path: Path, key: Sequence[str], changes: pa.Table, props: CommitProperties) -> MergeCounts:
+def merge_with_delta_rs(path: Path, key: Sequence[str], changes: pa.Table | pa.RecordBatchReader,
+                        props: CommitProperties) -> MergeCounts:
     """Apply reduced changes (one row per ``key``) with delta-rs in one commit carrying ``props``.
 
     SCD type 1 with ``apply_as_deletes``: a newer delete removes the key, a newer image replaces
     the row, an unseen key is inserted; a row whose ``__scn`` is not above the target's changes
-    nothing. No changes still commit, so the transaction ids in ``props`` are recorded.
+    nothing. No changes still commit, so the transaction ids in ``props`` are recorded. A reader
+    streams into the MERGE batch by batch.
     """
     table = DeltaTable(str(path))
-    if changes.num_rows == 0:
+    source = _non_empty(changes)
+    if source is None:
         write_deltalake(table, pa.schema(table.schema().to_arrow()).empty_table(), mode="append",
                         commit_properties=props)
         return MergeCounts()
-    predicate, assignments, newer, is_delete = merge_clauses(key, changes.column_names)
+    predicate, assignments, newer, is_delete = merge_clauses(key, source.schema.names)
     metrics = (
-        table.merge(changes, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
-                    commit_properties=props)
+        table.merge(source, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
+                    streamed_exec=isinstance(source, pa.RecordBatchReader), commit_properties=props)
         .when_matched_delete(predicate=f"{is_delete} AND {newer}")
         .when_matched_update(updates=assignments, predicate=f"NOT ({is_delete}) AND {newer}")
         .when_not_matched_insert(updates=assignments, predicate=f"NOT ({is_delete})")
@@ -186,6 +193,16 @@ def merge_with_delta_rs(path: Path, key: Sequence[str], changes: pa.Table, props
     )
     return MergeCounts(inserted=metrics["num_target_rows_inserted"], updated=metrics["num_target_rows_updated"],
                        deleted=metrics["num_target_rows_deleted"])
+
+
+def _non_empty(changes: pa.Table | pa.RecordBatchReader) -> pa.Table | pa.RecordBatchReader | None:
+    """``changes`` if it holds a row (a reader is re-wrapped after its first batch is read), else None."""
+    if isinstance(changes, pa.Table):
+        return changes if changes.num_rows else None
+    for first in changes:
+        if first.num_rows:
+            return pa.RecordBatchReader.from_batches(changes.schema, itertools.chain([first], changes))
+    return None
 
 
 class DeltaRsEngine:
@@ -227,8 +244,10 @@ class DeltaRsEngine:
             raise
         return count
 
-    def merge(self, snap: DeltaSnapshot, schema: TableSchema, changes: pa.Table, scn: Scn) -> MergeCounts:
+    def merge(self, snap: DeltaSnapshot, schema: TableSchema, changes: Changes, scn: Scn) -> MergeCounts:
         # With no changes for this table in the window range this records the SCN it is now current to.
+        if not isinstance(changes, pa.Table | pa.RecordBatchReader):
+            changes = changes.toArrow()  # a Spark DataFrame: delta-rs commits from this process
         return merge_with_delta_rs(snap.path, schema.primary_key, changes, self._props(snap, scn))
 
 
@@ -260,11 +279,14 @@ class DeltaSparkEngine:
          .option("txnAppId", snap.bootstrap_app_id).option("txnVersion", scn.value).save(str(snap.path)))
         return data.num_rows
 
-    def merge(self, snap: DeltaSnapshot, schema: TableSchema, changes: pa.Table, scn: Scn) -> MergeCounts:
+    def merge(self, snap: DeltaSnapshot, schema: TableSchema, changes: Changes, scn: Scn) -> MergeCounts:
         from delta.tables import DeltaTable as SparkDeltaTable
 
-        source = self.spark.createDataFrame(changes)
-        predicate, assignments, newer, is_delete = merge_clauses(schema.primary_key, changes.column_names)
+        if isinstance(changes, pa.RecordBatchReader):
+            changes = changes.read_all()
+        # A DataFrame stays distributed: the MERGE runs in the executors, not through the driver.
+        source = self.spark.createDataFrame(changes) if isinstance(changes, pa.Table) else changes
+        predicate, assignments, newer, is_delete = merge_clauses(schema.primary_key, source.columns)
         backtick = {k.replace('"', "`"): v.replace('"', "`") for k, v in assignments.items()}
         self._txn(snap, scn)
         try:
@@ -282,6 +304,11 @@ class DeltaSparkEngine:
                            deleted=int(metrics.get("numTargetRowsDeleted", 0)))
 
 
-def drop_stale(changes: pa.Table, applied: Scn) -> pa.Table:
+def drop_stale(changes: Changes, applied: Scn) -> Changes:
     """Rows at or below the applied SCN are already in the snapshot."""
-    return changes.filter(pc.greater(changes["__scn"], applied.value))
+    if isinstance(changes, pa.Table):
+        return changes.filter(pc.greater(changes["__scn"], applied.value))
+    if isinstance(changes, pa.RecordBatchReader):
+        batches = (b.filter(pc.greater(b["__scn"], applied.value)) for b in changes)
+        return pa.RecordBatchReader.from_batches(changes.schema, batches)
+    return changes.where(changes["__scn"] > applied.value)

@@ -1,16 +1,23 @@
 """Bring Delta snapshots up to the change log: bootstrap a table once, then merge windows.
 
-The merge reads the committed log after the snapshot's applied SCN with Spark, reduces it to
-the newest event per key (``sequence_by`` = SCN, then position in the window), and MERGEs:
-deletes remove the key (``apply_as_deletes``), newer images replace older ones (SCD type 1),
-and nothing older than what the snapshot holds is ever applied.
+The merge reads the committed log after the snapshot's applied SCN, reduces it to the newest
+event per key (``sequence_by`` = SCN, then position in the window), and MERGEs: deletes remove
+the key (``apply_as_deletes``), newer images replace older ones (SCD type 1), and nothing older
+than what the snapshot holds is ever applied.
+
+With delta-spark the read, the reduce and the MERGE are Spark jobs, distributed. With delta-rs
+(one process commits) the change batches are read and reduced in-process by column, spilling
+past a memory budget, and stream into the MERGE as a ``RecordBatchReader``: no Spark job, and
+the change set is never held whole.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
@@ -20,10 +27,12 @@ from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SnapshotMissingError
+from dagster_databus.log.columns import change_schema, table_changes
 from dagster_databus.log.ddl import DdlLog
 from dagster_databus.log.durable import crash_point, disk_errors, exclusive_lock
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import (
+    Changes,
     DeltaEngine,
     DeltaRsEngine,
     DeltaSnapshot,
@@ -31,6 +40,7 @@ from dagster_databus.snapshot.delta import (
     MergeCounts,
     drop_stale,
 )
+from dagster_databus.snapshot.reduce import ChangeStats, NewestPerKey
 from dagster_databus.snapshot.spark import task_errors
 from dagster_databus.sources import open_source
 
@@ -90,15 +100,39 @@ def to_merge_table(reduced: DataFrame, schema: TableSchema) -> pa.Table:
     return conform_changes(reduced.toArrow(), schema.arrow(with_meta=True))
 
 
-def conform_changes(data: pa.Table, target: pa.Schema) -> pa.Table:
+def to_merge_frame(reduced: DataFrame, schema: TableSchema) -> DataFrame:
+    """Reduced change rows in the snapshot's columns, still a distributed Spark DataFrame."""
+    from pyspark.sql import functions as F
+
+    return reduced.select(*[F.col(f"`{c}`") for c in schema.column_names], "__scn", "__op",
+                          F.timestamp_millis("__commit_ts_ms").alias("__commit_ts"))
+
+
+def conform_changes(data: pa.Table | pa.RecordBatch, target: pa.Schema) -> pa.Table:
     """Change rows as read from the log (``__commit_ts_ms``), in the snapshot's columns and types."""
     columns = [pc.multiply(data["__commit_ts_ms"], 1000).cast(f.type) if f.name == "__commit_ts"
                else data[f.name].cast(f.type) for f in target]
     return pa.Table.from_arrays(columns, schema=target)
 
 
-def apply_changes(engine: DeltaEngine, snap: DeltaSnapshot, schema: TableSchema, changes: pa.Table,
-                  until: Scn) -> MergeCounts | None:
+@contextmanager
+def reduced_in_process(log: ChangeLog, schema: TableSchema, since: Scn, until: Scn, memory_bytes: int,
+                       spill_dir: Path | None = None) -> Iterator[tuple[pa.RecordBatchReader, ChangeStats]]:
+    """The newest change per key after ``since``, as a stream in the snapshot's columns; the stats are
+    complete on entry (the reduce has read every change), the rows come as the stream is read."""
+    reducer = NewestPerKey(change_schema(schema), schema.primary_key, memory_bytes, spill_dir)
+    try:
+        reducer.extend(table_changes(log, schema, since, until))
+        target = schema.arrow(with_meta=True)
+        batches = (b for reduced in reducer.results() for b in conform_changes(reduced, target).to_batches())
+        with pa.RecordBatchReader.from_batches(target, batches) as reader:
+            yield reader, reducer.stats
+    finally:
+        reducer.close()
+
+
+def apply_changes(engine: DeltaEngine, snap: DeltaSnapshot, schema: TableSchema,
+                  changes: Changes, until: Scn) -> MergeCounts | None:
     """Merge reduced changes that bring the snapshot up to ``until``.
 
     A replay (``until`` at or below the applied SCN) changes nothing and returns None; rows
@@ -131,8 +165,6 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
     ``rebuild``: restore the snapshot as its last bootstrap left it (Delta time travel) and replay
     the retained log from there; refused if the log no longer reaches back that far.
     """
-    from pyspark.sql import functions as F
-
     started = time.monotonic()
     log = ChangeLog(config.lake, source_cfg.name)
     snap = DeltaSnapshot(config.lake, source_cfg.name, table)
@@ -172,17 +204,20 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
         to_scn = applied
         if until > applied and latest is not None:
             schema = latest[1]
-            changes = read_changes(spark, config, source_cfg.name, table, applied, until).cache()
-            try:
-                stats = changes.agg(*[F.count(F.when(F.col("__op") == op, 1)).alias(op) for op in "iud"],
-                                    F.countDistinct("__window_scn").alias("windows")).collect()[0]
-                by_op = {op: stats[op] for op in "iud" if stats[op]}
-                events, windows = sum(by_op.values()), stats["windows"]
-                merged = to_merge_table(reduce_latest(changes, schema.primary_key), schema)
-            finally:
-                changes.unpersist()
-            progress(f"{table}: merging {merged.num_rows} keys from {events} events, SCN {applied}..{until}")
-            counts = apply_changes(engine, snap, schema, merged, until) or MergeCounts()
+            with ExitStack() as cleanup:
+                changes: pa.RecordBatchReader | DataFrame
+                if isinstance(engine, DeltaSparkEngine):
+                    read = read_changes(spark, config, source_cfg.name, table, applied, until).cache()
+                    cleanup.callback(read.unpersist)
+                    changes = to_merge_frame(reduce_latest(read, schema.primary_key), schema)
+                    stats = spark_stats(read)
+                else:
+                    changes, stats = cleanup.enter_context(reduced_in_process(
+                        log, schema, applied, until, config.merge.memory_mb * 2**20, config.merge.spill_dir))
+                by_op, events, windows = stats.events_by_op, stats.events, stats.windows
+                spilled = f", {stats.spilled_bytes / 2**20:,.0f} MiB spilled to disk" if stats.spilled_bytes else ""
+                progress(f"{table}: merging {events} events in {windows} windows, SCN {applied}..{until}{spilled}")
+                counts = apply_changes(engine, snap, schema, changes, until) or MergeCounts()
             to_scn = until
         return TableSyncResult(
             source=source_cfg.name, table=table, engine=engine.name, bootstrapped_at=bootstrapped_at,
@@ -191,6 +226,14 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
             snapshot_rows=snap.row_count(), log_scn=until, delta_version=snap.version(),
             duration_s=time.monotonic() - started,
         )
+
+
+def spark_stats(changes: DataFrame) -> ChangeStats:
+    from pyspark.sql import functions as F
+
+    stats = changes.agg(*[F.count(F.when(F.col("__op") == op, 1)).alias(op) for op in "iud"],
+                        F.countDistinct("__window_scn").alias("windows")).collect()[0]
+    return ChangeStats({op: stats[op] for op in "iud" if stats[op]}, stats["windows"])
 
 
 def sync_source(spark: SparkSession, config: DatabusConfig, source: str, tables: Sequence[str] | None = None,

@@ -1,0 +1,144 @@
+"""The in-process reduce: newest change per key in bounded memory, the same rows whether it spills or not,
+and the same rows as the Spark reduce over a real change log."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from dagster_databus import pipeline
+from dagster_databus.core.scn import Scn
+from dagster_databus.log.columns import CHANGE_META, table_changes
+from dagster_databus.log.store import ChangeLog
+from dagster_databus.snapshot.delta import DeltaRsEngine, DeltaSnapshot
+from dagster_databus.snapshot.merge import (
+    apply_changes,
+    read_changes,
+    reduce_latest,
+    reduced_in_process,
+    to_merge_table,
+)
+from dagster_databus.snapshot.reduce import NewestPerKey
+from tests.conftest import assert_snapshots_match, cycle
+from tests.harness import SqliteHarness, make_config
+
+SCHEMA = pa.schema([("region", pa.string()), ("id", pa.int64()), ("v", pa.float64()),
+                    *(pa.field(n, t) for n, t in CHANGE_META)])
+SHOP = [("customers", ["id"]), ("orders", ["id"]), ("order_items", ["order_id", "line_no"])]
+
+
+def random_changes(seed: int, events: int = 5_000, per_batch: int = 700) -> list[pa.RecordBatch]:
+    """Events in log order over a two-column key, windows of 1..9 events that straddle batch edges."""
+    rng = random.Random(seed)
+    rows, scn, seq, window = [], 0, 0, 0
+    for _ in range(events):
+        if seq == 0 or rng.random() < 0.2:
+            scn += rng.randint(1, 5)
+            window, seq = scn, 0
+        seq += 1
+        region, key = rng.choice(["eu", "us", "日本", ""]), rng.randint(1, 400)
+        rows.append({"region": region, "id": key, "v": rng.random(), "__scn": scn, "__seq": seq,
+                     "__window_scn": window, "__op": rng.choice("iud"), "__commit_ts_ms": scn * 10,
+                     "__partition": hash((region, key)) & 0xFFFF})
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    return table.to_batches(max_chunksize=per_batch)
+
+
+def newest_by_hand(batches: list[pa.RecordBatch]) -> dict[tuple, dict]:
+    newest: dict[tuple, dict] = {}
+    for row in pa.Table.from_batches(batches).to_pylist():
+        key = (row["region"], row["id"])
+        if key not in newest or (row["__scn"], row["__seq"]) > (newest[key]["__scn"], newest[key]["__seq"]):
+            newest[key] = row
+    return newest
+
+
+def reduced(reducer: NewestPerKey) -> dict[tuple, dict]:
+    out = pa.Table.from_batches(list(reducer.results()), SCHEMA).to_pylist()
+    keys = [(r["region"], r["id"]) for r in out]
+    assert len(set(keys)) == len(keys)
+    return dict(zip(keys, out, strict=True))
+
+
+@pytest.mark.parametrize("budget", [1 << 30, 1], ids=["in-memory", "spilled"])
+def test_the_newest_event_of_every_key_survives_whether_or_not_it_spills(budget: int, tmp_path: Path) -> None:
+    batches = random_changes(seed=3)
+    reducer = NewestPerKey(SCHEMA, ["region", "id"], budget_bytes=budget, spill_dir=tmp_path).extend(batches)
+    assert (reducer.stats.spilled_bytes > 0) == (budget == 1)
+    assert reduced(reducer) == newest_by_hand(batches)
+    table = pa.Table.from_batches(batches)
+    assert reducer.stats.events == table.num_rows
+    assert reducer.stats.events_by_op == {op: table["__op"].to_pylist().count(op) for op in "iud"}
+    assert reducer.stats.windows == len(set(table["__window_scn"].to_pylist()))
+    assert list(tmp_path.iterdir()) == []  # spill files removed once read
+
+
+def test_rows_out_of_log_order_are_still_reduced_by_scn_then_seq() -> None:
+    batches = random_changes(seed=5, events=2_000)
+    shuffled = pa.Table.from_batches(batches).take(pa.array(random.Random(1).sample(range(2_000), 2_000)))
+    reducer = NewestPerKey(SCHEMA, ["region", "id"]).extend(shuffled.to_batches(max_chunksize=333))
+    assert reduced(reducer) == newest_by_hand(batches)
+
+
+def test_spill_files_go_when_the_reduce_is_abandoned(tmp_path: Path) -> None:
+    reducer = NewestPerKey(SCHEMA, ["region", "id"], budget_bytes=1, spill_dir=tmp_path)
+    reducer.extend(random_changes(seed=7, events=500))
+    assert any(tmp_path.iterdir())
+    results = reducer.results()
+    next(results)
+    results.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_in_process_and_spark_reduce_give_the_same_rows_from_a_real_log(tmp_path: Path, spark) -> None:
+    source = SqliteHarness(tmp_path / "source.db")
+    source.create_shop()
+    config = make_config(tmp_path / "lake", source.source_config("shop", SHOP, poll={"chunk_rows": 50}))
+    workload = source.workload(seed=4)
+    workload.run(20)
+    cycle(config, spark)
+    applied = {t: DeltaSnapshot(config.lake, "shop", t).applied_scn() for t, _ in SHOP}
+    workload.run(120, rollback_every=5)
+    pipeline.capture(config, "shop")
+    log = ChangeLog(config.lake, "shop")
+    until = log.committed_scn()
+    for table, key in SHOP:
+        schema = log.schemas.latest(table)[1]
+        in_spark = to_merge_table(reduce_latest(read_changes(spark, config, "shop", table, applied[table], until),
+                                                key), schema)
+        with reduced_in_process(log, schema, applied[table], until, memory_bytes=1,
+                                spill_dir=tmp_path) as (changes, stats):
+            assert stats.spilled_bytes > 0
+            in_process = changes.read_all()
+        assert in_process.schema == in_spark.schema
+        assert sorted(in_process.to_pylist(), key=lambda r: [r[k] for k in key]) == \
+            sorted(in_spark.to_pylist(), key=lambda r: [r[k] for k in key])
+        assert stats.events == sum(b.num_rows for b in table_changes(log, schema, applied[table], until)) > 0
+    # The spilled stream merged into the snapshots leaves them equal to the source.
+    for table, _ in SHOP:
+        schema = log.schemas.latest(table)[1]
+        with reduced_in_process(log, schema, applied[table], until, memory_bytes=1) as (changes, _):
+            counts = apply_changes(DeltaRsEngine(), DeltaSnapshot(config.lake, "shop", table), schema, changes, until)
+        assert counts is not None and counts.inserted + counts.updated + counts.deleted > 0
+    assert_snapshots_match(config)
+    assert all(DeltaSnapshot(config.lake, "shop", t).applied_scn() == until for t, _ in SHOP)
+    assert list(tmp_path.glob("databus-reduce-*")) == []
+
+
+def test_a_replayed_range_streams_nothing_into_the_snapshot(tmp_path: Path, spark) -> None:
+    source = SqliteHarness(tmp_path / "source.db")
+    source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)",
+                    ("INSERT INTO items VALUES (?, ?)", (1, "a"))])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
+    cycle(config, spark)
+    source.execute([("UPDATE items SET name = ? WHERE id = ?", ("b", 1))])
+    cycle(config, spark)
+    snap = DeltaSnapshot(config.lake, "shop", "items")
+    version, log = snap.version(), ChangeLog(config.lake, "shop")
+    schema = log.schemas.latest("items")[1]
+    with reduced_in_process(log, schema, Scn.BEGINNING, log.committed_scn(), memory_bytes=1 << 20) as (changes, _):
+        assert apply_changes(DeltaRsEngine(), snap, schema, changes, log.committed_scn()) is None
+    assert snap.version() == version and snap.read().to_pylist() == [{"id": 1, "name": "b"}]
