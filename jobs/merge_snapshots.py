@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
-        results = sync_source(get_spark(config.spark), config, args.source, args.tables,
+        results = sync_source(lambda: get_spark(config.spark), config, args.source, args.tables,
                               progress=lambda m: print(m, flush=True))
     except DatabusError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from dagster_databus import pipeline
+from dagster_databus.config import SparkConfig
 from dagster_databus.core.scn import Scn
 from dagster_databus.log.columns import CHANGE_META, table_changes
 from dagster_databus.log.store import ChangeLog
@@ -19,9 +20,11 @@ from dagster_databus.snapshot.merge import (
     read_changes,
     reduce_latest,
     reduced_in_process,
+    sync_source,
     to_merge_table,
 )
 from dagster_databus.snapshot.reduce import NewestPerKey
+from dagster_databus.snapshot.spark import may_commit_with_delta_spark
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SqliteHarness, make_config
 
@@ -142,3 +145,32 @@ def test_a_replayed_range_streams_nothing_into_the_snapshot(tmp_path: Path, spar
     with reduced_in_process(log, schema, Scn.BEGINNING, log.committed_scn(), memory_bytes=1 << 20) as (changes, _):
         assert apply_changes(DeltaRsEngine(), snap, schema, changes, log.committed_scn()) is None
     assert snap.version() == version and snap.read().to_pylist() == [{"id": 1, "name": "b"}]
+
+
+def test_sqlite_bootstrap_and_delta_rs_merge_never_start_spark(tmp_path: Path) -> None:
+    source = SqliteHarness(tmp_path / "source.db")
+    source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)",
+                    ("INSERT INTO items VALUES (?, ?)", (1, "a"))])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
+
+    def no_spark() -> None:
+        raise AssertionError("a delta-rs merge of a SQLite table asked for a Spark session")
+
+    for statement in ["UPDATE items SET name = 'b' WHERE id = 1", "INSERT INTO items VALUES (2, 'c')"]:
+        pipeline.install(config, "shop")
+        pipeline.capture(config, "shop")
+        results = sync_source(no_spark, config, "shop")
+        assert results[0].engine == "delta-rs"
+        source.execute([statement])
+    pipeline.capture(config, "shop")
+    assert sync_source(no_spark, config, "shop")[0].events == 1
+    assert_snapshots_match(config)
+
+
+def test_configured_delta_jars_make_the_merge_ask_for_the_session(tmp_path: Path) -> None:
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "delta-spark_2.13-4.0.0.jar").write_bytes(b"")
+    assert not may_commit_with_delta_spark(SparkConfig())
+    assert may_commit_with_delta_spark(SparkConfig(delta_jars=jars))
+    assert may_commit_with_delta_spark(SparkConfig(conf={"spark.jars.packages": "io.delta:delta-spark_2.13:4.0.0"}))

@@ -154,10 +154,10 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
         tables = [t.name for t in source.tables if snapshot_key(name, t.name) in context.selected_asset_keys
                   and (not config.tables or t.name in config.tables)]
         with clear_errors(context):
-            spark = databus.spark()
-            engine = pick_engine(spark)
+            # databus.spark starts Spark only if a step needs it (a server bootstrap, delta-spark).
+            engine = pick_engine(databus.spark, lake_config)
             for table in tables:
-                result = sync_table(spark, lake_config, source, table, engine, progress=context.log.info,
+                result = sync_table(databus.spark, lake_config, source, table, engine, progress=context.log.info,
                                     mode=config.mode)
                 yield dg.MaterializeResult(asset_key=snapshot_key(name, table), metadata=_snapshot_metadata(result))
             retention = pipeline.enforce_retention(lake_config, name)

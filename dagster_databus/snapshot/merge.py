@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,6 +48,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 Progress = Callable[[str], None]
+# A Spark session, or a function that starts one when a step first needs it: a merge through delta-rs
+# of a table that is already bootstrapped never does, so it does not pay Spark's start-up.
+SparkLike: TypeAlias = "SparkSession | Callable[[], SparkSession]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +76,19 @@ class TableSyncResult:
         return max(0, self.log_scn.value - self.to_scn.value)
 
 
-def pick_engine(spark: SparkSession) -> DeltaEngine:
-    from dagster_databus.snapshot.spark import delta_spark_available
+def pick_engine(spark: SparkLike, config: DatabusConfig | None = None) -> DeltaEngine:
+    """delta-spark when its classes load in the session, else delta-rs; with ``config`` saying delta-spark
+    cannot be on the classpath, delta-rs without starting a session."""
+    from dagster_databus.snapshot.spark import delta_spark_available, may_commit_with_delta_spark
 
-    return DeltaSparkEngine(spark) if delta_spark_available(spark) else DeltaRsEngine()
+    if config is not None and not may_commit_with_delta_spark(config.spark):
+        return DeltaRsEngine()
+    session = session_of(spark)
+    return DeltaSparkEngine(session) if delta_spark_available(session) else DeltaRsEngine()
+
+
+def session_of(spark: SparkLike) -> SparkSession:
+    return spark() if callable(spark) else spark  # type: ignore[return-value]
 
 
 def read_changes(spark: SparkSession, config: DatabusConfig, source: str, table: str,
@@ -156,7 +168,7 @@ def apply_changes(engine: DeltaEngine, snap: DeltaSnapshot, schema: TableSchema,
 SyncMode = Literal["merge", "bootstrap", "rebuild"]
 
 
-def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceConfig, table: str,
+def sync_table(spark: SparkLike, config: DatabusConfig, source_cfg: SourceConfig, table: str,
                engine: DeltaEngine, progress: Progress = lambda _: None, mode: SyncMode = "merge") -> TableSyncResult:
     """Bring ``table``'s snapshot up to the log's high watermark.
 
@@ -191,7 +203,8 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
             applied = None
         if applied is None:
             source = open_source(source_cfg, config.lake)
-            snapshot = source.snapshot(table, spark=spark)
+            # SQLite is read in one consistent transaction in this process; servers in parallel Spark tasks.
+            snapshot = source.snapshot(table, spark=session_of(spark) if source_cfg.kind != "sqlite" else None)
             progress(f"{table}: bootstrapping from the source at SCN {snapshot.scn}")
             log.schemas.register(snapshot.schema)
             with disk_errors(f"bootstrapping {source_cfg.name}.{table} into Delta", snap.path):
@@ -207,7 +220,7 @@ def sync_table(spark: SparkSession, config: DatabusConfig, source_cfg: SourceCon
             with ExitStack() as cleanup:
                 changes: pa.RecordBatchReader | DataFrame
                 if isinstance(engine, DeltaSparkEngine):
-                    read = read_changes(spark, config, source_cfg.name, table, applied, until).cache()
+                    read = read_changes(engine.spark, config, source_cfg.name, table, applied, until).cache()
                     cleanup.callback(read.unpersist)
                     changes = to_merge_frame(reduce_latest(read, schema.primary_key), schema)
                     stats = spark_stats(read)
@@ -236,10 +249,10 @@ def spark_stats(changes: DataFrame) -> ChangeStats:
     return ChangeStats({op: stats[op] for op in "iud" if stats[op]}, stats["windows"])
 
 
-def sync_source(spark: SparkSession, config: DatabusConfig, source: str, tables: Sequence[str] | None = None,
+def sync_source(spark: SparkLike, config: DatabusConfig, source: str, tables: Sequence[str] | None = None,
                 progress: Progress = lambda _: None, mode: SyncMode = "merge") -> list[TableSyncResult]:
     source_cfg = config.source(source)
-    engine = pick_engine(spark)
+    engine = pick_engine(spark, config)
     names = list(tables) if tables is not None else [t.name for t in source_cfg.tables]
     with task_errors():
         return [sync_table(spark, config, source_cfg, name, engine, progress, mode) for name in names]

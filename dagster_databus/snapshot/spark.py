@@ -69,6 +69,14 @@ def _build(config: SparkConfig) -> SparkSession:
     return session
 
 
+def may_commit_with_delta_spark(config: SparkConfig) -> bool:
+    """Whether delta-spark could be on the session's classpath; when not, merges need no Spark session."""
+    if delta_jar_dir(config) is not None:
+        return True
+    return any("delta" in value.lower() for key, value in config.conf.items()
+               if key.startswith("spark.jars") or key in ("spark.sql.extensions", "spark.driver.extraClassPath"))
+
+
 def delta_spark_available(spark: SparkSession) -> bool:
     """True when delta-spark's classes load in this session's JVM."""
     try:
