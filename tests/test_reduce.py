@@ -12,6 +12,7 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.config import SparkConfig
 from dagster_databus.core.scn import Scn
+from dagster_databus.errors import ChangeLogCorruptError
 from dagster_databus.log.columns import CHANGE_META, table_changes
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaRsEngine, DeltaSnapshot
@@ -174,3 +175,26 @@ def test_configured_delta_jars_make_the_merge_ask_for_the_session(tmp_path: Path
     assert not may_commit_with_delta_spark(SparkConfig())
     assert may_commit_with_delta_spark(SparkConfig(delta_jars=jars))
     assert may_commit_with_delta_spark(SparkConfig(conf={"spark.jars.packages": "io.delta:delta-spark_2.13:4.0.0"}))
+
+
+def test_a_damaged_segment_is_named_not_misread(tmp_path: Path) -> None:
+    source = SqliteHarness(tmp_path / "source.db")
+    source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)"]
+                   + [("INSERT INTO items VALUES (?, ?)", (i, f"name {i}")) for i in range(500)])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
+    pipeline.install(config, "shop")
+    source.execute([("UPDATE items SET name = ? WHERE id = ?", (f"new {i}", i)) for i in range(500)])
+    pipeline.capture(config, "shop")
+    log = ChangeLog(config.lake, "shop")
+    schema = log.schemas.latest("items")[1]
+    assert sum(b.num_rows for b in table_changes(log, schema, Scn.BEGINNING)) == 500
+    segment = log.manifest().segments[-1]
+    path = log.segments_dir / segment.file
+    data = bytearray(path.read_bytes())
+    data[-40:-20] = bytes(20)  # inside the last block's compressed records or its sync marker
+    path.write_bytes(bytes(data))
+    with pytest.raises(ChangeLogCorruptError, match=segment.file):
+        list(table_changes(log, schema, Scn.BEGINNING))
+    path.unlink()
+    with pytest.raises(ChangeLogCorruptError, match="missing"):
+        list(table_changes(log, schema, Scn.BEGINNING))

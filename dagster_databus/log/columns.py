@@ -3,18 +3,24 @@
 The merge (in-process and in Spark tasks) reads the log through this: each batch has the
 table's latest columns in their snapshot (Delta) types, then the event metadata. A column an
 older schema version lacks is null; a dropped column is left out.
+
+Segments are decoded in bulk by ``avro_decode`` (no Python per value, no per-record dicts).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
-from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.log.store import ChangeLog, SegmentInfo, avro_conversions
+from dagster_databus.errors import ChangeLogCorruptError
+from dagster_databus.log.avro_columnar import Field
+from dagster_databus.log.avro_decode import decode_segment, read_container
+from dagster_databus.log.store import EVENT_AVRO_FIELDS, ROW_NAMESPACE, ChangeLog, SegmentInfo
 
 # Event metadata after the table's own columns; ``__partition`` is the key's stored hash bucket.
 CHANGE_META: tuple[tuple[str, pa.DataType], ...] = (
@@ -40,42 +46,48 @@ def table_changes(log: ChangeLog, schema: TableSchema, since: Scn, until: Scn | 
 def segment_changes(log: ChangeLog, segment: SegmentInfo, schema: TableSchema, since: Scn, until: Scn | None,
                     rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """The events of ``schema.table`` in one segment (see ``table_changes``)."""
-    lo, hi = since.value, until.value if until is not None else None
     target = change_schema(schema)
-    versions: dict[str, TableSchema] = {}
-    pending: list[tuple[dict[str, Any], str]] = []
-    with log.open_segment(segment) as (records, row_tables):
-        names = {name for name, (table, _) in row_tables.items() if table == schema.table}
-        for name, rec in records:
-            if name not in names:
-                continue
-            scn = rec["__scn"]
-            if scn <= lo or (hi is not None and scn > hi):
-                continue
-            pending.append((rec, name))
-            if len(pending) >= rows:
-                yield _to_batch(log, schema, target, pending, row_tables, versions)
-                pending = []
-    if pending:
-        yield _to_batch(log, schema, target, pending, row_tables, versions)
+    low, high = pa.scalar(since.value, pa.int64()), pa.scalar(until.value if until else 2**63 - 1, pa.int64())
+    try:
+        for decoded_batch in _decoded(log, segment, schema.table):
+            batch = _conform(decoded_batch, target)
+            scn = batch.column("__scn")
+            batch = batch.filter(pc.and_(pc.greater(scn, low), pc.less_equal(scn, high)))
+            for start in range(0, batch.num_rows, rows):
+                yield batch.slice(start, rows)
+    except ValueError as exc:
+        raise ChangeLogCorruptError(
+            f"segment {segment.file} of source {log.source!r} cannot be decoded: {exc}",
+            "restore the segment from backup, or bootstrap the source", source=log.source) from None
 
 
-def _to_batch(log: ChangeLog, schema: TableSchema, target: pa.Schema, pending: list[tuple[dict[str, Any], str]],
-              row_tables: dict[str, tuple[str, int]], versions: dict[str, TableSchema]) -> pa.RecordBatch:
-    for _, name in pending:
-        if name not in versions:
-            versions[name] = log.schemas.load(*row_tables[name])
-    for name in {name for _, name in pending}:
-        # time is stored as microseconds, its snapshot form too: no round trip through timedelta.
-        conversions = [(c, f) for c, f in avro_conversions(versions[name], "from")
-                       if versions[name].column(c).type.kind != "time"]
-        if conversions:
-            for rec, rec_name in pending:
-                if rec_name == name:
-                    for column, convert in conversions:
-                        rec[column] = convert(rec[column])
-    recs = [rec for rec, _ in pending]
-    arrays = [pa.array([rec.get(c.name) for rec in recs], type=c.type.arrow()) if c.type.kind == "time"
-              else c.type.to_arrow([rec.get(c.name) for rec in recs]) for c in schema.columns]
-    arrays += [pa.array([rec[n] for rec in recs], type=t) for n, t in CHANGE_META]
+def _decoded(log: ChangeLog, segment: SegmentInfo, table: str) -> Iterator[pa.RecordBatch]:
+    """The segment's records of ``table`` in log order (a segment holds one schema version per table, so
+    one union branch)."""
+    path = log.segments_dir / segment.file
+    try:
+        with open(path, "rb") as f:
+            metadata, _ = read_container(f)
+    except FileNotFoundError:
+        raise ChangeLogCorruptError(
+            f"segment {segment.file} (SCN {segment.first_scn}..{segment.last_scn}) is listed in "
+            f"{log.manifest_path} but missing from {log.segments_dir}",
+            "restore the segment from backup, or bootstrap the source", source=log.source) from None
+    rows = json.loads(metadata.get("databus.rows") or "null")
+    if not isinstance(rows, dict):
+        raise ValueError("no databus.rows metadata")
+    branches = {f"{ROW_NAMESPACE}.{name}": [*(Field(c.name, c.type) for c in log.schemas.load(t, v).columns),
+                                           *EVENT_AVRO_FIELDS]
+                for name, (t, v) in rows.items() if t == table}
+    if not branches:
+        return iter(())
+    if len(branches) > 1:
+        raise ValueError(f"{len(branches)} row records of table {table!r}")
+    return (batch for _, batch, _ in decode_segment(path, branches))
+
+
+def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    names = batch.schema.names
+    arrays = [batch.column(f.name).cast(f.type) if f.name in names else pa.nulls(batch.num_rows, f.type)
+              for f in target]
     return pa.RecordBatch.from_arrays(arrays, schema=target)
