@@ -355,7 +355,7 @@ class Decoder:
         ``workers`` > 1 decodes that many groups at once on threads (the kernels let go of the GIL),
         still yielding in order.
         """
-        groups = self._groups(blocks, rows)
+        groups = self.groups(blocks, rows)
         if workers <= 1:
             for group, first in groups:
                 yield from self.decode_blocks(group, first)
@@ -370,7 +370,8 @@ class Decoder:
                 yield from pending.popleft().result()
 
     @staticmethod
-    def _groups(blocks: Iterable[Block], rows: int) -> Iterator[tuple[list[Block], int]]:
+    def groups(blocks: Iterable[Block], rows: int = GROUP_ROWS) -> Iterator[tuple[list[Block], int]]:
+        """Consecutive blocks of at least ``rows`` records, each with the position of its first record."""
         group: list[Block] = []
         count = first = 0
         for block in blocks:
