@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby
 
 import numpy as np
@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster_databus.core.events import OPS, ChangeEvent, Window, encode_key
-from dagster_databus.core.schema import TableSchema
+from dagster_databus.core.schema import ColumnsConverter, TableSchema
 from dagster_databus.core.scn import Scn
 
 EVENT_SCHEMA = pa.schema([
@@ -118,6 +118,57 @@ class ChangeBatch:
         for window, group in groupby(events, key=lambda item: item[0]):
             windows.append(Window(scn=Scn(window), events=tuple(e for _, _, e in group)))
         return windows
+
+
+@dataclass(slots=True)
+class _TableRows:
+    schema: TableSchema
+    convert: ColumnsConverter
+    images: list[Mapping[str, object]] = field(default_factory=list)
+    ops: list[str] = field(default_factory=list)
+    windows: list[Scn] = field(default_factory=list)
+    seqs: list[int] = field(default_factory=list)
+    commits: list[int] = field(default_factory=list)
+
+
+class ChangeBatchBuilder:
+    """Row images of whole windows gathered by table as a capture reads them, then converted a column at
+    a time (``TableSchema.column_converter``) into one ``ChangeBatch``: no event object per row."""
+
+    def __init__(self) -> None:
+        self._tables: dict[str, _TableRows] = {}
+        self.events = 0
+
+    def add(self, schema: TableSchema, convert: ColumnsConverter, op: str, image: Mapping[str, object],
+            window: Scn, seq: int, commit_ts_ms: int) -> None:
+        """One event; its SCN is its window's (a window is one source transaction). ``convert`` must be
+        the same for every event of a table in one batch."""
+        rows = self._tables.get(schema.table)
+        if rows is None:
+            rows = self._tables[schema.table] = _TableRows(schema, convert)
+        rows.images.append(image)
+        rows.ops.append(op)
+        rows.windows.append(window)
+        rows.seqs.append(seq)
+        rows.commits.append(commit_ts_ms)
+        self.events += 1
+
+    def build(self) -> ChangeBatch:
+        tables = {}
+        for table, rows in self._tables.items():
+            schema = rows.schema
+            windows = rows.windows
+            arrays = rows.convert(rows.images, lambda i, w=windows: f"the transaction committed at SCN {w[i]}")
+            at = {name: i for i, name in enumerate(schema.column_names)}
+            key_arrays = [arrays[at[k]] for k in schema.primary_key]
+            # Keys as encode_key writes an event's key: from the canonical values (time as timedelta, ...).
+            canonical = [schema.column(k).type.from_arrow(arrays[at[k]]) for k in schema.primary_key]
+            keys = encode_keys(key_arrays, list(zip(*canonical, strict=True)))
+            scns = pa.array([w.value for w in rows.windows], pa.int64())
+            arrays += [scns, scns, pa.array(rows.seqs, pa.int32()), pa.array(rows.ops, pa.string()), keys,
+                       partitions(keys), pa.array(rows.commits, pa.int64())]
+            tables[table] = pa.RecordBatch.from_arrays(arrays, schema=batch_schema(schema))
+        return ChangeBatch(tables)
 
 
 def batch_schema(schema: TableSchema) -> pa.Schema:

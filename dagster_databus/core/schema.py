@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,10 @@ META_COLUMNS: dict[str, pa.DataType] = {
 
 VALUE_FIX = ("correct the value in the source, or give the column a type that holds it (docs/types.md lists how each "
              "declared type is captured), then re-run the install asset and `databus bootstrap --source {source}`")
+
+
+# Row images (driver values by column name) and a "where" of each row's index → snapshot columns.
+ColumnsConverter = Callable[[Sequence[Mapping[str, Any]], Callable[[int], str]], list[pa.Array]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,30 @@ class TableSchema:
             return out
 
         return row
+
+    def column_converter(self, convert: Callable[[Column], Callable[[Any], Any]],
+                         fix: str = VALUE_FIX) -> ColumnsConverter:
+        """A converter of row images (driver values by column name) into this schema's snapshot columns,
+        a column at a time; a value that does not fit raises ``value_error`` with ``where(row index)``."""
+        steps = [(c, convert(c), c.type.check) for c in self.columns]
+
+        def columns(rows: Sequence[Mapping[str, Any]], where: Callable[[int], str]) -> list[pa.Array]:
+            arrays = []
+            for column, to_value, check in steps:
+                raw = [r.get(column.name) for r in rows]
+                try:
+                    values = [None if v is None else check(to_value(v)) for v in raw]
+                except TypeValueError:
+                    for i, v in enumerate(raw):  # the first value that does not fit, named with its row
+                        try:
+                            None if v is None else check(to_value(v))
+                        except TypeValueError as exc:
+                            raise self.value_error(column, v, str(exc), where(i), fix) from None
+                    raise
+                arrays.append(column.type.to_arrow(values))
+            return arrays
+
+        return columns
 
     def batch(self, convert: Callable[[Column], Callable[[Any], Any]], where: str,
               fix: str = VALUE_FIX) -> Callable[[list[tuple[Any, ...]]], pa.RecordBatch]:

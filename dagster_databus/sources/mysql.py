@@ -22,7 +22,8 @@ import pyarrow as pa
 import pymysql
 
 from dagster_databus.config import MysqlSourceConfig
-from dagster_databus.core.events import ChangeEvent, Op, Window
+from dagster_databus.core.batch import ChangeBatch, ChangeBatchBuilder
+from dagster_databus.core.events import Op
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
@@ -101,7 +102,6 @@ class MysqlSource:
         self.config = config
         self.name = config.name
         self._schemas: dict[str, TableSchema] | None = None
-        self._pending_schemas: dict[str, TableSchema] = {}
         self._shapes: dict[tuple[Any, ...], tuple[TableSchema, Any]] = {}
         self.role: Role = "primary"  # the server capture reads: the checkpoint's, see attach()
         self.era = 0  # failovers so far: the high bits of every SCN this source makes
@@ -406,7 +406,7 @@ class MysqlSource:
     # -- polling -----------------------------------------------------------------------
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
-             state: Mapping[str, str] | None = None) -> Iterator[list[Window]]:
+             state: Mapping[str, str] | None = None) -> Iterator[ChangeBatch]:
         from pymysqlreplication import BinLogStreamReader
         from pymysqlreplication.event import (
             FormatDescriptionEvent,
@@ -432,8 +432,7 @@ class MysqlSource:
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
                          FormatDescriptionEvent, MariadbGtidEvent],
         )
-        chunk: list[Window] = []
-        chunk_events = 0
+        chunk = ChangeBatchBuilder()
         pending: list[Pending] = []
         created = (state or {}).get("binlog_created", "")
         # The last transaction read: its GTID and commit time find the position again on a standby.
@@ -475,19 +474,17 @@ class MysqlSource:
                 stats.until = position
                 stats.state = {**self.base_state(current_file, created), **done}
                 if commit and pending:
-                    window, changed_shape = self._window(pending, position)
+                    if self._changes_shape(pending) and chunk.events:
+                        # One shape per table in a batch: the batch before the change is written first.
+                        stats.chunks += 1
+                        yield chunk.build()
+                        chunk = ChangeBatchBuilder()
+                    self._add_window(chunk, pending, position)
                     pending = []
-                    if changed_shape and chunk:
+                    if chunk.events >= self.config.poll.chunk_rows:
                         stats.chunks += 1
-                        yield chunk
-                        chunk, chunk_events = [], 0
-                    self._adopt(window)
-                    chunk.append(window)
-                    chunk_events += len(window.events)
-                    if chunk_events >= self.config.poll.chunk_rows:
-                        stats.chunks += 1
-                        yield chunk
-                        chunk, chunk_events = [], 0
+                        yield chunk.build()
+                        chunk = ChangeBatchBuilder()
                 if position >= bound:
                     break
         except pymysql.err.OperationalError as exc:
@@ -501,9 +498,9 @@ class MysqlSource:
                 "run again: capture resumes from the last durable checkpoint", source=self.name) from None
         finally:
             stream.close()
-        if chunk:
+        if chunk.events:
             stats.chunks += 1
-            yield chunk
+            yield chunk.build()
 
     def _row_changes(self, event: Any, ts_ms: int) -> list[Pending]:
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
@@ -535,7 +532,7 @@ class MysqlSource:
         if cached is None:
             schema = self._shape_schema(event)
             by_name = {c.name: c for c in event.columns}
-            cached = self._shapes[shape] = (schema, schema.converter(
+            cached = self._shapes[shape] = (schema, schema.column_converter(
                 lambda column: binlog_value(by_name[column.name], column, self.config.zero_dates)))
         return cached
 
@@ -560,22 +557,17 @@ class MysqlSource:
                              primary_key=known.primary_key)
         return known if schema == known else schema
 
-    def _window(self, pending: list[Pending],
-                position: Scn) -> tuple[Window, bool]:
-        events, changed = [], False
+    def _changes_shape(self, pending: list[Pending]) -> bool:
         current = self.schemas()
-        for seq, (table, op, values, schema, ts_ms, convert) in enumerate(pending):
-            changed = changed or (schema is not current[table] and schema != current[table])
-            image = convert(values, f"the transaction committed at SCN {position}")
-            events.append(ChangeEvent(scn=position, seq=seq, table=table, op=op,
-                                      key=tuple(image[k] for k in schema.primary_key), row=image, commit_ts_ms=ts_ms))
-        self._pending_schemas = {table: schema for table, _, _, schema, _, _ in pending}
-        return Window(scn=position, events=tuple(events)), changed
+        return any(schema is not current[table] and schema != current[table] for table, _, _, schema, _, _ in pending)
 
-    def _adopt(self, window: Window) -> None:
-        """Make the shapes the window was decoded with the current ones (for ``schemas()``)."""
+    def _add_window(self, chunk: ChangeBatchBuilder, pending: list[Pending], position: Scn) -> None:
+        """The transaction's row changes into ``chunk``; the shapes they were decoded with become the
+        current ones (for ``schemas()``)."""
+        for seq, (_, op, values, schema, ts_ms, convert) in enumerate(pending):
+            chunk.add(schema, convert, op.value, values, position, seq, ts_ms)
         assert self._schemas is not None
-        self._schemas.update(self._pending_schemas)
+        self._schemas.update({table: schema for table, _, _, schema, _, _ in pending})
 
     def _note_ddl(self, event: Any, query: str, position: Scn, stats: PollStats) -> None:
         match = _DDL.match(query)
