@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from dagster_databus import pipeline
@@ -90,6 +91,11 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
     return 0
 
 
+class OutputClosed(BaseException):
+    """stdout's reader closed it (``tail | head``). A BaseException, so the client's rollback-and-retry
+    does not catch it: the window in progress is not acknowledged and the checkpoint stays where it was."""
+
+
 class JsonLinesConsumer(DatabusConsumer):
     """Prints each data event as one JSON line, every value in its type's one text form (docs/types.md)."""
 
@@ -106,9 +112,12 @@ class JsonLinesConsumer(DatabusConsumer):
     def on_data_event(self, event: ChangeEvent) -> None:
         types = self._column_types(event.table)
         row = {name: types[name].to_json(v) if name in types else json_value(v) for name, v in event.row.items()}
-        print(json.dumps({"scn": str(event.scn), "seq": event.seq, "table": event.table, "op": event.op.value,
-                          "key": [json_value(v) for v in event.key], "commit_ts_ms": event.commit_ts_ms,
-                          "row": row}, ensure_ascii=False), flush=True)
+        try:
+            print(json.dumps({"scn": str(event.scn), "seq": event.seq, "table": event.table, "op": event.op.value,
+                              "key": [json_value(v) for v in event.key], "commit_ts_ms": event.commit_ts_ms,
+                              "row": row}, ensure_ascii=False), flush=True)
+        except BrokenPipeError:
+            raise OutputClosed from None
 
 
 def _tail(config: DatabusConfig, args: argparse.Namespace) -> int:
@@ -132,24 +141,39 @@ def _tail(config: DatabusConfig, args: argparse.Namespace) -> int:
             client.follow(interval_s=args.interval)
         else:
             client.run()
-    except KeyboardInterrupt:
-        pass
+    except OutputClosed:
+        # Nothing more can be printed; point stdout at /dev/null so the interpreter's last flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     finally:
         client.close()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C: stop quietly; every checkpoint written so far is whole
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    config_help = "config file (default: $DATABUS_CONFIG, else the demo config)"
     parser = argparse.ArgumentParser(prog="databus", description=__doc__)
-    parser.add_argument("--config", help="config file (default: $DATABUS_CONFIG, else the demo config)")
+    parser.add_argument("--config", help=config_help)
+    # --config is also accepted after the subcommand; there it must not reset one given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, help=config_help)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("validate", help="check the config and every source database; writes nothing")
-    install = sub.add_parser("install", help="install or update capture objects (idempotent)")
+    sub.add_parser("validate", parents=[common], help="check the config and every source database; writes nothing")
+    install = sub.add_parser("install", parents=[common], help="install or update capture objects (idempotent)")
     install.add_argument("--source")
-    boot = sub.add_parser("bootstrap", help="restart a source's change log and snapshots from its current position")
+    boot = sub.add_parser("bootstrap", parents=[common],
+                          help="restart a source's change log and snapshots from its current position")
     boot.add_argument("--source", required=True)
-    sub.add_parser("status", help="checkpoint, snapshot SCN and lag per source and table")
-    tail = sub.add_parser("tail", help="print a source's change events as JSON lines, keeping a checkpoint")
+    sub.add_parser("status", parents=[common], help="checkpoint, snapshot SCN and lag per source and table")
+    tail = sub.add_parser("tail", parents=[common],
+                          help="print a source's change events as JSON lines, keeping a checkpoint")
     tail.add_argument("--source", required=True)
     tail.add_argument("--tables", nargs="*", help="tables, in the order events of one window are grouped")
     tail.add_argument("--filter", help="partition filter, e.g. mod:10:[1,3] or range:1000:[0-4]")
@@ -168,8 +192,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return commands[args.command](load_config(args.config), args)
     except DatabusError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(exc.problem)}. Fix: {_one_line(exc.fix)}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the lake or a file named in the config: not readable, not writable, gone
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}. Fix: check that the path exists and that this user may "
+              "read and write it", file=sys.stderr)
+        return 2
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()).rstrip(".")
 
 
 if __name__ == "__main__":

@@ -285,6 +285,9 @@ def load_config(path: str | Path | None = None) -> DatabusConfig:
     try:
         text = file.read_text()
     except OSError as exc:
+        if path is not None and os.environ.get(CONFIG_ENV) != str(path):  # named by the caller (--config)
+            raise ConfigError(str(file), f"cannot read config file {file}: {exc.strerror or exc}",
+                              "pass the path of a readable YAML file (--config)") from None
         raise ConfigError(
             CONFIG_ENV, f"cannot read config file {file}: {exc.strerror or exc}",
             f"point {CONFIG_ENV} at a readable YAML file",

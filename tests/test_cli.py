@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +14,9 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.cli import main
 from dagster_databus.config import load_config
+from dagster_databus.core.scn import Scn
 from dagster_databus.demo.workload import ShopWorkload, create_shop
+from dagster_databus.log.store import ChangeLog
 
 
 @pytest.fixture
@@ -39,3 +45,66 @@ def test_validate_install_status(config_path: Path, capsys: pytest.CaptureFixtur
 def test_errors_exit_2_with_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--config", str(tmp_path / "missing.yaml"), "status"]) == 2
     assert "Fix:" in capsys.readouterr().err
+
+
+def test_config_goes_before_or_after_the_subcommand(config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--config", str(config_path)]) == 0
+    after = capsys.readouterr().out
+    assert main(["--config", str(config_path), "validate"]) == 0
+    assert capsys.readouterr().out == after and "shop: sqlite ok" in after
+
+
+def test_an_unreadable_config_is_one_line_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DATABUS_CONFIG", raising=False)
+    missing = tmp_path / "missing.yaml"
+    assert main(["status", "--config", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(missing) in err and "DATABUS_CONFIG" not in err and "Fix:" in err
+
+
+def _databus(*args: str, **kwargs: object) -> subprocess.Popen[str]:
+    return subprocess.Popen([str(Path(sys.executable).parent / "databus"), *args], text=True, **kwargs)
+
+
+@pytest.fixture
+def long_log(config_path: Path) -> Path:
+    ShopWorkload(config_path.parent / "shop.db", seed=2).run(400)
+    config = load_config(config_path)
+    pipeline.install(config, "shop")
+    ShopWorkload(config_path.parent / "shop.db", seed=3).run(400)
+    pipeline.capture(config, "shop")
+    return config_path
+
+
+def test_tail_into_a_closed_pipe_ends_quietly_with_its_checkpoint_intact(long_log: Path, tmp_path: Path) -> None:
+    checkpoint = tmp_path / "tail.ckpt"
+    tail = ["tail", "--config", str(long_log), "--source", "shop", "--no-bootstrap", "--from-scn", "0",
+            "--checkpoint", str(checkpoint)]
+    first = _databus(*tail, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert first.stdout is not None
+    line = first.stdout.readline()  # one line read, then the reader goes away (as `| head -1` does)
+    first.stdout.close()
+    err = first.stderr.read() if first.stderr else ""
+    assert first.wait(timeout=60) == 0 and err == "" and json.loads(line)["seq"] == 0
+    # Whatever was acknowledged before the pipe closed, the next run prints every event after it, once.
+    saved = json.loads(checkpoint.read_text())["scn"] if checkpoint.exists() else "0"
+    again = subprocess.run([str(Path(sys.executable).parent / "databus"), *tail], capture_output=True, text=True,
+                           timeout=120, check=True)
+    rest = [json.loads(x) for x in again.stdout.splitlines()]
+    config = load_config(long_log)
+    expected = [(str(e.event.scn), e.event.seq) for e in ChangeLog(config.lake, "shop").read(Scn.parse(str(saved)))]
+    assert [(x["scn"], x["seq"]) for x in rest] == expected and len(expected) > 100
+
+
+def test_ctrl_c_stops_tail_follow_without_a_traceback(long_log: Path, tmp_path: Path) -> None:
+    follow = _databus("tail", "--config", str(long_log), "--source", "shop", "--no-bootstrap", "--follow",
+                      "--checkpoint", str(tmp_path / "tail.ckpt"), "--interval", "0.2",
+                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "tail.ckpt").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    follow.send_signal(signal.SIGINT)
+    err = follow.stderr.read() if follow.stderr else ""
+    assert follow.wait(timeout=60) == 130 and "Traceback" not in err
+    assert json.loads((tmp_path / "tail.ckpt").read_text())["scn"]
