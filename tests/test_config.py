@@ -136,9 +136,18 @@ def test_unreadable_database_file_is_a_clear_error(tmp_path: Path, kind: str) ->
         assert target.read_bytes() == b"this is not a database" * 100
 
 
-def test_missing_config_file_names_the_environment_variable(tmp_path: Path) -> None:
+def test_missing_config_file_names_the_environment_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABUS_CONFIG", str(tmp_path / "nope.yaml"))
     with pytest.raises(ConfigError, match="DATABUS_CONFIG"):
+        load_config()
+
+
+def test_missing_config_file_named_by_the_caller_is_blamed_on_the_path(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DATABUS_CONFIG", raising=False)
+    with pytest.raises(ConfigError, match="nope.yaml") as err:
         load_config(tmp_path / "nope.yaml")
+    assert "DATABUS_CONFIG" not in str(err.value) and "--config" in err.value.fix
 
 
 def test_default_config_is_the_embedded_demo(monkeypatch: pytest.MonkeyPatch) -> None:
