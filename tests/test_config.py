@@ -145,7 +145,7 @@ def test_missing_config_file_names_the_environment_variable(tmp_path: Path, monk
 def test_missing_config_file_named_by_the_caller_is_blamed_on_the_path(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DATABUS_CONFIG", raising=False)
-    with pytest.raises(ConfigError, match="nope.yaml") as err:
+    with pytest.raises(ConfigError, match=r"nope\.yaml") as err:
         load_config(tmp_path / "nope.yaml")
     assert "DATABUS_CONFIG" not in str(err.value) and "--config" in err.value.fix
 
