@@ -86,6 +86,25 @@ def test_missing_replication_privileges_are_named_with_the_grant(mariadb: MariaD
     assert "lacks SELECT" not in str(err.value)
 
 
+def test_the_grant_hints_paste_as_they_are_for_an_account_bound_to_a_host(mariadb: MariaDBServer,
+                                                                          tmp_path: Path) -> None:
+    harness = MysqlHarness(mariadb)
+    harness.create_shop()
+    mariadb.execute("CREATE USER IF NOT EXISTS 'weak'@'127.0.0.1' IDENTIFIED BY 'pw'")
+    config = make_config(tmp_path / "lake", {**harness.source_config("shop", SHOP), "user": "weak",
+                                              "password": "pw"})
+    pasted: list[str] = []
+    for _ in range(2):  # first the database, then the replication privileges
+        with pytest.raises(CaptureNotInstalledError) as err:
+            pipeline.install(config, "shop")
+        hints = [line[line.index("GRANT "):] for line in str(err.value).splitlines() if "GRANT " in line]
+        assert hints and all(h.endswith("TO 'weak'@'127.0.0.1'") for h in hints), str(err.value)
+        mariadb.execute(*hints)  # as an operator would paste them
+        pasted += hints
+    assert len(pasted) == 3
+    pipeline.install(config, "shop")
+
+
 def test_wrong_password_and_unreachable_server_fail_fast(mariadb: MariaDBServer, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     harness = MysqlHarness(mariadb)

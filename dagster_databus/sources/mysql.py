@@ -175,6 +175,12 @@ class MysqlSource:
             if code == 1045:
                 raise ConfigError(self._field("password"), f"access denied for user {c.user!r} at {host}:{port}",
                                   "correct the user and password (or password_env) for this server") from None
+            if code == 1044:  # the account may log in but not use the database: the server names the account
+                account = re.search(r"'[^']*'@'[^']*'", str(exc.args[-1]))
+                grant = f"GRANT SELECT ON `{c.database}`.* TO {account.group(0) if account else repr(c.user)}"
+                raise CaptureNotInstalledError(
+                    f"user {c.user!r} may not read database {c.database!r} on {host}:{port}",
+                    f"as an administrator: {grant}", source=self.name) from None
             if code == 1049:
                 raise ConfigError(self._field("database"),
                                   f"database {c.database!r} does not exist on {host}:{port}",
@@ -280,12 +286,15 @@ class MysqlSource:
                             f"server's own server_id: set sources.{self.name}.server_id to another number")
         cur.execute("SHOW GRANTS")
         grants = " ".join(r[0].upper() for r in cur.fetchall())
+        # The account as the server matched it ('weak'@'127.0.0.1', not 'weak'@'%'), so the hint pastes as is.
+        user, _, host = str(self._query_one(cur, "SELECT CURRENT_USER()")[0]).rpartition("@")
+        account = f"'{user}'@'{host}'"
         for privilege in ("REPLICATION SLAVE", "REPLICATION CLIENT|BINLOG MONITOR", "SELECT"):
             options = privilege.split("|")
             if "ALL PRIVILEGES ON *.*" not in grants and not any(o in grants for o in options):
                 problems.append(f"user {self.config.user!r} lacks {options[0]}: GRANT {options[0]} ON "
-                                f"{'*.*' if privilege != 'SELECT' else self.config.database + '.*'} TO "
-                                f"'{self.config.user}'@'%'")
+                                f"{'*.*' if privilege != 'SELECT' else '`' + self.config.database + '`.*'} TO "
+                                f"{account}")
         return problems
 
     def require_installed(self) -> None:
