@@ -51,22 +51,35 @@ def _bootstrap(config: DatabusConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+STATUS_LEGEND = """\
+checkpoint: the change log holds every commit up to this SCN; snapshot: the Delta snapshot reflects the
+log up to this SCN; source: the source's current position; lag: how far behind, in SCN units (row-log
+sequence numbers for SQLite and Oracle, binlog bytes for MySQL): for a source the source minus the
+checkpoint, for a table or consumer the log minus where it stands; "-" where there is nothing yet."""
+
+
+def _behind(ahead: int | None, behind: int | None) -> str:
+    # A snapshot or checkpoint may be ahead of the figure it is compared with (a bootstrap reads the
+    # source at a later position than the log has reached): that is no lag, never a negative one.
+    return "-" if ahead is None or behind is None else str(max(0, ahead - behind))
+
+
 def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
     print(f"{'source/table':<28}{'checkpoint':>12}{'snapshot':>12}{'source':>12}{'lag':>8}{'segments':>10}{'bytes':>12}")
     for source in config.sources:
         log = ChangeLog(config.lake, source.name)
         manifest, checkpoint = log.manifest(), log.checkpoint()
         try:
-            hwm = str(open_source(source, config.lake).high_water_mark())
+            position: Scn | None = open_source(source, config.lake).high_water_mark()
         except DatabusError:
-            hwm = "?"
+            position = None
         cp = checkpoint.scn if checkpoint else None
-        lag = str(int(hwm) - cp.value) if cp is not None and hwm.isdigit() else "-"
-        print(f"{source.name:<28}{cp or '-'!s:>12}{'':>12}{hwm:>12}{lag:>8}{len(manifest.segments):>10}"
+        lag = _behind(position.value if position else None, cp.value if cp else None)
+        print(f"{source.name:<28}{cp or '-'!s:>12}{'':>12}{position or '?'!s:>12}{lag:>8}{len(manifest.segments):>10}"
               f"{sum(s.bytes for s in manifest.segments):>12}")
         for table in source.tables:
             applied = DeltaSnapshot(config.lake, source.name, table.name).applied_scn()
-            behind = str(manifest.last_scn.value - applied.value) if applied is not None else "-"
+            behind = _behind(manifest.last_scn.value, applied.value if applied else None)
             print(f"  {table.name:<26}{'':>12}{applied or '-'!s:>12}{'':>12}{behind:>8}")
         if getattr(source, "standby", None) is not None:
             server = checkpoint.state.get("server", "primary") if checkpoint else "primary"
@@ -74,9 +87,9 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
                                  for e in manifest.lineage) or "none"
             print(f"  reading the {server} (failovers: {switches})")
         for client, cursor in MetaManager(config.lake, source.name).cursors().items():
-            position = cursor.value if cursor else manifest.start_scn.value
-            state = "  behind retention: must bootstrap" if position < manifest.start_scn.value else ""
-            print(f"  consumer {client:<17}{cursor or '-'!s:>12}{'':>24}{manifest.last_scn.value - position:>8}"
+            at = cursor.value if cursor else manifest.start_scn.value
+            state = "  behind retention: must bootstrap" if at < manifest.start_scn.value else ""
+            print(f"  consumer {client:<17}{cursor or '-'!s:>12}{'':>24}{_behind(manifest.last_scn.value, at):>8}"
                   f"{state}")
     for logical in config.logical_tables:
         from dagster_databus.snapshot.logical import LogicalSnapshot
@@ -86,8 +99,9 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
         for part in logical.parts:
             applied = snap.applied_scn(part.label)
             log_scn = ChangeLog(config.lake, part.source).manifest().last_scn
-            behind = str(max(0, log_scn.value - applied.value)) if applied is not None else "-"
-            print(f"  {part.label:<26}{'':>12}{applied or '-'!s:>12}{'':>12}{behind:>8}")
+            print(f"  {part.label:<26}{'':>12}{applied or '-'!s:>12}{'':>12}"
+                  f"{_behind(log_scn.value, applied.value if applied else None):>8}")
+    print(f"\n{STATUS_LEGEND}")
     return 0
 
 

@@ -17,6 +17,10 @@ from dagster_databus.config import load_config
 from dagster_databus.core.scn import Scn
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.log.store import ChangeLog
+from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.snapshot.merge import sync_source
+from tests.harness import MysqlHarness
+from tests.mariadb import MariaDBServer
 
 
 @pytest.fixture
@@ -108,3 +112,24 @@ def test_ctrl_c_stops_tail_follow_without_a_traceback(long_log: Path, tmp_path: 
     err = follow.stderr.read() if follow.stderr else ""
     assert follow.wait(timeout=60) == 130 and "Traceback" not in err
     assert json.loads((tmp_path / "tail.ckpt").read_text())["scn"]
+
+
+def test_status_after_a_mysql_bootstrap_shows_no_negative_lag_and_says_what_lag_is(
+        mariadb: MariaDBServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:
+    harness = MysqlHarness(mariadb)
+    harness.create_shop()
+    harness.workload(seed=5).run(10)
+    path = tmp_path / "databus.json"
+    path.write_text(json.dumps({"lake": "lake", "sources": [harness.source_config("shop", [("orders", ["id"])])]}))
+    config = load_config(path)
+    pipeline.install(config, "shop")
+    pipeline.capture(config, "shop")
+    harness.workload(seed=6).run(5)  # the bootstrap reads the source ahead of what the log holds
+    sync_source(spark, config, "shop")
+    snap = DeltaSnapshot(config.lake, "shop", "orders").applied_scn()
+    assert snap is not None and snap > ChangeLog(config.lake, "shop").committed_scn()
+    assert main(["status", "--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    orders = next(line for line in out.splitlines() if line.strip().startswith("orders"))
+    assert orders.split()[1:] == [str(snap), "0"]
+    assert "binlog bytes for MySQL" in out and "-" not in orders

@@ -14,6 +14,7 @@ import pytest
 from dagster_databus.config import load_config
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.demo.workload import ShopWorkload, create_shop
+from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.spark import delta_spark_available
 from tests.conftest import assert_snapshots_match
 
@@ -55,6 +56,12 @@ def test_materialize_everything_twice_reports_metadata(tmp_path: Path, spark) ->
         assert first.success
         boot = metadata(first, ["shop", "orders"])
         assert boot["bootstrap_rows"] == boot["dagster/row_count"] > 0
+        columns = {c.name: c for c in boot["dagster/column_schema"].columns}
+        assert list(columns) == DeltaSnapshot(load_config(config_path).lake, "shop", "orders").read(
+            with_meta=True).column_names
+        assert columns["id"].type == "long" and columns["id"].description == "source type INTEGER"
+        assert columns["__commit_ts"].type == "timestamp" and columns["__scn"].description is None
+        assert "delta_version" in boot and -1 not in boot.values()
 
         workload.run(40, rollback_every=4)
         second = materialize(config_path, instance)

@@ -114,6 +114,8 @@ def test_checks_pass_on_a_healthy_source_and_fail_on_a_diverged_snapshot(tmp_pat
                                 ("shop/changelog", "log_continuity"), ("shop/changelog", "consumers_within_retention"),
                                 ("shop/orders", "reconciled"), ("shop/orders", "schema_drift")}
         assert healthy[("shop/orders", "reconciled")].metadata["source_rows"].value > 0
+        # No limit configured: no max_lag_scn figure at all, rather than a -1 that plots as one.
+        assert "max_lag_scn" not in healthy[("shop/changelog", "capture_lag")].metadata
 
         # Diverge the snapshot behind the pipeline's back: one row's value changes in Delta only.
         snap = DeltaSnapshot(tmp_path / "lake", "shop", "orders")
@@ -157,6 +159,7 @@ def test_lag_continuity_drift_and_consumer_checks_each_fail_for_their_reason(tmp
                                     (["shop", "orders"], "schema_drift")])
     assert not found[("shop/changelog", "capture_lag")].passed
     assert found[("shop/changelog", "capture_lag")].metadata["lag_scn"].value > 0
+    assert found[("shop/changelog", "capture_lag")].metadata["max_lag_scn"].value == 0
     assert found[("shop/changelog", "log_continuity")].metadata["problems"].value == [
         "file stray.avro is not in the manifest"]
     assert not found[("shop/changelog", "consumers_within_retention")].passed

@@ -15,9 +15,11 @@ from pydantic import Field
 
 from dagster_databus import pipeline
 from dagster_databus.config import SourceConfig
+from dagster_databus.core.schema import TableSchema
 from dagster_databus.errors import ConcurrentRunError, DatabusError, SourceUnavailableError
 from dagster_databus.log.store import ChangeLog, Manifest
 from dagster_databus.pipeline import CaptureResult
+from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot
 from dagster_databus.snapshot.merge import TableSyncResult, pick_engine, sync_table
 
 RESOURCE = "databus"
@@ -159,7 +161,10 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
             for table in tables:
                 result = sync_table(databus.spark, lake_config, source, table, engine, progress=context.log.info,
                                     mode=config.mode)
-                yield dg.MaterializeResult(asset_key=snapshot_key(name, table), metadata=_snapshot_metadata(result))
+                yield dg.MaterializeResult(asset_key=snapshot_key(name, table), metadata={
+                    **_snapshot_metadata(result),
+                    "dagster/column_schema": column_schema(DeltaSnapshot(lake_config.lake, name, table),
+                                                           ChangeLog(lake_config.lake, name).schemas.latest(table))})
             retention = pipeline.enforce_retention(lake_config, name)
             if retention is not None and retention.removed_segments:
                 context.log.info(f"{name}: retention removed {retention.removed_segments} segments "
@@ -186,6 +191,14 @@ def _failover_metadata(result: CaptureResult, manifest: Manifest) -> dict[str, o
     return out
 
 
+def column_schema(snap: DeltaFolder, registered: tuple[int, TableSchema] | None = None) -> dg.TableSchema:
+    """The snapshot's Delta columns, each described by the type the source declares (when known)."""
+    declared = {c.name: c.source_type for c in registered[1].columns} if registered is not None else {}
+    return dg.TableSchema(columns=[
+        dg.TableColumn(name, typ, description=f"source type {declared[name]}" if declared.get(name) else None)
+        for name, typ in snap.delta_types().items()])
+
+
 def _snapshot_metadata(r: TableSyncResult) -> dict[str, object]:
     return {
         "scn_range": f"{r.from_scn}..{r.to_scn}",
@@ -197,6 +210,6 @@ def _snapshot_metadata(r: TableSyncResult) -> dict[str, object]:
         "bootstrapped_at_scn": dg.MetadataValue.text(str(r.bootstrapped_at) if r.bootstrapped_at else "-"),
         "bootstrap_rows": r.bootstrap_rows,
         "dagster/row_count": r.snapshot_rows,
-        "delta_version": r.delta_version if r.delta_version is not None else -1,
+        **({"delta_version": r.delta_version} if r.delta_version is not None else {}),
         "engine": r.engine, "duration_s": round(r.duration_s, 3),
     }

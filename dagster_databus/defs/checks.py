@@ -47,10 +47,12 @@ def build_source_checks(source: SourceConfig) -> list[dg.AssetChecksDefinition]:
             return dg.AssetCheckResult(passed=False, metadata={"error": str(exc)})
         behind = max(0, position.value - (checkpoint.scn.value if checkpoint else 0))
         limit = source.poll.max_lag_scn
-        return dg.AssetCheckResult(passed=limit is None or behind <= limit, metadata={
+        metadata: dict[str, object] = {
             "lag_scn": behind, "source_scn": dg.MetadataValue.text(str(position)),
-            "checkpoint_scn": dg.MetadataValue.text(str(checkpoint.scn) if checkpoint else "-"),
-            "max_lag_scn": limit if limit is not None else -1})
+            "checkpoint_scn": dg.MetadataValue.text(str(checkpoint.scn) if checkpoint else "none yet")}
+        if limit is not None:  # no placeholder when unset: a plotted -1 reads as a real figure
+            metadata["max_lag_scn"] = limit
+        return dg.AssetCheckResult(passed=limit is None or behind <= limit, metadata=metadata)
 
     @dg.asset_check(asset=changelog_key(name), name="log_continuity", required_resource_keys={RESOURCE},
                     description="Segments in SCN order with no overlap, each present with the size and SCN range "

@@ -5,8 +5,8 @@ import dagster as dg
 from dagster import AssetExecutionContext
 
 from dagster_databus.config import LogicalTableConfig
-from dagster_databus.defs.assets import RESOURCE, clear_errors, pool, snapshot_key
-from dagster_databus.snapshot.logical import LogicalSyncResult, compare_parts, sync_logical
+from dagster_databus.defs.assets import RESOURCE, clear_errors, column_schema, pool, snapshot_key
+from dagster_databus.snapshot.logical import LogicalSnapshot, LogicalSyncResult, compare_parts, sync_logical
 
 GROUP = "logical"
 
@@ -32,7 +32,8 @@ def build_logical_asset(logical: LogicalTableConfig) -> dg.AssetsDefinition:
         databus = getattr(context.resources, RESOURCE)
         with clear_errors(context):
             result = sync_logical(databus.spark(), databus.config(), name, progress=context.log.info)
-        return dg.MaterializeResult(metadata=_metadata(result))
+        return dg.MaterializeResult(metadata={
+            **_metadata(result), "dagster/column_schema": column_schema(LogicalSnapshot(databus.config().lake, name))})
 
     return logical_table
 
@@ -76,7 +77,7 @@ def _metadata(r: LogicalSyncResult) -> dict[str, object]:
         "rows_inserted": r.counts.inserted, "rows_updated": r.counts.updated, "rows_deleted": r.counts.deleted,
         "loaded": dg.MetadataValue.text(r.load_reason or "-"),
         "dagster/row_count": r.row_count,
-        "delta_version": r.delta_version if r.delta_version is not None else -1,
+        **({"delta_version": r.delta_version} if r.delta_version is not None else {}),
         "commits": r.commits, "duration_s": round(r.duration_s, 3),
     })
     return metadata
