@@ -1,4 +1,4 @@
-"""``make demo``: build the shop database, run the pipeline twice through Dagster, compare.
+"""``make demo``: build the shop database, run the pipeline three times through Dagster, compare.
 
 Exits non-zero when any snapshot differs from its source table.
 """
@@ -6,6 +6,7 @@ Exits non-zero when any snapshot differs from its source table.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,8 @@ def materialize_all(config_path: Path, dagster_home: Path) -> None:
     env = {**os.environ, CONFIG_ENV: str(config_path), "DAGSTER_HOME": str(dagster_home)}
     cmd = [str(Path(sys.executable).parent / "dagster"), "asset", "materialize",
            "-m", "dagster_databus.definitions", "--select", "*"]
-    print(f"$ DATABUS_CONFIG={config_path} {' '.join(cmd[1:])}", flush=True)
+    shown = shlex.join([f"DATABUS_CONFIG={config_path}", f"DAGSTER_HOME={dagster_home}", "dagster", *cmd[1:]])
+    print(f"$ {shown}", flush=True)
     started = time.monotonic()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
