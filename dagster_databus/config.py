@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dagster_databus.core.cron import cron_problem
 from dagster_databus.core.identifiers import PLAIN_NAME, RESERVED_PREFIX, is_plain_name
 from dagster_databus.errors import ConfigError
 
@@ -73,6 +74,14 @@ class PollConfig(_Strict):
     cron: str = "*/5 * * * *"
     # The capture-lag check fails when the source is more than this many SCNs ahead of the log.
     max_lag_scn: int | None = Field(default=None, ge=0)
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        problem = cron_problem(value)
+        if problem:
+            raise ValueError(f"{problem}; for example '*/5 * * * *' (every 5 minutes) or '@hourly'")
+        return value
 
 
 class _SourceBase(_Strict):

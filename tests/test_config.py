@@ -154,3 +154,24 @@ def test_default_config_is_the_embedded_demo(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delenv("DATABUS_CONFIG", raising=False)
     config = load_config()
     assert [t.name for t in config.sources[0].tables] == ["customers", "orders", "order_items"]
+
+
+CRONS = ["@daily", "@hourly", "*/5 * * * *", "0 0 * * MON", "0 0 1 JAN *", "0 0 * * 7", "61 * * * *", "0 0 L * *",
+         "0 0 * * 1#2", "*/0 * * * *", "0 0 ? * *", "0 0 * * mon-fri", "0 0 * * * *", "1,2,3 * * * *", "5-1 * * * *",
+         "*/5 * * *", "every 5 minutes", "0 24 * * *", "0 0 0 * *", "0 0 * 13 *", "0 0 * * 8", "0-59/15 * * * *",
+         "*/x * * * *", "0 0 15W * *", "0 0 * * 5L", "@reboot", "", "0 0 * * funday", "0 0 LW * *", "0 0 * * L",
+         "0 0 1#2 * *", "0 0 * * 7#1", "0 0 * * mon#2", "0 0 * * 1-5/2", "0 0 * jan-mar/2 *", "0 0 1,L * *",
+         "0 0 L-2 * *"]
+
+
+@pytest.mark.parametrize("expression", CRONS)
+def test_poll_cron_is_checked_as_dagster_checks_it(tmp_path: Path, db: Path, expression: str) -> None:
+    from dagster._utils.schedules import is_valid_cron_string
+
+    text = minimal(db) + f"    poll: {{cron: '{expression}'}}\n"
+    if is_valid_cron_string(expression):
+        assert load_config(write(tmp_path, text)).sources[0].poll.cron == expression
+    else:
+        with pytest.raises(ConfigError) as err:
+            load_config(write(tmp_path, text))
+        assert err.value.field.endswith("sources[0].poll.cron") and "Fix:" in str(err.value)
