@@ -67,6 +67,10 @@ class SnapshotMissingError(DatabusError):
     """A snapshot was expected to exist (for a merge) but has not been bootstrapped."""
 
 
+class LakeNotWritableError(DatabusError):
+    """The lake folder cannot be created or written (read-only, a file in its place, no permission)."""
+
+
 class DiskFullError(DatabusError):
     """The lake's disk filled up while writing; nothing was committed."""
 

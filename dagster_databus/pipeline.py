@@ -15,8 +15,9 @@ from typing import Any
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import LogGapError, SourceUnavailableError
+from dagster_databus.errors import DatabusError, LogGapError, SourceUnavailableError
 from dagster_databus.log.ddl import DdlLog
+from dagster_databus.log.durable import lake_problem, require_writable_lake
 from dagster_databus.log.retention import RetentionResult
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.sources import open_source
@@ -62,6 +63,7 @@ def install(config: DatabusConfig, source: str, progress: Progress = lambda _: N
     A source whose log starts at its current position (a binlog) has that position recorded
     the first time, so every change after install is captured.
     """
+    require_writable_lake(config.lake)  # before the source is touched: triggers without a log would fill the txlog
     src = open_source(config.source(source))
     log = ChangeLog(config.lake, source)
     _resume(src, log, progress)
@@ -72,6 +74,44 @@ def install(config: DatabusConfig, source: str, progress: Progress = lambda _: N
             with log.writer() as writer:
                 writer.start_at(start, report.epoch, state)
     return report
+
+
+@dataclass
+class Validation:
+    """What ``databus validate`` found: per source (and ``lake``) its problems, each with its fix."""
+
+    problems: dict[str, list[str]]
+    notes: dict[str, list[str]]
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.problems.values())
+
+
+def validate(config: DatabusConfig) -> Validation:
+    """Every check install and capture make before they write, for every source, all reported at once;
+    writes nothing. (The config itself, cron schedules included, was checked when it loaded.)"""
+    problems: dict[str, list[str]] = {"lake": []}
+    notes: dict[str, list[str]] = {}
+    lake = lake_problem(config.lake)
+    if lake is not None:
+        problems["lake"].append(f"{lake}. Fix: point lake: at a folder this user can create and write")
+    for source in config.sources:
+        found = problems[source.name] = []
+        try:
+            src = open_source(source, config.lake)
+            tables = src.preflight()  # tables exist, keys are the primary keys, every column type is mapped
+            notes[source.name] = [f"{source.kind}, tables: {', '.join(tables)}"]
+            if not src.installed():
+                notes[source.name].append(f"capture is not installed yet: run `databus install --source {source.name}`")
+                continue
+            # MySQL's problems are server settings and privileges, each stated with its fix; elsewhere
+            # they are capture objects, missing or out of date, which install creates or updates.
+            install = f". Fix: run `databus install --source {source.name}`" if source.kind != "mysql" else ""
+            found += [f"{problem}{install}" for problem in src.verify()]
+        except DatabusError as exc:
+            found.append(f"{exc.problem}. Fix: {exc.fix}")
+    return Validation(problems, notes)
 
 
 def bootstrap(config: DatabusConfig, source: str) -> Path | None:
@@ -110,6 +150,7 @@ def capture(config: DatabusConfig, source: str, progress: Progress = lambda _: N
     gone is bootstrapped (log restarted, snapshots re-read) instead of failing. A source with a
     standby that loses its server mid-run fails over (if the server stays down) and goes on.
     """
+    require_writable_lake(config.lake)
     has_standby = getattr(config.source(source), "standby", None) is not None
     for attempt in range(3):
         try:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -55,7 +57,7 @@ def test_config_goes_before_or_after_the_subcommand(config_path: Path, capsys: p
     assert main(["validate", "--config", str(config_path)]) == 0
     after = capsys.readouterr().out
     assert main(["--config", str(config_path), "validate"]) == 0
-    assert capsys.readouterr().out == after and "shop: sqlite ok" in after
+    assert capsys.readouterr().out == after and "shop: sqlite, tables: orders" in after
 
 
 def test_an_unreadable_config_is_one_line_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -133,3 +135,70 @@ def test_status_after_a_mysql_bootstrap_shows_no_negative_lag_and_says_what_lag_
     orders = next(line for line in out.splitlines() if line.strip().startswith("orders"))
     assert orders.split()[1:] == [str(snap), "0"]
     assert "binlog bytes for MySQL" in out and "-" not in orders
+
+
+def _dump(db: Path) -> list[str]:
+    """The database's schema and rows as SQL text."""
+    with sqlite3.connect(db) as conn:
+        return list(conn.iterdump())
+
+
+def _immutable(path: Path, on: bool) -> bool:
+    """chattr +i: a folder even root cannot write (permission bits do not stop root)."""
+    return subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True).returncode == 0
+
+
+def test_validate_reports_every_problem_at_once_and_writes_nothing(config_path: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", str(config_path), "install"]) == 0
+    db = config_path.parent / "shop.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("ALTER TABLE orders ADD COLUMN remark TEXT")  # the triggers no longer cover every column
+    lake = config_path.parent / "lake"
+    shutil.rmtree(lake, ignore_errors=True)
+    lake.write_text("not a folder")
+    before = _dump(db)
+    capsys.readouterr()
+    assert main(["validate", "--config", str(config_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert any(line.startswith("lake: ") and "is a file" in line for line in err), err
+    assert any(line.startswith("shop: ") and "out of date" in line and "databus install" in line for line in err)
+    assert _dump(db) == before and lake.read_text() == "not a folder"
+    # install refuses the lake before it touches the source's triggers
+    assert main(["install", "--config", str(config_path)]) == 2
+    assert "not writable" in capsys.readouterr().err and _dump(db) == before
+
+
+def test_a_read_only_lake_is_refused_before_the_source_is_touched(config_path: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    lake = config_path.parent / "lake"
+    lake.mkdir()
+    if not _immutable(lake, True):
+        pytest.skip("chattr +i is not permitted here, so no folder is read-only to root")
+    try:
+        db = config_path.parent / "shop.db"
+        before = _dump(db)
+        assert main(["validate", "--config", str(config_path)]) == 2
+        assert "cannot be written" in capsys.readouterr().err
+        assert main(["install", "--config", str(config_path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err and "not writable" in err
+        assert _dump(db) == before  # no triggers, no txlog
+        with sqlite3.connect(db) as conn:
+            assert not conn.execute("SELECT name FROM sqlite_master WHERE name LIKE '_databus%'").fetchall()
+    finally:
+        _immutable(lake, False)
+
+
+def test_validate_names_missing_mysql_privileges_with_pasteable_grants(mariadb: MariaDBServer, tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    harness = MysqlHarness(mariadb)
+    harness.create_shop()
+    mariadb.execute("CREATE USER IF NOT EXISTS 'checker'@'127.0.0.1' IDENTIFIED BY 'pw'",
+                    f"GRANT SELECT ON `{harness.database}`.* TO 'checker'@'127.0.0.1'")
+    path = tmp_path / "databus.json"
+    path.write_text(json.dumps({"lake": "lake", "sources": [
+        {**harness.source_config("shop", [("orders", ["id"])]), "user": "checker", "password": "pw"}]}))
+    assert main(["validate", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "GRANT REPLICATION SLAVE ON *.* TO 'checker'@'127.0.0.1'" in err and not (tmp_path / "lake").exists()

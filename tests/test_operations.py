@@ -190,7 +190,7 @@ def test_status_prints_positions_lag_and_consumers(tmp_path: Path, spark, capsys
     capsys.readouterr()
     assert cli(["--config", str(path), "status"]) == 0
     lines = {line.split()[0] + (" " + line.split()[1] if line.split()[0] == "consumer" else ""): line
-             for line in capsys.readouterr().out.splitlines()[1:]}
+             for line in capsys.readouterr().out.split("\n\n")[0].splitlines()[1:]}  # the table, not the legend
     log = ChangeLog(lake, "shop")
     assert lines["shop"].split()[1] == str(log.checkpoint().scn)
     assert lines["orders"].split()[1] == str(DeltaSnapshot(lake, "shop", "orders").applied_scn())

@@ -8,11 +8,12 @@ import fcntl
 import json
 import os
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dagster_databus.errors import ConcurrentRunError, DiskFullError
+from dagster_databus.errors import ConcurrentRunError, DiskFullError, LakeNotWritableError
 
 CRASH_ENV = "DATABUS_CRASH_AT"
 
@@ -58,6 +59,36 @@ def disk_errors(what: str, where: Path) -> Iterator[None]:
         raise DiskFullError(f"no space left on the device holding {where} while {what}",
                             "free space there and run again: nothing was committed, and the half-written "
                             "files are removed by the next run", path=str(where)) from exc
+
+
+def lake_problem(lake: Path) -> str | None:
+    """Why the lake cannot be written, or None. Creates nothing: the nearest existing folder on the
+    lake's path is probed with a temporary file, removed at once (permission bits do not stop root,
+    a read-only mount or an immutable folder does)."""
+    lake = Path(lake)
+    existing = lake
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        made = "" if existing == lake else f", so the lake {lake} cannot be made"
+        return f"{existing} is a file, not a folder{made}"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".databus-write-probe-", dir=existing)
+    except OSError as exc:
+        return f"{existing} cannot be written: {exc.strerror or exc}"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def require_writable_lake(lake: Path) -> None:
+    problem = lake_problem(lake)
+    if problem is not None:
+        raise LakeNotWritableError(f"the lake {lake} is not writable: {problem}",
+                                   "point lake: at a folder this user can create and write, or fix the folder's "
+                                   "permissions or mount; nothing was written to the source", path=str(lake))
 
 
 @contextlib.contextmanager

@@ -116,6 +116,9 @@ class CaptureSource(Protocol):
     def verify(self) -> list[str]:
         """Problems with the installed capture objects, each naming the object; empty when healthy."""
 
+    def installed(self) -> bool:
+        """Whether install has run here (its capture objects exist, current or not)."""
+
     def require_installed(self) -> None:
         """Raise ``CaptureNotInstalledError`` listing ``verify()``'s problems; call before ``poll``."""
 

@@ -235,6 +235,9 @@ class MysqlSource:
 
     # -- verify (the "install" of a binlog source) --------------------------------------
 
+    def installed(self) -> bool:
+        return True  # nothing is installed in the server: its settings and privileges are what verify checks
+
     def verify(self) -> list[str]:
         """Every server setting or privilege capture needs that is missing, each with its fix.
 

@@ -282,6 +282,11 @@ class OracleSource:
                 problems.append(f"source {self.name} is not registered in sy$sources")
         return problems
 
+    def installed(self) -> bool:
+        with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
+            cur.execute("SELECT COUNT(*) FROM user_tables WHERE table_name = 'SY$TXLOG'")
+            return bool(cur.fetchone()[0])
+
     def verify(self) -> list[str]:
         self.preflight()
         with closing(self._connect()) as conn, closing(conn.cursor()) as cur:

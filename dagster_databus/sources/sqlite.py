@@ -215,6 +215,11 @@ class SqliteSource:
     def _settings(conn: sqlite3.Connection) -> dict[str, str]:
         return dict(conn.execute("SELECT name, value FROM _databus_settings").fetchall())
 
+    def installed(self) -> bool:
+        with closing(self._connect()) as conn:
+            return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                (CORE_TABLES[0],)).fetchone() is not None
+
     def verify(self) -> list[str]:
         schemas = self.preflight()
         problems: list[str] = []
