@@ -11,6 +11,7 @@ import pytest
 
 from dagster_databus import pipeline
 from dagster_databus.config import SparkConfig
+from dagster_databus.core import progress as progress_module
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ChangeLogCorruptError
 from dagster_databus.log.columns import CHANGE_META, table_changes
@@ -198,3 +199,24 @@ def test_a_damaged_segment_is_named_not_misread(tmp_path: Path) -> None:
     path.unlink()
     with pytest.raises(ChangeLogCorruptError, match="missing"):
         list(table_changes(log, schema, Scn.BEGINNING))
+
+
+def test_long_steps_report_progress_with_counts_and_rates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(progress_module, "EVERY_S", 0.0)  # every batch reports, as a long step's would every 10 s
+    source = SqliteHarness(tmp_path / "source.db")
+    source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)"]
+                   + [("INSERT INTO items VALUES (?, ?)", (i, "x")) for i in range(120_000)])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
+    pipeline.install(config, "shop")
+    lines: list[str] = []
+    sync_source(lambda: None, config, "shop", progress=lines.append)  # type: ignore[arg-type,return-value]
+    booted = [line for line in lines if line.startswith("items: bootstrapping: ")]
+    assert [int(line.split()[2].replace(",", "")) for line in booted] == [50_000, 100_000, 120_000]
+    assert all(line.endswith("rows/s") for line in booted)
+    source.execute([("UPDATE items SET name = ? WHERE id < ?", ("y", 70_000))])
+    pipeline.capture(config, "shop")
+    lines.clear()
+    sync_source(lambda: None, config, "shop", progress=lines.append)  # type: ignore[arg-type,return-value]
+    reading = [line for line in lines if line.startswith("items: reading and reducing changes: ")]
+    assert reading[-1].startswith("items: reading and reducing changes: 70,000 of ~70,000 events (100%) in ")
+    assert any(line.startswith("items: merging: 70,000 keys in ") for line in lines), lines

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster_databus.config import DatabusConfig, SourceConfig
+from dagster_databus.core.progress import Progress, Ticker
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SnapshotMissingError
@@ -47,7 +48,6 @@ from dagster_databus.sources import open_source
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-Progress = Callable[[str], None]
 # A Spark session, or a function that starts one when a step first needs it: a merge through delta-rs
 # of a table that is already bootstrapped never does, so it does not pay Spark's start-up.
 SparkLike: TypeAlias = "SparkSession | Callable[[], SparkSession]"
@@ -129,16 +129,22 @@ def conform_changes(data: pa.Table | pa.RecordBatch, target: pa.Schema) -> pa.Ta
 
 @contextmanager
 def reduced_in_process(log: ChangeLog, schema: TableSchema, since: Scn, until: Scn, memory_bytes: int,
-                       spill_dir: Path | None = None) -> Iterator[tuple[pa.RecordBatchReader, ChangeStats]]:
+                       spill_dir: Path | None = None, progress: Progress = lambda _: None
+                       ) -> Iterator[tuple[pa.RecordBatchReader, ChangeStats]]:
     """The newest change per key after ``since``, as a stream in the snapshot's columns; the stats are
     complete on entry (the reduce has read every change), the rows come as the stream is read."""
     reducer = NewestPerKey(change_schema(schema), schema.primary_key, memory_bytes, spill_dir)
+    expected = sum(s.tables.get(schema.table, 0) for s in log.manifest().between(since, until))
     try:
-        reducer.extend(table_changes(log, schema, since, until))
+        reading = Ticker(progress, f"{schema.table}: reading and reducing changes", "events", expected)
+        reducer.extend(reading.counted(table_changes(log, schema, since, until), lambda b: b.num_rows))
+        reading.finish()
         target = schema.arrow(with_meta=True)
+        merging = Ticker(progress, f"{schema.table}: merging", "keys")
         batches = (b for reduced in reducer.results() for b in conform_changes(reduced, target).to_batches())
-        with pa.RecordBatchReader.from_batches(target, batches) as reader:
+        with pa.RecordBatchReader.from_batches(target, merging.counted(batches, lambda b: b.num_rows)) as reader:
             yield reader, reducer.stats
+        merging.finish()
     finally:
         reducer.close()
 
@@ -207,8 +213,10 @@ def sync_table(spark: SparkLike, config: DatabusConfig, source_cfg: SourceConfig
             snapshot = source.snapshot(table, spark=session_of(spark) if source_cfg.kind != "sqlite" else None)
             progress(f"{table}: bootstrapping from the source at SCN {snapshot.scn}")
             log.schemas.register(snapshot.schema)
+            reading = Ticker(progress, f"{table}: bootstrapping", "rows")
             with disk_errors(f"bootstrapping {source_cfg.name}.{table} into Delta", snap.path):
-                bootstrap_rows = engine.bootstrap(snap, snapshot.schema, snapshot.batches, snapshot.scn)
+                bootstrap_rows = engine.bootstrap(snap, snapshot.schema,
+                                                  reading.counted(snapshot.batches, lambda b: b.num_rows), snapshot.scn)
             applied = bootstrapped_at = snapshot.scn
             progress(f"{table}: bootstrapped {bootstrap_rows} rows at SCN {applied}")
         latest = log.schemas.latest(table)
@@ -226,7 +234,8 @@ def sync_table(spark: SparkLike, config: DatabusConfig, source_cfg: SourceConfig
                     stats = spark_stats(read)
                 else:
                     changes, stats = cleanup.enter_context(reduced_in_process(
-                        log, schema, applied, until, config.merge.memory_mb * 2**20, config.merge.spill_dir))
+                        log, schema, applied, until, config.merge.memory_mb * 2**20, config.merge.spill_dir,
+                        progress))
                 by_op, events, windows = stats.events_by_op, stats.events, stats.windows
                 spilled = f", {stats.spilled_bytes / 2**20:,.0f} MiB spilled to disk" if stats.spilled_bytes else ""
                 progress(f"{table}: merging {events} events in {windows} windows, SCN {applied}..{until}{spilled}")
