@@ -74,6 +74,9 @@ class PollConfig(_Strict):
     cron: str = "*/5 * * * *"
     # The capture-lag check fails when the source is more than this many SCNs ahead of the log.
     max_lag_scn: int | None = Field(default=None, ge=0)
+    # The capture_lag and snapshot freshness checks fail when the log (or a snapshot) is this many
+    # seconds of source commit time behind.
+    max_lag_seconds: float | None = Field(default=None, gt=0)
 
     @field_validator("cron")
     @classmethod

@@ -4,6 +4,7 @@ pools — through Dagster's own APIs on real pipelines."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -247,3 +248,41 @@ def test_rebuild_is_refused_when_the_log_no_longer_reaches_the_bootstrap(tmp_pat
     message = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE
                    ).step_failure_data.error.message
     assert "cannot rebuild shop.orders" in message and "mode: bootstrap" in message
+
+
+def test_lag_in_seconds_and_the_freshness_checks(tmp_path: Path, spark) -> None:
+    _, defs, workload = setup(tmp_path, poll={"max_lag_seconds": 1.0})
+    workload.run(10)
+    orders, changelog = dg.AssetKey(["shop", "orders"]), dg.AssetKey(["shop", "changelog"])
+
+    def evaluate(instance) -> dict[tuple[str, str], dg.AssetCheckEvaluation]:
+        job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(), asset_check_selection={
+            dg.AssetCheckKey(changelog, "capture_lag"), dg.AssetCheckKey(orders, "freshness")})
+        return checks(job.execute_in_process(instance=instance, raise_on_error=False))
+
+    with dg.instance_for_test() as instance:
+        result = run(defs, instance)
+        snap = {k: v.value for e in result.get_asset_materialization_events() if e.asset_key == orders
+                for k, v in e.materialization.metadata.items()}
+        log = {k: v.value for e in result.get_asset_materialization_events() if e.asset_key == changelog
+               for k, v in e.materialization.metadata.items()}
+        assert snap["lag_seconds"] == 0.0 and log["lag_seconds"] == 0.0
+        fresh = evaluate(instance)
+        assert all(e.passed for e in fresh.values())
+        assert fresh[("shop/orders", "freshness")].metadata["lag_seconds"].value == 0.0
+
+        # Captured but not merged, 1.5 s of commits apart: the snapshot is behind the log in time.
+        workload.run(3)
+        time.sleep(1.5)
+        workload.run(3)
+        sync = defs.resolve_job_def("shop_sync").get_subset(asset_selection={dg.AssetKey(["shop", "capture"]),
+                                                                              changelog})
+        sync.execute_in_process(instance=instance)
+        time.sleep(1.2)
+        workload.run(2)  # and the source is ahead of the log: capture lags by the time since its newest commit
+        stale = evaluate(instance)
+    behind = stale[("shop/orders", "freshness")]
+    assert not behind.passed and behind.metadata["lag_seconds"].value >= 1.4
+    assert behind.metadata["max_lag_seconds"].value == 1.0
+    lag = stale[("shop/changelog", "capture_lag")]
+    assert not lag.passed and lag.metadata["lag_seconds"].value >= 1.2 and lag.metadata["lag_scn"].value > 0

@@ -125,8 +125,7 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
             "deletes": result.events_by_op.get("d", 0),
             "events_by_table": dg.MetadataValue.json(result.events_by_table),
             "lag_scn": result.lag_scn,
-            "commit_to_log_seconds": round((now_ms - result.newest_commit_ms) / 1000, 3)
-            if result.newest_commit_ms else 0.0,
+            **_capture_lag_seconds(result, now_ms),
             "log_segments": len(manifest.segments),
             "log_bytes": sum(s.bytes for s in manifest.segments),
             "epoch": result.epoch, "duration_s": round(result.duration_s, 3),
@@ -174,6 +173,15 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
     return [capture_install, changelog, snapshots]
 
 
+def _capture_lag_seconds(result: CaptureResult, now_ms: int) -> dict[str, float]:
+    """``commit_to_log_seconds``: from the newest captured commit to now, this run's capture delay;
+    ``lag_seconds``: how far the log is behind the source in time (0 when it read all there was)."""
+    if not result.newest_commit_ms:
+        return {"lag_seconds": 0.0} if result.until >= result.source_hwm else {}
+    delay = round(max(0, now_ms - result.newest_commit_ms) / 1000, 3)
+    return {"commit_to_log_seconds": delay, "lag_seconds": 0.0 if result.until >= result.source_hwm else delay}
+
+
 def _failover_metadata(result: CaptureResult, manifest: Manifest) -> dict[str, object]:
     """Which server capture reads, and the switch this run followed (if any)."""
     if not manifest.lineage and not manifest.state.get("server"):
@@ -205,6 +213,7 @@ def _snapshot_metadata(r: TableSyncResult) -> dict[str, object]:
         "applied_scn": dg.MetadataValue.text(str(r.to_scn)),
         "log_scn": dg.MetadataValue.text(str(r.log_scn)),
         "lag_scn": r.lag_scn,
+        **({"lag_seconds": r.lag_seconds} if r.lag_seconds is not None else {}),
         "windows": r.windows, "events": r.events,
         "rows_inserted": r.counts.inserted, "rows_updated": r.counts.updated, "rows_deleted": r.counts.deleted,
         "bootstrapped_at_scn": dg.MetadataValue.text(str(r.bootstrapped_at) if r.bootstrapped_at else "-"),

@@ -3,16 +3,19 @@ retention, and per table: reconciliation with the source at one SCN and schema d
 
 The logic lives in the core packages; these functions only turn its findings into results."""
 
+import time
 from collections.abc import Iterator
 
 import dagster as dg
 from dagster import AssetCheckExecutionContext
 
-from dagster_databus.config import SourceConfig
+from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.consumer.pull import MetaManager
 from dagster_databus.defs.assets import RESOURCE, capture_key, changelog_key, snapshot_key
 from dagster_databus.errors import DatabusError
 from dagster_databus.log.store import ChangeLog
+from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.snapshot.merge import applied_commit_ms
 from dagster_databus.snapshot.reconcile import reconcile_table, schema_drift
 from dagster_databus.sources import open_source
 
@@ -46,13 +49,22 @@ def build_source_checks(source: SourceConfig) -> list[dg.AssetChecksDefinition]:
         except DatabusError as exc:
             return dg.AssetCheckResult(passed=False, metadata={"error": str(exc)})
         behind = max(0, position.value - (checkpoint.scn.value if checkpoint else 0))
-        limit = source.poll.max_lag_scn
+        limit, limit_s = source.poll.max_lag_scn, source.poll.max_lag_seconds
         metadata: dict[str, object] = {
             "lag_scn": behind, "source_scn": dg.MetadataValue.text(str(position)),
             "checkpoint_scn": dg.MetadataValue.text(str(checkpoint.scn) if checkpoint else "none yet")}
-        if limit is not None:  # no placeholder when unset: a plotted -1 reads as a real figure
+        # In time: nothing pending is no lag; else the source has commits newer than the log's newest.
+        newest = ChangeLog(config.lake, name).commit_ms_through(checkpoint.scn) if checkpoint else None
+        lag_s = 0.0 if not behind else (time.time() * 1000 - newest) / 1000 if newest else None
+        if lag_s is not None:
+            metadata["lag_seconds"] = round(max(0.0, lag_s), 3)
+        # Limits only when set: a placeholder such as -1 would show and plot as a real figure.
+        if limit is not None:
             metadata["max_lag_scn"] = limit
-        return dg.AssetCheckResult(passed=limit is None or behind <= limit, metadata=metadata)
+        if limit_s is not None:
+            metadata["max_lag_seconds"] = limit_s
+        passed = (limit is None or behind <= limit) and (limit_s is None or lag_s is None or lag_s <= limit_s)
+        return dg.AssetCheckResult(passed=passed, metadata=metadata)
 
     @dg.asset_check(asset=changelog_key(name), name="log_continuity", required_resource_keys={RESOURCE},
                     description="Segments in SCN order with no overlap, each present with the size and SCN range "
@@ -76,6 +88,8 @@ def build_source_checks(source: SourceConfig) -> list[dg.AssetChecksDefinition]:
     table_specs = [dg.AssetCheckSpec(check, asset=snapshot_key(name, t.name), description=text)
                    for t in source.tables for check, text in (
                        ("reconciled", "Source and snapshot at one SCN: row count and an order-independent hash."),
+                       ("freshness", "How much older the snapshot's newest change is than the change log's, in "
+                                     "source commit time (fails beyond sources[].poll.max_lag_seconds)."),
                        ("schema_drift", "Source columns and types against the snapshot's."))]
 
     @dg.multi_asset_check(specs=table_specs, name=f"{name}_table_checks", can_subset=True,
@@ -84,6 +98,9 @@ def build_source_checks(source: SourceConfig) -> list[dg.AssetChecksDefinition]:
         config = getattr(context.resources, RESOURCE).config()
         for check_key in context.selected_asset_check_keys:
             table = check_key.asset_key.path[-1]
+            if check_key.name == "freshness":
+                yield _freshness(config, name, table, source.poll.max_lag_seconds)
+                continue
             if check_key.name == "schema_drift":
                 problems = schema_drift(config, source, table)
                 yield dg.AssetCheckResult(asset_key=check_key.asset_key, check_name="schema_drift",
@@ -100,4 +117,25 @@ def build_source_checks(source: SourceConfig) -> list[dg.AssetChecksDefinition]:
                           "snapshot_hash": dg.MetadataValue.text(f"{r.snapshot_hash:016x}")})
 
     return [capture_verified, capture_lag, log_continuity, consumers_within_retention, table_checks]
+
+
+def _freshness(config: DatabusConfig, source: str, table: str, limit_s: float | None) -> dg.AssetCheckResult:
+    log = ChangeLog(config.lake, source)
+    applied = DeltaSnapshot(config.lake, source, table).applied_scn()
+    key = snapshot_key(source, table)
+    if applied is None:
+        return dg.AssetCheckResult(asset_key=key, check_name="freshness", passed=False,
+                                   description="the snapshot has not been bootstrapped yet")
+    head = log.committed_scn()
+    applied_ms = applied_commit_ms(DeltaSnapshot(config.lake, source, table), log, applied)
+    head_ms = log.commit_ms_through(head)
+    lag_s = 0.0 if applied >= head else (max(0, head_ms - applied_ms) / 1000 if applied_ms and head_ms else None)
+    metadata: dict[str, object] = {"applied_scn": dg.MetadataValue.text(str(applied)),
+                                   "log_scn": dg.MetadataValue.text(str(head))}
+    if lag_s is not None:
+        metadata["lag_seconds"] = lag_s
+    if limit_s is not None:
+        metadata["max_lag_seconds"] = limit_s
+    return dg.AssetCheckResult(asset_key=key, check_name="freshness", metadata=metadata,
+                               passed=limit_s is None or (lag_s is not None and lag_s <= limit_s))
 

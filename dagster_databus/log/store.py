@@ -23,6 +23,7 @@ as at 100,000, and readers cache the parts they have read.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import threading
@@ -100,11 +101,15 @@ class SegmentInfo:
     bytes: int
     created_ms: int
     tables: dict[str, int] = field(default_factory=dict)
+    # When the segment's last transaction committed in the source (ms since the epoch; 0: not recorded,
+    # a segment written before this was kept). Lag in time is measured from it.
+    last_commit_ms: int = 0
 
     def to_json(self) -> dict[str, Any]:
         # By hand: dataclasses.asdict deep-copies, and a commit encodes up to part_segments of these.
         return {"file": self.file, "first_scn": self.first_scn, "last_scn": self.last_scn, "windows": self.windows,
-                "events": self.events, "bytes": self.bytes, "created_ms": self.created_ms, "tables": self.tables}
+                "events": self.events, "bytes": self.bytes, "created_ms": self.created_ms, "tables": self.tables,
+                "last_commit_ms": self.last_commit_ms}
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,6 +390,13 @@ class ChangeLog:
                             f"({manifest.last_scn})")
         return problems
 
+    def commit_ms_through(self, scn: Scn) -> int | None:
+        """When the last transaction at or below ``scn`` that the log holds committed in the source (ms);
+        None when the log holds none (or its segment predates commit times being kept)."""
+        segments = self.manifest().segments
+        at = bisect.bisect_right([s.last_scn for s in segments], scn.value) - 1
+        return segments[at].last_commit_ms or None if at >= 0 else None
+
     def committed_scn(self) -> Scn:
         """The log's high watermark: the last SCN of the last committed segment."""
         return self.manifest().last_scn
@@ -662,6 +674,7 @@ class LogWriter:
         info = SegmentInfo(
             file=name, first_scn=first.value, last_scn=last.value, windows=windows,
             events=sum(tables.values()), bytes=final.stat().st_size, created_ms=_now_ms(), tables=tables,
+            last_commit_ms=int(batch.window_ends()[1][-1]),
         )
         with disk_errors("committing the change-log manifest", self.log.root):
             # A log's first segment names it, unless start_at did (logs older than ids keep none).

@@ -116,6 +116,14 @@ class DeltaSnapshot(DeltaFolder):
         return Scn(version) if version is not None else None
 
 
+    def bootstrapped_ms(self) -> int | None:
+        """When the snapshot was last written whole (bootstrap or rebuild), from the Delta history (ms)."""
+        table = self._table()
+        if table is None:
+            return None
+        return next((int(h["timestamp"]) for h in table.history()
+                     if (h.get("operationParameters") or {}).get("mode") == "Overwrite"), None)
+
     def read_pinned(self, with_meta: bool = False) -> tuple[pa.Table, Scn, Scn | None]:
         """(rows, applied SCN, bootstrap SCN) from one version of the table, so a merge committing
         meanwhile cannot pair rows of one version with the SCN of another."""

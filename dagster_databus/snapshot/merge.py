@@ -70,10 +70,22 @@ class TableSyncResult:
     log_scn: Scn
     delta_version: int | None
     duration_s: float
+    # Source commit times (ms) of the last transaction the snapshot reflects and of the log's newest.
+    applied_commit_ms: int | None = None
+    log_commit_ms: int | None = None
 
     @property
     def lag_scn(self) -> int:
         return max(0, self.log_scn.value - self.to_scn.value)
+
+    @property
+    def lag_seconds(self) -> float | None:
+        """How much older the snapshot's newest change is than the log's, in source commit time."""
+        if self.to_scn >= self.log_scn:
+            return 0.0
+        if self.applied_commit_ms is None or self.log_commit_ms is None:
+            return None
+        return max(0, self.log_commit_ms - self.applied_commit_ms) / 1000
 
 
 def pick_engine(spark: SparkLike, config: DatabusConfig | None = None) -> DeltaEngine:
@@ -247,6 +259,7 @@ def sync_table(spark: SparkLike, config: DatabusConfig, source_cfg: SourceConfig
             to_scn=to_scn, events=events, windows=windows, events_by_op=by_op, counts=counts,
             snapshot_rows=snap.row_count(), log_scn=until, delta_version=snap.version(),
             duration_s=time.monotonic() - started,
+            applied_commit_ms=applied_commit_ms(snap, log, to_scn), log_commit_ms=log.commit_ms_through(until),
         )
 
 
@@ -256,6 +269,14 @@ def spark_stats(changes: DataFrame) -> ChangeStats:
     stats = changes.agg(*[F.count(F.when(F.col("__op") == op, 1)).alias(op) for op in "iud"],
                         F.countDistinct("__window_scn").alias("windows")).collect()[0]
     return ChangeStats({op: stats[op] for op in "iud" if stats[op]}, stats["windows"])
+
+
+def applied_commit_ms(snap: DeltaSnapshot, log: ChangeLog, applied: Scn) -> int | None:
+    """The source commit time the snapshot is current to (ms): its last merged window's, or, when nothing
+    was merged since its bootstrap, the bootstrap's (it read every commit before it)."""
+    if applied == snap.bootstrap_scn():
+        return snap.bootstrapped_ms()
+    return log.commit_ms_through(applied)
 
 
 def sync_source(spark: SparkLike, config: DatabusConfig, source: str, tables: Sequence[str] | None = None,
