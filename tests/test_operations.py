@@ -129,6 +129,13 @@ def test_checks_pass_on_a_healthy_source_and_fail_on_a_diverged_snapshot(tmp_pat
     assert not bad.passed and bad.severity == dg.AssetCheckSeverity.ERROR
     assert bad.metadata["source_rows"].value == bad.metadata["snapshot_rows"].value
     assert bad.metadata["source_hash"].value != bad.metadata["snapshot_hash"].value
+    # The mismatch is located: the one tampered key and column, with both values.
+    assert bad.metadata["differing_buckets"].value == 1
+    [difference] = bad.metadata["first_differences"].value
+    assert difference["key"] == [1] and difference["what"] == "differs" and difference["columns"] == ["status"]
+    assert difference["status"]["snapshot"] == "tampered" and difference["status"]["source"] != "tampered"
+    assert bad.metadata["differing_columns"].value == "status"
+    assert bad.description.startswith("key (1): status: source ")
 
 
 def test_lag_continuity_drift_and_consumer_checks_each_fail_for_their_reason(tmp_path: Path, spark) -> None:

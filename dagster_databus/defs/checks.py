@@ -16,7 +16,7 @@ from dagster_databus.errors import DatabusError
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import applied_commit_ms
-from dagster_databus.snapshot.reconcile import reconcile_table, schema_drift
+from dagster_databus.snapshot.reconcile import Reconciliation, reconcile_table, schema_drift
 from dagster_databus.sources import open_source
 
 
@@ -87,7 +87,8 @@ def build_source_checks(source: SourceConfig) -> list[dg.AssetChecksDefinition]:
 
     table_specs = [dg.AssetCheckSpec(check, asset=snapshot_key(name, t.name), description=text)
                    for t in source.tables for check, text in (
-                       ("reconciled", "Source and snapshot at one SCN: row count and an order-independent hash."),
+                       ("reconciled", "Source and snapshot at one SCN: row counts and order-independent hashes per "
+                                      "key bucket; on a mismatch, the first differing keys and columns."),
                        ("freshness", "How much older the snapshot's newest change is than the change log's, in "
                                      "source commit time (fails beyond sources[].poll.max_lag_seconds)."),
                        ("schema_drift", "Source columns and types against the snapshot's."))]
@@ -106,17 +107,31 @@ def build_source_checks(source: SourceConfig) -> list[dg.AssetChecksDefinition]:
                 yield dg.AssetCheckResult(asset_key=check_key.asset_key, check_name="schema_drift",
                                           passed=not problems, metadata={"problems": dg.MetadataValue.json(problems)})
                 continue
-            r = reconcile_table(config, source, table)
-            yield dg.AssetCheckResult(
-                asset_key=check_key.asset_key, check_name="reconciled", passed=r.equal,
-                severity=dg.AssetCheckSeverity.ERROR if r.reconciled else dg.AssetCheckSeverity.WARN,
-                description=r.reason if not r.reconciled else None,
-                metadata={"scn": dg.MetadataValue.text(str(r.scn)), "reconciled": r.reconciled,
-                          "source_rows": r.source_rows, "snapshot_rows": r.snapshot_rows,
-                          "source_hash": dg.MetadataValue.text(f"{r.source_hash:016x}"),
-                          "snapshot_hash": dg.MetadataValue.text(f"{r.snapshot_hash:016x}")})
+            r = reconcile_table(config, source, table, context.log.info)
+            yield _reconciled_result(check_key.asset_key, r)
 
     return [capture_verified, capture_lag, log_continuity, consumers_within_retention, table_checks]
+
+
+def _reconciled_result(key: dg.AssetKey, r: Reconciliation) -> dg.AssetCheckResult:
+    metadata: dict[str, object] = {
+        "scn": dg.MetadataValue.text(str(r.scn)), "reconciled": r.reconciled, "source_rows": r.source_rows,
+        "snapshot_rows": r.snapshot_rows, "source_hash": dg.MetadataValue.text(f"{r.source_hash:016x}"),
+        "snapshot_hash": dg.MetadataValue.text(f"{r.snapshot_hash:016x}"), "differing_buckets": r.differing_buckets,
+        "source_side": dg.MetadataValue.text("aggregate query in the database" if r.pushed_down
+                                             else "rows streamed through the check"),
+        "seconds": r.seconds}
+    if r.differences:
+        metadata["first_differences"] = dg.MetadataValue.json([d.as_json() for d in r.differences])
+        metadata["differing_columns"] = dg.MetadataValue.text(
+            ", ".join(dict.fromkeys(c for d in r.differences for c in d.columns)) or "(whole rows)")
+    description = r.reason if not r.reconciled else None
+    if r.reconciled and not r.equal:
+        description = "; ".join(d.describe() for d in r.differences[:3]) or (
+            f"{r.differing_buckets} key buckets differ (the rows moved on before they could be compared)")
+    return dg.AssetCheckResult(asset_key=key, check_name="reconciled", passed=r.equal, metadata=metadata,
+                               severity=dg.AssetCheckSeverity.ERROR if r.reconciled else dg.AssetCheckSeverity.WARN,
+                               description=description)
 
 
 def _freshness(config: DatabusConfig, source: str, table: str, limit_s: float | None) -> dg.AssetCheckResult:

@@ -25,6 +25,7 @@ from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
 
 if TYPE_CHECKING:
+    import pyarrow.dataset as ds
     from pyspark.sql import DataFrame, SparkSession
 
 # Reduced change rows in the snapshot's columns: in memory, streamed, or a distributed Spark DataFrame.
@@ -137,6 +138,14 @@ class DeltaSnapshot(DeltaFolder):
             data = data.select([n for n in data.column_names if not n.startswith("__")])
         return data, Scn(applied), Scn(boot) if boot is not None else None
 
+    def pinned_dataset(self) -> tuple[Scn, ds.Dataset] | None:
+        """(applied SCN, the rows of that one version as a dataset to scan a batch at a time); None before
+        bootstrap."""
+        table = self._table()
+        applied = table.transaction_version(self.app_id) if table is not None else None
+        if table is None or applied is None:
+            return None
+        return Scn(applied), table.to_pyarrow_dataset()
 
 
 def with_meta(batch: pa.RecordBatch | pa.Table, scn: Scn, op: str, commit_ts_ms: int) -> pa.RecordBatch:

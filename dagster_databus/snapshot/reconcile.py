@@ -1,17 +1,34 @@
-"""Compare source tables with their snapshots: row by row (demo, tests), and at one SCN with an
-order-independent hash (the reconciliation check); schema drift between the two."""
+"""Compare source tables with their snapshots: row by row (demo, tests), and at one SCN by fingerprint
+with the differing keys and columns named (the reconciliation check); schema drift between the two."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from dagster_databus.config import DatabusConfig, SourceConfig
+from dagster_databus.core.fingerprint import Fingerprint, bucket_of, digests, part, row_texts, value_text
+from dagster_databus.core.progress import Progress, Ticker
+from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import json_value
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
+
+    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.snapshot.delta import DeltaSnapshot
+    from dagster_databus.sources.base import CaptureSource
+
+
+def _quiet(_: str) -> None:
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,75 +63,215 @@ def compare_rows(table: str, key: Sequence[str], source: Iterable[Mapping[str, A
                       extra=len(extra), different=len(different), examples=examples)
 
 
-def row_digest(row: Mapping[str, Any]) -> int:
-    """A 64-bit digest of one row's source columns (metadata columns ignored)."""
-    body = json.dumps({k: json_value(v) for k, v in sorted(row.items()) if not k.startswith("__")},
-                      sort_keys=True, separators=(",", ":"))
-    return int(hashlib.sha256(body.encode()).hexdigest()[:16], 16)
+@dataclass(frozen=True, slots=True)
+class RowDifference:
+    """One key whose row differs between the source and the snapshot."""
+
+    key: tuple[Any, ...]
+    what: str  # "missing" (in the source, not in the snapshot), "extra" (the reverse), "differs"
+    columns: tuple[str, ...] = ()  # for "differs": the columns whose values differ
+    source: Mapping[str, Any] | None = None
+    snapshot: Mapping[str, Any] | None = None
+
+    def describe(self) -> str:
+        key = ", ".join(map(repr, self.key))
+        if self.what != "differs":
+            where = "source" if self.what == "missing" else "snapshot"
+            return f"key ({key}): only in the {where}"
+        cells = "; ".join(f"{c}: source {_show(self.source, c)} vs snapshot {_show(self.snapshot, c)}"
+                          for c in self.columns)
+        return f"key ({key}): {cells}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"key": [json_value(k) for k in self.key], "what": self.what, "columns": list(self.columns),
+                **({c: {"source": json_value((self.source or {}).get(c)),
+                        "snapshot": json_value((self.snapshot or {}).get(c))} for c in self.columns})}
 
 
-def table_fingerprint(rows: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
-    """(row count, order-independent hash): the sum of row digests modulo 2**64."""
-    count, total = 0, 0
-    for row in rows:
-        count += 1
-        total = (total + row_digest(row)) % (1 << 64)
-    return count, total
+def _show(row: Mapping[str, Any] | None, column: str) -> str:
+    text = repr((row or {}).get(column))
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass(frozen=True, slots=True)
 class Reconciliation:
     table: str
     scn: Scn  # the one SCN both sides were brought to
-    reconciled: bool  # False: the change log does not reach the source's SCN yet
+    reconciled: bool  # False: the two sides could not be brought to one SCN (reason says why)
     reason: str
     source_rows: int = 0
     snapshot_rows: int = 0
     source_hash: int = 0
     snapshot_hash: int = 0
+    differing_buckets: int = 0
+    differences: tuple[RowDifference, ...] = ()  # the first differing keys, in key order
+    pushed_down: bool = False  # the source's side was computed by its database
+    seconds: float = 0.0
 
     @property
     def equal(self) -> bool:
         return self.reconciled and (self.source_rows, self.source_hash) == (self.snapshot_rows, self.snapshot_hash)
 
 
-def reconcile_table(config: DatabusConfig, source_cfg: SourceConfig, table: str) -> Reconciliation:
-    """Compare source and snapshot at one SCN: the source is read consistently at its current SCN S,
-    and the snapshot is brought from its applied SCN to S with the change log's events."""
+MAX_LOCATE_BUCKETS = 16  # differing buckets whose rows are compared one by one
+MAX_DIFFERENCES = 10
+
+
+def reconcile_table(config: DatabusConfig, source_cfg: SourceConfig, table: str,
+                    progress: Progress = _quiet) -> Reconciliation:
+    """Compare source and snapshot at one SCN by fingerprint (``core.fingerprint``), and on a mismatch
+    name the first differing keys and columns.
+
+    The source's fingerprint is read consistently at its current SCN S (an aggregate query where the
+    database can compute it); the snapshot's is computed from its Delta files a batch at a time, with
+    the change log's events up to S applied on the way. Both take memory bounded by a batch, not the
+    table. Rows are compared one by one only in the (few) key buckets whose fingerprints differ.
+    """
     from dagster_databus.log.store import ChangeLog
     from dagster_databus.snapshot.delta import DeltaSnapshot
     from dagster_databus.sources import open_source
 
+    started = time.monotonic()
     source = open_source(source_cfg, config.lake)
-    read = source.snapshot(table)
-    columns = read.schema.column_names
-    # Both sides as canonical values (core.types), the form change-log events carry.
-    source_rows = [r for b in read.batches for r in read.schema.rows_from_arrow(b.select(columns))]
     snap = DeltaSnapshot(config.lake, source_cfg.name, table)
-    applied = snap.applied_scn()
-    if applied is None:
-        return Reconciliation(table, read.scn, False, "the snapshot has not been bootstrapped yet")
+    if snap.applied_scn() is None:
+        return Reconciliation(table, Scn.BEGINNING, False, "the snapshot has not been bootstrapped yet")
     log = ChangeLog(config.lake, source_cfg.name)
-    checkpoint = log.checkpoint()
-    reach = max(checkpoint.scn if checkpoint else Scn.BEGINNING, applied)
-    if reach < read.scn:
-        return Reconciliation(table, read.scn, False,
-                              f"the source is at SCN {read.scn} but the change log only reaches {reach}: capture "
-                              "first (or run the check when the source is quiet)")
-    key = read.schema.primary_key
-    data = snap.read()
-    data = data.select([c for c in columns if c in data.column_names])
-    rows = {tuple(r[k] for k in key): r for r in read.schema.rows_from_arrow(data)}
-    if applied < read.scn:
-        for item in log.read(since=applied, until=read.scn, tables=[table]):
-            event = item.event
-            if event.op.value == "d":
-                rows.pop(tuple(event.key), None)
-            else:
-                rows[tuple(event.key)] = {c: event.row.get(c) for c in columns}
-    src_count, src_hash = table_fingerprint(source_rows)
-    snap_count, snap_hash = table_fingerprint({c: r.get(c) for c in columns} for r in rows.values())
-    return Reconciliation(table, read.scn, True, "compared at one SCN", src_count, snap_count, src_hash, snap_hash)
+    progress(f"{table}: fingerprinting the source")
+    src = source.fingerprint(table)
+    side = _SnapshotSide(config, log, snap, src.schema, progress)
+    problem = side.bring_to(src.scn)
+    if problem:
+        return Reconciliation(table, src.scn, False, problem, pushed_down=src.pushed_down)
+    mine = side.fingerprint()
+    differing = src.fingerprint.differing(mine)
+    differences: tuple[RowDifference, ...] = ()
+    if differing:
+        progress(f"{table}: {len(differing)} of {len(mine.counts)} key buckets differ; comparing the rows of "
+                 f"{min(len(differing), MAX_LOCATE_BUCKETS)} of them")
+        differences = _locate(source, side, src.schema, differing[:MAX_LOCATE_BUCKETS])
+    return Reconciliation(table, src.scn, True, "compared at one SCN", src.fingerprint.rows, mine.rows,
+                          src.fingerprint.digest, mine.digest, len(differing), differences, src.pushed_down,
+                          round(time.monotonic() - started, 3))
+
+
+class _SnapshotSide:
+    """The snapshot brought to an SCN: its Delta rows at the applied SCN A, minus the keys that changed
+    in (A, S], plus those keys' newest images (the change log's events, reduced per key)."""
+
+    def __init__(self, config: DatabusConfig, log: ChangeLog, snap: DeltaSnapshot, schema: TableSchema,
+                 progress: Progress) -> None:
+        self.config, self.log, self.snap, self.schema, self.progress = config, log, snap, schema, progress
+        self.scn = self.applied = Scn.BEGINNING
+        self.dataset: ds.Dataset | None = None
+        self.changed: list[pa.RecordBatch] = []
+        self.changed_keys = np.zeros(0, np.uint64)
+
+    def bring_to(self, scn: Scn) -> str | None:
+        """Pin the Delta version and gather the changes up to ``scn``; a reason when that cannot be done."""
+        from dagster_databus.log.columns import change_schema, table_changes
+        from dagster_databus.snapshot.reduce import NewestPerKey
+
+        pinned = self.snap.pinned_dataset()
+        if pinned is None:
+            return "the snapshot has not been bootstrapped yet"
+        applied, self.dataset = pinned
+        missing = [c for c in self.schema.column_names if c not in self.dataset.schema.names]
+        if missing:
+            return (f"the snapshot lacks column(s) {', '.join(missing)} the source has (see the schema_drift "
+                    "check): re-bootstrap the table")
+        if applied > scn:
+            return (f"the snapshot (at SCN {applied}) moved past the source read (SCN {scn}) while checking: "
+                    "run the check again")
+        checkpoint = self.log.checkpoint()
+        reach = max(checkpoint.scn if checkpoint else Scn.BEGINNING, applied)
+        if reach < scn:
+            return (f"the source is at SCN {scn} but the change log only reaches {reach}: capture first (or run "
+                    "the check when the source is quiet)")
+        self.scn, self.applied = scn, applied
+        reducer = NewestPerKey(change_schema(self.schema), self.schema.primary_key,
+                               self.config.merge.memory_mb << 20, self.config.merge.spill_dir)
+        self.changed = list(reducer.extend(table_changes(self.log, self.schema, applied, scn)).results())
+        keys = [digests(row_texts(b, self.schema, columns=())[0]) for b in self.changed]
+        self.changed_keys = np.sort(np.concatenate(keys)) if keys else np.zeros(0, np.uint64)
+        return None
+
+    def batches(self) -> Iterator[tuple[pa.RecordBatch, np.ndarray, np.ndarray]]:
+        """(rows, key digests, row digests) of the snapshot at ``scn``, a batch at a time."""
+        ticker = Ticker(self.progress, f"{self.schema.table}: fingerprinting the snapshot", "rows",
+                        self.dataset.count_rows())
+        for batch in self.dataset.to_batches(columns=list(self.schema.column_names), batch_size=65_536):
+            ticker.add(batch.num_rows)
+            yield from self._digested(batch, drop_changed=True)
+        ticker.finish()
+        for batch in self.changed:
+            live = batch.filter(pc.not_equal(batch.column("__op"), "d"))
+            yield from self._digested(live.select(self.schema.column_names), drop_changed=False)
+
+    def _digested(self, batch: pa.RecordBatch, drop_changed: bool
+                  ) -> Iterator[tuple[pa.RecordBatch, np.ndarray, np.ndarray]]:
+        if not batch.num_rows:
+            return
+        key, row = row_texts(batch, self.schema)
+        key_digests, row_digests = digests(key), digests(row)
+        if drop_changed and len(self.changed_keys):
+            kept = ~np.isin(key_digests, self.changed_keys)
+            batch, key_digests, row_digests = batch.filter(pa.array(kept)), key_digests[kept], row_digests[kept]
+        yield batch, key_digests, row_digests
+
+    def fingerprint(self) -> Fingerprint:
+        result = Fingerprint()
+        for _, key_digests, row_digests in self.batches():
+            result.add(bucket_of(key_digests), row_digests)
+        return result
+
+    def rows_in(self, buckets: Sequence[int]) -> pa.Table:
+        wanted = np.array(sorted(buckets), np.int64)
+        kept = [batch.filter(pa.array(np.isin(bucket_of(k), wanted))) for batch, k, _ in self.batches()]
+        target = self.schema.arrow(with_meta=False)
+        return pa.Table.from_batches([b.select(self.schema.column_names).cast(target) for b in kept], target)
+
+
+def _locate(source: CaptureSource, side: _SnapshotSide, schema: TableSchema,
+            buckets: Sequence[int]) -> tuple[RowDifference, ...]:
+    """The first differing rows in ``buckets``: both sides read again at one newer SCN, compared by key."""
+    read = source.rows_in_buckets(schema.table, buckets)
+    source_rows = pa.Table.from_batches(list(read.batches), schema.arrow(with_meta=False))
+    if side.bring_to(read.scn) is not None:
+        return ()  # the log does not reach the second read; the counts and hashes still stand
+    return compare_tables(schema, source_rows, side.rows_in(buckets))[:MAX_DIFFERENCES]
+
+
+def compare_tables(schema: TableSchema, source: pa.Table, snapshot: pa.Table) -> tuple[RowDifference, ...]:
+    """Rows of two tables (``schema``'s columns) that differ, compared by canonical value, in key order."""
+    def index(data: pa.Table) -> dict[bytes, int]:
+        return {k: i for i, k in enumerate(row_texts(data, schema, columns=())[0].to_pylist())}
+
+    def cells(data: pa.Table) -> dict[str, list[bytes]]:
+        return {c.name: part(value_text(data.column(c.name).combine_chunks(), c.type)).to_pylist()
+                for c in schema.columns}
+
+    src_index, snap_index = index(source), index(snapshot)
+    src_cells, snap_cells = cells(source), cells(snapshot)
+    src_rows, snap_rows = source.to_pylist(), snapshot.to_pylist()
+    out = []
+    for key in src_index.keys() | snap_index.keys():
+        i, j = src_index.get(key), snap_index.get(key)
+        row = src_rows[i] if i is not None else snap_rows[j]  # type: ignore[index]
+        key_values = tuple(row[k] for k in schema.primary_key)
+        if j is None:
+            out.append(RowDifference(key_values, "missing", source=src_rows[i]))  # type: ignore[index]
+        elif i is None:
+            out.append(RowDifference(key_values, "extra", snapshot=snap_rows[j]))
+        else:
+            columns = tuple(c for c in schema.column_names if src_cells[c][i] != snap_cells[c][j])
+            if columns:
+                out.append(RowDifference(key_values, "differs", columns, src_rows[i], snap_rows[j]))
+    return tuple(sorted(out, key=lambda d: tuple(map(_sortable, d.key))))
+
+
+def _sortable(value: Any) -> tuple[str, Any]:
+    return (type(value).__name__, value)
 
 
 def schema_drift(config: DatabusConfig, source_cfg: SourceConfig, table: str) -> list[str]:

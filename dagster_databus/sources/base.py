@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 
 from dagster_databus.core.batch import ChangeBatch
@@ -14,6 +15,9 @@ from dagster_databus.core.identifiers import RESERVED_PREFIX, is_plain_name
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError, UnsupportedTypeError
+
+if TYPE_CHECKING:
+    from dagster_databus.core.fingerprint import Fingerprint
 
 
 def require_mapped(source: str, table: str, unmapped: Sequence[str], kind: str, fix: str) -> None:
@@ -102,6 +106,39 @@ class TableSnapshot:
     batches: Iterator[pa.RecordBatch] = field(repr=False)
 
 
+@dataclass(frozen=True)
+class SourceFingerprint:
+    """A table's reconciliation fingerprint (``core.fingerprint``) read consistently at ``scn``."""
+
+    scn: Scn
+    schema: TableSchema
+    fingerprint: Fingerprint
+    pushed_down: bool  # True: computed by the database; False: its rows streamed through this process
+
+
+def streamed_fingerprint(read: TableSnapshot) -> SourceFingerprint:
+    """The fingerprint of a consistent read, its rows hashed here batch by batch (bounded memory)."""
+    from dagster_databus.core.fingerprint import fingerprint_batches
+
+    return SourceFingerprint(read.scn, read.schema, fingerprint_batches(read.batches, read.schema), False)
+
+
+def in_buckets(read: TableSnapshot, buckets: Iterable[int]) -> TableSnapshot:
+    """The rows of a consistent read whose key falls in fingerprint ``buckets``."""
+    from dagster_databus.core.fingerprint import bucket_of, digests, row_texts
+
+    wanted = np.array(sorted(set(buckets)), np.int64)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for batch in read.batches:
+            key, _ = row_texts(batch, read.schema, columns=())
+            mask = np.isin(bucket_of(digests(key)), wanted)
+            if mask.any():
+                yield batch.filter(pa.array(mask))
+
+    return TableSnapshot(read.scn, read.schema, batches())
+
+
 class CaptureSource(Protocol):
     kind: str
     name: str
@@ -148,6 +185,12 @@ class CaptureSource(Protocol):
         Batches may carry a per-row ``__scn`` when parts of the table were read at different
         positions; ``TableSnapshot.scn`` is then the lowest of them.
         """
+
+    def fingerprint(self, table: str) -> SourceFingerprint:
+        """The table's reconciliation fingerprint at one SCN, computed by the database where it can."""
+
+    def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot:
+        """A consistent read of the table's rows in some fingerprint buckets (to compare one by one)."""
 
     def release(self, through: Scn) -> None:
         """The change log durably holds everything up to ``through``; the source may drop it."""

@@ -13,7 +13,7 @@ that is, the table's shape at the time of the event.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
@@ -34,9 +34,11 @@ from dagster_databus.errors import (
     SourceUnavailableError,
     UnsupportedTypeError,
 )
+from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import (
     InstallReport,
     PollStats,
+    SourceFingerprint,
     TableSnapshot,
     check_column_name,
     require_mapped,
@@ -53,6 +55,7 @@ from dagster_databus.sources.mysql_types import (
     binlog_value,
     bootstrap_value,
     compatible,
+    fingerprint_part,
     mysql_column_type,
     select_expression,
 )
@@ -607,9 +610,7 @@ class MysqlSource:
         schema = self.preflight()[table]  # the live shape: the read below sees it
         conn = self.connect()
         cur = conn.cursor()
-        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP read in UTC, as the binlog has it
-        scn = self._consistent_snapshot(cur)
+        scn = self._read_only_snapshot(cur)
         columns = ", ".join(select_expression(c) for c in schema.columns)
         key = [f"`{k}`" for k in schema.primary_key]
         first = f"SELECT {columns} FROM `{table}` ORDER BY {', '.join(key)} LIMIT %s"
@@ -631,6 +632,55 @@ class MysqlSource:
                 conn.close()
 
         return TableSnapshot(scn=scn, schema=schema, batches=batches())
+
+    def fingerprint(self, table: str) -> SourceFingerprint:
+        """Computed by the server in one aggregate query (``sql/mysql/fingerprint.sql``): no rows travel."""
+        from dagster_databus.core.fingerprint import Fingerprint
+
+        schema = self.preflight()[table]
+        fingerprint = Fingerprint()
+        with closing(self.connect()) as conn, conn.cursor() as cur:
+            scn = self._read_only_snapshot(cur)
+            try:
+                cur.execute(self._fingerprint_sql("fingerprint.sql", schema))
+                for bucket, rows, digest_sum in cur.fetchall():
+                    fingerprint.add_bucket(int(bucket), int(rows), int(digest_sum))
+            finally:
+                cur.execute("COMMIT")
+        return SourceFingerprint(scn, schema, fingerprint, pushed_down=True)
+
+    def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot:
+        schema = self.preflight()[table]
+        conn = self.connect()
+        cur = conn.cursor()
+        scn = self._read_only_snapshot(cur)
+        cur.execute(self._fingerprint_sql("fingerprint_rows.sql", schema, buckets))
+        convert = schema.batch(lambda c: bootstrap_value(c, self.config.zero_dates), f"reconciliation of {table}")
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            try:
+                while rows := cur.fetchmany(self.config.bootstrap_chunk_rows):
+                    yield convert(rows)
+            finally:
+                cur.execute("COMMIT")
+                conn.close()
+
+        return TableSnapshot(scn=scn, schema=schema, batches=batches())
+
+    def _read_only_snapshot(self, cur: Any) -> Scn:
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP in UTC, as the binlog and the snapshot have it
+        return self._consistent_snapshot(cur)
+
+    @staticmethod
+    def _fingerprint_sql(name: str, schema: TableSchema, buckets: Sequence[int] = ()) -> str:
+        parts = {c.name: fingerprint_part(c) for c in schema.columns}
+        return sqlfiles.render(
+            "mysql", name, table=f"`{schema.table}`",
+            key_text=f"CONCAT({', '.join(parts[k] for k in schema.primary_key)})",
+            row_text=f"CONCAT({', '.join(parts[c] for c in schema.column_names)})",
+            columns=", ".join(select_expression(c) for c in schema.columns),
+            buckets=", ".join(str(int(b)) for b in buckets) or "NULL")
 
     def _reports_snapshot_position(self) -> bool:
         with closing(self.connect()) as conn, conn.cursor() as cur:

@@ -120,6 +120,45 @@ def select_expression(column: Column) -> str:
     return f"`{column.name}`"
 
 
+def fingerprint_text(column: Column) -> str:
+    """SQL for ``column``'s canonical text in reconciliation fingerprints (``core.fingerprint``),
+    NULL when the value is NULL. Mirrors ``bootstrap_value``: the same stored value gives the same text
+    whether MySQL computes it or Python computes it from the snapshot. Needs ``time_zone = '+00:00'``."""
+    t, kind, col = MysqlType.parse(column.source_type), column.type.kind, f"`{column.name}`"
+    if kind in ("float", "double"):
+        return _frexp_text(f"CAST({col} AS DOUBLE)")
+    if kind == "boolean" or t.name == "year":
+        return f"CAST({col} + 0 AS CHAR)"
+    if kind == "string":
+        return f"CONVERT({col} USING utf8mb4)"
+    if kind == "binary":
+        return col
+    if kind == "date":
+        return f"DATEDIFF({col}, '1970-01-01')"
+    if kind in ("timestamp", "timestamp_ntz"):
+        return f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {col})"
+    if kind == "time":
+        return f"CAST(TIME_TO_SEC({col}) * 1000000 AS SIGNED)"
+    return f"CAST({col} AS CHAR)"
+
+
+def _frexp_text(x: str) -> str:
+    """``<e>:<m>`` with ``x = m * 2**(e-53)`` (numpy's ``frexp``), in exact double arithmetic: scaling
+    by a power of two is exact, and the exponent from LOG2 is corrected where it rounded."""
+    a = f"ABS({x})"
+    e0 = f"LEAST(FLOOR(LOG2({a})) + 1, 1024)"
+    r = f"({a} / POW(2, {e0} - 1))"
+    e = f"({e0} + ({r} >= 2) - ({r} < 1))"
+    return (f"CASE WHEN {x} = 0 THEN '0' "
+            f"ELSE CONCAT({e}, ':', CAST(SIGN({x}) * {a} / POW(2, {e} - 1) * 4503599627370496 AS SIGNED)) END")
+
+
+def fingerprint_part(column: Column) -> str:
+    """One column's contribution to a row's canonical text: ``<byte length>:<text>``, ``-`` for NULL."""
+    text = fingerprint_text(column)
+    return f"COALESCE(CONCAT(LENGTH({text}), ':', {text}), '-')"
+
+
 def bootstrap_value(column: Column, zero_dates: ZeroDates) -> Callable[[Any], Any]:
     """pymysql's value (never None) → the canonical value of ``column.type``."""
     t = MysqlType.parse(column.source_type)

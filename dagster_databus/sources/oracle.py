@@ -32,11 +32,14 @@ from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import (
     InstallReport,
     PollStats,
+    SourceFingerprint,
     TableSnapshot,
     check_column_name,
+    in_buckets,
     require_mapped,
     require_unique_key,
     resolve_key,
+    streamed_fingerprint,
     table_schemas,
 )
 from dagster_databus.sources.oracle_sql import (
@@ -466,6 +469,12 @@ class OracleSource:
                     .option("page_rows", str(min(rows_per_range, 10_000))).load().toArrow())
         data = data.cast(schema.arrow(with_meta=False))
         return TableSnapshot(scn=scn, schema=schema, batches=iter(data.to_batches()))
+
+    def fingerprint(self, table: str) -> SourceFingerprint:
+        return streamed_fingerprint(self.snapshot(table))
+
+    def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot:
+        return in_buckets(self.snapshot(table), buckets)
 
     def release(self, through: Scn) -> None:
         if through.is_beginning:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing
 from functools import partial
 from pathlib import Path
@@ -36,11 +36,14 @@ from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import (
     InstallReport,
     PollStats,
+    SourceFingerprint,
     TableSnapshot,
     check_column_name,
+    in_buckets,
     require_mapped,
     require_unique_key,
     resolve_key,
+    streamed_fingerprint,
     table_schemas,
 )
 from dagster_databus.sources.sqlite_batch import chunk_batch
@@ -359,6 +362,12 @@ class SqliteSource:
                 conn.close()
 
         return TableSnapshot(scn=scn, schema=schema, batches=batches())
+
+    def fingerprint(self, table: str) -> SourceFingerprint:
+        return streamed_fingerprint(self.snapshot(table))
+
+    def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot:
+        return in_buckets(self.snapshot(table), buckets)
 
     def release(self, through: Scn) -> None:
         if not self.config.prune_txlog or through.is_beginning:

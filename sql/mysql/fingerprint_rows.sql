@@ -1,0 +1,5 @@
+-- The rows of some key-hash buckets of one table (read-only), for comparing them one by one
+-- after the fingerprints of those buckets differed (see fingerprint.sql).
+SELECT {columns}
+FROM {table}
+WHERE CAST(CONV(LEFT(MD5({key_text}), 3), 16, 10) AS UNSIGNED) IN ({buckets})
