@@ -87,12 +87,29 @@ class PollConfig(_Strict):
         return value
 
 
+class ReconcileConfig(_Strict):
+    """When the ``reconciled`` check (a full comparison with the source) runs: on its own cron schedule
+    and/or after every N successful sync runs; never as part of every sync."""
+
+    cron: str | None = "0 3 * * *"  # daily at 03:00; null: no schedule
+    every_syncs: int | None = Field(default=None, ge=1)
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        problem = cron_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(f"{problem}; for example '0 3 * * *' (daily at 03:00), or null for no schedule")
+        return value
+
+
 class _SourceBase(_Strict):
     """What every source kind has: a name, its tables, polling, retention and Dagster labels."""
 
     name: str
     tables: tuple[TableConfig, ...] = Field(min_length=1)
     poll: PollConfig = PollConfig()
+    reconcile: ReconcileConfig = ReconcileConfig()
     retention: RetentionConfig = RetentionConfig()
     owners: tuple[str, ...] = ()  # Dagster asset owners: emails or team:<name>
     tags: dict[str, str] = Field(default_factory=dict)  # extra Dagster asset tags

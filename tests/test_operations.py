@@ -53,6 +53,34 @@ def test_poll_schedule_requests_the_sync_job(tmp_path: Path) -> None:
     assert len(requests) == 1 and schedule.job_name == "shop_sync" and schedule.cron_schedule == "*/3 * * * *"
 
 
+def test_reconciliation_runs_on_its_own_schedule_not_with_every_sync(tmp_path: Path, spark) -> None:
+    _, defs, workload = setup(tmp_path, reconcile={"cron": "0 4 * * 0", "every_syncs": 2})
+    workload.run(10)
+    schedule = defs.resolve_schedule_def("shop_reconcile")
+    assert schedule.job_name == "shop_reconcile" and schedule.cron_schedule == "0 4 * * 0"
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    sensor = defs.resolve_sensor_def("shop_reconcile_every_syncs")
+    with dg.instance_for_test() as instance:
+        synced = checks(run(defs, instance, "shop_sync"))
+        assert ("shop/orders", "schema_drift") in synced
+        assert not [k for k in synced if k[1] == "reconciled"], "the full comparison must not run with every sync"
+        context = dg.build_sensor_context(instance=instance)
+        assert not sensor.evaluate_tick(context).run_requests  # 1 of 2 syncs
+        run(defs, instance, "shop_sync")
+        tick = sensor.evaluate_tick(dg.build_sensor_context(instance=instance))
+        assert len(tick.run_requests) == 1 and tick.cursor == "2"
+        assert not sensor.evaluate_tick(dg.build_sensor_context(instance=instance, cursor="2")).run_requests
+        reconciled = checks(run(defs, instance, "shop_reconcile"))
+    assert {k for k in reconciled} == {(f"shop/{t['name']}", "reconciled") for t in TABLES}
+    assert all(e.passed for e in reconciled.values())
+
+
+def test_reconcile_schedule_can_be_turned_off(tmp_path: Path) -> None:
+    _, defs, _ = setup(tmp_path, reconcile={"cron": None})
+    assert "shop_reconcile" not in {s.name for s in defs.schedules or []}
+    assert defs.resolve_job_def("shop_reconcile") is not None
+
+
 def test_snapshots_follow_the_change_log_automatically(tmp_path: Path, spark) -> None:
     _, defs, workload = setup(tmp_path)
     workload.run(10)
@@ -68,6 +96,8 @@ def test_snapshots_follow_the_change_log_automatically(tmp_path: Path, spark) ->
     keys = ["shop/capture", "shop/changelog", "shop/customers", "shop/orders", "shop/order_items"]
     requested = {k for k in keys if after.get_num_requested(dg.AssetKey.from_user_string(k))}
     assert requested == {"shop/customers", "shop/orders", "shop/order_items"}
+    # Automatic merges do not run the full comparison with the source (it has its own schedule).
+    assert not after.get_num_requested(dg.AssetCheckKey(dg.AssetKey(["shop", "orders"]), "reconciled"))
     sensor = defs.resolve_sensor_def("shop_merge_automation")
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
 

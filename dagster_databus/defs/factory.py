@@ -14,6 +14,8 @@ from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.defs.schedules import (
     build_automation_sensor,
     build_poll_schedule,
+    build_reconcile_job,
+    build_reconcile_triggers,
     build_snapshot_jobs,
     build_source_job,
 )
@@ -26,9 +28,13 @@ def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definition
         assets += build_source_assets(source)
         checks += build_source_checks(source)
         job = build_source_job(source)
-        jobs += [job, *build_snapshot_jobs(source)]
+        reconcile = build_reconcile_job(source)
+        jobs += [job, reconcile, *build_snapshot_jobs(source)]
         schedules.append(build_poll_schedule(source, job))
         sensors.append(build_automation_sensor(source))
+        reconcile_schedules, reconcile_sensors = build_reconcile_triggers(source, reconcile)
+        schedules += reconcile_schedules
+        sensors += reconcile_sensors
         if source.kind == "oracle":
             sensors.append(build_alert_sensor(source, job))
     assets += [build_logical_asset(logical) for logical in config.logical_tables]
