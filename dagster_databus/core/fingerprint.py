@@ -9,7 +9,9 @@ that differ locate the rows to compare one by one.
 
 The canonical text is defined per column type so that SQL can produce it byte for byte:
 
-- each column contributes ``<byte length>:<value text>``, or ``-`` when NULL, in schema order;
+- each column contributes, in schema order, ``<byte length>:<value text>`` for strings and binary
+  (which may hold any byte) and ``<value text>|`` for every other type (whose texts never hold ``|``);
+  ``-`` and ``-|`` when NULL;
 - integers, decimals: their decimal text (decimals with exactly ``scale`` fractional digits);
 - float, double: ``<e>:<m>`` with ``value = m * 2**(e-53)`` (``frexp``), exact and free of any
   text formatting; ``0`` for zero;
@@ -103,17 +105,19 @@ def _float_text(array: pa.Array) -> pa.Array:
     return pc.cast(pc.if_else(pa.array(valid), text, pa.scalar(None, pa.string())), pa.binary())
 
 
-def part(text: pa.Array) -> pa.Array:
-    """One column's contribution: ``<length>:<text>``, ``-`` for NULL."""
-    length = pc.cast(pc.cast(pc.binary_length(text), pa.string()), pa.binary())
-    return pc.fill_null(pc.binary_join_element_wise(length, b":", text, b""), NULL_TEXT)
+def part(text: pa.Array, column_type: ColumnType) -> pa.Array:
+    """One column's contribution to the row text (see the module's docstring)."""
+    if column_type.kind in ("string", "binary"):
+        length = pc.cast(pc.cast(pc.binary_length(text), pa.string()), pa.binary())
+        return pc.fill_null(pc.binary_join_element_wise(length, b":", text, b""), NULL_TEXT)
+    return pc.binary_join_element_wise(pc.fill_null(text, NULL_TEXT), b"|", b"")
 
 
 def row_texts(batch: pa.RecordBatch | pa.Table, schema: TableSchema,
               columns: Sequence[str] | None = None) -> tuple[pa.Array, pa.Array]:
     """(key text, row text) of each row; ``columns`` (default: all) in ``schema`` order."""
     names = list(columns) if columns is not None else list(schema.column_names)
-    parts = {c.name: part(_flat(value_text(_flat(batch.column(c.name)), c.type)))
+    parts = {c.name: part(_flat(value_text(_flat(batch.column(c.name)), c.type)), c.type)
              for c in schema.columns if c.name in names or c.name in schema.primary_key}
     key = _join([parts[k] for k in schema.primary_key])
     row = _join([parts[n] for n in schema.column_names if n in names])

@@ -248,7 +248,7 @@ def compare_tables(schema: TableSchema, source: pa.Table, snapshot: pa.Table) ->
         return {k: i for i, k in enumerate(row_texts(data, schema, columns=())[0].to_pylist())}
 
     def cells(data: pa.Table) -> dict[str, list[bytes]]:
-        return {c.name: part(value_text(data.column(c.name).combine_chunks(), c.type)).to_pylist()
+        return {c.name: part(value_text(data.column(c.name).combine_chunks(), c.type), c.type).to_pylist()
                 for c in schema.columns}
 
     src_index, snap_index = index(source), index(snapshot)

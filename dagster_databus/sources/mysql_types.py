@@ -154,9 +154,12 @@ def _frexp_text(x: str) -> str:
 
 
 def fingerprint_part(column: Column) -> str:
-    """One column's contribution to a row's canonical text: ``<byte length>:<text>``, ``-`` for NULL."""
+    """One column's contribution to a row's canonical text (``core.fingerprint``): ``<byte length>:<text>``
+    for strings and binary, ``<text>|`` for the rest (evaluated once: the float text is not cheap)."""
     text = fingerprint_text(column)
-    return f"COALESCE(CONCAT(LENGTH({text}), ':', {text}), '-')"
+    if column.type.kind in ("string", "binary"):
+        return f"COALESCE(CONCAT(LENGTH({text}), ':', {text}), '-')"
+    return f"CONCAT(COALESCE({text}, '-'), '|')"
 
 
 def bootstrap_value(column: Column, zero_dates: ZeroDates) -> Callable[[Any], Any]:
