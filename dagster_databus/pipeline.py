@@ -218,8 +218,11 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
             for table, count in info.tables.items():
                 result.events_by_table[table] = result.events_by_table.get(table, 0) + count
             result.newest_commit_ms = int(window_commits[-1])
-            progress(f"{source}: appended SCN {info.first_scn}..{info.last_scn} "
-                     f"({len(window_scns)} windows, {info.events} events)")
+            elapsed = max(time.monotonic() - started, 1e-9)
+            ahead = f", the source is at SCN {stats.source_hwm}" if stats.source_hwm.value > info.last_scn else ""
+            progress(f"{source}: appended SCN {info.first_scn}..{info.last_scn} ({len(window_scns)} windows, "
+                     f"{info.events} events); {result.events:,} events in {elapsed:.1f}s, "
+                     f"{result.events / elapsed:,.0f} events/s{ahead}")
         ddl.record(stats.ddl)
         current = log.checkpoint()
         if current is None or stats.until > current.scn:

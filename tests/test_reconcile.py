@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from dagster_databus import pipeline
-from dagster_databus.core.fingerprint import digests, fingerprint_batches, value_text
+from dagster_databus.core.fingerprint import BUCKET_BITS, buckets, digests, fingerprint_batches, value_text
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType
 from dagster_databus.snapshot.delta import DeltaSnapshot
@@ -46,6 +47,13 @@ def test_digests_are_md5_prefixes_for_every_length_and_slice() -> None:
     expected = [int(hashlib.md5(t).hexdigest()[:16], 16) for t in texts]
     assert digests(array).tolist() == expected
     assert digests(array.slice(5, 10)).tolist() == expected[5:15]
+
+
+def test_buckets_are_the_top_bits_of_crc32() -> None:
+    texts = [b"", b"1", "clé".encode(), bytes(range(256)) * 3]
+    expected = [zlib.crc32(t) >> (32 - BUCKET_BITS) for t in texts]
+    assert buckets(pa.array(texts, pa.binary())).tolist() == expected
+    assert buckets(pa.array(texts, pa.binary()).slice(1, 2)).tolist() == expected[1:3]
 
 
 def test_float_text_is_exact_and_free_of_formatting() -> None:

@@ -4,6 +4,7 @@ and the same rows as the Spark reduce over a real change log."""
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,6 +26,7 @@ from dagster_databus.snapshot.merge import (
     sync_source,
     to_merge_table,
 )
+from dagster_databus.snapshot.reconcile import reconcile_table
 from dagster_databus.snapshot.reduce import NewestPerKey
 from dagster_databus.snapshot.spark import may_commit_with_delta_spark
 from tests.conftest import assert_snapshots_match, cycle
@@ -214,9 +216,18 @@ def test_long_steps_report_progress_with_counts_and_rates(tmp_path: Path, monkey
     assert [int(line.split()[2].replace(",", "")) for line in booted] == [50_000, 100_000, 120_000]
     assert all(line.endswith("rows/s") for line in booted)
     source.execute([("UPDATE items SET name = ? WHERE id < ?", ("y", 70_000))])
-    pipeline.capture(config, "shop")
+    pipeline.capture(config, "shop", progress=lines.append)
+    [appended] = [line for line in lines if line.startswith("shop: appended SCN ")]
+    assert re.fullmatch(r"shop: appended SCN 1\.\.70000 \(1 windows, 70000 events\); 70,000 events in "
+                        r"[0-9.]+s, [0-9,]+ events/s", appended), appended
     lines.clear()
     sync_source(lambda: None, config, "shop", progress=lines.append)  # type: ignore[arg-type,return-value]
     reading = [line for line in lines if line.startswith("items: reading and reducing changes: ")]
     assert reading[-1].startswith("items: reading and reducing changes: 70,000 of ~70,000 events (100%) in ")
     assert any(line.startswith("items: merging: 70,000 keys in ") for line in lines), lines
+    lines.clear()
+    assert reconcile_table(config, config.source("shop"), "items", lines.append).equal
+    source_side = [line for line in lines if line.startswith("items: fingerprinting the source: ")]
+    snapshot_side = [line for line in lines if line.startswith("items: fingerprinting the snapshot: ")]
+    assert source_side[-1].startswith("items: fingerprinting the source: 120,000 rows in ")
+    assert snapshot_side[-1].startswith("items: fingerprinting the snapshot: 120,000 of ~120,000 rows (100%) in ")

@@ -16,6 +16,10 @@ T = TypeVar("T")
 EVERY_S = 10.0
 
 
+def quiet(_: str) -> None:
+    """A ``Progress`` that reports nothing."""
+
+
 class Ticker:
     def __init__(self, progress: Progress, what: str, unit: str, total: int | None = None,
                  every_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster_databus.config import DatabusConfig, SourceConfig
-from dagster_databus.core.fingerprint import Fingerprint, bucket_of, digests, part, row_texts, value_text
-from dagster_databus.core.progress import Progress, Ticker
+from dagster_databus.core.fingerprint import Fingerprint, buckets, digests, part, row_texts, value_text
+from dagster_databus.core.progress import Progress, Ticker, quiet
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import json_value
@@ -25,10 +25,6 @@ if TYPE_CHECKING:
     from dagster_databus.log.store import ChangeLog
     from dagster_databus.snapshot.delta import DeltaSnapshot
     from dagster_databus.sources.base import CaptureSource
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +114,7 @@ MAX_DIFFERENCES = 10
 
 
 def reconcile_table(config: DatabusConfig, source_cfg: SourceConfig, table: str,
-                    progress: Progress = _quiet) -> Reconciliation:
+                    progress: Progress = quiet) -> Reconciliation:
     """Compare source and snapshot at one SCN by fingerprint (``core.fingerprint``), and on a mismatch
     name the first differing keys and columns.
 
@@ -137,8 +133,7 @@ def reconcile_table(config: DatabusConfig, source_cfg: SourceConfig, table: str,
     if snap.applied_scn() is None:
         return Reconciliation(table, Scn.BEGINNING, False, "the snapshot has not been bootstrapped yet")
     log = ChangeLog(config.lake, source_cfg.name)
-    progress(f"{table}: fingerprinting the source")
-    src = source.fingerprint(table)
+    src = source.fingerprint(table, progress)
     side = _SnapshotSide(config, log, snap, src.schema, progress)
     problem = side.bring_to(src.scn)
     if problem:
@@ -197,7 +192,7 @@ class _SnapshotSide:
         return None
 
     def batches(self) -> Iterator[tuple[pa.RecordBatch, np.ndarray, np.ndarray]]:
-        """(rows, key digests, row digests) of the snapshot at ``scn``, a batch at a time."""
+        """(rows, their buckets, row digests) of the snapshot at ``scn``, a batch at a time."""
         ticker = Ticker(self.progress, f"{self.schema.table}: fingerprinting the snapshot", "rows",
                         self.dataset.count_rows())
         for batch in self.dataset.to_batches(columns=list(self.schema.column_names), batch_size=65_536):
@@ -213,21 +208,21 @@ class _SnapshotSide:
         if not batch.num_rows:
             return
         key, row = row_texts(batch, self.schema)
-        key_digests, row_digests = digests(key), digests(row)
+        key_buckets, row_digests = buckets(key), digests(row)
         if drop_changed and len(self.changed_keys):
-            kept = ~np.isin(key_digests, self.changed_keys)
-            batch, key_digests, row_digests = batch.filter(pa.array(kept)), key_digests[kept], row_digests[kept]
-        yield batch, key_digests, row_digests
+            kept = ~np.isin(digests(key), self.changed_keys)
+            batch, key_buckets, row_digests = batch.filter(pa.array(kept)), key_buckets[kept], row_digests[kept]
+        yield batch, key_buckets, row_digests
 
     def fingerprint(self) -> Fingerprint:
         result = Fingerprint()
-        for _, key_digests, row_digests in self.batches():
-            result.add(bucket_of(key_digests), row_digests)
+        for _, key_buckets, row_digests in self.batches():
+            result.add(key_buckets, row_digests)
         return result
 
-    def rows_in(self, buckets: Sequence[int]) -> pa.Table:
-        wanted = np.array(sorted(buckets), np.int64)
-        kept = [batch.filter(pa.array(np.isin(bucket_of(k), wanted))) for batch, k, _ in self.batches()]
+    def rows_in(self, chosen: Sequence[int]) -> pa.Table:
+        wanted = np.array(sorted(chosen), np.int64)
+        kept = [batch.filter(pa.array(np.isin(b, wanted))) for batch, b, _ in self.batches()]
         target = self.schema.arrow(with_meta=False)
         return pa.Table.from_batches([b.select(self.schema.column_names).cast(target) for b in kept], target)
 

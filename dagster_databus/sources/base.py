@@ -12,6 +12,7 @@ import pyarrow as pa
 from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.events import Window
 from dagster_databus.core.identifiers import RESERVED_PREFIX, is_plain_name
+from dagster_databus.core.progress import Progress, Ticker, quiet
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError, UnsupportedTypeError
@@ -116,23 +117,27 @@ class SourceFingerprint:
     pushed_down: bool  # True: computed by the database; False: its rows streamed through this process
 
 
-def streamed_fingerprint(read: TableSnapshot) -> SourceFingerprint:
+def streamed_fingerprint(read: TableSnapshot, progress: Progress = quiet) -> SourceFingerprint:
     """The fingerprint of a consistent read, its rows hashed here batch by batch (bounded memory)."""
     from dagster_databus.core.fingerprint import fingerprint_batches
 
-    return SourceFingerprint(read.scn, read.schema, fingerprint_batches(read.batches, read.schema), False)
+    ticker = Ticker(progress, f"{read.schema.table}: fingerprinting the source", "rows")
+    fingerprint = fingerprint_batches(ticker.counted(read.batches, lambda b: b.num_rows), read.schema)
+    ticker.finish()
+    return SourceFingerprint(read.scn, read.schema, fingerprint, False)
 
 
 def in_buckets(read: TableSnapshot, buckets: Iterable[int]) -> TableSnapshot:
     """The rows of a consistent read whose key falls in fingerprint ``buckets``."""
-    from dagster_databus.core.fingerprint import bucket_of, digests, row_texts
+    from dagster_databus.core.fingerprint import buckets as bucket_of
+    from dagster_databus.core.fingerprint import row_texts
 
     wanted = np.array(sorted(set(buckets)), np.int64)
 
     def batches() -> Iterator[pa.RecordBatch]:
         for batch in read.batches:
             key, _ = row_texts(batch, read.schema, columns=())
-            mask = np.isin(bucket_of(digests(key)), wanted)
+            mask = np.isin(bucket_of(key), wanted)
             if mask.any():
                 yield batch.filter(pa.array(mask))
 
@@ -186,7 +191,7 @@ class CaptureSource(Protocol):
         positions; ``TableSnapshot.scn`` is then the lowest of them.
         """
 
-    def fingerprint(self, table: str) -> SourceFingerprint:
+    def fingerprint(self, table: str, progress: Progress = quiet) -> SourceFingerprint:
         """The table's reconciliation fingerprint at one SCN, computed by the database where it can."""
 
     def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot:

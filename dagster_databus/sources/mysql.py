@@ -24,6 +24,7 @@ import pymysql
 from dagster_databus.config import MysqlSourceConfig
 from dagster_databus.core.batch import ChangeBatch, ChangeBatchBuilder
 from dagster_databus.core.events import Op
+from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
@@ -633,7 +634,7 @@ class MysqlSource:
 
         return TableSnapshot(scn=scn, schema=schema, batches=batches())
 
-    def fingerprint(self, table: str) -> SourceFingerprint:
+    def fingerprint(self, table: str, progress: Progress = quiet) -> SourceFingerprint:
         """Computed by the server in one aggregate query (``sql/mysql/fingerprint.sql``): no rows travel."""
         from dagster_databus.core.fingerprint import Fingerprint
 
@@ -641,6 +642,8 @@ class MysqlSource:
         fingerprint = Fingerprint()
         with closing(self.connect()) as conn, conn.cursor() as cur:
             scn = self._read_only_snapshot(cur)
+            progress(f"{table}: the server computes the fingerprint at SCN {scn} (one aggregate query over "
+                     "the whole table; it reports no progress of its own)")
             try:
                 cur.execute(self._fingerprint_sql("fingerprint.sql", schema))
                 for bucket, rows, digest_sum in cur.fetchall():

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from dagster_databus.config import OracleSourceConfig
 from dagster_databus.core.events import ChangeEvent, Op, Window
+from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
@@ -470,8 +471,8 @@ class OracleSource:
         data = data.cast(schema.arrow(with_meta=False))
         return TableSnapshot(scn=scn, schema=schema, batches=iter(data.to_batches()))
 
-    def fingerprint(self, table: str) -> SourceFingerprint:
-        return streamed_fingerprint(self.snapshot(table))
+    def fingerprint(self, table: str, progress: Progress = quiet) -> SourceFingerprint:
+        return streamed_fingerprint(self.snapshot(table), progress)
 
     def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot:
         return in_buckets(self.snapshot(table), buckets)

@@ -23,6 +23,7 @@ import pyarrow as pa
 from dagster_databus.config import SqliteSourceConfig
 from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.identifiers import quote_literal, quote_sqlite
+from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
@@ -363,8 +364,8 @@ class SqliteSource:
 
         return TableSnapshot(scn=scn, schema=schema, batches=batches())
 
-    def fingerprint(self, table: str) -> SourceFingerprint:
-        return streamed_fingerprint(self.snapshot(table))
+    def fingerprint(self, table: str, progress: Progress = quiet) -> SourceFingerprint:
+        return streamed_fingerprint(self.snapshot(table), progress)
 
     def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot:
         return in_buckets(self.snapshot(table), buckets)

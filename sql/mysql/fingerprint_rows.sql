@@ -2,4 +2,4 @@
 -- after the fingerprints of those buckets differed (see fingerprint.sql).
 SELECT {columns}
 FROM {table}
-WHERE CAST(CONV(LEFT(MD5({key_text}), 3), 16, 10) AS UNSIGNED) IN ({buckets})
+WHERE CRC32({key_text}) >> 20 IN ({buckets})
