@@ -13,6 +13,7 @@ from benchmarks import (
     bench_manifest,
     bench_merge,
     bench_mysql,
+    bench_reconcile,
 )
 
 if __name__ == "__main__":
@@ -27,3 +28,4 @@ if __name__ == "__main__":
     bench_bootstrap.main()
     bench_e2e.main()
     bench_failover.main()
+    bench_reconcile.main()

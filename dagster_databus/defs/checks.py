@@ -118,6 +118,7 @@ def _reconciled_result(key: dg.AssetKey, r: Reconciliation) -> dg.AssetCheckResu
         "scn": dg.MetadataValue.text(str(r.scn)), "reconciled": r.reconciled, "source_rows": r.source_rows,
         "snapshot_rows": r.snapshot_rows, "source_hash": dg.MetadataValue.text(f"{r.source_hash:016x}"),
         "snapshot_hash": dg.MetadataValue.text(f"{r.snapshot_hash:016x}"), "differing_buckets": r.differing_buckets,
+        "compared_buckets": r.compared_buckets,
         "source_side": dg.MetadataValue.text("aggregate query in the database" if r.pushed_down
                                              else "rows streamed through the check"),
         "seconds": r.seconds}

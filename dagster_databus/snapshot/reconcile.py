@@ -100,7 +100,8 @@ class Reconciliation:
     source_hash: int = 0
     snapshot_hash: int = 0
     differing_buckets: int = 0
-    differences: tuple[RowDifference, ...] = ()  # the first differing keys, in key order
+    compared_buckets: int = 0  # of those, the ones whose rows were compared (at most MAX_LOCATE_BUCKETS)
+    differences: tuple[RowDifference, ...] = ()  # the first differing keys of those buckets, in key order
     pushed_down: bool = False  # the source's side was computed by its database
     seconds: float = 0.0
 
@@ -146,7 +147,8 @@ def reconcile_table(config: DatabusConfig, source_cfg: SourceConfig, table: str,
                  f"{min(len(differing), MAX_LOCATE_BUCKETS)} of them")
         differences = _locate(source, side, src.schema, differing[:MAX_LOCATE_BUCKETS])
     return Reconciliation(table, src.scn, True, "compared at one SCN", src.fingerprint.rows, mine.rows,
-                          src.fingerprint.digest, mine.digest, len(differing), differences, src.pushed_down,
+                          src.fingerprint.digest, mine.digest, len(differing),
+                          min(len(differing), MAX_LOCATE_BUCKETS), differences, src.pushed_down,
                           round(time.monotonic() - started, 3))
 
 
