@@ -15,8 +15,9 @@ import pyarrow as pa
 import pytest
 
 from dagster_databus.core.events import encode_key
-from dagster_databus.core.schema import Column, TableSchema
+from dagster_databus.core.schema import Column, TableSchema, same
 from dagster_databus.core.types import ColumnType, TypeValueError, float32, float32_text, json_value
+from dagster_databus.errors import SchemaMismatchError
 from dagster_databus.log.store import avro_conversions
 
 D = decimal.Decimal
@@ -126,3 +127,19 @@ def test_encode_key_is_the_compact_json_of_each_values_text_form(key: tuple) -> 
     # The stored key is compared across paths and hashed into partitions: its form may never drift.
     assert encode_key(key) == json.dumps([json_value(v) for v in key], separators=(",", ":"), ensure_ascii=False)
     assert json.loads(encode_key(key)) == [json_value(v) for v in key]
+
+
+def test_columns_of_canonical_values_skip_the_per_value_checks_with_the_same_result() -> None:
+    schema = TableSchema("s", "t", tuple(Column(k, ColumnType(k)) for k in ("byte", "long", "double", "string")),
+                         ("long",))
+    rows = [{"byte": -128, "long": 2**63 - 1, "double": -0.0, "string": "é\x00"}, {"byte": None, "long": 1,
+            "double": float("inf"), "string": None}]
+    fast = schema.column_converter(lambda c: same)(rows, str)
+    slow = schema.column_converter(lambda c: lambda v: v)(rows, str)
+    assert [a.type for a in fast] == [a.type for a in slow] and [a.to_pylist() for a in fast] == [
+        a.to_pylist() for a in slow]
+    # A value that does not fit still goes the per-value way, which names it and its row.
+    for column, value in (("byte", 128), ("long", 2**63), ("double", 1), ("string", b"x")):
+        bad = [rows[0], {**rows[1], column: value}]
+        with pytest.raises(SchemaMismatchError, match=f"row 1|{column}"):
+            schema.column_converter(lambda c: same)(bad, lambda i: f"row {i}")

@@ -120,6 +120,10 @@ class TableSchema:
             arrays = []
             for column, to_value, check in steps:
                 raw = [r.get(column.name) for r in rows]
+                fast = _as_is(column.type, to_value, raw)
+                if fast is not None:
+                    arrays.append(fast)
+                    continue
                 try:
                     values = [None if v is None else check(to_value(v)) for v in raw]
                 except TypeValueError:
@@ -143,6 +147,10 @@ class TableSchema:
         def batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
             arrays = []
             for i, (column, to_value, check) in enumerate(steps):
+                fast = _as_is(column.type, to_value, [r[i] for r in rows])
+                if fast is not None:
+                    arrays.append(fast)
+                    continue
                 values = []
                 for r in rows:
                     raw = r[i]
@@ -162,3 +170,37 @@ class TableSchema:
         names = data.schema.names
         columns = [types[n].from_arrow(data.column(n)) if n in types else data.column(n).to_pylist() for n in names]
         return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+
+
+def same(value: Any) -> Any:
+    """The identity converter: the driver already hands over the canonical value (marks the fast path)."""
+    return value
+
+
+def passes_through(kind: type) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
+    """Marks a converter that returns any value of type ``kind`` unchanged, so a column holding only
+    such values takes the fast path."""
+    def mark(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        convert.passes_through = kind  # type: ignore[attr-defined]
+        return convert
+
+    return mark
+
+
+# Kinds whose canonical value is exactly one Python type that Arrow converts without loss, checking
+# integer ranges itself: a column of them needs no per-value ``check``.
+_PLAIN = {"byte": int, "short": int, "integer": int, "long": int, "double": float, "string": str}
+
+
+def _as_is(column_type: ColumnType, to_value: Callable[[Any], Any], raw: list[Any]) -> pa.Array | None:
+    """``raw`` as an Arrow array in one call when every value is already canonical; None otherwise
+    (then the per-value path converts, checks and names the first value that does not fit)."""
+    expected = _PLAIN.get(column_type.kind)
+    if expected is None or not (to_value is same or getattr(to_value, "passes_through", None) is expected):
+        return None
+    if not set(map(type, raw)) <= {expected, type(None)}:
+        return None
+    try:
+        return pa.array(raw, column_type.arrow())
+    except (pa.ArrowInvalid, OverflowError, UnicodeEncodeError):
+        return None

@@ -47,6 +47,7 @@ from dagster_databus.sources.base import (
     resolve_key,
     table_schemas,
 )
+from dagster_databus.sources.mysql_connect import Connection
 from dagster_databus.sources.mysql_types import (
     EMPTY_SET_SOURCE,
     ZERO_DATE,
@@ -171,7 +172,7 @@ class MysqlSource:
         c = self.config
         host, port = self.address(role)
         try:
-            return pymysql.connect(host=host, port=port, user=c.user, password=c.resolved_password(),
+            return Connection(host=host, port=port, user=c.user, password=c.resolved_password(),
                                    database=c.database if database else None, autocommit=True,
                                    connect_timeout=c.connect_timeout_s, charset="utf8mb4")
         except pymysql.err.OperationalError as exc:
@@ -350,7 +351,7 @@ class MysqlSource:
         from pymysqlreplication import BinLogStreamReader
         from pymysqlreplication.event import FormatDescriptionEvent
 
-        stream = BinLogStreamReader(connection_settings=self.connection_settings(),
+        stream = BinLogStreamReader(connection_settings=self.connection_settings(), pymysql_wrapper=Connection,
                                     server_id=self.config.replica_server_id(), resume_stream=True,
                                     log_file=file, log_pos=4, blocking=False,
                                     only_events=[FormatDescriptionEvent])
@@ -443,7 +444,8 @@ class MysqlSource:
             return
         tables = {t.name for t in self.config.tables}
         stream = BinLogStreamReader(
-            connection_settings=self.connection_settings(), server_id=self.config.replica_server_id(),
+            connection_settings=self.connection_settings(), pymysql_wrapper=Connection,
+            server_id=self.config.replica_server_id(),
             resume_stream=True, blocking=False, log_file=start_file, log_pos=since.binlog_parts()[2],
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
                          FormatDescriptionEvent, MariadbGtidEvent],

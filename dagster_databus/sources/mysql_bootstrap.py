@@ -74,10 +74,10 @@ class MysqlTableReader(DataSourceReader):
 
     def _read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
-        import pymysql
 
         from dagster_databus.core.schema import Column, TableSchema
         from dagster_databus.core.scn import Scn
+        from dagster_databus.sources.mysql_connect import Connection
         from dagster_databus.sources.mysql_types import bootstrap_value, select_expression
 
         spec = json.loads(partition.value)
@@ -95,7 +95,7 @@ class MysqlTableReader(DataSourceReader):
         convert = schema.batch(lambda c: bootstrap_value(c, opts.get("zero_dates", "error")),  # type: ignore[arg-type]
                                f"bootstrap of {table}")
         arrow_schema = schema.arrow(with_meta=False).append(pa.field("__scn", pa.int64()))
-        conn = pymysql.connect(**conn_args, autocommit=True, charset="utf8mb4")
+        conn = Connection(**conn_args, autocommit=True, charset="utf8mb4")
         try:
             cur = conn.cursor()
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")

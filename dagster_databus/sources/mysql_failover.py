@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import LogGapError, SourceUnavailableError, StandbyBehindError
 from dagster_databus.sources.mysql import other_role
+from dagster_databus.sources.mysql_connect import Connection
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -141,7 +142,7 @@ def _transaction_starts(source: MysqlSource, file: str) -> list[tuple[int, int]]
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
 
-    stream = BinLogStreamReader(connection_settings=source.connection_settings(),
+    stream = BinLogStreamReader(connection_settings=source.connection_settings(), pymysql_wrapper=Connection,
                                 server_id=source.config.replica_server_id(), resume_stream=True, blocking=False,
                                 log_file=file, log_pos=4,
                                 only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, RotateEvent])

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from dagster_databus.core.schema import Column
+from dagster_databus.core.schema import Column, same
 from dagster_databus.core.types import ColumnType, TypeValueError
 
 ZeroDates = Literal["error", "null"]
@@ -174,7 +174,7 @@ def bootstrap_value(column: Column, zero_dates: ZeroDates) -> Callable[[Any], An
         return _temporal(kind, zero_dates)
     if kind == "binary":
         return bytes
-    return lambda v: v
+    return same
 
 
 def _temporal(kind: str, zero_dates: ZeroDates) -> Callable[[Any], Any]:
@@ -295,7 +295,7 @@ def binlog_value(col: Any, column: Column, zero_dates: ZeroDates) -> Callable[[A
             return v.replace(tzinfo=dt.UTC)  # the binlog stores UTC seconds
 
         return timestamp
-    return lambda v: v
+    return same
 
 
 _EPOCH = dt.datetime(1970, 1, 1)

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from dagster_databus.core.schema import Column
+from dagster_databus.core.schema import Column, same
 from dagster_databus.core.types import ColumnType, TypeValueError
 
 FLOAT_AS_DOUBLE_BITS = 49  # FLOAT(49) keeps 15 significant digits, which a double gives back exactly
@@ -125,7 +125,7 @@ def oracle_value(column: Column) -> Callable[[Any], Any]:
         return (lambda v: _zoned_text(_lob(v))) if zoned else _lob
     if kind == "binary":
         return _lob
-    return lambda v: v  # timestamp_ntz, time, boolean: the driver's datetime, timedelta and bool
+    return same  # timestamp_ntz, time, boolean: the driver's datetime, timedelta and bool
 
 
 def output_type_handler(cursor: Any, metadata: Any) -> Any:

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from dagster_databus.core.schema import Column
+from dagster_databus.core.schema import Column, passes_through, same
 from dagster_databus.core.types import ColumnType, TypeValueError
 
 _DECIMAL = re.compile(r"^\s*(?:DECIMAL|NUMERIC|DEC)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)", re.IGNORECASE)
@@ -80,9 +80,10 @@ def sqlite_value(column: Column) -> Callable[[Any], Any]:
         return lambda v: _datetime(v, zoned=True)
     if kind == "time":
         return _time
-    return lambda v: v  # long, binary: the type's check refuses anything else
+    return same  # long, binary: the type's check refuses anything else
 
 
+@passes_through(str)
 def _text(value: Any) -> Any:
     # Only an untyped column (or a JSON one) stores numbers beside text; their text is exact.
     if type(value) is int:
@@ -92,6 +93,7 @@ def _text(value: Any) -> Any:
     return value
 
 
+@passes_through(float)
 def _double(value: Any) -> Any:
     if type(value) is int:
         if abs(value) > _EXACT_FLOAT_INT and float(value) != value:
