@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster_databus.core.scn import Scn
+from dagster_databus.errors import ConcurrentRunError
 from dagster_databus.log.durable import write_json_atomic
+
+if TYPE_CHECKING:
+    from dagster_databus.storage.objects import LakeObjects
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,3 +62,47 @@ class MemoryCheckpointStore:
 
     def save(self, checkpoint: ConsumerCheckpoint) -> None:
         self.checkpoint = checkpoint
+
+
+class LakeCheckpointStore:
+    """Checkpoints kept in the lake (a local folder or an object store) as numbered versions, each
+    written with create-if-absent: a consumer that loaded version n can only write n+1, so a second
+    instance of the same consumer that advanced meanwhile is detected instead of silently overwritten.
+    Works the same with no shared disk and no lock service."""
+
+    KEEP = 3  # versions kept; older ones are removed after each save
+
+    def __init__(self, objects: LakeObjects, prefix: str) -> None:
+        self.objects, self.prefix = objects, prefix.rstrip("/") + "/"
+        self.version: int | None = None  # what this instance loaded or saved last
+
+    @classmethod
+    def for_consumer(cls, objects: LakeObjects, source: str, consumer: str) -> LakeCheckpointStore:
+        return cls(objects, f"consumers/{source}/{consumer}/checkpoint")
+
+    def _versions(self) -> list[int]:
+        names = (o.key[len(self.prefix):] for o in self.objects.list(self.prefix))
+        return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+
+    def load(self) -> ConsumerCheckpoint | None:
+        versions = self._versions()
+        self.version = versions[-1] if versions else 0
+        if not versions:
+            return None
+        data = self.objects.read(f"{self.prefix}{versions[-1]:020d}.json")
+        return ConsumerCheckpoint.from_json(json.loads(data)) if data is not None else self.load()
+
+    def save(self, checkpoint: ConsumerCheckpoint) -> None:
+        if self.version is None:
+            self.load()
+        assert self.version is not None
+        following = self.version + 1
+        if not self.objects.create(f"{self.prefix}{following:020d}.json", json.dumps(checkpoint.to_json()).encode()):
+            raise ConcurrentRunError(
+                f"the checkpoint at {self.objects.location.described()}/{self.prefix} moved past version "
+                f"{self.version} while this consumer ran: another instance of the same consumer is running",
+                "run one instance per consumer name (give each instance its own name), then restart this one: it "
+                "resumes from the newer checkpoint")
+        self.version = following
+        for old in self._versions()[:-self.KEEP]:
+            self.objects.delete(f"{self.prefix}{old:020d}.json")

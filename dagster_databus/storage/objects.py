@@ -1,0 +1,181 @@
+"""Byte-level access to the lake's files, on a local disk or an object store.
+
+Every file the log and the consumers write is either immutable under a unique name (segments,
+manifest versions) or small state replaced whole (checkpoints). ``create`` (write only if the name
+is free) is the commit primitive: atomic on a local disk (a hard link to a fully written, fsynced
+temporary file) and on object stores (a conditional put), so two writers racing for the same name
+cannot both succeed, with no lock service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from dagster_databus.storage.location import LakeLocation
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str  # relative to the lake's root, '/'-separated
+    size: int
+
+
+class LakeObjects(Protocol):
+    location: LakeLocation
+
+    def read(self, key: str) -> bytes | None:
+        """The object's bytes; None when there is none."""
+
+    def write(self, key: str, data: bytes) -> None:
+        """Create or replace the object whole: readers see the old bytes or the new, never a part."""
+
+    def create(self, key: str, data: bytes) -> bool:
+        """Write the object only if the name is free; False (and nothing written) when it is taken."""
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """Objects whose key starts with ``prefix`` (a folder: end it with '/'), in key order."""
+
+    def delete(self, key: str) -> None:
+        """Remove the object; no error when it is already gone."""
+
+
+def open_objects(location: LakeLocation) -> LakeObjects:
+    if location.is_local:
+        assert location.path is not None
+        return LocalObjects(location)
+    return StoreObjects(location)
+
+
+class LocalObjects:
+    """A folder on a local (POSIX) disk; writes are fsynced before they are visible under their name."""
+
+    def __init__(self, location: LakeLocation) -> None:
+        assert location.path is not None
+        self.location, self.root = location, location.path
+
+    def _path(self, key: str) -> Path:
+        return self.root / key
+
+    def read(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        tmp = self._staged(path, data)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+
+    def create(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        tmp = self._staged(path, data)
+        try:
+            os.link(tmp, path)  # fails if the name is taken, atomically
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink()
+        _fsync_dir(path.parent)
+        return True
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        folder = prefix.rpartition("/")[0]
+        base = self.root / folder if folder else self.root
+        if not base.is_dir():
+            return []
+        found = []
+        for path in base.rglob("*"):
+            key = path.relative_to(self.root).as_posix()
+            if path.is_file() and key.startswith(prefix) and not path.name.startswith(".tmp-"):
+                found.append(ObjectInfo(key, path.stat().st_size))
+        return sorted(found, key=lambda o: o.key)
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key).unlink()
+
+    @staticmethod
+    def _staged(path: Path, data: bytes) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".tmp-{path.name}-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return tmp
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class StoreObjects:
+    """An S3, GCS or Azure bucket through ``obstore`` (the Rust ``object_store`` crate that delta-rs
+    also uses); credentials and endpoint from the storage options or the store's environment variables."""
+
+    def __init__(self, location: LakeLocation) -> None:
+        self.location = location
+        self.store = _store(location)
+        self.root = f"{location.prefix}/" if location.prefix else ""
+
+    def read(self, key: str) -> bytes | None:
+        import obstore
+
+        try:
+            return bytes(obstore.get(self.store, self.root + key).bytes())
+        except FileNotFoundError:
+            return None
+
+    def write(self, key: str, data: bytes) -> None:
+        import obstore
+
+        obstore.put(self.store, self.root + key, data)
+
+    def create(self, key: str, data: bytes) -> bool:
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        try:
+            obstore.put(self.store, self.root + key, data, mode="create")
+        except (AlreadyExistsError, PreconditionError):
+            return False
+        return True
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        import obstore
+
+        # object_store lists by whole path segments: list the folder, then keep the prefix's matches.
+        folder = (self.root + prefix).rpartition("/")[0]
+        found = [ObjectInfo(m["path"][len(self.root):], m["size"])
+                 for m in obstore.list(self.store, folder or None).collect()]
+        return sorted((o for o in found if o.key.startswith(prefix)), key=lambda o: o.key)
+
+    def delete(self, key: str) -> None:
+        import obstore
+
+        with contextlib.suppress(FileNotFoundError):
+            obstore.delete(self.store, self.root + key)
+
+
+def _store(location: LakeLocation) -> Any:
+    """The bucket's store: the options delta-rs takes (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ...) are
+    the ``object_store`` crate's own names, so one ``storage_options`` block serves both; what they leave
+    out comes from the store's environment variables."""
+    from obstore.store import from_url
+
+    options = {k.lower(): v for k, v in location.options.items()}
+    client = {"allow_http": True} if options.pop("aws_allow_http", options.pop("allow_http", "")) == "true" else {}
+    if "aws_endpoint_url" in options:
+        options["aws_endpoint"] = options.pop("aws_endpoint_url")
+    return from_url(f"{location.scheme}://{location.bucket}", config=options or None, client_options=client or None)

@@ -1,0 +1,54 @@
+"""A real S3-compatible server for the tests: moto's standalone server (``moto[server]`` from PyPI),
+started on a free loopback port. It implements conditional puts (``If-None-Match: *``), which the
+lake's commit relies on, and serves delta-rs as well as obstore."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+
+class S3Server:
+    def __init__(self) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=1).close()
+                break
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.close()
+                    raise RuntimeError(f"the S3 test server (moto) did not start on port {self.port}") from None
+                time.sleep(0.1)
+
+    @property
+    def options(self) -> dict[str, str]:
+        """Storage options for delta-rs and obstore (moto accepts any credentials)."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "AWS_CONDITIONAL_PUT": "etag"}
+
+    def bucket(self) -> str:
+        """A new, empty bucket."""
+        import boto3
+
+        name = f"lake-{uuid.uuid4().hex[:12]}"
+        boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="test", aws_secret_access_key="test",
+                     region_name="us-east-1").create_bucket(Bucket=name)
+        return name
+
+    def close(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()

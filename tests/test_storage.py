@@ -1,0 +1,176 @@
+"""The lake's storage layer on a local folder and on a real S3-compatible server, by the same tests:
+whole-object writes, listing, and create-if-absent, the primitive a commit without locks rests on."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dagster_databus import pipeline
+from dagster_databus.consumer.checkpoints import ConsumerCheckpoint, LakeCheckpointStore
+from dagster_databus.consumer.client import DatabusClient
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import ConcurrentRunError
+from dagster_databus.storage.location import LakeLocationError, parse_lake
+from dagster_databus.storage.objects import LakeObjects, open_objects
+from tests.harness import SqliteHarness, make_config
+from tests.s3server import S3Server
+from tests.test_types import Collector
+
+SECRET_ENV = {"S3_TEST_SECRET": "test"}
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Server]:
+    server = S3Server()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def s3_lake(server: S3Server, prefix: str = "lake/prod") -> str:
+    return f"s3://{server.bucket()}/{prefix}"
+
+
+def s3_options(server: S3Server) -> dict[str, str]:
+    return {**server.options, "AWS_SECRET_ACCESS_KEY": "${S3_TEST_SECRET}"}
+
+
+@pytest.fixture(params=["local", "s3"])
+def objects(request: pytest.FixtureRequest, tmp_path: Path) -> LakeObjects:
+    if request.param == "local":
+        return open_objects(parse_lake(str(tmp_path / "lake")))
+    server = request.getfixturevalue("s3")
+    return open_objects(parse_lake(s3_lake(server), options=s3_options(server), environ=SECRET_ENV))
+
+
+def test_objects_are_written_whole_listed_in_order_and_deleted(objects: LakeObjects) -> None:
+    assert objects.read("log/shop/manifest.json") is None and objects.list("log/") == []
+    objects.write("log/shop/segments/000002.avro", b"two")
+    objects.write("log/shop/segments/000001.avro", b"one!")
+    objects.write("log/other/x", b"x")
+    objects.write("log/shop/segments/000001.avro", b"one")  # replaced whole
+    assert objects.read("log/shop/segments/000001.avro") == b"one"
+    assert [(o.key, o.size) for o in objects.list("log/shop/")] == [
+        ("log/shop/segments/000001.avro", 3), ("log/shop/segments/000002.avro", 3)]
+    assert [o.key for o in objects.list("log/shop/segments/000002")] == ["log/shop/segments/000002.avro"]
+    objects.delete("log/shop/segments/000001.avro")
+    objects.delete("log/shop/segments/000001.avro")  # already gone: no error
+    assert [o.key for o in objects.list("log/")] == ["log/other/x", "log/shop/segments/000002.avro"]
+
+
+def test_create_writes_only_a_free_name(objects: LakeObjects) -> None:
+    assert objects.create("log/shop/_manifest/00000000000000000001.json", b"first")
+    assert not objects.create("log/shop/_manifest/00000000000000000001.json", b"second")
+    assert objects.read("log/shop/_manifest/00000000000000000001.json") == b"first"
+    assert [o.key for o in objects.list("log/shop/_manifest/")] == ["log/shop/_manifest/00000000000000000001.json"]
+
+
+def _race(location: tuple[str, dict[str, str]], key: str, me: int, start: multiprocessing.synchronize.Event,
+          won: multiprocessing.Queue) -> None:
+    objects = open_objects(parse_lake(location[0], options=location[1], environ=SECRET_ENV))
+    start.wait()
+    if objects.create(key, f"writer {me}".encode()):
+        won.put(me)
+
+
+def test_of_writers_racing_for_one_name_exactly_one_wins(tmp_path: Path, s3: S3Server) -> None:
+    for location in ((str(tmp_path / "lake"), {}), (s3_lake(s3), s3_options(s3))):
+        for round_ in range(3):
+            key = f"log/shop/_manifest/{round_:020d}.json"
+            context = multiprocessing.get_context("spawn")
+            start, won = context.Event(), context.Queue()
+            writers = [context.Process(target=_race, args=(location, key, me, start, won)) for me in range(4)]
+            for w in writers:
+                w.start()
+            start.set()
+            for w in writers:
+                w.join(60)
+            winners = []
+            while not won.empty():
+                winners.append(won.get())
+            assert len(winners) == 1, (location[0], winners)
+            stored = open_objects(parse_lake(location[0], options=location[1], environ=SECRET_ENV)).read(key)
+            assert stored == f"writer {winners[0]}".encode()
+
+
+def test_lake_locations_and_their_options(tmp_path: Path) -> None:
+    assert parse_lake("lake", base=tmp_path).path == tmp_path / "lake"
+    assert parse_lake(f"file://{tmp_path}/lake").path == tmp_path / "lake"
+    s3 = parse_lake("s3a://bucket/a/b/")
+    assert (s3.scheme, s3.bucket, s3.prefix, s3.uri, s3.child("log", "x")) == (
+        "s3", "bucket", "a/b", "s3://bucket/a/b", "s3://bucket/a/b/log/x")
+    azure = parse_lake("abfss://container@account.dfs.core.windows.net/lake")
+    assert (azure.scheme, azure.bucket, azure.prefix) == ("az", "container", "lake")
+    assert parse_lake("gs://b").uri == "gs://b"
+    with pytest.raises(LakeLocationError, match="scheme 'ftp'"):
+        parse_lake("ftp://host/lake")
+    with pytest.raises(LakeLocationError, match="no bucket"):
+        parse_lake("s3:///prefix")
+
+
+def test_secrets_come_only_from_the_environment_and_are_never_shown() -> None:
+    with pytest.raises(LakeLocationError, match=r"AWS_SECRET_ACCESS_KEY holds a secret .* \$\{VARIABLE\}"):
+        parse_lake("s3://b/p", options={"AWS_SECRET_ACCESS_KEY": "hunter2"})
+    with pytest.raises(LakeLocationError, match="LAKE_SECRET, which are not set"):
+        parse_lake("s3://b/p", options={"AWS_SECRET_ACCESS_KEY": "${LAKE_SECRET}"}, environ={})
+    location = parse_lake("s3://b/p", options={"AWS_SECRET_ACCESS_KEY": "${LAKE_SECRET}", "AWS_REGION": "eu-west-1"},
+                          environ={"LAKE_SECRET": "hunter2"})
+    assert location.options["AWS_SECRET_ACCESS_KEY"] == "hunter2"
+    assert "hunter2" not in location.described() + repr(location)
+    assert location.described() == "s3://b/p (storage options: AWS_REGION, AWS_SECRET_ACCESS_KEY)"
+
+
+def test_delta_rs_reads_and_merges_snapshots_in_the_same_store(s3: S3Server) -> None:
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    location = parse_lake(s3_lake(s3), options=s3_options(s3), environ=SECRET_ENV)
+    uri = location.child("snapshot", "shop", "orders")
+    write_deltalake(uri, pa.table({"id": [1, 2], "v": ["a", "b"]}), storage_options=dict(location.options))
+    table = DeltaTable(uri, storage_options=dict(location.options))
+    (table.merge(pa.table({"id": [2, 3], "v": ["B", "c"]}), "t.id = s.id", source_alias="s", target_alias="t")
+     .when_matched_update_all().when_not_matched_insert_all().execute())
+    rows = DeltaTable(uri, storage_options=dict(location.options)).to_pyarrow_table().sort_by("id").to_pylist()
+    assert rows == [{"id": 1, "v": "a"}, {"id": 2, "v": "B"}, {"id": 3, "v": "c"}]
+    assert any(o.key.startswith("snapshot/shop/orders/_delta_log/") for o in open_objects(location).list("snapshot/"))
+
+
+def test_consumer_checkpoints_in_the_lake_fence_a_second_instance(objects: LakeObjects) -> None:
+    first = LakeCheckpointStore.for_consumer(objects, "shop", "billing")
+    second = LakeCheckpointStore.for_consumer(objects, "shop", "billing")
+    assert first.load() is None and second.load() is None
+    first.save(ConsumerCheckpoint(Scn(5)))
+    with pytest.raises(ConcurrentRunError, match="another instance of the same consumer"):
+        second.save(ConsumerCheckpoint(Scn(6)))
+    assert second.load() == ConsumerCheckpoint(Scn(5))  # restarted: it resumes from the newer checkpoint
+    for scn in range(6, 12):
+        second.save(ConsumerCheckpoint(Scn(scn), "e1", {"orders": 3}))
+    assert LakeCheckpointStore.for_consumer(objects, "shop", "billing").load() == ConsumerCheckpoint(
+        Scn(11), "e1", {"orders": 3})
+    assert len(objects.list("consumers/shop/billing/checkpoint/")) == LakeCheckpointStore.KEEP
+
+
+def test_a_consumer_resumes_from_a_checkpoint_kept_in_the_object_store(tmp_path: Path, s3: S3Server) -> None:
+    source = SqliteHarness(tmp_path / "source.db")
+    source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)"])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
+    pipeline.install(config, "shop")
+    objects = open_objects(parse_lake(s3_lake(s3), options=s3_options(s3), environ=SECRET_ENV))
+
+    def consume() -> list[tuple[int, ...]]:
+        seen = Collector()
+        DatabusClient(config.lake, "shop", seen, bootstrap=False,
+                      checkpoints=LakeCheckpointStore.for_consumer(objects, "shop", "audit")).run()
+        return [tuple(e.key) for e in seen.events]
+
+    source.execute([("INSERT INTO items VALUES (?, ?)", (i, "a")) for i in range(3)])
+    pipeline.capture(config, "shop")
+    assert consume() == [(0,), (1,), (2,)]
+    source.execute([("INSERT INTO items VALUES (?, ?)", (i, "b")) for i in range(3, 5)])
+    pipeline.capture(config, "shop")
+    assert consume() == [(3,), (4,)]  # nothing delivered twice, nothing skipped
