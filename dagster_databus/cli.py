@@ -1,4 +1,5 @@
-"""``databus``: validate a config, install capture, and print where every source and table stands."""
+"""``databus``: validate a config, install capture, print where every source and table stands, follow the
+change stream, and compare snapshots with their sources."""
 
 from __future__ import annotations
 
@@ -33,6 +34,33 @@ def _validate(config: DatabusConfig, _: argparse.Namespace) -> int:
         print("ok: install and capture would find nothing to refuse")
         return 0
     return 2
+
+
+def _reconcile(config: DatabusConfig, args: argparse.Namespace) -> int:
+    """The ``reconciled`` check from the command line: progress on stderr, one result line per table on
+    stdout; exit 0 when every table matches, 1 when one differs or could not be compared."""
+    from dagster_databus.snapshot.reconcile import reconcile_table
+
+    source = config.source(args.source)
+    tables = args.tables or [t.name for t in source.tables]
+    unknown = [t for t in tables if t not in {t.name for t in source.tables}]
+    if unknown:
+        raise DatabusError(f"source {args.source!r} captures no table named {', '.join(unknown)}",
+                           f"name tables from the config: {', '.join(t.name for t in source.tables)}")
+    worst = 0
+    for table in tables:
+        r = reconcile_table(config, source, table, lambda line: print(line, file=sys.stderr, flush=True))
+        if not r.reconciled:
+            print(f"{table}: not compared: {_one_line(r.reason)}")
+        elif r.equal:
+            print(f"{table}: equal at SCN {r.scn}: {r.source_rows:,} rows, hash {r.source_hash:016x} ({r.seconds}s)")
+        else:
+            print(f"{table}: DIFFERS at SCN {r.scn}: source {r.source_rows:,} rows, snapshot {r.snapshot_rows:,}; "
+                  f"{r.differing_buckets} of 4,096 key buckets differ")
+            for difference in r.differences:
+                print(f"  {difference.describe()}")
+        worst = max(worst, 0 if r.equal else 1)
+    return worst
 
 
 def _install(config: DatabusConfig, args: argparse.Namespace) -> int:
@@ -187,6 +215,10 @@ def _main(argv: list[str] | None) -> int:
                           help="restart a source's change log and snapshots from its current position")
     boot.add_argument("--source", required=True)
     sub.add_parser("status", parents=[common], help="checkpoint, snapshot SCN and lag per source and table")
+    reconcile = sub.add_parser("reconcile", parents=[common],
+                               help="compare snapshots with the source at one SCN; name the keys that differ")
+    reconcile.add_argument("--source", required=True)
+    reconcile.add_argument("--tables", nargs="*", help="tables to compare (default: all of the source's)")
     tail = sub.add_parser("tail", parents=[common],
                           help="print a source's change events as JSON lines, keeping a checkpoint")
     tail.add_argument("--source", required=True)
@@ -203,7 +235,7 @@ def _main(argv: list[str] | None) -> int:
                       help="also save it when T seconds passed since the last save")
     args = parser.parse_args(argv)
     commands = {"validate": _validate, "install": _install, "bootstrap": _bootstrap, "status": _status,
-                "tail": _tail}
+                "tail": _tail, "reconcile": _reconcile}
     try:
         return commands[args.command](load_config(args.config), args)
     except DatabusError as exc:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from dagster_databus import pipeline
 from dagster_databus.cli import main
@@ -46,6 +47,25 @@ def test_validate_install_status(config_path: Path, capsys: pytest.CaptureFixtur
     assert main(["--config", str(config_path), "status"]) == 0
     shop_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("shop"))
     assert shop_line.split()[1:4] == [str(result.until), str(result.source_hwm), "0"]
+
+
+def test_reconcile_says_equal_or_names_the_keys_that_differ(config_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    config = load_config(config_path)
+    assert main(["--config", str(config_path), "install"]) == 0
+    sync_source(lambda: None, config, "shop")  # type: ignore[arg-type,return-value]
+    capsys.readouterr()
+    assert main(["reconcile", "--source", "shop", "--config", str(config_path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("orders: equal at SCN ") and "fingerprinting the snapshot" in captured.err
+    first = min(r["id"] for r in DeltaSnapshot(config.lake, "shop", "orders").read().to_pylist())
+    DeltaTable(str(DeltaSnapshot(config.lake, "shop", "orders").path)).delete(f"id = {first}")
+    assert main(["--config", str(config_path), "reconcile", "--source", "shop"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("orders: DIFFERS at SCN ") and out[1] == f"  key ({first}): only in the source"
+    assert main(["--config", str(config_path), "reconcile", "--source", "shop", "--tables", "nope"]) == 2
+    assert capsys.readouterr().err == ("error: source 'shop' captures no table named nope. Fix: name tables from "
+                                       "the config: orders\n")
 
 
 def test_errors_exit_2_with_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
