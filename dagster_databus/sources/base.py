@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +21,8 @@ from dagster_databus.errors import ConfigError, UnsupportedTypeError
 
 if TYPE_CHECKING:
     from dagster_databus.core.fingerprint import Fingerprint
+
+T = TypeVar("T")
 
 
 def require_mapped(source: str, table: str, unmapped: Sequence[str], kind: str, fix: str) -> None:
@@ -109,22 +113,45 @@ class TableSnapshot:
 
 @dataclass(frozen=True)
 class SourceFingerprint:
-    """A table's reconciliation fingerprint (``core.fingerprint``) read consistently at ``scn``."""
+    """A table's reconciliation fingerprint (``core.fingerprint``) read consistently at ``scn``. The SCN
+    is known at once; the fingerprint is computed in the background (``fingerprint`` waits for it), so
+    the snapshot's side can be computed meanwhile."""
 
     scn: Scn
     schema: TableSchema
-    fingerprint: Fingerprint
+    pending: Future[Fingerprint] = field(repr=False)
     pushed_down: bool  # True: computed by the database; False: its rows streamed through this process
+
+    @property
+    def fingerprint(self) -> Fingerprint:
+        return self.pending.result()
+
+
+def in_background(work: Callable[[], T]) -> Future[T]:
+    """``work()`` run on its own thread; its result (or its exception) in the future."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # handed to whoever waits on the result
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="databus-fingerprint", daemon=True).start()
+    return future
 
 
 def streamed_fingerprint(read: TableSnapshot, progress: Progress = quiet) -> SourceFingerprint:
     """The fingerprint of a consistent read, its rows hashed here batch by batch (bounded memory)."""
     from dagster_databus.core.fingerprint import fingerprint_batches
 
-    ticker = Ticker(progress, f"{read.schema.table}: fingerprinting the source", "rows")
-    fingerprint = fingerprint_batches(ticker.counted(read.batches, lambda b: b.num_rows), read.schema)
-    ticker.finish()
-    return SourceFingerprint(read.scn, read.schema, fingerprint, False)
+    def work() -> Fingerprint:
+        ticker = Ticker(progress, f"{read.schema.table}: fingerprinting the source", "rows")
+        fingerprint = fingerprint_batches(ticker.counted(read.batches, lambda b: b.num_rows), read.schema)
+        ticker.finish()
+        return fingerprint
+
+    return SourceFingerprint(read.scn, read.schema, in_background(work), False)
 
 
 def in_buckets(read: TableSnapshot, buckets: Iterable[int]) -> TableSnapshot:
@@ -192,7 +219,8 @@ class CaptureSource(Protocol):
         """
 
     def fingerprint(self, table: str, progress: Progress = quiet) -> SourceFingerprint:
-        """The table's reconciliation fingerprint at one SCN, computed by the database where it can."""
+        """The table's reconciliation fingerprint at one SCN, computed by the database where it can, in the
+        background once the SCN is fixed."""
 
     def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot:
         """A consistent read of the table's rows in some fingerprint buckets (to compare one by one)."""

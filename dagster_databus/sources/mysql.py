@@ -42,6 +42,7 @@ from dagster_databus.sources.base import (
     SourceFingerprint,
     TableSnapshot,
     check_column_name,
+    in_background,
     require_mapped,
     require_unique_key,
     resolve_key,
@@ -641,18 +642,28 @@ class MysqlSource:
         from dagster_databus.core.fingerprint import Fingerprint
 
         schema = self.preflight()[table]
-        fingerprint = Fingerprint()
-        with closing(self.connect()) as conn, conn.cursor() as cur:
+        conn = self.connect()
+        cur = conn.cursor()
+        try:
             scn = self._read_only_snapshot(cur)
-            progress(f"{table}: the server computes the fingerprint at SCN {scn} (one aggregate query over "
-                     "the whole table; it reports no progress of its own)")
+        except BaseException:
+            conn.close()
+            raise
+        progress(f"{table}: the server computes the fingerprint at SCN {scn} (one aggregate query over the "
+                 "whole table; it reports no progress of its own)")
+
+        def work() -> Fingerprint:
+            fingerprint = Fingerprint()
             try:
                 cur.execute(self._fingerprint_sql("fingerprint.sql", schema))
                 for bucket, rows, digest_sum in cur.fetchall():
                     fingerprint.add_bucket(int(bucket), int(rows), int(digest_sum))
-            finally:
                 cur.execute("COMMIT")
-        return SourceFingerprint(scn, schema, fingerprint, pushed_down=True)
+            finally:
+                conn.close()
+            return fingerprint
+
+        return SourceFingerprint(scn, schema, in_background(work), pushed_down=True)
 
     def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot:
         schema = self.preflight()[table]
