@@ -3,6 +3,7 @@ whole-object writes, listing, and create-if-absent, the primitive a commit witho
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.consumer.checkpoints import ConsumerCheckpoint, LakeCheckpointStore
 from dagster_databus.consumer.client import DatabusClient
+from dagster_databus.consumer.pull import MetaManager, PullConsumer, PullError
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConcurrentRunError
 from dagster_databus.storage.location import LakeLocationError, parse_lake
@@ -174,3 +176,48 @@ def test_a_consumer_resumes_from_a_checkpoint_kept_in_the_object_store(tmp_path:
     source.execute([("INSERT INTO items VALUES (?, ?)", (i, "b")) for i in range(3, 5)])
     pipeline.capture(config, "shop")
     assert consume() == [(3,), (4,)]  # nothing delivered twice, nothing skipped
+
+
+def test_pull_cursors_in_the_lake_fence_a_second_consumer_with_the_same_client_id(
+        objects: LakeObjects, tmp_path: Path) -> None:
+    source = SqliteHarness(tmp_path / "source.db")
+    source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)"])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
+    pipeline.install(config, "shop")
+    for i in range(4):  # four windows
+        source.execute([("INSERT INTO items VALUES (?, ?)", (i, "a"))])
+        pipeline.capture(config, "shop")
+    meta = MetaManager(config.lake, "shop", objects)
+    meta.subscribe("billing")
+    first = PullConsumer(config.lake, "shop", "billing", objects)
+    batch = first.get_without_ack(batch_size=1)
+    first.ack(batch.id)
+    second = PullConsumer(config.lake, "shop", "billing", objects)  # a second process, same client id
+    again = second.get_without_ack(batch_size=1)
+    assert again.start == batch.end and again.id > batch.id  # it starts from the stored cursor
+    with pytest.raises(PullError, match="another consumer with the same client id is running"):
+        first.get_without_ack(batch_size=1)  # the first one is fenced, not silently overwriting
+    second.ack(again.id)
+    assert meta.cursor("billing") == again.end
+    assert [s.client_id for s in meta.subscriptions()] == ["billing"]
+    assert len(objects.list("consumers/shop/billing/meta/")) <= MetaManager.KEEP
+
+
+def test_pull_cursors_written_by_an_earlier_version_are_read_and_moved_on(tmp_path: Path) -> None:
+    source = SqliteHarness(tmp_path / "source.db")
+    source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)"])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
+    pipeline.install(config, "shop")
+    source.execute([("INSERT INTO items VALUES (?, ?)", (1, "a"))])
+    pipeline.capture(config, "shop")
+    legacy = tmp_path / "lake" / "consumers" / "shop" / "old.json"  # one file per client, replaced in place
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text(json.dumps({"client_id": "old", "tables": None, "filter": None, "cursor": "0",
+                                  "last_batch_id": 7}))
+    meta = MetaManager(config.lake, "shop")
+    assert meta.cursors() == {"old": Scn(0)}
+    consumer = PullConsumer(config.lake, "shop", "old")
+    batch = consumer.get_without_ack(batch_size=10)
+    assert batch.id == 8 and [e.key for e in batch.events] == [(1,)]
+    consumer.ack(batch.id)
+    assert not legacy.exists() and meta.cursor("old") == batch.end

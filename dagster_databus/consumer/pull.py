@@ -1,7 +1,8 @@
 """The pull API over the change log, after Canal's meta manager (seed 001).
 
 ``MetaManager`` keeps each client identity's subscription (tables, filter) and its cursor, the
-last acknowledged position, under ``<lake>/consumers/<source>/``. A ``PullConsumer`` fetches
+last acknowledged position, under ``<lake>/consumers/<source>/``, as numbered versions written
+create-if-absent (two consumers with one client id cannot both move it on). A ``PullConsumer`` fetches
 batches without acknowledging them (``get_without_ack``), each with an increasing batch id;
 ``ack`` must follow the order batches were handed out; ``rollback`` returns un-acknowledged
 batches for redelivery. Batches hold whole consistency windows. Un-acknowledged batches live
@@ -21,8 +22,9 @@ from dagster_databus.core.events import ChangeEvent
 from dagster_databus.core.identifiers import is_plain_name
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import DatabusError
-from dagster_databus.log.durable import write_json_atomic
 from dagster_databus.log.store import ChangeLog
+from dagster_databus.storage.location import parse_lake
+from dagster_databus.storage.objects import LakeObjects, open_objects
 
 
 class PullError(DatabusError):
@@ -45,23 +47,57 @@ class Batch:
 
 
 class MetaManager:
-    def __init__(self, lake: str | Path, source: str) -> None:
-        self.lake = Path(lake)
-        self.root = self.lake / "consumers" / source
-        self.source = source
+    """Subscriptions and cursors, one document per client, kept in the lake as numbered versions
+    (``consumers/<source>/<client>/meta/<n>.json``). Each write creates the next version only if it
+    is free, so a consumer whose cursor another process moved on is refused instead of overwriting
+    it; this works the same on a local disk and on an object store."""
 
-    def _path(self, client_id: str) -> Path:
+    KEEP = 3  # versions kept per client
+
+    def __init__(self, lake: str | Path, source: str, objects: LakeObjects | None = None) -> None:
+        self.lake = Path(lake)
+        self.source = source
+        self.objects = objects if objects is not None else open_objects(parse_lake(str(self.lake)))
+        self.prefix = f"consumers/{source}/"
+
+    def _key(self, client_id: str, version: int) -> str:
         if not is_plain_name(client_id):
             raise PullError(f"client id {client_id!r} is not a plain name", "use letters, digits and underscores")
-        return self.root / f"{client_id}.json"
+        # Version 0 is where an earlier dagster-databus kept the document (one file, replaced in place).
+        if version == 0:
+            return f"{self.prefix}{client_id}.json"
+        return f"{self.prefix}{client_id}/meta/{version:020d}.json"
+
+    def _versions(self, client_id: str) -> list[int]:
+        self._key(client_id, 0)
+        folder = f"{self.prefix}{client_id}/meta/"
+        return sorted(int(o.key[len(folder):-5]) for o in self.objects.list(folder) if o.key.endswith(".json"))
+
+    def _load_versioned(self, client_id: str) -> tuple[dict[str, Any] | None, int]:
+        """(document, its version): the newest; (None, 0) for a client that is not subscribed."""
+        for version in reversed([0, *self._versions(client_id)]):
+            data = self.objects.read(self._key(client_id, version))
+            if data is not None:
+                return json.loads(data), version
+        return None, 0
 
     def _load(self, client_id: str) -> dict[str, Any] | None:
-        path = self._path(client_id)
-        return json.loads(path.read_text()) if path.exists() else None
+        return self._load_versioned(client_id)[0]
 
-    def _store(self, client_id: str, doc: dict[str, Any]) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self._path(client_id), doc)
+    def _store(self, client_id: str, doc: dict[str, Any], expected: int | None = None) -> int:
+        """Write the version after ``expected`` (default: the newest there is); its number."""
+        if expected is None:
+            expected = self._load_versioned(client_id)[1]
+        following = expected + 1
+        if not self.objects.create(self._key(client_id, following), json.dumps(doc).encode()):
+            raise PullError(
+                f"client {client_id!r} of source {self.source!r} was moved on by another process while this one "
+                f"held it at version {expected}: another consumer with the same client id is running",
+                "run one consumer per client id; restart this one to resume from the stored cursor")
+        for old in [0, *self._versions(client_id)]:
+            if old < following - self.KEEP + 1 or old == 0:
+                self.objects.delete(self._key(client_id, old))
+        return following
 
     def subscribe(self, client_id: str, tables: list[str] | None = None, filter: str | None = None) -> Subscription:
         """Add a client, starting at the oldest change the log holds now; an existing client is left
@@ -73,22 +109,39 @@ class MetaManager:
             start = ChangeLog(self.lake, self.source).manifest().start_scn
             doc = {"client_id": client_id, "tables": tables, "filter": filter, "cursor": str(start),
                    "last_batch_id": 0}
-            self._store(client_id, doc)
+            try:
+                self._store(client_id, doc, expected=0)
+            except PullError:  # subscribed by another process meanwhile: theirs stands
+                doc = self._require(client_id)
         return Subscription(client_id, tuple(doc["tables"]) if doc["tables"] else None, doc["filter"])
 
     def unsubscribe(self, client_id: str) -> None:
-        self._path(client_id).unlink(missing_ok=True)
+        for version in [0, *self._versions(client_id)]:
+            self.objects.delete(self._key(client_id, version))
+
+    def _clients(self) -> list[str]:
+        names = set()
+        for o in self.objects.list(self.prefix):
+            rest = o.key[len(self.prefix):]
+            if rest.endswith(".json") and "/" not in rest:
+                names.add(rest[:-5])
+            elif "/meta/" in rest:
+                names.add(rest.split("/", 1)[0])
+        return sorted(n for n in names if is_plain_name(n))
 
     def has_subscribed(self, client_id: str) -> bool:
         return self._load(client_id) is not None
 
+    def _documents(self) -> list[dict[str, Any]]:
+        return [d for d in map(self._load, self._clients()) if d is not None]
+
     def subscriptions(self) -> list[Subscription]:
         return [Subscription(d["client_id"], tuple(d["tables"]) if d["tables"] else None, d["filter"])
-                for d in (json.loads(p.read_text()) for p in sorted(self.root.glob("*.json")))]
+                for d in self._documents()]
 
     def cursors(self) -> dict[str, Scn | None]:
         return {d["client_id"]: Scn.parse(d["cursor"]) if d["cursor"] is not None else None
-                for d in (json.loads(p.read_text()) for p in sorted(self.root.glob("*.json")))}
+                for d in self._documents()}
 
     def cursor(self, client_id: str) -> Scn | None:
         doc = self._require(client_id)
@@ -103,11 +156,13 @@ class MetaManager:
 
 
 class PullConsumer:
-    def __init__(self, lake: str | Path, source: str, client_id: str) -> None:
-        self.meta = MetaManager(lake, source)
+    def __init__(self, lake: str | Path, source: str, client_id: str, objects: LakeObjects | None = None) -> None:
+        self.meta = MetaManager(lake, source, objects)
         self.log = ChangeLog(Path(lake), source)
         self.client_id = client_id
         doc = self.meta._require(client_id)
+        # The version this consumer holds: a write after another process moved the client on is refused.
+        self.doc, self.version = self.meta._load_versioned(client_id)
         self.tables = set(doc["tables"]) if doc["tables"] else None
         self.filter = PartitionFilter.parse(doc["filter"]) if doc["filter"] else None
         self.next_batch_id = int(doc["last_batch_id"]) + 1
@@ -146,9 +201,7 @@ class PullConsumer:
             return Batch(id=-1, start=start, end=start)
         batch = Batch(id=self.next_batch_id, start=start, end=end, events=tuple(events))
         # Persist the id before handing the batch out, so ids keep increasing across restarts.
-        doc = self.meta._require(self.client_id)
-        doc["last_batch_id"] = batch.id
-        self.meta._store(self.client_id, doc)
+        self._save(last_batch_id=batch.id)
         self.next_batch_id += 1
         self.outstanding.append(batch)
         return batch
@@ -162,10 +215,13 @@ class PullConsumer:
         if batch_id != first.id:
             raise PullError(f"batch {batch_id} acked out of order: batch {first.id} was handed out first and is "
                             "not acked yet", "ack batches in the order get_without_ack returned them")
-        doc = self.meta._require(self.client_id)
-        doc["cursor"] = str(first.end)
-        self.meta._store(self.client_id, doc)
+        self._save(cursor=str(first.end))
         self.outstanding.pop(0)
+
+    def _save(self, **changes: Any) -> None:
+        doc = {**(self.doc or {}), **changes}
+        self.version = self.meta._store(self.client_id, doc, expected=self.version)
+        self.doc = doc
 
     def rollback(self, batch_id: int | None = None) -> None:
         """Return un-acked batches: all of them, or ``batch_id`` and those handed out after it."""
