@@ -332,6 +332,7 @@ def parse_config(raw: Any, base: Path, origin: Path | None = None) -> DatabusCon
     if not isinstance(raw, dict):
         raise ConfigError("(top level)", "the config must be a mapping with 'lake' and 'sources'",
                           "start from the example in README.md")
+    raw = {**raw, "lake": _local_lake(raw["lake"])} if "lake" in raw else raw
     for i, source in enumerate(raw.get("sources") or []):
         if isinstance(source, dict) and source.get("kind") not in SUPPORTED_KINDS:
             raise ConfigError(
@@ -343,6 +344,25 @@ def parse_config(raw: Any, base: Path, origin: Path | None = None) -> DatabusCon
     except ValidationError as exc:
         raise _config_error(exc) from None
     return _resolve_paths(config, base)
+
+
+def _local_lake(lake: Any) -> Any:
+    """The lake's folder (``file://`` URIs as paths). An object-store URI is refused: taken as a path it
+    would quietly become a local folder named ``s3:``."""
+    from dagster_databus.storage.location import LakeLocationError, parse_lake
+
+    if not isinstance(lake, str):
+        return lake
+    try:
+        location = parse_lake(lake)
+    except LakeLocationError as exc:
+        raise ConfigError("lake", str(exc), "give the lake as a folder (absolute or relative to the config)") from None
+    if not location.is_local:
+        raise ConfigError(
+            "lake", f"{location.uri} is an object-store lake; the change log's commit still needs a local or "
+            "mounted folder (object-store lakes are being built: docs/architecture.md, \"Storage\")",
+            "give a folder for now (a network file system mounted on every machine that runs steps works)")
+    return str(location.path) if lake.strip().lower().startswith("file:") else lake
 
 
 def _resolve_paths(config: DatabusConfig, base: Path) -> DatabusConfig:

@@ -57,6 +57,11 @@ def test_minimal_config_works_as_written(tmp_path: Path, db: Path) -> None:
     assert result.events == 0 and (tmp_path / "lake" / "log" / "shop").is_dir()
 
 
+def test_a_file_uri_lake_is_its_folder(tmp_path: Path, db: Path) -> None:
+    config = load_config(write(tmp_path, minimal(db).replace("lake: ./lake", f"lake: file://{tmp_path}/elsewhere")))
+    assert config.lake == tmp_path / "elsewhere"
+
+
 def test_relative_database_path_resolves_against_the_config_folder(tmp_path: Path, db: Path) -> None:
     config = load_config(write(tmp_path, minimal(Path(db.name))))
     assert config.sources[0].path == db
@@ -83,6 +88,9 @@ def test_relative_spill_folder_resolves_against_the_config_folder(tmp_path: Path
          "valid integer"),
         (lambda db: minimal(db) + "merge: {memory_mb: 1}\n", "merge.memory_mb", "greater than or equal to 16"),
         (lambda db: "lake: [unclosed", "databus.yaml", "not valid YAML"),
+        (lambda db: minimal(db).replace("lake: ./lake", "lake: s3://bucket/lake"), "lake",
+         "s3://bucket/lake is an object-store lake"),
+        (lambda db: minimal(db).replace("lake: ./lake", "lake: ftp://host/lake"), "lake", "scheme 'ftp'"),
         (lambda db: "- just\n- a list\n", "(top level)", "mapping"),
     ],
 )
