@@ -148,7 +148,7 @@ def test_interleaved_shards_with_colliding_keys_merge_into_one_logical_table(ser
     interleaved_round(shards, 0)
     shards.capture()  # the physical merges lag behind: the logical table reads the logs itself
 
-    first = sync_logical(spark, shards.config, "users")
+    first = sync_logical(shards.config, "users")
     assert first.load_reason == "the logical table does not exist yet" and first.commits == 2
     assert {p.loaded_rows for p in first.parts} == {12}
     assert all(p.events > 0 for p in first.parts)
@@ -161,14 +161,14 @@ def test_interleaved_shards_with_colliding_keys_merge_into_one_logical_table(ser
     assert sorted(r["shard"] for r in data.to_pylist() if r["id"] == 1) == sorted(shards.labels)
 
     version, rows = shards.logical.version(), shards.logical.read(with_meta=True).sort_by("__scn")
-    replay = sync_logical(spark, shards.config, "users")
+    replay = sync_logical(shards.config, "users")
     assert replay.commits == 0 and replay.events == 0 and replay.load_reason is None
     assert shards.logical.version() == version
     assert shards.logical.read(with_meta=True).sort_by("__scn").equals(rows)
 
     interleaved_round(shards, 1)
     shards.capture()
-    second = sync_logical(spark, shards.config, "users")
+    second = sync_logical(shards.config, "users")
     assert second.load_reason is None and second.commits == 1
     assert all(p.events > 0 and p.to_scn > p.from_scn for p in second.parts)
     assert second.counts.inserted > 0 and second.counts.updated > 0 and second.counts.deleted > 0
@@ -179,7 +179,7 @@ def test_interleaved_shards_with_colliding_keys_merge_into_one_logical_table(ser
     # Only the second shard writes: only its part moves.
     shards.write(1, ("UPDATE users SET name = ? WHERE id = 1", ("only-us",)))
     shards.capture()
-    third = sync_logical(spark, shards.config, "users")
+    third = sync_logical(shards.config, "users")
     moved = {p.label for p in third.parts if p.to_scn != p.from_scn}
     assert moved == {shards.labels[1]} and third.events == 1 and third.counts.updated == 1
     shards.assert_equal()
@@ -193,20 +193,20 @@ def test_a_part_added_later_or_a_snapshot_read_again_reloads_the_table(servers, 
     shards.merge_physical(spark)
     parts = shards.config.logical_table("users").parts
     two = shards.config.model_copy(update={"logical_tables": (LogicalTableConfig(name="users", parts=parts[:2]),)})
-    sync_logical(spark, two, "users")
+    sync_logical(two, "users")
     assert {r["shard"] for r in shards.logical.read().to_pylist()} == {"eu", "us"}
 
-    added = sync_logical(spark, shards.config, "users")
+    added = sync_logical(shards.config, "users")
     assert added.load_reason is not None and "parts" in added.load_reason
     shards.assert_equal()
 
     # The second shard is read afresh from its database (as after DDL or `databus bootstrap`).
     shards.write(1, "DELETE FROM users WHERE id = 5")
     sync_source(spark, shards.config, "s2", mode="bootstrap")
-    reread = sync_logical(spark, shards.config, "users")
+    reread = sync_logical(shards.config, "users")
     assert reread.load_reason is not None and "s2.users was bootstrapped again" in reread.load_reason
     shards.capture()
-    sync_logical(spark, shards.config, "users")
+    sync_logical(shards.config, "users")
     shards.assert_equal()
     shards.assert_parts_at_their_logs()
 
@@ -216,7 +216,7 @@ def test_retention_holds_for_logical_parts_and_a_log_pruned_past_one_reloads(ser
     seed(shards, range(1, 6))
     shards.capture()
     shards.merge_physical(spark)
-    sync_logical(spark, shards.config, "users")
+    sync_logical(shards.config, "users")
     for n in (1, 2):  # two segments, so retention may drop the first
         shards.write(0, ("UPDATE users SET name = ? WHERE id = ?", (f"pruned-{n}", n)))
         shards.capture()
@@ -226,7 +226,7 @@ def test_retention_holds_for_logical_parts_and_a_log_pruned_past_one_reloads(ser
     # Retention keeps what the logical table has not merged yet: it catches up, no reload.
     pipeline.enforce_retention(shards.config, "s1")
     assert ChangeLog(shards.config.lake, "s1").manifest().start_scn <= behind
-    assert sync_logical(spark, shards.config, "users").load_reason is None
+    assert sync_logical(shards.config, "users").load_reason is None
     shards.assert_equal()
     # A logical table taken out of the config does not hold retention; added back, it reloads.
     shards.write(0, ("UPDATE users SET name = ? WHERE id = ?", ("pruned-3", 3)))
@@ -236,7 +236,7 @@ def test_retention_holds_for_logical_parts_and_a_log_pruned_past_one_reloads(ser
     shards.merge_physical(spark)
     without = shards.config.model_copy(update={"logical_tables": ()})
     assert pipeline.enforce_retention(without, "s1").removed_segments >= 1
-    result = sync_logical(spark, shards.config, "users")
+    result = sync_logical(shards.config, "users")
     assert result.load_reason is not None and "change log of source 's1' now starts after" in result.load_reason
     shards.assert_equal()
     shards.assert_parts_at_their_logs()
@@ -247,7 +247,7 @@ def test_a_schema_change_rolled_out_shard_by_shard(servers, tmp_path: Path, spar
     seed(shards, range(1, 6))
     shards.capture()
     shards.merge_physical(spark)
-    sync_logical(spark, shards.config, "users")
+    sync_logical(shards.config, "users")
     version = shards.logical.version()
 
     alter = "ALTER TABLE users ADD COLUMN email VARCHAR(80)"
@@ -255,12 +255,12 @@ def test_a_schema_change_rolled_out_shard_by_shard(servers, tmp_path: Path, spar
     shards.write(1, ("INSERT INTO users VALUES (?, ?, ?, ?)", (20, "with-email", 1.0, "a@b.c")))
     shards.capture()
     with pytest.raises(SnapshotMissingError, match=r"s2\.users was altered at SCN") as err:
-        sync_logical(spark, shards.config, "users")
+        sync_logical(shards.config, "users")
     assert "materialize the s2/users asset first" in err.value.fix
 
     shards.merge_physical(spark)  # s2's snapshot is read again, with the new column
     with pytest.raises(SchemaDriftError, match=r"part us \(s2\.users\): extra column email"):
-        sync_logical(spark, shards.config, "users")
+        sync_logical(shards.config, "users")
     assert shards.logical.version() == version
 
     shards.write(0, alter)
@@ -268,14 +268,14 @@ def test_a_schema_change_rolled_out_shard_by_shard(servers, tmp_path: Path, spar
     shards.write(2, ("UPDATE users SET email = ? WHERE id = 1", ("ap@x.y",)))
     shards.capture()
     shards.merge_physical(spark)
-    result = sync_logical(spark, shards.config, "users")
+    result = sync_logical(shards.config, "users")
     assert result.load_reason is not None and "bootstrapped again" in result.load_reason
     assert "email" in shards.logical.read().column_names
     shards.assert_equal()
     shards.assert_parts_at_their_logs(exact=False)  # the ALTERs wrote no row events after the re-reads
     shards.write(0, ("UPDATE users SET email = ? WHERE id = 2", ("eu@x.y",)))
     shards.capture()
-    assert sync_logical(spark, shards.config, "users").part("eu").events == 1
+    assert sync_logical(shards.config, "users").part("eu").events == 1
     shards.assert_equal()
 
 
@@ -286,14 +286,14 @@ def test_a_data_shard_column_is_used_and_a_key_on_two_shards_is_refused(servers,
         shards.write(i, *[("INSERT INTO users VALUES (?, ?, ?)", (n, region, f"{region}-{n}")) for n in (1, 2, 3)])
     shards.capture()
     shards.merge_physical(spark)
-    sync_logical(spark, shards.config, "users")
+    sync_logical(shards.config, "users")
     shards.assert_equal()
     assert "shard" not in shards.logical.read().column_names
 
     # A row moves to another region value on its own shard: the old logical key goes with it.
     shards.write(0, "UPDATE users SET region = 'mid' WHERE id = 2")
     shards.capture()
-    sync_logical(spark, shards.config, "users")
+    sync_logical(shards.config, "users")
     shards.assert_equal()
 
     # The us shard now claims ('eu', 1), which the eu shard holds.
@@ -302,7 +302,7 @@ def test_a_data_shard_column_is_used_and_a_key_on_two_shards_is_refused(servers,
     shards.write(1, "UPDATE users SET region = 'eu' WHERE id = 1")
     shards.capture()
     with pytest.raises(ShardCollisionError) as err:
-        sync_logical(spark, shards.config, "users")
+        sync_logical(shards.config, "users")
     message = str(err.value)
     assert "key (region='eu', id=1) arrives from part us but is held from part eu" in message
     assert "shard_column" in err.value.fix
@@ -312,7 +312,7 @@ def test_a_data_shard_column_is_used_and_a_key_on_two_shards_is_refused(servers,
     # Fixed at the source, the sync goes through.
     shards.write(1, "UPDATE users SET region = 'us' WHERE id = 1")
     shards.capture()
-    sync_logical(spark, shards.config, "users")
+    sync_logical(shards.config, "users")
     shards.assert_equal()
 
     # Two shards insert the same logical key in one batch.
@@ -320,7 +320,7 @@ def test_a_data_shard_column_is_used_and_a_key_on_two_shards_is_refused(servers,
     shards.write(2, ("INSERT INTO users VALUES (?, ?, ?)", (9, "zz", "from ap")))
     shards.capture()
     with pytest.raises(ShardCollisionError, match=r"key \(region='zz', id=9\) arrives from parts ap, us"):
-        sync_logical(spark, shards.config, "users")
+        sync_logical(shards.config, "users")
 
 
 def test_a_data_shard_column_that_collides_at_the_first_load_writes_nothing(servers, tmp_path: Path,
@@ -332,7 +332,7 @@ def test_a_data_shard_column_that_collides_at_the_first_load_writes_nothing(serv
     shards.capture()
     shards.merge_physical(spark)
     with pytest.raises(ShardCollisionError, match=r"key \(region='eu', id=1\) arrives from parts eu, us"):
-        sync_logical(spark, shards.config, "users")
+        sync_logical(shards.config, "users")
     assert not shards.logical.exists()
 
 
@@ -343,7 +343,7 @@ def test_parts_with_different_columns_are_refused_with_the_differences(servers, 
     shards.capture()
     shards.merge_physical(spark)
     with pytest.raises(SchemaDriftError) as err:
-        sync_logical(spark, shards.config, "users")
+        sync_logical(shards.config, "users")
     message = str(err.value)
     assert "part us (s2.users): balance is string, not double" in message
     assert "part ap (s3.users): extra column email" in message
@@ -359,7 +359,7 @@ def test_a_part_without_a_physical_snapshot_names_the_asset_to_materialize(serve
     sync_source(spark, shards.config, "s1")
     sync_source(spark, shards.config, "s2")
     with pytest.raises(SnapshotMissingError) as err:
-        sync_logical(spark, shards.config, "users")
+        sync_logical(shards.config, "users")
     assert "part ap needs the snapshot of s3.users" in str(err.value)
     assert "materialize the s3/users asset first" in err.value.fix
     assert not shards.logical.exists()
@@ -426,7 +426,7 @@ def test_a_logical_consumer_bootstraps_from_the_logical_table_then_follows_each_
     seed(shards)
     shards.capture()
     shards.merge_physical(spark)
-    sync_logical(spark, shards.config, "users")
+    sync_logical(shards.config, "users")
     interleaved_round(shards, 0)  # captured, but not yet in the logical table: comes from the logs
     shards.capture()
     copy: dict[tuple[Any, ...], dict[str, Any]] = {}

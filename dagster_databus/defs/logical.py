@@ -20,7 +20,7 @@ def build_logical_asset(logical: LogicalTableConfig) -> dg.AssetsDefinition:
     parts = ", ".join(f"`{p.source}.{p.table}` ({p.label})" for p in logical.parts)
 
     @dg.asset(
-        key=logical_key(name), group_name=GROUP, kinds={"delta", "spark"},
+        key=logical_key(name), group_name=GROUP, kinds={"delta"},
         deps=[snapshot_key(p.source, p.table) for p in logical.parts], required_resource_keys={RESOURCE},
         description=f"Logical Delta table `{name}` merged from the shards {parts}; key (`{logical.shard_column}`, "
                     "primary key), `__part` names each row's shard. Each shard's applied SCN is kept apart, as "
@@ -31,7 +31,7 @@ def build_logical_asset(logical: LogicalTableConfig) -> dg.AssetsDefinition:
     def logical_table(context: AssetExecutionContext) -> dg.MaterializeResult:
         databus = getattr(context.resources, RESOURCE)
         with clear_errors(context):
-            result = sync_logical(databus.spark(), databus.config(), name, progress=context.log.info)
+            result = sync_logical(databus.config(), name, progress=context.log.info)
         return dg.MaterializeResult(metadata={
             **_metadata(result), "dagster/column_schema": column_schema(LogicalSnapshot(databus.config().lake, name))})
 

@@ -16,13 +16,12 @@ part's change log after the part's own SCN and merge the union in one commit.
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,15 +31,14 @@ from dagster_databus.config import DatabusConfig, LogicalPartConfig, LogicalTabl
 from dagster_databus.core.schema import META_COLUMNS, Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import LogGapError, SchemaDriftError, ShardCollisionError, SnapshotMissingError
+from dagster_databus.log.columns import CHANGE_META, change_schema, table_changes
 from dagster_databus.log.ddl import DdlLog
 from dagster_databus.log.durable import crash_point, disk_errors, exclusive_lock
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot, MergeCounts, merge_with_delta_rs
-from dagster_databus.snapshot.merge import conform_changes, read_changes, reduce_latest
+from dagster_databus.snapshot.merge import conform_changes
 from dagster_databus.snapshot.reconcile import Comparison, compare_rows
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+from dagster_databus.snapshot.reduce import NewestPerKey
 
 Progress = Callable[[str], None]
 PART_COLUMN = "__part"
@@ -175,8 +173,7 @@ class _Part:
         return f"{self.config.source}/{self.config.table}"
 
 
-def sync_logical(spark: SparkSession, config: DatabusConfig, name: str,
-                 progress: Progress = lambda _: None) -> LogicalSyncResult:
+def sync_logical(config: DatabusConfig, name: str, progress: Progress = lambda _: None) -> LogicalSyncResult:
     """Bring logical table ``name`` up to each part's change log.
 
     Loads the table from the parts' physical snapshots when it does not exist yet or can no longer
@@ -217,7 +214,7 @@ def sync_logical(spark: SparkSession, config: DatabusConfig, name: str,
                         f"log of source {part.config.source!r} now starts after SCN {start}",
                         f"materialize the {part.asset} asset (its snapshot is the way past the gap), then this "
                         "logical table again; it reloads the part")
-            by_op, counts = _catch_up(spark, config, target, layout,
+            by_op, counts = _catch_up(config, target, layout,
                                       [(p, applied[p.label], until[p.label]) for p in advancing], progress)
             commits += 1
         results = tuple(
@@ -359,30 +356,36 @@ def _conform_snapshot(data: pa.Table, layout: LogicalLayout, label: str) -> pa.T
     return pa.Table.from_arrays(columns, schema=layout.arrow())
 
 
-def _catch_up(spark: SparkSession, config: DatabusConfig, target: LogicalSnapshot, layout: LogicalLayout,
+def _catch_up(config: DatabusConfig, target: LogicalSnapshot, layout: LogicalLayout,
               ranges: Sequence[tuple[_Part, Scn, Scn]],
               progress: Progress) -> tuple[dict[str, dict[str, int]], MergeCounts]:
-    """Merge each part's log range (applied, until] in one commit that moves every part's SCN."""
-    from pyspark.sql import functions as F
+    """Merge each part's log range (applied, until] in one commit that moves every part's SCN.
 
-    frames = [_part_changes(spark, config, layout, part, since, until) for part, since, until in ranges]
-    changes = functools.reduce(lambda a, b: a.unionByName(b), frames).cache()
-    try:
-        by_op: dict[str, dict[str, int]] = {part.label: {} for part, _, _ in ranges}
-        for row in changes.groupBy(PART_COLUMN, "__op").count().collect():
-            by_op[row[PART_COLUMN]][row["__op"]] = row["count"]
-        # Newest event per row of one part: SCNs compared here all come from that part's own log.
-        reduced = reduce_latest(changes, layout.match)
-        if not layout.shard_from_label:
-            key = [F.col(f"`{k}`") for k in layout.key]
-            clashes = (reduced.groupBy(*key).agg(F.countDistinct(PART_COLUMN).alias("n"),
-                                                 F.sort_array(F.collect_set(PART_COLUMN)).alias("parts"))
-                       .where("n > 1").limit(3).collect())
-            if clashes:
-                raise _collision(layout, [(_key_text(layout, r.asDict()), list(r["parts"])) for r in clashes])
-        merged = conform_changes(reduced.toArrow(), layout.arrow())
-    finally:
-        changes.unpersist()
+    Each part's changes are read from its log in bulk and reduced to the newest per key in this
+    process (``NewestPerKey``: bounded by ``merge.memory_mb``, spilling past it), as the physical
+    merge does; SCNs are only ever compared within one part's own log."""
+    by_op: dict[str, dict[str, int]] = {part.label: {} for part, _, _ in ranges}
+    reduced_batches: list[pa.RecordBatch] = []
+    for part, since, until in ranges:
+        latest = part.log.schemas.latest(part.config.table)
+        if latest is None:
+            continue
+        schema = latest[1]
+        reducer = NewestPerKey(change_schema(schema), schema.primary_key, config.merge.memory_mb << 20,
+                               config.merge.spill_dir)
+        try:
+            reducer.extend(table_changes(part.log, schema, since, until))
+            by_op[part.label] = dict(reducer.stats.events_by_op)
+            reduced_batches += [_as_part(batch, layout, part) for batch in reducer.results()]
+        finally:
+            reducer.close()
+    reduced = pa.Table.from_batches(reduced_batches, _part_schema(layout))
+    if not layout.shard_from_label:
+        grouped = reduced.group_by(layout.key).aggregate([(PART_COLUMN, "count_distinct"), (PART_COLUMN, "distinct")])
+        clashes = grouped.filter(pc.greater(grouped[f"{PART_COLUMN}_count_distinct"], 1)).slice(0, 3).to_pylist()
+        if clashes:
+            raise _collision(layout, [(_key_text(layout, c), sorted(c[f"{PART_COLUMN}_distinct"])) for c in clashes])
+    merged = conform_changes(reduced, layout.arrow())
     if not layout.shard_from_label:
         _refuse_nulls(layout, merged)
         _refuse_held_elsewhere(target, layout, merged)
@@ -398,18 +401,23 @@ def _catch_up(spark: SparkSession, config: DatabusConfig, target: LogicalSnapsho
     return by_op, counts
 
 
-def _part_changes(spark: SparkSession, config: DatabusConfig, layout: LogicalLayout, part: _Part, since: Scn,
-                  until: Scn) -> DataFrame:
-    from pyspark.sql import functions as F
+def _part_schema(layout: LogicalLayout) -> pa.Schema:
+    """A part's reduced changes: the logical columns (the shard's own or its label), then the log's fields."""
+    fields = [f for f in layout.arrow() if f.name not in META_COLUMNS]
+    meta = dict(CHANGE_META)
+    return pa.schema([*fields, *(pa.field(n, meta[n]) for n in LOG_META)])
 
-    # The reader already skips SCNs at or below ``since``; the filter states the rule where it matters.
-    frame = read_changes(spark, config, part.config.source, part.config.table, since, until).where(
-        F.col("__scn") > since.value)
+
+def _as_part(batch: pa.RecordBatch, layout: LogicalLayout, part: _Part) -> pa.RecordBatch:
+    """One part's reduced changes in ``_part_schema``: the part's label in ``PART_COLUMN`` (and in the
+    shard column when the label fills it)."""
+    label = pa.array([part.label] * batch.num_rows, pa.string())
+    columns = {name: batch.column(name) for name in batch.schema.names}
+    columns[PART_COLUMN] = label
     if layout.shard_from_label:
-        frame = frame.withColumn(layout.shard_column, F.lit(part.label))
-    frame = frame.withColumn(PART_COLUMN, F.lit(part.label))
-    names = [f.name for f in layout.arrow() if f.name not in META_COLUMNS] + LOG_META
-    return frame.select(*[F.col(f"`{n}`") for n in names])
+        columns[layout.shard_column] = label
+    target = _part_schema(layout)
+    return pa.RecordBatch.from_arrays([columns[f.name].cast(f.type) for f in target], schema=target)
 
 
 def _refuse_nulls(layout: LogicalLayout, data: pa.Table) -> None:
