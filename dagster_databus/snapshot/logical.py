@@ -433,18 +433,24 @@ def _refuse_nulls(layout: LogicalLayout, data: pa.Table) -> None:
 
 
 def _refuse_held_elsewhere(target: LogicalSnapshot, layout: LogicalLayout, batch: pa.Table) -> None:
-    """A key that arrives from one part while the table holds it from another is a collision."""
+    """A key that arrives from one part while the table holds it from another is a collision. The
+    table's key columns are scanned a batch at a time, so memory stays bounded whatever its size."""
     columns = [*layout.key, PART_COLUMN]
+    incoming = batch.select(columns)
+    shards = pc.unique(batch[layout.shard_column])
+    held_schema = pa.schema([batch.schema.field(c) for c in columns])
+    clashes: list[dict[str, Any]] = []
     # Filtered after the scan: pushing the filter into the Delta dataset trips over string vs
     # string_view statistics in pyarrow. Only the key columns are read.
-    held = DeltaTable(str(target.path)).to_pyarrow_dataset().to_table(columns=columns)
-    held = held.cast(pa.schema([batch.schema.field(c) for c in columns]))
-    held = held.filter(pc.is_in(held[layout.shard_column], value_set=pc.unique(batch[layout.shard_column])))
-    held = held.rename_columns([*layout.key, "__held"])
-    joined = batch.select([*layout.key, PART_COLUMN]).join(held, keys=layout.key, join_type="inner")
-    clashes = joined.filter(pc.not_equal(joined[PART_COLUMN], joined["__held"])).slice(0, 3).to_pylist()
+    for scanned in DeltaTable(str(target.path)).to_pyarrow_dataset().to_batches(columns=columns):
+        held = pa.Table.from_batches([scanned]).cast(held_schema)
+        held = held.filter(pc.is_in(held[layout.shard_column], value_set=shards))
+        joined = incoming.join(held.rename_columns([*layout.key, "__held"]), keys=layout.key, join_type="inner")
+        clashes += joined.filter(pc.not_equal(joined[PART_COLUMN], joined["__held"])).slice(0, 3).to_pylist()
+        if len(clashes) >= 3:
+            break
     if clashes:
-        raise _collision(layout, [(_key_text(layout, c), [c[PART_COLUMN], c["__held"]]) for c in clashes],
+        raise _collision(layout, [(_key_text(layout, c), [c[PART_COLUMN], c["__held"]]) for c in clashes[:3]],
                          held=True)
 
 
