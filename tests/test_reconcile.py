@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import random
+import struct
 import zlib
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.reconcile import compare_rows, reconcile_table
+from dagster_databus.sources.mysql_types import fingerprint_text
 from tests.conftest import cycle
 from tests.harness import SourceHarness, make_config
 
@@ -133,3 +136,28 @@ def test_reconciliation_waits_for_the_log_to_reach_the_source(source: SourceHarn
     pipeline.capture(config, "shop")  # captured, not merged: the check applies the log's events itself
     result = reconcile_table(config, config.source("shop"), "orders")
     assert result.reconciled and result.equal, result
+
+
+def test_mysql_renders_every_double_exactly_as_the_fingerprint_does(mariadb) -> None:
+    """The float text (exponent and mantissa) from MariaDB's arithmetic equals numpy's ``frexp`` for
+    edge values (largest, smallest subnormal, powers of two and their neighbours) and random bit patterns,
+    as DOUBLE and as FLOAT columns."""
+    rng = random.Random(7)
+    values = [0.1, -2.5, 1.7976931348623157e308, 5e-324, 2.2250738585072014e-308, 2.225073858507201e-308,
+              1 - 2**-53, 2 - 2**-52, 123456789.125, 3.4028234663852886e38, 1.401298464324817e-45]
+    values += [2.0 ** rng.randint(-1074, 1023) * rng.choice([1, 1 - 2**-53, 1 + 2**-52]) for _ in range(500)]
+    values += [struct.unpack("d", struct.pack("Q", rng.getrandbits(63)))[0] * rng.choice([1, -1]) for _ in range(500)]
+    values = [v for v in values if math.isfinite(v) and v != 0]
+    singles = [float(np.float32(v)) if abs(v) < 3.4e38 else 1.0 for v in values]
+    server = mariadb
+    server.execute("CREATE DATABASE IF NOT EXISTS floats", "DROP TABLE IF EXISTS floats.f",
+                   "CREATE TABLE floats.f (id INT PRIMARY KEY, d DOUBLE, s FLOAT)")
+    conn = server.connect("floats")
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO f VALUES (%s, %s, %s)", list(zip(range(len(values)), values, singles,
+                                                                      strict=True)))
+    conn.commit()
+    d, s = Column("d", ColumnType("double"), "double"), Column("s", ColumnType("float"), "float")
+    rendered = server.query(f"SELECT {fingerprint_text(d)}, {fingerprint_text(s)} FROM f ORDER BY id", "floats")
+    assert [r[0] for r in rendered] == _texts(pa.array(values), "double")
+    assert [r[1] for r in rendered] == _texts(pa.array(singles, pa.float32()), "float")
