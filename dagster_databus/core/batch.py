@@ -8,7 +8,6 @@ numbers the events of a window from 0 whatever their table, as in ``core.events.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -188,9 +187,11 @@ def encode_keys(columns: Sequence[pa.Array], values: Sequence[Sequence[object]] 
 
 def partitions(keys: pa.Array | Sequence[str]) -> pa.Array:
     """``core.events.key_partition`` of encoded keys (crc32 mod 65536)."""
-    if isinstance(keys, pa.Array):
-        keys = keys.to_pylist()
-    return pa.array([zlib.crc32(k.encode()) & 0xFFFF for k in keys], pa.int32())
+    from dagster_databus.core.crc32 import crc32_each  # numba: loaded when a batch is first built
+
+    if not isinstance(keys, pa.Array):
+        keys = pa.array(keys, pa.string())
+    return pa.array((crc32_each(keys) & 0xFFFF).astype(np.int32), pa.int32())
 
 
 def _ordered(window: np.ndarray, seq: np.ndarray) -> bool:
