@@ -18,6 +18,7 @@ from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
+from dagster_databus.errors import SchemaMismatchError
 from dagster_databus.log.avro_columnar import Field, encode_blocks, encode_records, write_container
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.sources import sqlite_batch
@@ -246,3 +247,90 @@ def test_sqlite_capture_by_column_keeps_windows_keys_and_values(fast_table) -> N
         assert row["f"] == (None if expected[5] is None else bool(expected[5]))
     windows = list(log.read_windows())
     assert [[e.seq for e in w.events] for w in windows] == [list(range(len(w.events))) for w in windows]
+
+
+# DECIMAL, date and time columns: SQLite stores integers, reals and text side by side in them.
+TYPED = {"d": "DECIMAL(10,2)", "dt": "DATE", "ts": "DATETIME", "tz": "TIMESTAMP", "tm": "TIME"}
+TYPED_VALUES: dict[str, list[object]] = {
+    "d": [0, -5, 99999999, 0.25, -1.5, 0.1, 12.3, "12.30", "0012.5", 1e-2, -0.0],
+    "dt": ["2024-02-29", "0001-01-01", "9999-12-31", "1969-12-31"],
+    "ts": ["2024-01-02 03:04:05", "2024-01-02T03:04:05.5", "2024-01-02", "2024-01-02 03:04", "0001-01-01 00:00:00",
+           "9999-12-31 23:59:59.999999"],
+    "tz": ["2024-01-02 03:04:05Z", "1969-12-31 23:59:59.999999", "2024-01-02T00:00"],
+    "tm": ["-838:59:59", "838:59:59.000001", "00:00", "12:34:56.7", "-00:00:00.000001"],
+}
+# Values the row path takes in another form than the fast one reads (it converts them), and values it
+# refuses: the fast path must hand each to it, never read it otherwise.
+TYPED_UNUSUAL: dict[str, list[object]] = {
+    "d": ["1_000", " 5"],
+    "ts": ["2024-01-02 03:04:05.1234560"],
+    "tz": ["2024-01-02 03:04:05+02:00", "2024-01-02 03:04:05-01:30"],
+}
+TYPED_REFUSED: dict[str, list[object]] = {
+    "d": [12.345, 1e-7, 1e9, "abc", b"\x01", "Infinity"],
+    "dt": ["2024-02-30", 20240101, "2024-1-2", "0000-01-01", "\uff12\uff10\uff12\uff14-01-01", "2024-01-01\n"],
+    "ts": ["2024-01-02 24:00:00", "2024-01-02 03:04:60", "2024-01-02 03:04:05+02:00", "2024-01-02 03:04:05.1234567",
+           1.5],
+    "tz": ["2024-13-01 00:00:00", "noon"],
+    "tm": ["12:60", "12:00:60", "1:00", 3600],
+}
+
+
+def typed_images(tmp_path: Path, rows: list[tuple[object, ...]]) -> tuple[TableSchema, pa.Array, list[int]]:
+    from dagster_databus import pipeline
+
+    source = SqliteHarness(tmp_path / f"typed{random.random()}.db")
+    source.execute([f"CREATE TABLE typed (id INTEGER PRIMARY KEY, {', '.join(f'{n} {d}' for n, d in TYPED.items())})"])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("typed", ["id"])]))
+    pipeline.install(config, "shop")
+    source.execute([("INSERT INTO typed VALUES (?, ?, ?, ?, ?, ?)", row) for row in rows])
+    logged = txlog_rows(source.path)
+    schema = SqliteSource(config.sources[0]).schemas()["typed"]
+    return schema, pa.array([r[5] for r in logged], pa.string()), [r[0] for r in logged]
+
+
+def test_sqlite_decimal_and_date_columns_parsed_by_column_equal_the_row_by_row_conversion(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    rows = [(i, *(rng.choice([*TYPED_VALUES[n], None]) for n in TYPED)) for i in range(1, 2_001)]
+    rows += [(5000 + i, *(None if n != "d" else rng.uniform(-1e6, 1e6) for n in TYPED)) for i in range(200)]
+    rows = [r if not isinstance(r[1], float) else (r[0], round(r[1], 2), *r[2:]) for r in rows]
+    schema, texts, scns = typed_images(tmp_path, rows)
+    by_column = sqlite_batch._columns_by_json(schema, texts)  # _Fallback if any value missed the fast path
+    by_row = sqlite_batch._columns_by_row(schema, texts, scns, _decode_json)
+    for column, fast, slow in zip(schema.columns, by_column, by_row, strict=True):
+        assert fast.type == slow.type == column.type.arrow(), column.name
+        assert fast.to_pylist() == slow.to_pylist(), column.name
+
+
+@pytest.mark.parametrize("column", sorted(TYPED))
+def test_sqlite_typed_values_the_fast_path_does_not_read_as_is_go_value_by_value(tmp_path: Path, column: str) -> None:
+    position = list(TYPED).index(column) + 1
+    for value in TYPED_UNUSUAL.get(column, []) + TYPED_REFUSED[column]:
+        row = [1, *(None for _ in TYPED)]
+        row[position] = value
+        schema, texts, scns = typed_images(tmp_path, [tuple(row)])
+        with pytest.raises(sqlite_batch._Fallback):
+            sqlite_batch._columns_by_json(schema, texts)
+        if value in TYPED_REFUSED[column]:
+            with pytest.raises(SchemaMismatchError, match=rf"column typed\.{column} "):
+                sqlite_batch._columns_by_row(schema, texts, scns, _decode_json)
+        else:  # taken value by value, and taken
+            assert sqlite_batch._columns_by_row(schema, texts, scns, _decode_json)[position].to_pylist() != [None]
+
+
+def test_key_partitions_are_zlib_crc32_of_each_key_including_sliced_and_non_ascii_keys() -> None:
+    import zlib
+
+    from dagster_databus.core.batch import partitions
+    from dagster_databus.core.events import key_partition
+
+    rng = random.Random(14)
+    alphabet = "ab\x00é漢🙂[]\",:0123456789"
+    keys = ["", "[]", "[1]", '["a"]'] + [
+        "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40))) for _ in range(5000)
+    ]
+    whole = pa.array(keys, pa.string())
+    expected = [zlib.crc32(k.encode()) & 0xFFFF for k in keys]
+    assert partitions(whole).to_pylist() == expected
+    assert partitions(whole.slice(1234, 777)).to_pylist() == expected[1234:2011]
+    assert partitions(keys[:50]).to_pylist() == [key_partition(k) for k in keys[:50]]

@@ -47,7 +47,7 @@ from dagster_databus.sources.base import (
     streamed_fingerprint,
     table_schemas,
 )
-from dagster_databus.sources.sqlite_batch import chunk_batch
+from dagster_databus.sources.sqlite_batch import TxlogChunk, chunk_batch
 from dagster_databus.sources.sqlite_types import sqlite_column_type, sqlite_value
 
 CAPTURE_VERSION = "2"  # 2: REAL values travel as exact text (SQLite's JSON keeps 15 digits)
@@ -288,20 +288,32 @@ class SqliteSource:
             rest_sql = sqlfiles.load("sqlite", "poll_epoch_rest.sql")
             last = since
             while True:
-                rows = conn.execute(chunk_sql, {"since_scn": last.value, "closed_epoch": closed,
-                                                "chunk_rows": chunk_rows}).fetchall()
-                if not rows:
+                chunk = TxlogChunk.parse(conn.execute(chunk_sql, {"since_scn": last.value, "closed_epoch": closed,
+                                                                  "chunk_rows": chunk_rows}).fetchone())
+                if chunk is None:
                     break
-                if len(rows) == chunk_rows:
-                    rows += conn.execute(rest_sql, {"epoch": rows[-1][1], "after_scn": rows[-1][0]}).fetchall()
-                batch = chunk_batch(rows, schemas, _decode_json, self._stale_error)
-                last = Scn(rows[-1][0])  # whole epochs: the chunk's rows up to here are all read
+                full = len(chunk) == chunk_rows
+                if full:
+                    rest = TxlogChunk.parse(conn.execute(rest_sql, {"epoch": int(chunk.epochs[-1]),
+                                                                    "after_scn": int(chunk.scns[-1])}).fetchone())
+                    chunk = chunk + rest if rest is not None else chunk
+                if chunk.stale:
+                    self._refuse_stale(conn, schemas, last, Scn(int(chunk.scns[-1])))
+                batch = chunk_batch(chunk, schemas, _decode_json)
+                last = Scn(int(chunk.scns[-1]))  # whole epochs: the chunk's rows up to here are all read
                 stats.until = last
                 stats.chunks += 1
                 if batch is not None:
                     yield batch
-                if len(rows) < chunk_rows:
+                if not full:
                     break
+
+    def _refuse_stale(self, conn: sqlite3.Connection, schemas: Mapping[str, Any], since: Scn, until: Scn) -> None:
+        """Raise for the first change of a captured table in (since, until] that out-of-date triggers wrote."""
+        first = conn.execute(sqlfiles.load("sqlite", "first_stale.sql"), {
+            "since_scn": since.value, "until_scn": until.value, "tables": json.dumps(list(schemas))}).fetchone()
+        if first is not None:
+            raise self._stale_error(first[0], first[1])
 
     def _check_lineage(self, settings: dict[str, str], since: Scn, epoch: str | None,
                        conn: sqlite3.Connection) -> None:

@@ -1,17 +1,20 @@
 """SQLite capture by column: a chunk of txlog rows becomes one ``ChangeBatch`` without per-event objects.
 
-Windows, sequence numbers and keys are computed over the whole chunk with numpy and Arrow. Each
-table's JSON row images are parsed together by Arrow's JSON reader against the JSON shape the
-capture triggers write for the column's type (``$r``-tagged text for REAL values, ``$b`` hex for
-BLOBs), so the common columns (INTEGER, TEXT, REAL, BLOB, BOOLEAN) never pass through per-value
-Python. A table whose images do not parse to that shape (a DECIMAL column holding both integers and
-reals, text in an INTEGER column, ...) or a column type that needs a per-value conversion falls back
-to ``sqlite_types`` value by value, the exact conversion and refusal the row path always used.
+The chunk arrives as one row of joined columns (``sql/sqlite/poll_chunk.sql``): SQLite joins the
+values in C, so no Python tuple or string exists per change. Windows, sequence numbers and keys are
+computed over the whole chunk with numpy and Arrow. Each table's JSON row images are parsed
+together by Arrow's JSON reader against the JSON shape the capture triggers write for the column's
+type (``$r``-tagged text for REAL values, ``$b`` hex for BLOBs), so the common columns (INTEGER,
+TEXT, REAL, BLOB, BOOLEAN) never pass through per-value Python. A table whose images do not parse
+to that shape (a DECIMAL column holding both integers and reals, text in an INTEGER column, ...) or
+a column type that needs a per-value conversion falls back to ``sqlite_types`` value by value, the
+exact conversion and refusal the row path always used.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,6 +25,7 @@ import pyarrow.json as pj
 from dagster_databus.core.batch import ChangeBatch, batch_schema, encode_keys, partitions
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType
+from dagster_databus.sources.sqlite_scan import BLOB, ESCAPED, NULL, REAL, TEXT, Spans, scan
 from dagster_databus.sources.sqlite_types import sqlite_value
 
 # The JSON each trigger writes per column type (sources/sqlite.py, _render_triggers): the fast shapes.
@@ -29,6 +33,8 @@ _REAL = pa.struct([("$r", pa.string())])
 _BLOB = pa.struct([("$b", pa.string())])
 _JSON_SHAPE: dict[str, pa.DataType] = {"long": pa.int64(), "boolean": pa.int64(), "string": pa.string(),
                                        "double": _REAL, "binary": _BLOB}
+# Columns whose stored values are located by sqlite_scan and converted from their text.
+_SCANNED = frozenset({"decimal", "date", "timestamp_ntz", "timestamp", "time"})
 _OPS = pa.array(["i", "u", "d"])
 _NEWLINE = pa.scalar("\n")
 
@@ -37,32 +43,69 @@ class _Fallback(Exception):
     """The table's images in this chunk need the value-by-value conversion."""
 
 
-def chunk_batch(rows: Sequence[tuple[Any, ...]], schemas: Mapping[str, TableSchema],
-                decode_row: Callable[[str], dict[str, Any]],
-                on_stale: Callable[[str, int], Exception]) -> ChangeBatch | None:
-    """The changes of configured tables in a chunk of txlog rows ``(scn, epoch, tbl, op, pk, row, ts, stale)``
-    (whole epochs, in SCN order) as a change batch; None when none of them is a configured table's.
+@dataclass(frozen=True, slots=True)
+class TxlogChunk:
+    """Txlog rows by column, in SCN order: what ``poll_chunk.sql`` returns as one row of joined values."""
 
-    ``decode_row`` parses one row image (the row path's JSON decoder); ``on_stale`` builds the error for
-    a change written by out-of-date triggers (table, SCN).
+    scns: np.ndarray  # int64
+    epochs: np.ndarray  # int64
+    tables: pa.Array  # string
+    ops: pa.Array  # string: i, u or d
+    images: pa.Array  # string: each change's row image as the trigger wrote it (JSON)
+    commits: np.ndarray  # int64: the trigger's commit-time stamp (ms)
+    stale: bool  # some row was written by out-of-date triggers
+
+    def __len__(self) -> int:
+        return len(self.scns)
+
+    @classmethod
+    def parse(cls, row: Sequence[Any]) -> TxlogChunk | None:
+        """One result row of ``poll_chunk.sql`` / ``poll_epoch_rest.sql``; None for no changes."""
+        count, scns, epochs, tables, ops, images, commits, stale = row
+        if not count:
+            return None
+        op_bytes = ops.encode()
+        chunk = cls(scns=_ints(scns), epochs=_ints(epochs), tables=_split(tables, ","),
+                    ops=pa.StringArray.from_buffers(count, pa.py_buffer(np.arange(count + 1, dtype=np.int32)),
+                                                    pa.py_buffer(op_bytes)),
+                    images=_split(images, "\n"), commits=_ints(commits), stale=bool(stale))
+        lengths = {len(chunk.scns), len(chunk.epochs), len(chunk.tables), len(op_bytes), len(chunk.images),
+                   len(chunk.commits)}
+        if lengths != {count}:
+            raise ValueError(f"a txlog chunk of {count} rows split into columns of {sorted(lengths)} values: "
+                             "a value holds a separator the capture triggers never write")
+        if not (np.all(np.diff(chunk.scns) > 0) and np.all(np.diff(chunk.epochs) >= 0)):
+            # SQLite joined the rows out of SCN order: put every column in order.
+            order = np.argsort(chunk.scns, kind="stable")
+            chunk = cls(chunk.scns[order], chunk.epochs[order], chunk.tables.take(order), chunk.ops.take(order),
+                        chunk.images.take(order), chunk.commits[order], chunk.stale)
+        return chunk
+
+    def __add__(self, other: TxlogChunk) -> TxlogChunk:
+        return TxlogChunk(np.concatenate([self.scns, other.scns]), np.concatenate([self.epochs, other.epochs]),
+                          pa.concat_arrays([self.tables, other.tables]), pa.concat_arrays([self.ops, other.ops]),
+                          pa.concat_arrays([self.images, other.images]),
+                          np.concatenate([self.commits, other.commits]), self.stale or other.stale)
+
+
+def chunk_batch(chunk: TxlogChunk, schemas: Mapping[str, TableSchema],
+                decode_row: Callable[[str], dict[str, Any]]) -> ChangeBatch | None:
+    """The changes of configured tables in a chunk of txlog rows (whole epochs, in SCN order) as a change
+    batch; None when none of them is a configured table's. The caller has refused stale rows.
+
+    ``decode_row`` parses one row image (the value-by-value path's JSON decoder).
     """
-    scn, epoch, tbl, op, _pk, image, ts, stale = zip(*rows, strict=True)
-    tables = pa.array(tbl, pa.string())
+    tables = chunk.tables
     keep = np.asarray(pc.is_in(tables, value_set=pa.array(list(schemas), pa.string())))
+    kept: np.ndarray | None = None
     if not keep.all():
         if not keep.any():
             return None
         kept = np.flatnonzero(keep)
-    else:
-        kept = None
-    scns = _ints(scn, kept)
-    epochs = _ints(epoch, kept)
+    scns = chunk.scns if kept is None else chunk.scns[kept]
+    epochs = chunk.epochs if kept is None else chunk.epochs[kept]
     tables = tables if kept is None else tables.take(kept)
-    stale_rows = np.flatnonzero(_ints(stale, kept))
-    if len(stale_rows):
-        first = int(stale_rows[0])
-        raise on_stale(tables[first].as_py(), int(scns[first]))
-    ops = pa.array(op, pa.string()) if kept is None else pa.array(op, pa.string()).take(kept)
+    ops = chunk.ops if kept is None else chunk.ops.take(kept)
     if not pc.all(pc.is_in(ops, value_set=_OPS)).as_py():
         bad = ops.filter(pc.invert(pc.is_in(ops, value_set=_OPS)))[0].as_py()
         raise ValueError(f"the txlog holds an operation {bad!r}; the capture triggers write only i, u and d")
@@ -73,8 +116,8 @@ def chunk_batch(rows: Sequence[tuple[Any, ...]], schemas: Mapping[str, TableSche
     sizes = last_of_window - starts + 1
     window_scn = np.repeat(scns[last_of_window], sizes)
     seq = (np.arange(count) - np.repeat(starts, sizes)).astype(np.int32)
-    images = pa.array(image, pa.string()) if kept is None else pa.array(image, pa.string()).take(kept)
-    commit = _ints(ts, kept)
+    images = chunk.images if kept is None else chunk.images.take(kept)
+    commit = chunk.commits if kept is None else chunk.commits[kept]
     codes = tables.dictionary_encode()
     out = {}
     for code, table in enumerate(codes.dictionary.to_pylist()):
@@ -98,28 +141,120 @@ def chunk_batch(rows: Sequence[tuple[Any, ...]], schemas: Mapping[str, TableSche
     return ChangeBatch(out)
 
 
-def _ints(values: Sequence[int], kept: np.ndarray | None) -> np.ndarray:
-    array = np.fromiter(values, dtype=np.int64, count=len(values))
-    return array if kept is None else array[kept]
+def _ints(text: str) -> np.ndarray:
+    return np.array(text.split(","), dtype=np.int64)
+
+
+def _split(text: str, separator: str) -> pa.Array:
+    return pc.split_pattern(pa.array([text], pa.string()), separator).flatten()
 
 
 def _columns_by_json(schema: TableSchema, texts: pa.Array) -> list[pa.Array]:
-    """Every column of the images parsed at once; ``_Fallback`` when a value is not of the fast shape."""
-    if any(c.type.kind not in _JSON_SHAPE for c in schema.columns):
+    """Every column of the images parsed at once; ``_Fallback`` when a value is not of the fast shape.
+
+    Columns of one JSON type (INTEGER, TEXT, REAL, BLOB, BOOLEAN) go through Arrow's JSON reader;
+    DECIMAL, date and time columns, whose stored values mix integers, reals and text, are located by
+    ``sqlite_scan`` and converted from their text with Arrow.
+    """
+    columns = schema.columns
+    if any((c.type.kind not in _JSON_SHAPE and c.type.kind not in _SCANNED) or c.type.as_text_in_delta
+           for c in columns):
         raise _Fallback
-    shape = pa.schema([(c.name, _JSON_SHAPE[c.type.kind]) for c in schema.columns])
+    scanned = [i for i, c in enumerate(columns) if c.type.kind in _SCANNED]
+    spans = None
+    if scanned:
+        spans = scan(texts, len(columns), scanned)
+        if spans is None:
+            raise _Fallback
+    parsed = _read_json(texts, [c for c in columns if c.type.kind in _JSON_SHAPE], ignore_others=bool(scanned))
+    out = []
+    for i, column in enumerate(columns):
+        if column.type.kind in _SCANNED:
+            assert spans is not None
+            out.append(_from_text(column, spans, scanned.index(i)))
+        else:
+            assert parsed is not None
+            out.append(_convert(column, parsed.column(column.name).combine_chunks()))
+    return out
+
+
+def _read_json(texts: pa.Array, columns: Sequence[Column], ignore_others: bool) -> pa.Table | None:
+    if not columns:
+        return None
+    shape = pa.schema([(c.name, _JSON_SHAPE[c.type.kind]) for c in columns])
     ndjson = pc.binary_join_element_wise(texts, _NEWLINE, "")  # one image per line
     offsets = np.frombuffer(ndjson.buffers()[1], np.int32, len(ndjson) + 1, ndjson.offset * 4)
     lines = ndjson.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
     try:
-        parsed = pj.read_json(pa.BufferReader(lines),
-                              parse_options=pj.ParseOptions(explicit_schema=shape, unexpected_field_behavior="error"),
-                              read_options=pj.ReadOptions(block_size=max(1 << 20, lines.size + 1)))
+        parsed = pj.read_json(pa.BufferReader(lines), parse_options=pj.ParseOptions(
+            explicit_schema=shape, unexpected_field_behavior="ignore" if ignore_others else "error"),
+            read_options=pj.ReadOptions(block_size=max(1 << 20, lines.size + 1)))
     except pa.ArrowInvalid:
         raise _Fallback from None
     if parsed.num_rows != len(texts):
         raise _Fallback
-    return [_convert(c, parsed.column(c.name).combine_chunks()) for c in schema.columns]
+    return parsed
+
+
+# Stored text each converter takes as it is: ASCII digits only, in the forms the row path reads
+# (sqlite_types); anything else (whitespace, zone offsets, other digits) takes the row path.
+_DATE = r"^\d{4}-\d{2}-\d{2}$"
+_DATETIME = r"^\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?)?$"
+_DATETIME_UTC = r"^\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?)?Z?$"
+_TIME = r"^(?P<sign>-?)(?P<h>\d{2,3}):(?P<m>\d{2})(?::(?P<s>\d{2})(?:\.(?P<f>\d{1,6}))?)?$"
+
+
+def _from_text(column: Column, spans: Spans, at: int) -> pa.Array:
+    """A DECIMAL, date or time column from its values' stored text, as ``sqlite_types`` converts it value
+    by value; ``_Fallback`` for anything that conversion would treat otherwise (or refuse)."""
+    kinds, texts, kind = spans.kinds[at], spans.texts(at), column.type.kind
+    try:
+        if kind == "decimal":
+            if np.any((kinds == BLOB) | (kinds == ESCAPED)):
+                raise _Fallback
+            reals = kinds == REAL
+            if reals.any():
+                # A REAL's decimal is the shortest text that reads back as the stored double (the row
+                # path's repr); Arrow's text-to-double is correctly rounded and its double-to-text shortest.
+                shortest = pc.cast(pc.cast(texts, pa.float64()), pa.string())
+                texts = pc.if_else(pa.array(reals), shortest, texts)
+            # Arrow refuses what would need rounding or more digits than the precision: the row path
+            # then names the value.
+            return pc.cast(texts, column.type.arrow())
+        if np.any((kinds != NULL) & (kinds != TEXT)):
+            raise _Fallback
+        if kind == "time":
+            return _times(texts)
+        pattern = {"date": _DATE, "timestamp_ntz": _DATETIME, "timestamp": _DATETIME_UTC}[kind]
+        if not pc.all(pc.match_substring_regex(texts, pattern)).as_py():
+            raise _Fallback
+        if kind == "date":
+            return pc.cast(texts, pa.date32())
+        naive = pc.cast(pc.replace_substring_regex(texts, "Z$", "") if kind == "timestamp" else texts,
+                        pa.timestamp("us"))
+        # A TIMESTAMP without an offset (or with Z) is UTC, as SQLite's date functions read it.
+        return naive if kind == "timestamp_ntz" else naive.cast(column.type.arrow())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise _Fallback from None
+
+
+def _times(texts: pa.Array) -> pa.Array:
+    """``[-]HH[H]:MM[:SS[.ffffff]]`` as signed microseconds (the snapshot's form of a time)."""
+    parts = pc.extract_regex(texts, _TIME)
+    if parts.null_count != texts.null_count:
+        raise _Fallback
+
+    def field(name: str, empty: str = "0") -> pa.Array:  # a null row stays null; an absent group is ``empty``
+        text = pc.struct_field(parts, name)
+        return pc.if_else(pc.equal(text, ""), empty, text)
+
+    hours, minutes, seconds = (pc.cast(field(name), pa.int64()) for name in ("h", "m", "s"))
+    micros = pc.cast(pc.utf8_rpad(field("f"), 6, "0"), pa.int64())
+    if pc.any(pc.greater(minutes, 59)).as_py() or pc.any(pc.greater(seconds, 59)).as_py():
+        raise _Fallback  # the row path refuses it, naming the value
+    span = pc.add(pc.multiply(pc.add(pc.multiply(pc.add(pc.multiply(hours, 60), minutes), 60), seconds), 1_000_000),
+                  micros)
+    return pc.if_else(pc.equal(pc.struct_field(parts, "sign"), "-"), pc.negate(span), span)
 
 
 def _convert(column: Column, values: pa.Array) -> pa.Array:
