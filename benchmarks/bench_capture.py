@@ -1,24 +1,44 @@
-"""SQLite capture (poll, decode, Avro-encode, durable publish) vs a bare SELECT of the same txlog rows."""
+"""SQLite capture (poll, decode, Avro-encode, durable publish) vs a bare SELECT of the same txlog rows.
+
+Two tables: one of the affinity types (INTEGER, TEXT, REAL), and one of the declared types whose
+values are converted from their stored text (DECIMAL, DATETIME, DATE).
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import sqlite3
 import sys
 import tempfile
+from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 
 from benchmarks.common import best_of, report
 from dagster_databus import pipeline
 from dagster_databus.config import parse_config
 
+_PLAIN = "id INTEGER PRIMARY KEY, name TEXT, price REAL, qty INTEGER, note TEXT"
+_TYPED = "id INTEGER PRIMARY KEY, amount DECIMAL(12,2), placed DATETIME, due DATE, note TEXT"
 
-def main(rows: int = 200_000) -> None:
+
+def _plain(i: int) -> tuple[object, ...]:
+    return (i, f"item {i}", i * 0.5, i % 97, None if i % 3 else "x")
+
+
+def _typed(i: int) -> tuple[object, ...]:
+    placed = dt.datetime(2024, 1, 1) + dt.timedelta(seconds=i * 37)
+    return (i, str(Decimal(i * 7 % 100_000) / 100), placed.isoformat(" "), (placed.date()).isoformat(),
+            None if i % 3 else "x")
+
+
+def measure(label: str, ddl: str, row: Callable[[int], tuple[object, ...]], rows: int) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-capture-"))
     db = work / "src.db"
     with sqlite3.connect(db) as conn:
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL, qty INTEGER, note TEXT)")
+        conn.execute(f"CREATE TABLE items ({ddl})")
     config = parse_config({"lake": str(work / "lake"), "sources": [
         {"name": "b", "kind": "sqlite", "path": str(db), "prune_txlog": False, "poll": {"chunk_rows": 20_000},
          "tables": [{"name": "items", "primary_key": ["id"]}]}]}, base=work)
@@ -27,8 +47,7 @@ def main(rows: int = 200_000) -> None:
         for start in range(0, rows, 10_000):
             conn.execute("UPDATE _databus_epoch SET epoch = epoch + 1")  # windows of 10k rows
             conn.executemany("INSERT INTO items VALUES (?, ?, ?, ?, ?)",
-                             [(i, f"item {i}", i * 0.5, i % 97, None if i % 3 else "x")
-                              for i in range(start, min(rows, start + 10_000))])
+                             [row(i) for i in range(start, min(rows, start + 10_000))])
 
     def bare() -> None:
         with sqlite3.connect(db) as conn:
@@ -42,8 +61,13 @@ def main(rows: int = 200_000) -> None:
 
     peer = best_of(bare)
     mine = best_of(ours, setup=reset)
-    report("SQLite capture", rows, ("capture into the change log", mine), ("bare SELECT of the txlog rows", peer))
+    report(label, rows, ("capture into the change log", mine), ("bare SELECT of the txlog rows", peer))
     shutil.rmtree(work)
+
+
+def main(rows: int = 200_000) -> None:
+    measure("SQLite capture (INTEGER, TEXT, REAL)", _PLAIN, _plain, rows)
+    measure("SQLite capture (DECIMAL, DATETIME, DATE)", _TYPED, _typed, rows)
 
 
 if __name__ == "__main__":
