@@ -10,11 +10,13 @@ cannot both succeed, with no lock service.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from dagster_databus.storage.location import LakeLocation
 
@@ -23,6 +25,7 @@ from dagster_databus.storage.location import LakeLocation
 class ObjectInfo:
     key: str  # relative to the lake's root, '/'-separated
     size: int
+    modified_s: float = 0.0  # last modification, seconds since the epoch
 
 
 class LakeObjects(Protocol):
@@ -31,17 +34,27 @@ class LakeObjects(Protocol):
     def read(self, key: str) -> bytes | None:
         """The object's bytes; None when there is none."""
 
+    def open(self, key: str) -> BinaryIO:
+        """The object as a binary file to read; FileNotFoundError when there is none."""
+
     def write(self, key: str, data: bytes) -> None:
         """Create or replace the object whole: readers see the old bytes or the new, never a part."""
 
-    def create(self, key: str, data: bytes) -> bool:
-        """Write the object only if the name is free; False (and nothing written) when it is taken."""
+    def create(self, key: str, data: bytes, staged: Callable[[], None] | None = None) -> bool:
+        """Write the object only if the name is free; False (and nothing written) when it is taken.
+        ``staged`` runs when the bytes are durable but not yet under the name (a test seam)."""
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         """Objects whose key starts with ``prefix`` (a folder: end it with '/'), in key order."""
 
     def delete(self, key: str) -> None:
         """Remove the object; no error when it is already gone."""
+
+    def folders(self, prefix: str) -> list[str]:
+        """The names of the folders directly inside ``prefix`` (a folder: end it with '/'), sorted."""
+
+    def move(self, source: str, target: str) -> None:
+        """Move an object (a rename on a local disk; a server-side copy, then a delete, in a store)."""
 
 
 def open_objects(location: LakeLocation) -> LakeObjects:
@@ -67,15 +80,20 @@ class LocalObjects:
         except FileNotFoundError:
             return None
 
+    def open(self, key: str) -> BinaryIO:
+        return open(self._path(key), "rb")
+
     def write(self, key: str, data: bytes) -> None:
         path = self._path(key)
         tmp = self._staged(path, data)
         os.replace(tmp, path)
         _fsync_dir(path.parent)
 
-    def create(self, key: str, data: bytes) -> bool:
+    def create(self, key: str, data: bytes, staged: Callable[[], None] | None = None) -> bool:
         path = self._path(key)
         tmp = self._staged(path, data)
+        if staged is not None:
+            staged()
         try:
             os.link(tmp, path)  # fails if the name is taken, atomically
         except FileExistsError:
@@ -94,12 +112,22 @@ class LocalObjects:
         for path in base.rglob("*"):
             key = path.relative_to(self.root).as_posix()
             if path.is_file() and key.startswith(prefix) and not path.name.startswith(".tmp-"):
-                found.append(ObjectInfo(key, path.stat().st_size))
+                stat = path.stat()
+                found.append(ObjectInfo(key, stat.st_size, stat.st_mtime))
         return sorted(found, key=lambda o: o.key)
 
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._path(key).unlink()
+
+    def folders(self, prefix: str) -> list[str]:
+        base = self._path(prefix)
+        return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+
+    def move(self, source: str, target: str) -> None:
+        path = self._path(target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(self._path(source), path)
 
     @staticmethod
     def _staged(path: Path, data: bytes) -> Path:
@@ -137,15 +165,23 @@ class StoreObjects:
         except FileNotFoundError:
             return None
 
+    def open(self, key: str) -> BinaryIO:
+        data = self.read(key)
+        if data is None:
+            raise FileNotFoundError(self.location.child(key))
+        return io.BytesIO(data)
+
     def write(self, key: str, data: bytes) -> None:
         import obstore
 
         obstore.put(self.store, self.root + key, data)
 
-    def create(self, key: str, data: bytes) -> bool:
+    def create(self, key: str, data: bytes, staged: Callable[[], None] | None = None) -> bool:
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
+        if staged is not None:
+            staged()
         try:
             obstore.put(self.store, self.root + key, data, mode="create")
         except (AlreadyExistsError, PreconditionError):
@@ -157,7 +193,7 @@ class StoreObjects:
 
         # object_store lists by whole path segments: list the folder, then keep the prefix's matches.
         folder = (self.root + prefix).rpartition("/")[0]
-        found = [ObjectInfo(m["path"][len(self.root):], m["size"])
+        found = [ObjectInfo(m["path"][len(self.root):], m["size"], m["last_modified"].timestamp())
                  for m in obstore.list(self.store, folder or None).collect()]
         return sorted((o for o in found if o.key.startswith(prefix)), key=lambda o: o.key)
 
@@ -166,6 +202,18 @@ class StoreObjects:
 
         with contextlib.suppress(FileNotFoundError):
             obstore.delete(self.store, self.root + key)
+
+    def folders(self, prefix: str) -> list[str]:
+        import obstore
+
+        found = obstore.list_with_delimiter(self.store, (self.root + prefix).rstrip("/") or None)
+        return sorted(p.rstrip("/").rpartition("/")[2] for p in found["common_prefixes"])
+
+    def move(self, source: str, target: str) -> None:
+        import obstore
+
+        obstore.copy(self.store, self.root + source, self.root + target)
+        obstore.delete(self.store, self.root + source)
 
 
 def _store(location: LakeLocation) -> Any:
