@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dagster_databus.core.cron import cron_problem
 from dagster_databus.core.identifiers import PLAIN_NAME, RESERVED_PREFIX, is_plain_name
 from dagster_databus.errors import ConfigError
+from dagster_databus.storage.lake import Lake
 
 CONFIG_ENV = "DATABUS_CONFIG"
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "config" / "demo.yaml"
@@ -254,7 +255,11 @@ class LogicalTableConfig(_Strict):
 
 
 class DatabusConfig(_Strict):
-    lake: Path
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    lake: Lake
+    # Credentials and endpoint of an object-store lake; secrets only as ${ENV_VAR} references.
+    storage_options: dict[str, str] = {}
     sources: tuple[SourceConfig, ...] = Field(min_length=1)
     logical_tables: tuple[LogicalTableConfig, ...] = ()
     spark: SparkConfig = SparkConfig()
@@ -332,7 +337,8 @@ def parse_config(raw: Any, base: Path, origin: Path | None = None) -> DatabusCon
     if not isinstance(raw, dict):
         raise ConfigError("(top level)", "the config must be a mapping with 'lake' and 'sources'",
                           "start from the example in README.md")
-    raw = {**raw, "lake": _local_lake(raw["lake"])} if "lake" in raw else raw
+    if "lake" in raw:
+        raw = {**raw, "lake": _lake(raw["lake"], raw.get("storage_options"), base)}
     for i, source in enumerate(raw.get("sources") or []):
         if isinstance(source, dict) and source.get("kind") not in SUPPORTED_KINDS:
             raise ConfigError(
@@ -346,23 +352,24 @@ def parse_config(raw: Any, base: Path, origin: Path | None = None) -> DatabusCon
     return _resolve_paths(config, base)
 
 
-def _local_lake(lake: Any) -> Any:
-    """The lake's folder (``file://`` URIs as paths). An object-store URI is refused: taken as a path it
-    would quietly become a local folder named ``s3:``."""
-    from dagster_databus.storage.location import LakeLocationError, parse_lake
+def _lake(lake: Any, options: Any, base: Path) -> Any:
+    """The ``lake:`` value (a folder, ``file://``, ``s3://``, ``gs://``, ``az://``/``abfss://``) with its
+    ``storage_options``; a relative folder is taken from the config's folder."""
+    from dagster_databus.storage.location import LakeLocationError
 
-    if not isinstance(lake, str):
+    if isinstance(lake, Lake):
         return lake
+    if not isinstance(lake, str | Path):
+        return lake  # pydantic names the type error
+    if options is not None and not (isinstance(options, dict) and all(isinstance(k, str) for k in options)):
+        raise ConfigError("storage_options", "must be a mapping of option names to values",
+                          "write storage_options as a YAML mapping, e.g. AWS_REGION: eu-west-1")
     try:
-        location = parse_lake(lake)
+        return Lake.parse(str(lake), base=base, options={k: str(v) for k, v in (options or {}).items()})
     except LakeLocationError as exc:
-        raise ConfigError("lake", str(exc), "give the lake as a folder (absolute or relative to the config)") from None
-    if not location.is_local:
-        raise ConfigError(
-            "lake", f"{location.uri} is an object-store lake; the change log's commit still needs a local or "
-            "mounted folder (object-store lakes are being built: docs/architecture.md, \"Storage\")",
-            "give a folder for now (a network file system mounted on every machine that runs steps works)")
-    return str(location.path) if lake.strip().lower().startswith("file:") else lake
+        field = "storage_options" if "storage option" in str(exc) else "lake"
+        raise ConfigError(field, str(exc), "give the lake as a folder (absolute or relative to the config) or a "
+                          "URI such as s3://bucket/prefix; see README.md, \"Configuration\"") from None
 
 
 def _resolve_paths(config: DatabusConfig, base: Path) -> DatabusConfig:
@@ -378,7 +385,7 @@ def _resolve_paths(config: DatabusConfig, base: Path) -> DatabusConfig:
     merge = config.merge
     if merge.spill_dir is not None:
         merge = merge.model_copy(update={"spill_dir": resolve(merge.spill_dir)})
-    return config.model_copy(update={"lake": resolve(config.lake), "sources": sources, "spark": spark,
+    return config.model_copy(update={"sources": sources, "spark": spark,
                                      "merge": merge})
 
 

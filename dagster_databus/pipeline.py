@@ -9,14 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import DatabusError, LogGapError, SourceUnavailableError
-from dagster_databus.log.ddl import DdlLog
 from dagster_databus.log.durable import lake_problem, require_writable_lake
 from dagster_databus.log.retention import RetentionResult
 from dagster_databus.log.store import ChangeLog
@@ -95,7 +93,8 @@ def validate(config: DatabusConfig) -> Validation:
     notes: dict[str, list[str]] = {}
     lake = lake_problem(config.lake)
     if lake is not None:
-        problems["lake"].append(f"{lake}. Fix: point lake: at a folder this user can create and write")
+        problems["lake"].append(f"{lake}. Fix: point lake: at a folder this user can create and write, or give "
+                                "credentials that may write the bucket (storage_options)")
     for source in config.sources:
         found = problems[source.name] = []
         try:
@@ -114,33 +113,39 @@ def validate(config: DatabusConfig) -> Validation:
     return Validation(problems, notes)
 
 
-def bootstrap(config: DatabusConfig, source: str) -> Path | None:
+def bootstrap(config: DatabusConfig, source: str) -> str | None:
     """Start a source's change log and snapshots afresh at the source's current position.
 
     The recovery for epoch changes, gaps and schema drift. The old log and snapshots are
-    moved to ``<lake>/trash/`` (returned), not deleted. The next run bootstraps every
+    moved to ``<lake>/trash/`` (where, returned), not deleted. The next run bootstraps every
     snapshot from the source at an SCN at or after the new checkpoint.
     """
     src = open_source(config.source(source), config.lake)  # the server the old log was reading
     log = ChangeLog(config.lake, source)
     src.require_installed()
-    snapshots = config.lake / "snapshot" / source
-    trash = config.lake / "trash" / f"{source}-{time.strftime('%Y%m%dT%H%M%S')}"
+    trash = f"trash/{source}-{time.strftime('%Y%m%dT%H%M%S')}"
+    objects = config.lake.objects
     with log.writer(refuse_damage=False) as writer:  # a damaged log is exactly what this sets aside
         moved = False
-        for path, name in ((log.root, "log"), (snapshots, "snapshot")):
-            if path.exists() and any(p.name != ".lock" for p in path.iterdir()):
-                trash.mkdir(parents=True, exist_ok=True)
-                (trash / name).mkdir()
-                for child in path.iterdir():
-                    if child.name != ".lock":
-                        child.rename(trash / name / child.name)
+        for folder, name in ((f"log/{source}/", "log"), (f"snapshot/{source}/", "snapshot")):
+            if config.lake.path is not None:  # a local lake: one rename per entry
+                path = config.lake.path / folder
+                if path.exists() and any(p.name != ".lock" for p in path.iterdir()):
+                    (config.lake.path / trash / name).mkdir(parents=True)
+                    for child in path.iterdir():
+                        if child.name != ".lock":
+                            child.rename(config.lake.path / trash / name / child.name)
+                    moved = True
+                continue
+            for info in objects.list(folder):  # a store: a server-side copy per object
+                objects.move(info.key, f"{trash}/{name}/{info.key[len(folder):]}")
                 moved = True
+        writer.adopt()
         start, state = src.start_position()
         if start.is_beginning:  # a txlog source: start after everything it holds now
             start, state = src.high_water_mark(), {}
         writer.start_at(start, src.epoch(), state)
-    return trash if moved else None
+    return config.lake.where(trash) if moved else None
 
 
 def capture(config: DatabusConfig, source: str, progress: Progress = lambda _: None) -> CaptureResult:
@@ -199,7 +204,7 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
             result.failover = lineage[-1]
         # After a switch by commit time, windows up to the last commit captured before it are re-reads.
         reread_ms = int(start_state["reread_through"]) * 1000 if "reread_through" in start_state else None
-        ddl = DdlLog(log.root)
+        ddl = log.ddl
         poll_epoch = checkpoint.epoch if checkpoint else log.manifest().epoch
         for chunk in src.poll(since, poll_epoch, stats, checkpoint.state if checkpoint else {}):
             # A chunk may follow a schema change: register what its events were written with.

@@ -14,8 +14,10 @@ from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import TableSyncResult, sync_source
 from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.sources import open_source, read_rows
+from dagster_databus.storage.lake import Lake
 from tests.harness import ORACLE_ENV, ORACLE_SKIP, MysqlHarness, OracleHarness, SourceHarness, SqliteHarness
 from tests.mariadb import MariaDBServer
+from tests.s3server import S3Server
 
 SOURCE_KINDS = ["sqlite", "mysql", "oracle"]
 
@@ -63,3 +65,34 @@ def assert_snapshots_match(config: DatabusConfig) -> None:
             snap = DeltaSnapshot(config.lake, source_cfg.name, table.name)
             result = compare_rows(table.name, key, read_rows(src, table.name), snap.read().to_pylist())
             assert result.equal, f"{table.name}: {result}"
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Server]:
+    """One S3-compatible server (moto) for the session; each test takes its own bucket."""
+    server = S3Server()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+# The test server's secret as a deployment gives it: an environment variable every process has from
+# its start, Spark's Python workers included (they are started once per session, with this environment).
+S3_SECRET_ENV = "S3_TEST_SECRET"
+os.environ[S3_SECRET_ENV] = S3Server.SECRET
+
+
+def s3_lake(server: S3Server, monkeypatch: pytest.MonkeyPatch, prefix: str = "lake") -> Lake:
+    """A lake in a fresh bucket of the test server; its secret is named by reference, resolved from the
+    environment by each process (and Spark task) that opens it."""
+    return Lake.parse(f"s3://{server.bucket()}/{prefix}",
+                      options={**server.options, "AWS_SECRET_ACCESS_KEY": "${" + S3_SECRET_ENV + "}"})
+
+
+@pytest.fixture(params=["local", "s3"])
+def lake(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path | Lake:
+    """The lake a suite runs on: a local folder, and a bucket of the S3-compatible test server."""
+    if request.param == "local":
+        return tmp_path / "lake"
+    return s3_lake(request.getfixturevalue("s3"), monkeypatch)

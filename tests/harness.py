@@ -24,6 +24,7 @@ from dagster_databus.demo.workload import (
     ShopWorkload,
     create_shop,
 )
+from dagster_databus.storage.lake import Lake
 from tests.mariadb import MariaDBServer
 
 Statement = tuple[str, Sequence[Any]] | str
@@ -217,5 +218,18 @@ class OracleHarness:
         return ShopWorkload(lambda: OracleDatabase(self.connect), seed=seed)
 
 
-def make_config(lake: Path, *sources: dict[str, Any]) -> DatabusConfig:
-    return parse_config({"lake": str(lake), "sources": list(sources)}, base=lake.parent)
+def make_config(lake: Path | Lake, *sources: dict[str, Any], **settings: Any) -> DatabusConfig:
+    """A config of ``sources`` on ``lake`` (a folder, or a ``Lake`` as a config parsed it)."""
+    if isinstance(lake, Lake):
+        if lake.path is None:
+            return parse_config({"lake": lake.location.uri, "storage_options": dict(lake.templates),
+                                 "sources": list(sources), **settings}, base=Path.cwd())
+        lake = lake.path
+    return parse_config({"lake": str(lake), "sources": list(sources), **settings}, base=lake.parent)
+
+
+def config_document(config: DatabusConfig, sources: list[dict[str, Any]]) -> dict[str, Any]:
+    """A config file's content for ``config``'s lake (with its storage options) and ``sources``."""
+    lake = config.lake
+    where = str(lake.path) if lake.path is not None else lake.location.uri
+    return {"lake": where, "storage_options": dict(lake.templates), "sources": sources}

@@ -13,6 +13,7 @@ import uuid
 
 
 class S3Server:
+    SECRET = "test"  # moto accepts any credentials
     def __init__(self) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -34,7 +35,7 @@ class S3Server:
     @property
     def options(self) -> dict[str, str]:
         """Storage options for delta-rs and obstore (moto accepts any credentials)."""
-        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": self.SECRET,
                 "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "AWS_CONDITIONAL_PUT": "etag"}
 
     def bucket(self) -> str:

@@ -1,4 +1,5 @@
-"""The behavioural suite every source kind that can run here must pass (SQLite and MariaDB)."""
+"""The behavioural suite every source kind that can run here must pass (SQLite and MariaDB), on a
+local lake and on an object-store lake (the S3-compatible test server)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 from dagster_databus import pipeline
 from dagster_databus.log.store import ChangeLog
+from dagster_databus.storage.lake import Lake
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SourceHarness, make_config
 
@@ -13,18 +15,18 @@ TABLES = [("items", ["id"]), ("tags", ["item_id", "tag"])]
 SHOP = [("customers", ["id"]), ("orders", ["id"]), ("order_items", ["order_id", "line_no"])]
 
 
-def items_and_tags(source: SourceHarness, tmp_path: Path):
+def items_and_tags(source: SourceHarness, lake: Path | Lake):
     source.execute([
         "CREATE TABLE items (id INTEGER PRIMARY KEY, name VARCHAR(64), price DOUBLE, qty INTEGER)",
         "CREATE TABLE tags (item_id INTEGER, tag VARCHAR(64), weight DOUBLE, PRIMARY KEY (item_id, tag))",
     ])
-    config = make_config(tmp_path / "lake", source.source_config("shop", TABLES, poll={"chunk_rows": 3}))
+    config = make_config(lake, source.source_config("shop", TABLES, poll={"chunk_rows": 3}))
     pipeline.install(config, "shop")
     return config
 
 
-def test_changes_arrive_in_commit_order_with_images(source: SourceHarness, tmp_path: Path) -> None:
-    config = items_and_tags(source, tmp_path)
+def test_changes_arrive_in_commit_order_with_images(source: SourceHarness, lake: Path | Lake) -> None:
+    config = items_and_tags(source, lake)
     source.execute([("INSERT INTO items VALUES (?, ?, ?, ?)", (1, "apple", 1.5, 10)),
                     ("INSERT INTO items VALUES (?, ?, ?, ?)", (2, "pear", None, None))])
     source.execute([("UPDATE items SET price = ? WHERE id = ?", (2.25, 1)),
@@ -49,17 +51,17 @@ def test_changes_arrive_in_commit_order_with_images(source: SourceHarness, tmp_p
     assert result.events == 7 and log.checkpoint().scn >= events[-1].scn
 
 
-def test_rolled_back_transactions_are_not_captured(source: SourceHarness, tmp_path: Path) -> None:
-    config = items_and_tags(source, tmp_path)
+def test_rolled_back_transactions_are_not_captured(source: SourceHarness, lake: Path | Lake) -> None:
+    config = items_and_tags(source, lake)
     source.execute([("INSERT INTO items VALUES (?, ?, ?, ?)", (99, "ghost", 1, 1))], commit=False)
     source.execute([("INSERT INTO items VALUES (?, ?, ?, ?)", (1, "real", 1.0, 1))])
     pipeline.capture(config, "shop")
     assert [e.event.key for e in ChangeLog(config.lake, "shop").read()] == [(1,)]
 
 
-def test_random_workload_over_rounds_ends_equal_to_the_source(source: SourceHarness, tmp_path: Path, spark) -> None:
+def test_random_workload_over_rounds_ends_equal_to_the_source(source: SourceHarness, lake: Path | Lake, spark) -> None:
     source.create_shop()
-    config = make_config(tmp_path / "lake", source.source_config("shop", SHOP, poll={"chunk_rows": 40}))
+    config = make_config(lake, source.source_config("shop", SHOP, poll={"chunk_rows": 40}))
     workload = source.workload(seed=21)
     workload.run(30)
     for _ in range(3):
@@ -75,8 +77,8 @@ def test_random_workload_over_rounds_ends_equal_to_the_source(source: SourceHarn
     assert scns == sorted(scns) and len(set(scns)) == len(scns) and len(scns) > 100
 
 
-def test_capture_with_nothing_new_changes_nothing(source: SourceHarness, tmp_path: Path) -> None:
-    config = items_and_tags(source, tmp_path)
+def test_capture_with_nothing_new_changes_nothing(source: SourceHarness, lake: Path | Lake) -> None:
+    config = items_and_tags(source, lake)
     source.execute([("INSERT INTO items VALUES (?, ?, ?, ?)", (1, "a", 1.0, 1))])
     pipeline.capture(config, "shop")
     log = ChangeLog(config.lake, "shop")

@@ -153,6 +153,11 @@ def test_crash_while_publishing_loses_nothing_and_duplicates_nothing(
     assert_snapshots_match(config)
 
 
+def untagged(names: list[str]) -> list[str]:
+    """Part names without the writer's tag that makes each its own (``<first>-<last>-<n>-<tag>.json``)."""
+    return [name.rsplit("-", 1)[0] + ".json" for name in names]
+
+
 def sealed_log(tmp_path: Path, segments: int, part_segments: int = 3) -> ChangeLog:
     """A log of ``segments`` one-window segments (window SCNs 10, 20, ...), sealing every ``part_segments``."""
     log = ChangeLog(tmp_path, "s")
@@ -168,9 +173,9 @@ def test_old_segments_are_sealed_into_parts_so_a_commit_rewrites_only_the_newest
     log = sealed_log(tmp_path, 10)
     doc = json.loads(log.manifest_path.read_text())
     assert doc["format"] == 2
-    assert [p["file"] for p in doc["parts"]] == [
+    assert untagged([p["file"] for p in doc["parts"]]) == [
         f"{10 * a:020d}-{10 * b:020d}-3.json" for a, b in ((1, 3), (4, 6), (7, 9))]
-    assert [s["first_scn"] for s in doc["segments"]] == [100]  # manifest.json names only the newest
+    assert [s["first_scn"] for s in doc["segments"]] == [100]  # the manifest names only the newest
     assert sorted(p.name for p in log.parts_dir.iterdir()) == [p["file"] for p in doc["parts"]]
     reader = ChangeLog(tmp_path, "s")  # reading needs no knowledge of the part size
     assert [s.last_scn for s in reader.manifest().segments] == [10 * n for n in range(1, 11)]
@@ -187,7 +192,8 @@ def test_retention_reseals_a_part_it_cut_and_the_next_writer_deletes_parts_no_lo
     assert dropped.removed_segments == 4
     doc = json.loads(log.manifest_path.read_text())
     # 10..30 went whole; 40..60 lost its first segment and was sealed again as 50..60; 70..90 is reused.
-    assert [p["file"] for p in doc["parts"]] == [f"{50:020d}-{60:020d}-2.json", f"{70:020d}-{90:020d}-3.json"]
+    assert untagged([p["file"] for p in doc["parts"]]) == [f"{50:020d}-{60:020d}-2.json",
+                                                             f"{70:020d}-{90:020d}-3.json"]
     assert [w.scn.value for w in ChangeLog(tmp_path, "s").read_windows()] == [50, 60, 70, 80, 90, 100]
     with log.writer():
         pass
@@ -209,7 +215,7 @@ def test_a_crash_after_sealing_a_part_leaves_the_previous_commit_and_a_missing_p
         env={**os.environ, "DATABUS_CRASH_AT": "manifest_part_written"}, capture_output=True, text=True,
         cwd=Path(__file__).resolve().parents[1])
     assert crashed.returncode == -9, crashed.stderr
-    assert [p.name for p in log.parts_dir.iterdir()] == [f"{10:020d}-{30:020d}-3.json"]  # sealed, never named
+    assert untagged([p.name for p in log.parts_dir.iterdir()]) == [f"{10:020d}-{30:020d}-3.json"]  # never named
     assert [w.scn.value for w in log.read_windows()] == [10, 20] and log.committed_scn() == Scn(20)
     with log.writer() as w:  # recovery removes the unnamed part and segment; capture resumes
         assert not any(log.parts_dir.iterdir())

@@ -12,6 +12,7 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.config import load_config
 from dagster_databus.errors import ConfigError
+from dagster_databus.storage.lake import Lake
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -50,7 +51,7 @@ def schema_objects(db: Path) -> list[str]:
 
 def test_minimal_config_works_as_written(tmp_path: Path, db: Path) -> None:
     config = load_config(write(tmp_path, minimal(db)))
-    assert config.lake == tmp_path / "lake"
+    assert config.lake.path == tmp_path / "lake"
     assert config.sources[0].tables[0].primary_key == ("id",)
     pipeline.install(config, "shop")
     result = pipeline.capture(config, "shop")
@@ -59,7 +60,21 @@ def test_minimal_config_works_as_written(tmp_path: Path, db: Path) -> None:
 
 def test_a_file_uri_lake_is_its_folder(tmp_path: Path, db: Path) -> None:
     config = load_config(write(tmp_path, minimal(db).replace("lake: ./lake", f"lake: file://{tmp_path}/elsewhere")))
-    assert config.lake == tmp_path / "elsewhere"
+    assert config.lake.path == tmp_path / "elsewhere"
+
+
+def test_an_object_store_lake_takes_its_options_secrets_only_from_the_environment(
+        tmp_path: Path, db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAKE_SECRET", "hunter2")
+    config = load_config(write(tmp_path, minimal(db).replace("lake: ./lake", (
+        "lake: s3://bucket/prod/lake\n"
+        "storage_options: {AWS_REGION: eu-west-1, AWS_SECRET_ACCESS_KEY: '${LAKE_SECRET}'}"))))
+    location = config.lake.location
+    assert (location.scheme, location.bucket, location.prefix, config.lake.path) == ("s3", "bucket", "prod/lake", None)
+    assert location.options == {"AWS_REGION": "eu-west-1", "AWS_SECRET_ACCESS_KEY": "hunter2"}
+    # What other processes are given (a Spark task, a step in another container) holds the reference only.
+    assert "hunter2" not in config.lake.spec() + repr(config) + config.lake.described()
+    assert Lake.from_spec(config.lake.spec()).location.options == location.options
 
 
 def test_relative_database_path_resolves_against_the_config_folder(tmp_path: Path, db: Path) -> None:
@@ -88,8 +103,11 @@ def test_relative_spill_folder_resolves_against_the_config_folder(tmp_path: Path
          "valid integer"),
         (lambda db: minimal(db) + "merge: {memory_mb: 1}\n", "merge.memory_mb", "greater than or equal to 16"),
         (lambda db: "lake: [unclosed", "databus.yaml", "not valid YAML"),
-        (lambda db: minimal(db).replace("lake: ./lake", "lake: s3://bucket/lake"), "lake",
-         "s3://bucket/lake is an object-store lake"),
+        (lambda db: minimal(db).replace("lake: ./lake", "lake: s3://bucket/lake\n"
+                                                        "storage_options: {AWS_SECRET_ACCESS_KEY: hunter2}"),
+         "storage_options", "AWS_SECRET_ACCESS_KEY holds a secret written into the config"),
+        (lambda db: minimal(db).replace("lake: ./lake", "lake: s3://bucket/lake\nstorage_options: [a]"),
+         "storage_options", "must be a mapping"),
         (lambda db: minimal(db).replace("lake: ./lake", "lake: ftp://host/lake"), "lake", "scheme 'ftp'"),
         (lambda db: "- just\n- a list\n", "(top level)", "mapping"),
     ],

@@ -13,15 +13,17 @@ from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaRsEngine, DeltaSnapshot
 from dagster_databus.snapshot.merge import apply_changes, read_changes, reduce_latest, sync_source, to_merge_table
+from dagster_databus.storage.lake import Lake
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SqliteHarness, make_config
 
 
 @pytest.fixture
-def setup(source: SqliteHarness, tmp_path: Path):
+def setup(source: SqliteHarness, lake: Path | Lake):
+    """On every source kind, and on a local lake and an object-store lake."""
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL)",
                     ("INSERT INTO items VALUES (?, ?, ?)", (1, "seed", 1.0))])
-    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
+    config = make_config(lake, source.source_config("shop", [("items", ["id"])]))
     return source, config
 
 

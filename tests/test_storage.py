@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,15 +22,6 @@ from tests.s3server import S3Server
 from tests.test_types import Collector
 
 SECRET_ENV = {"S3_TEST_SECRET": "test"}
-
-
-@pytest.fixture(scope="session")
-def s3() -> Iterator[S3Server]:
-    server = S3Server()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def s3_lake(server: S3Server, prefix: str = "lake/prod") -> str:
@@ -221,3 +211,22 @@ def test_pull_cursors_written_by_an_earlier_version_are_read_and_moved_on(tmp_pa
     assert batch.id == 8 and [e.key for e in batch.events] == [(1,)]
     consumer.ack(batch.id)
     assert not legacy.exists() and meta.cursor("old") == batch.end
+
+
+def test_logical_consumer_checkpoints_in_the_lake_fence_a_second_instance(objects: LakeObjects) -> None:
+    from dagster_databus.consumer.logical import LogicalCheckpoint, PartPosition, lake_logical_checkpoints
+
+    def vector(scn: int) -> LogicalCheckpoint:
+        return LogicalCheckpoint("users", {"eu": PartPosition("eu", "users", ConsumerCheckpoint(Scn(scn), "e1")),
+                                           "us": PartPosition("us", "users", ConsumerCheckpoint(Scn(2 * scn)))})
+
+    first = lake_logical_checkpoints(objects.location, "users", "mirror")
+    second = lake_logical_checkpoints(objects.location, "users", "mirror")
+    assert first.load() is None and second.load() is None
+    first.save(vector(5))
+    with pytest.raises(ConcurrentRunError, match="another instance of the same consumer"):
+        second.save(vector(6))
+    assert second.load() == vector(5)
+    second.save(vector(7))
+    assert lake_logical_checkpoints(objects.location, "users", "mirror").load() == vector(7)
+    assert lake_logical_checkpoints(objects.location, "users", "other").load() is None

@@ -75,7 +75,7 @@ def test_sqlite_bootstrap_of_a_value_that_does_not_fit_writes_no_snapshot(sqlite
 
 
 def _write_config(config) -> str:
-    path = config.lake.parent / "databus.yaml"
+    path = config.lake.path.parent / "databus.yaml"
     sources = [{"name": s.name, "kind": s.kind, "path": str(s.path),
                 "tables": [{"name": t.name, "primary_key": list(t.primary_key)} for t in s.tables]}
                for s in config.sources]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -72,8 +73,10 @@ class LakeCheckpointStore:
 
     KEEP = 3  # versions kept; older ones are removed after each save
 
-    def __init__(self, objects: LakeObjects, prefix: str) -> None:
+    def __init__(self, objects: LakeObjects, prefix: str,
+                 decode: Callable[[dict[str, Any]], Any] = ConsumerCheckpoint.from_json) -> None:
         self.objects, self.prefix = objects, prefix.rstrip("/") + "/"
+        self.decode = decode  # the document's type: callback consumers' checkpoints, or logical tables'
         self.version: int | None = None  # what this instance loaded or saved last
 
     @classmethod
@@ -84,15 +87,15 @@ class LakeCheckpointStore:
         names = (o.key[len(self.prefix):] for o in self.objects.list(self.prefix))
         return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
-    def load(self) -> ConsumerCheckpoint | None:
+    def load(self) -> Any:
         versions = self._versions()
         self.version = versions[-1] if versions else 0
         if not versions:
             return None
         data = self.objects.read(f"{self.prefix}{versions[-1]:020d}.json")
-        return ConsumerCheckpoint.from_json(json.loads(data)) if data is not None else self.load()
+        return self.decode(json.loads(data)) if data is not None else self.load()
 
-    def save(self, checkpoint: ConsumerCheckpoint) -> None:
+    def save(self, checkpoint: Any) -> None:
         if self.version is None:
             self.load()
         assert self.version is not None

@@ -33,6 +33,7 @@ from dagster_databus.core.events import ChangeEvent, Op
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import DatabusError, SnapshotMissingError
 from dagster_databus.log.store import ChangeLog
+from dagster_databus.storage.lake import Lake, as_lake
 
 
 class ConsumerError(DatabusError):
@@ -208,13 +209,13 @@ class RunStats:
 class DatabusClient:
     """Delivers one source's change log to a consumer (or to N consumers in parallel)."""
 
-    def __init__(self, lake: str | Path, source: str, consumer: DatabusConsumer | Callable[[], DatabusConsumer],
+    def __init__(self, lake: Lake | str | Path, source: str, consumer: DatabusConsumer | Callable[[], DatabusConsumer],
                  tables: Sequence[str] | None = None, partition_filter: PartitionFilter | str | None = None,
                  checkpoints: CheckpointStore | None = None, workers: int = 1, max_retries: int = 3,
                  bootstrap: bool = True, bootstrap_batch_rows: int = 10_000,
                  dedupe: IdempotentSink | bool = False, group: GroupMember | str | None = None,
                  checkpoint_every_windows: int = 1, checkpoint_every_s: float | None = None) -> None:
-        self.lake = Path(lake)
+        self.lake = as_lake(lake)
         self.source = source
         self.log = ChangeLog(self.lake, source)
         self.tables = list(tables) if tables else None
@@ -343,7 +344,7 @@ class DatabusClient:
     def _bootstrap(self, stats: RunStats, epoch: str | None) -> ConsumerCheckpoint:
         from dagster_databus.snapshot.delta import DeltaSnapshot
 
-        available = sorted(p.name for p in (self.lake / "snapshot" / self.source).glob("*") if p.is_dir())
+        available = self.lake.objects.folders(f"snapshot/{self.source}/")
         tables = self._order(self.tables or available)
         snapshots = {t: DeltaSnapshot(self.lake, self.source, t) for t in tables}
         floors: dict[str, int] = {}

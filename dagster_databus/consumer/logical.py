@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dagster_databus.config import DatabusConfig, LogicalPartConfig, LogicalTableConfig
-from dagster_databus.consumer.checkpoints import ConsumerCheckpoint
+from dagster_databus.consumer.checkpoints import ConsumerCheckpoint, LakeCheckpointStore
 from dagster_databus.consumer.client import (
     ConsumerError,
     DatabusConsumer,
@@ -64,6 +64,7 @@ from dagster_databus.core.events import ChangeEvent, Op
 from dagster_databus.core.scn import Scn
 from dagster_databus.log.durable import write_json_atomic
 from dagster_databus.log.store import ChangeLog, Manifest
+from dagster_databus.storage.lake import Lake, as_lake
 
 FORMAT = 1
 
@@ -162,6 +163,20 @@ class FileLogicalCheckpointStore:
         write_json_atomic(self.path, checkpoint.to_json())
 
 
+def lake_logical_checkpoints(lake: Lake | str | Path, table: str, consumer: str) -> LakeCheckpointStore:
+    """A logical-table consumer's checkpoint vector kept in the lake as numbered versions created only
+    if absent (``LakeCheckpointStore``): a second instance of the consumer is fenced, on a local disk
+    or in an object store alike."""
+    def decode(doc: dict[str, Any]) -> LogicalCheckpoint:
+        if doc.get("format") != FORMAT:
+            raise LogicalCheckpointError(
+                f"logical checkpoint of consumer {consumer!r} has format {doc.get('format')!r}; this version "
+                f"reads {FORMAT}", "upgrade dagster-databus, or start the consumer afresh under a new name")
+        return LogicalCheckpoint.from_json(doc)
+
+    return LakeCheckpointStore(as_lake(lake).objects, f"consumers/logical/{table}/{consumer}/checkpoint", decode)
+
+
 class MemoryLogicalCheckpointStore:
     def __init__(self, checkpoint: LogicalCheckpoint | None = None) -> None:
         self.checkpoint = checkpoint
@@ -209,13 +224,13 @@ class _PartWindow:
 class LogicalTableClient:
     """Delivers a logical table's change stream to a consumer (or N consumers on N threads)."""
 
-    def __init__(self, lake: str | Path, table: LogicalTableConfig,
+    def __init__(self, lake: Lake | str | Path, table: LogicalTableConfig,
                  consumer: DatabusConsumer | Callable[[], DatabusConsumer],
                  checkpoints: LogicalCheckpointStore | None = None, group: GroupMember | str | None = None,
                  dedupe: IdempotentSink | bool = False, workers: int = 1, max_retries: int = 3,
                  start: Mapping[str, Scn] | None = None, bootstrap: bool = False,
                  bootstrap_batch_rows: int = 10_000) -> None:
-        self.lake = Path(lake)
+        self.lake = as_lake(lake)
         self.table = table
         self.parts = [_Part(i, p, ChangeLog(self.lake, p.source)) for i, p in enumerate(table.parts)]
         self.checkpoints = checkpoints or MemoryLogicalCheckpointStore()
@@ -338,7 +353,7 @@ class LogicalTableClient:
         for part in self.parts:
             manifest = manifests[part.label]
             held = saved.parts.get(part.label) if saved else None
-            if held is None and not part.log.manifest_path.exists():
+            if held is None and not part.log.exists():
                 continue  # nothing captured yet: the part starts wherever its log will start
             try:
                 vector[part.label] = self._resume(part, held, manifest)

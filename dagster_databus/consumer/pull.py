@@ -23,8 +23,8 @@ from dagster_databus.core.identifiers import is_plain_name
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import DatabusError
 from dagster_databus.log.store import ChangeLog
-from dagster_databus.storage.location import parse_lake
-from dagster_databus.storage.objects import LakeObjects, open_objects
+from dagster_databus.storage.lake import Lake, as_lake
+from dagster_databus.storage.objects import LakeObjects
 
 
 class PullError(DatabusError):
@@ -54,10 +54,10 @@ class MetaManager:
 
     KEEP = 3  # versions kept per client
 
-    def __init__(self, lake: str | Path, source: str, objects: LakeObjects | None = None) -> None:
-        self.lake = Path(lake)
+    def __init__(self, lake: Lake | str | Path, source: str, objects: LakeObjects | None = None) -> None:
+        self.lake = as_lake(lake)
         self.source = source
-        self.objects = objects if objects is not None else open_objects(parse_lake(str(self.lake)))
+        self.objects = objects if objects is not None else self.lake.objects
         self.prefix = f"consumers/{source}/"
 
     def _key(self, client_id: str, version: int) -> str:
@@ -156,9 +156,10 @@ class MetaManager:
 
 
 class PullConsumer:
-    def __init__(self, lake: str | Path, source: str, client_id: str, objects: LakeObjects | None = None) -> None:
+    def __init__(self, lake: Lake | str | Path, source: str, client_id: str,
+                 objects: LakeObjects | None = None) -> None:
         self.meta = MetaManager(lake, source, objects)
-        self.log = ChangeLog(Path(lake), source)
+        self.log = ChangeLog(self.meta.lake, source)
         self.client_id = client_id
         doc = self.meta._require(client_id)
         # The version this consumer holds: a write after another process moved the client on is refused.

@@ -54,15 +54,20 @@ def main() -> int:
     config_path = config_path_from_env()
     config = load_config(config_path)
     sources = [s for s in config.sources if s.kind == "sqlite"]
-    demo_root = config.lake.parent
-    print(f"config: {config_path}\nlake:   {config.lake}")
+    # Beside the lake, or, for a lake in a bucket, beside the demo's database.
+    demo_root = config.lake.path.parent if config.lake.path is not None else sources[0].path.parent
+    print(f"config: {config_path}\nlake:   {config.lake.described()}")
     for source in sources:
         if source.path.exists():
             source.path.unlink()
         for suffix in ("-wal", "-shm"):
             Path(f"{source.path}{suffix}").unlink(missing_ok=True)
         create_shop(source.path)
-    shutil.rmtree(config.lake, ignore_errors=True)
+    if config.lake.path is not None:
+        shutil.rmtree(config.lake.path, ignore_errors=True)
+    else:  # a demo lake in a bucket starts empty too
+        for info in config.lake.objects.list(""):
+            config.lake.objects.delete(info.key)
     workloads = [ShopWorkload(s.path, seed=7) for s in sources]
 
     print("\n1. initial data and workload (before capture is installed: covered by bootstrap)")

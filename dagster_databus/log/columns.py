@@ -63,27 +63,22 @@ def segment_changes(log: ChangeLog, segment: SegmentInfo, schema: TableSchema, s
 
 def _decoded(log: ChangeLog, segment: SegmentInfo, table: str) -> Iterator[pa.RecordBatch]:
     """The segment's records of ``table`` in log order (a segment holds one schema version per table, so
-    one union branch)."""
-    path = log.segments_dir / segment.file
-    try:
-        with open(path, "rb") as f:
-            metadata, _ = read_container(f)
-    except FileNotFoundError:
-        raise ChangeLogCorruptError(
-            f"segment {segment.file} (SCN {segment.first_scn}..{segment.last_scn}) is listed in "
-            f"{log.manifest_path} but missing from {log.segments_dir}",
-            "restore the segment from backup, or bootstrap the source", source=log.source) from None
-    rows = json.loads(metadata.get("databus.rows") or "null")
-    if not isinstance(rows, dict):
-        raise ValueError("no databus.rows metadata")
-    branches = {f"{ROW_NAMESPACE}.{name}": [*(Field(c.name, c.type) for c in log.schemas.load(t, v).columns),
-                                           *EVENT_AVRO_FIELDS]
-                for name, (t, v) in rows.items() if t == table}
-    if not branches:
-        return iter(())
-    if len(branches) > 1:
-        raise ValueError(f"{len(branches)} row records of table {table!r}")
-    return (batch for _, batch, _ in decode_segment(path, branches))
+    one union branch). The segment is opened once: from a store, that is one request."""
+    with log.open_segment(segment) as f:
+        metadata, _ = read_container(f)
+        rows = json.loads(metadata.get("databus.rows") or "null")
+        if not isinstance(rows, dict):
+            raise ValueError("no databus.rows metadata")
+        branches = {f"{ROW_NAMESPACE}.{name}": [*(Field(c.name, c.type) for c in log.schemas.load(t, v).columns),
+                                               *EVENT_AVRO_FIELDS]
+                    for name, (t, v) in rows.items() if t == table}
+        if not branches:
+            return
+        if len(branches) > 1:
+            raise ValueError(f"{len(branches)} row records of table {table!r}")
+        f.seek(0)
+        for _, batch, _ in decode_segment(f, branches):
+            yield batch
 
 
 def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:

@@ -1,15 +1,19 @@
 """The DDL log beside a change log (Roma's DDL isolation): schema statements on captured tables,
-kept out of the row-event stream. ``<lake>/log/<source>/ddl.json``, rewritten atomically."""
+kept out of the row-event stream. One object per statement, ``<lake>/log/<source>/ddl/<scn>-<table>.json``,
+created only if absent, so a re-read after a crash or two writers at once record nothing twice.
+Logs written before kept them all in ``ddl.json``; it is still read."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dagster_databus.core.scn import Scn
-from dagster_databus.log.durable import write_json_atomic
+
+if TYPE_CHECKING:
+    from dagster_databus.storage.lake import Lake
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,22 +24,26 @@ class DdlRecord:
 
 
 class DdlLog:
-    def __init__(self, root: Path) -> None:
-        self.path = root / "ddl.json"
+    def __init__(self, lake: Lake, prefix: str) -> None:
+        self.lake = lake
+        self.prefix = prefix  # ends in '/': the records' folder
+        self.legacy = prefix.rstrip("/") + ".json"
 
     def records(self) -> list[DdlRecord]:
-        if not self.path.exists():
-            return []
-        return [DdlRecord(Scn.parse(r["scn"]), r["table"], r["statement"]) for r in json.loads(self.path.read_text())]
+        objects = self.lake.objects
+        docs = json.loads(objects.read(self.legacy) or b"[]")
+        for info in objects.list(self.prefix):
+            data = objects.read(info.key)
+            if data is not None:
+                docs.append(json.loads(data))
+        found = {(r["scn"], r["table"]): DdlRecord(Scn.parse(r["scn"]), r["table"], r["statement"]) for r in docs}
+        return sorted(found.values(), key=lambda r: (r.scn, r.table))
 
     def record(self, entries: Iterable[tuple[Scn, str, str]]) -> None:
         """Add statements not yet recorded; a re-read after a crash adds nothing twice."""
-        existing = self.records()
-        known = {(r.scn, r.table) for r in existing}
-        new = [DdlRecord(scn, table, stmt) for scn, table, stmt in entries if (scn, table) not in known]
-        if new:
-            write_json_atomic(self.path, [{"scn": str(r.scn), "table": r.table, "statement": r.statement}
-                                          for r in [*existing, *new]])
+        for scn, table, statement in entries:
+            self.lake.objects.create(f"{self.prefix}{scn.value:020d}-{table}.json",
+                                     json.dumps({"scn": str(scn), "table": table, "statement": statement}).encode())
 
     def last_for(self, table: str) -> DdlRecord | None:
         matching = [r for r in self.records() if r.table == table]

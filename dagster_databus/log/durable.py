@@ -9,11 +9,15 @@ import json
 import os
 import signal
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster_databus.errors import ConcurrentRunError, DiskFullError, LakeNotWritableError
+
+if TYPE_CHECKING:
+    from dagster_databus.storage.lake import Lake
 
 CRASH_ENV = "DATABUS_CRASH_AT"
 
@@ -61,18 +65,24 @@ def disk_errors(what: str, where: Path) -> Iterator[None]:
                             "files are removed by the next run", path=str(where)) from exc
 
 
-def lake_problem(lake: Path) -> str | None:
-    """Why the lake cannot be written, or None. Creates nothing: the nearest existing folder on the
-    lake's path is probed with a temporary file, removed at once (permission bits do not stop root,
-    a read-only mount or an immutable folder does)."""
-    lake = Path(lake)
-    existing = lake
+def lake_problem(lake: Lake | Path) -> str | None:
+    """Why the lake cannot be written, or None. Creates nothing that stays: on a local disk the nearest
+    existing folder on the lake's path is probed with a temporary file, removed at once (permission
+    bits do not stop root, a read-only mount or an immutable folder does); in an object store a probe
+    object is created and deleted (wrong credentials, a missing bucket or a read-only policy)."""
+    from dagster_databus.storage.lake import as_lake
+
+    lake = as_lake(lake)
+    if lake.path is None:
+        return _store_problem(lake)
+    path = lake.path
+    existing = path
     while not existing.exists():
         if existing.parent == existing:
             break
         existing = existing.parent
     if not existing.is_dir():
-        made = "" if existing == lake else f", so the lake {lake} cannot be made"
+        made = "" if existing == path else f", so the lake {path} cannot be made"
         return f"{existing} is a file, not a folder{made}"
     try:
         fd, probe = tempfile.mkstemp(prefix=".databus-write-probe-", dir=existing)
@@ -83,12 +93,24 @@ def lake_problem(lake: Path) -> str | None:
     return None
 
 
-def require_writable_lake(lake: Path) -> None:
+def _store_problem(lake: Lake) -> str | None:
+    key = f"_databus-write-probe-{uuid.uuid4().hex}"
+    try:
+        lake.objects.create(key, b"probe")
+        lake.objects.delete(key)
+    except Exception as exc:  # the store's own error says which: credentials, bucket, policy, endpoint
+        return f"{lake.described()} cannot be written: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    return None
+
+
+def require_writable_lake(lake: Lake | Path) -> None:
     problem = lake_problem(lake)
     if problem is not None:
         raise LakeNotWritableError(f"the lake {lake} is not writable: {problem}",
-                                   "point lake: at a folder this user can create and write, or fix the folder's "
-                                   "permissions or mount; nothing was written to the source", path=str(lake))
+                                   "point lake: at a folder this user can create and write (or a bucket its "
+                                   "credentials may write: storage_options, docs/deployment.md), or fix the "
+                                   "folder's permissions or mount; nothing was written to the source",
+                                   path=str(lake))
 
 
 @contextlib.contextmanager

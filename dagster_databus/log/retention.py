@@ -7,7 +7,6 @@ import time
 from dataclasses import dataclass, replace
 
 from dagster_databus.core.scn import Scn
-from dagster_databus.log.durable import fsync_dir
 from dagster_databus.log.store import ChangeLog, LogWriter
 
 
@@ -25,7 +24,7 @@ def apply_retention(writer: LogWriter, absorbed: Scn, max_age_s: float | None = 
     segments whose last SCN is at or below ``absorbed`` (the lowest applied SCN of the snapshots).
     The manifest is rewritten before any file is deleted, so readers never meet a missing segment."""
     log: ChangeLog = writer.log
-    manifest = log.manifest()
+    manifest = writer.current()
     now = time.time() if now is None else now
     segments = list(manifest.segments)
     total = sum(s.bytes for s in segments)
@@ -45,8 +44,7 @@ def apply_retention(writer: LogWriter, absorbed: Scn, max_age_s: float | None = 
         return RetentionResult(0, 0, manifest.start_scn, held)
     removed, kept = segments[:drop], segments[drop:]
     start = Scn(removed[-1].last_scn)
-    log.write_manifest(replace(manifest, start_scn=start, sealed=(), tail=tuple(kept)))
+    writer.write_manifest(replace(manifest, start_scn=start, sealed=(), tail=tuple(kept)))
     for segment in removed:
-        (log.segments_dir / segment.file).unlink(missing_ok=True)
-    fsync_dir(log.segments_dir)
+        log.objects.delete(f"{log.key}segments/{segment.file}")
     return RetentionResult(len(removed), sum(s.bytes for s in removed), start, held)

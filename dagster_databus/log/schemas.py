@@ -2,39 +2,41 @@
 
 ``<lake>/log/<source>/schemas/<table>/v0001.avsc``: a new version is written only when the
 source's columns change; a segment names the version each of its row records was written in.
+A version is created only if its name is free, so two writers registering at once agree on it
+(the loser reads the winner's and registers again if its columns differ).
 """
 
 from __future__ import annotations
 
 import json
-from functools import cache
-from pathlib import Path
-from typing import Any
+import threading
+from typing import TYPE_CHECKING, Any
 
 import fastavro
 
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import ChangeLogFormatError, SchemaDriftError
-from dagster_databus.log.durable import write_json_atomic
+
+if TYPE_CHECKING:
+    from dagster_databus.storage.lake import Lake
 
 # 2: columns carry product types (core.types); 1 (before) kept DECIMAL, dates and times as text.
 SCHEMA_FORMAT = 2
 
 
 class SchemaRegistry:
-    def __init__(self, root: Path, source: str) -> None:
-        self.root = root
+    def __init__(self, lake: Lake, prefix: str, source: str) -> None:
+        self.lake = lake
+        self.prefix = prefix  # the registry's key prefix in the lake, ending in '/'
         self.source = source
 
-    def _dir(self, table: str) -> Path:
-        return self.root / table
+    def _key(self, table: str, version: int) -> str:
+        return f"{self.prefix}{table}/v{version:04d}.avsc"
 
     def versions(self, table: str) -> list[int]:
-        folder = self._dir(table)
-        if not folder.exists():
-            return []
-        return sorted(int(p.stem[1:]) for p in folder.glob("v*.avsc"))
+        return sorted(int(o.key.rpartition("/")[2][1:-5]) for o in self.lake.objects.list(f"{self.prefix}{table}/")
+                      if o.key.endswith(".avsc") and o.key.rpartition("/")[2].startswith("v"))
 
     def register(self, schema: TableSchema, guard_defaults: bool = False) -> int:
         """The version for ``schema``: the latest if its columns are unchanged, else a new one.
@@ -42,32 +44,33 @@ class SchemaRegistry:
         ``guard_defaults``: refuse a new column with a default (see ``_refuse_silent_backfill``);
         for sources that cannot see the DDL and so cannot re-bootstrap the table themselves.
         """
-        versions = self.versions(schema.table)
-        if versions:
-            latest = self.load(schema.table, versions[-1])
-            if latest.fingerprint() == schema.fingerprint():
-                return versions[-1]
-            if guard_defaults:
-                _refuse_silent_backfill(latest, schema)
-        version = (versions[-1] + 1) if versions else 1
-        folder = self._dir(schema.table)
-        folder.mkdir(parents=True, exist_ok=True)
-        document = {
-            **schema.avro(),
-            "databus": {
-                "format": SCHEMA_FORMAT,
-                "version": version,
-                "column_types": {c.name: str(c.type) for c in schema.columns},
-                "primary_key": list(schema.primary_key),
-                "source_types": {c.name: c.source_type for c in schema.columns},
-                "fingerprint": schema.fingerprint(),
-            },
-        }
-        write_json_atomic(folder / f"v{version:04d}.avsc", document)
-        return version
+        while True:
+            versions = self.versions(schema.table)
+            if versions:
+                latest = self.load(schema.table, versions[-1])
+                if latest.fingerprint() == schema.fingerprint():
+                    return versions[-1]
+                if guard_defaults:
+                    _refuse_silent_backfill(latest, schema)
+            version = (versions[-1] + 1) if versions else 1
+            document = {
+                **schema.avro(),
+                "databus": {
+                    "format": SCHEMA_FORMAT,
+                    "version": version,
+                    "column_types": {c.name: str(c.type) for c in schema.columns},
+                    "primary_key": list(schema.primary_key),
+                    "source_types": {c.name: c.source_type for c in schema.columns},
+                    "fingerprint": schema.fingerprint(),
+                },
+            }
+            data = (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
+            if self.lake.objects.create(self._key(schema.table, version), data):
+                return version
+            # Another writer registered this version first: look again.
 
     def load(self, table: str, version: int) -> TableSchema:
-        return _load(self._dir(table) / f"v{version:04d}.avsc", self.source)
+        return _load(self._document(table, version), self.lake.where(self._key(table, version)), self.source)
 
     def latest(self, table: str) -> tuple[int, TableSchema] | None:
         versions = self.versions(table)
@@ -75,18 +78,55 @@ class SchemaRegistry:
 
     def record(self, table: str, version: int) -> dict[str, Any]:
         """The version's Avro row record (a copy without databus's own annotations)."""
-        doc = dict(_document(self._dir(table) / f"v{version:04d}.avsc"))
+        doc = dict(self._document(table, version))
         doc.pop("databus")
         return doc
 
     def parsed(self, table: str, version: int) -> Any:
-        return _parsed(self._dir(table) / f"v{version:04d}.avsc")
+        key = self._key(table, version)
+        cache_key = (self.lake.where(key), self._stamp(key))
+        with _LOCK:
+            found = _PARSED.get(cache_key)
+        if found is None:
+            found = fastavro.parse_schema(self.record(table, version))
+            with _LOCK:
+                _PARSED[cache_key] = found
+        return found
+
+    def _stamp(self, key: str) -> object:
+        # A version never changes once written, but a lake rebuilt at the same place reuses its name: on
+        # a local disk the file's identity tells them apart for free; in a store, the registry instance.
+        path = self.lake.path
+        if path is not None:
+            stat = (path / key).stat()
+            return stat.st_mtime_ns, stat.st_size, stat.st_ino
+        return id(self)
+
+    def _document(self, table: str, version: int) -> dict[str, Any]:
+        key = self._key(table, version)
+        try:
+            cache_key = (self.lake.where(key), self._stamp(key))
+        except FileNotFoundError:
+            cache_key = None
+        with _LOCK:
+            found = _DOCUMENTS.get(cache_key) if cache_key is not None else None
+        if found is None:
+            data = self.lake.objects.read(key)
+            if data is None:
+                raise FileNotFoundError(f"schema version {version} of table {table!r} is missing: "
+                                        f"{self.lake.where(key)}")
+            found = json.loads(data)
+            if cache_key is not None:
+                with _LOCK:
+                    _DOCUMENTS[cache_key] = found
+                    while len(_DOCUMENTS) > 4096:
+                        del _DOCUMENTS[next(iter(_DOCUMENTS))]
+        return found
 
 
-def _document(path: Path) -> dict[str, Any]:
-    # Keyed by modification time too: a lake rebuilt at the same path must not be served stale.
-    stat = path.stat()
-    return _read_document(path, stat.st_mtime_ns, stat.st_size)
+_DOCUMENTS: dict[tuple[str, object], dict[str, Any]] = {}
+_PARSED: dict[tuple[str, object], Any] = {}
+_LOCK = threading.Lock()
 
 
 def _refuse_silent_backfill(old: TableSchema, new: TableSchema) -> None:
@@ -103,17 +143,11 @@ def _refuse_silent_backfill(old: TableSchema, new: TableSchema) -> None:
         )
 
 
-@cache
-def _read_document(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
-    return json.loads(path.read_text())
-
-
-def _load(path: Path, source: str) -> TableSchema:
-    doc = _document(path)
+def _load(doc: dict[str, Any], where: str, source: str) -> TableSchema:
     meta = doc["databus"]
     if meta.get("format") != SCHEMA_FORMAT:
         raise ChangeLogFormatError(
-            f"schema {path} of source {source!r} was written by an earlier dagster-databus that kept DECIMAL, "
+            f"schema {where} of source {source!r} was written by an earlier dagster-databus that kept DECIMAL, "
             "DATE, DATETIME and TIMESTAMP columns as text; this version keeps each column in its own type and "
             "does not mix the two in one log",
             f"run `databus bootstrap --source {source}`: the old change log and snapshots move to <lake>/trash/ "
@@ -125,15 +159,3 @@ def _load(path: Path, source: str) -> TableSchema:
         for f in doc["fields"]
     )
     return TableSchema(source=source, table=doc["name"], columns=columns, primary_key=tuple(meta["primary_key"]))
-
-
-def _parsed(path: Path) -> Any:
-    stat = path.stat()
-    return _parse(path, stat.st_mtime_ns, stat.st_size)
-
-
-@cache
-def _parse(path: Path, mtime_ns: int, size: int) -> Any:
-    doc = dict(_read_document(path, mtime_ns, size))
-    doc.pop("databus")
-    return fastavro.parse_schema(doc)

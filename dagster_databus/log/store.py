@@ -1,41 +1,47 @@
-"""Append-only change log per source: Avro segments, an SCN manifest, and the MaxSCN checkpoint.
+"""Append-only change log per source: Avro segments, versioned manifests, the MaxSCN checkpoint.
 
-Layout under ``<lake>/log/<source>/``::
+Layout under ``<lake>/log/<source>/``, on a local disk or in an object store alike::
 
-    segments/<first_scn>-<last_scn>.avro   whole windows, Avro object container files
-    manifest.json                          the commit point: the newest segments, the sealed parts
-                                           that list the older ones, epoch and lineage
-    manifest.d/<first>-<last>-<n>.json     sealed parts: immutable lists of older segments
-    checkpoint.json                        Databus's MaxSCN: how far capture has durably got
+    segments/<first>-<last>-<tag>.avro     whole windows, Avro object container files
+    manifest/<version>.json                the commit points: each names the newest segments, the
+                                           sealed parts that list the older ones, epoch, lineage and
+                                           Databus's MaxSCN checkpoint (how far capture has got)
+    manifest.d/<first>-<last>-<n>-<tag>.json   sealed parts: immutable lists of older segments
     schemas/<table>/vNNNN.avsc             row schemas, versioned; a segment's records use them
 
-A segment becomes part of the log only when the manifest names it. Writing one goes:
-segment to a temp file, fsync, rename, fsync the folder; then the manifest (atomically);
-then the checkpoint (atomically). A crash anywhere leaves either an unpublished file that
-the next writer deletes, or a committed segment the checkpoint is rolled forward to.
-Readers see only manifest segments, so they never see a half-written window.
+Every object is written once under a name no other writer uses (``<tag>`` is random) or, for a
+manifest version, created only if the name is free (``LakeObjects.create``: a hard link on a
+local disk, a conditional put on a store). A commit reads the newest version N, writes its
+segment, then creates version N+1; of two writers racing, one creates it and the other is told
+(``ConcurrentRunError``, or ``EpochMismatchError`` when the winner switched the epoch: a stale
+writer is fenced). No lock service is needed; on a local disk a ``flock`` still turns a second
+writer away up front. A crash anywhere leaves only objects no version names, which the next
+writer removes. Readers see only what a version names, so never a half-written window.
 
-A commit rewrites manifest.json, so it names only the newest segments; whenever that list
-reaches ``ChangeLog.part_segments`` entries they are sealed into an immutable part file (written
-and fsynced before the manifest that names it). A commit thus costs the same at 100 segments
-as at 100,000, and readers cache the parts they have read.
+A version names only the newest segments; whenever that list reaches ``ChangeLog.part_segments``
+entries they are sealed into an immutable part (written before the version that names it), so a
+commit costs the same at 100 segments as at 100,000, and readers cache the parts they have read.
+The newest ``KEEP_VERSIONS`` versions are kept, so a reader that listed them can still read one.
+Logs written before versions existed (``manifest.json`` + ``checkpoint.json``) read as version 0
+and move to versions with their next commit.
 """
 
 from __future__ import annotations
 
 import bisect
+import io
 import json
-import os
+import re
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property, lru_cache
+from functools import cached_property
 from itertools import chain, repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import fastavro
 import numpy as np
@@ -50,20 +56,17 @@ from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import (
     ChangeLogCorruptError,
     ChangeLogFormatError,
+    ConcurrentRunError,
     EpochMismatchError,
     UnsupportedTypeError,
 )
 from dagster_databus.log.avro_columnar import Field, encode_blocks, write_container
 from dagster_databus.log.avro_decode import Decoder, read_container
-from dagster_databus.log.durable import (
-    crash_point,
-    disk_errors,
-    exclusive_lock,
-    fsync_dir,
-    write_atomic,
-    write_json_atomic,
-)
+from dagster_databus.log.ddl import DdlLog
+from dagster_databus.log.durable import crash_point, disk_errors, exclusive_lock
 from dagster_databus.log.schemas import SchemaRegistry
+from dagster_databus.storage.lake import Lake, as_lake
+from dagster_databus.storage.location import LakeLocation
 
 # 2: each event one Avro record of its table's row schema plus the event fields, every column in its
 # own type (core.types); older segments listed in sealed manifest parts. Format 1 logs kept DECIMAL,
@@ -89,6 +92,18 @@ EVENT_FIELD_NAMES = tuple(f["name"] for f in EVENT_FIELDS)
 EVENT_AVRO_FIELDS = tuple(Field(f["name"], ColumnType({"int": "integer"}.get(f["type"], f["type"])), nullable=False)
                           for f in EVENT_FIELDS)
 ROW_NAMESPACE = "databus.segment"
+# Manifest versions kept behind the newest: a reader between listing and reading one still finds it.
+KEEP_VERSIONS = 16
+# An object no manifest names is removed by the next writer on a store only once this old (or once
+# the log has moved past its SCNs): a writer on another machine may be about to commit it.
+SWEEP_GRACE_S = 3600.0
+_VERSION = re.compile(r"^(\d{20})\.json$")
+_SEGMENT = re.compile(r"^(\d{20})-(\d{20})")
+
+
+def _tag() -> str:
+    """What makes an object's name this writer's own."""
+    return uuid.uuid4().hex[:12]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +142,7 @@ class ManifestPart:
     @classmethod
     def of(cls, segments: Sequence[SegmentInfo]) -> ManifestPart:
         first, last = segments[0].first_scn, segments[-1].last_scn
-        return cls(f"{first:020d}-{last:020d}-{len(segments)}.json", first, last, len(segments))
+        return cls(f"{first:020d}-{last:020d}-{len(segments)}-{_tag()}.json", first, last, len(segments))
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +155,11 @@ class Checkpoint:
 
     def to_json(self) -> dict[str, Any]:
         return {"scn": str(self.scn), "epoch": self.epoch, "updated_ms": self.updated_ms, "state": self.state}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Checkpoint:
+        return cls(scn=Scn.parse(doc["scn"]), epoch=doc["epoch"], updated_ms=doc["updated_ms"],
+                   state=doc.get("state", {}))
 
 
 @dataclass(frozen=True)  # not slots: ``segments`` is a cached property
@@ -157,6 +177,9 @@ class Manifest:
     # Sealed parts listing the oldest segments, in order, and (when read back) the segments of each.
     parts: tuple[ManifestPart, ...] = ()
     sealed: tuple[tuple[SegmentInfo, ...], ...] = ()
+    # Which version of the log's manifest this is (0: none yet, or one written before versions).
+    version: int = 0
+    checkpoint: Checkpoint | None = None
 
     @cached_property
     def segments(self) -> tuple[SegmentInfo, ...]:
@@ -170,7 +193,8 @@ class Manifest:
     def to_json(self, source: str) -> dict[str, Any]:
         return {"format": FORMAT, "source": source, "log_id": self.log_id, "epoch": self.epoch,
                 "start_scn": str(self.start_scn), "state": self.state, "lineage": list(self.lineage),
-                "parts": [p.to_json() for p in self.parts], "segments": [s.to_json() for s in self.tail]}
+                "parts": [p.to_json() for p in self.parts], "segments": [s.to_json() for s in self.tail],
+                "checkpoint": self.checkpoint.to_json() if self.checkpoint is not None else None}
 
     @property
     def empty(self) -> bool:
@@ -199,56 +223,104 @@ class LogEvent:
 
 
 class ChangeLog:
-    # How many segments manifest.json names before they are sealed into a part: bounds a commit's cost.
+    # How many segments a manifest version names before they are sealed into a part: bounds a commit's cost.
     part_segments = 256
 
-    def __init__(self, lake: Path, source: str) -> None:
+    def __init__(self, lake: Lake | LakeLocation | Path | str, source: str) -> None:
         self.source = source
-        self.root = Path(lake) / "log" / source
+        self.lake = as_lake(lake)
+        self.objects = self.lake.objects
+        self.key = f"log/{source}/"
+        # Local paths of the same objects (a lake in a store has none; these then only name things).
+        self.root = Path(self.lake.where(self.key.rstrip("/")))
         self.segments_dir = self.root / "segments"
-        self.manifest_path = self.root / "manifest.json"
         self.parts_dir = self.root / "manifest.d"
-        self.checkpoint_path = self.root / "checkpoint.json"
-        self.schemas = SchemaRegistry(self.root / "schemas", source)
+        self.schemas = SchemaRegistry(self.lake, self.key + "schemas/", source)
+        self.ddl = DdlLog(self.lake, self.key + "ddl/")
+
+    def where(self, name: str = "") -> str:
+        """Where something of this log is, for messages: a local path, or its URI in a store."""
+        return self.lake.where((self.key + name).rstrip("/"))
+
+    @property
+    def manifest_path(self) -> Path:
+        """Where the newest manifest version is (for messages, and tests on a local lake)."""
+        versions = self._versions()
+        return self.root / (f"manifest/{versions[-1]:020d}.json" if versions else "manifest.json")
 
     # -- reading -----------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        """Whether anything was ever committed to this log."""
+        return bool(self._versions()) or self.objects.read(self.key + "manifest.json") is not None
 
     def manifest(self) -> Manifest:
         try:
             return self._read_manifest()
         except _PartGone:
-            # Retention re-sealed the parts between our read of manifest.json and of a part: read
+            # Retention re-sealed the parts between our read of the manifest and of a part: read
             # the newer manifest. A part still missing then is damage (raised below).
             return self._read_manifest(final=True)
 
+    def _versions(self) -> list[int]:
+        found = []
+        for info in self.objects.list(self.key + "manifest/"):
+            match = _VERSION.match(info.key.rpartition("/")[2])
+            if match:
+                found.append(int(match.group(1)))
+        return sorted(found)
+
+    def _head(self) -> tuple[int, dict[str, Any] | None]:
+        """The newest manifest version and its document (0 and the legacy manifest, or None: empty)."""
+        for _ in range(5):
+            versions = self._versions()
+            for version in reversed(versions):
+                data = self.objects.read(f"{self.key}manifest/{version:020d}.json")
+                if data is not None:
+                    return version, json.loads(data)
+            if not versions:
+                break
+            # Every version listed was dropped before we read it (KEEP_VERSIONS commits meanwhile).
+        legacy = self.objects.read(self.key + "manifest.json")
+        if legacy is None:
+            return 0, None
+        doc = json.loads(legacy)
+        checkpoint = self.objects.read(self.key + "checkpoint.json")
+        if isinstance(doc, dict) and checkpoint is not None:
+            doc["checkpoint"] = json.loads(checkpoint)
+        return 0, doc
+
     def _read_manifest(self, final: bool = False) -> Manifest:
-        if not self.manifest_path.exists():
+        version, doc = self._head()
+        if doc is None:
             return Manifest(epoch=None)
-        doc = json.loads(self.manifest_path.read_text())
         if doc.get("format") == 1:
             raise ChangeLogFormatError(
-                f"the change log of source {self.source!r} ({self.root}) was written by an earlier dagster-databus "
+                f"the change log of source {self.source!r} ({self.where()}) was written by an earlier dagster-databus "
                 "that kept DECIMAL, DATE, DATETIME and TIMESTAMP columns as text; this version keeps each column in "
                 "its own type (docs/types.md) and does not mix the two",
                 f"run `databus bootstrap --source {self.source}`: the old change log and snapshots move to "
                 "<lake>/trash/ and the next run reads every table afresh, typed", source=self.source)
         if doc.get("format") != FORMAT:
             raise ChangeLogCorruptError(
-                f"{self.manifest_path} has format {doc.get('format')!r}; this version reads format {FORMAT}",
+                f"{self.where(f'manifest/{version:020d}.json')} has format {doc.get('format')!r}; this version "
+                f"reads format {FORMAT}",
                 "upgrade dagster-databus, or bootstrap the source into a fresh lake",
             )
         log_id = doc.get("log_id", "")  # format 2 logs get one with their first commit, before any part
         listing = tuple((p["file"], p["first_scn"], p["last_scn"], p["count"]) for p in doc.get("parts", ()))
         parts, sealed = self._parts(listing, log_id, final)
+        checkpoint = doc.get("checkpoint")
         return Manifest(epoch=doc["epoch"], tail=tuple(SegmentInfo(**s) for s in doc["segments"]),
                         start_scn=Scn.parse(doc.get("start_scn", "0")), state=doc.get("state", {}),
-                        lineage=tuple(doc.get("lineage", ())), log_id=log_id, parts=parts, sealed=sealed)
+                        lineage=tuple(doc.get("lineage", ())), log_id=log_id, parts=parts, sealed=sealed,
+                        version=version, checkpoint=Checkpoint.from_json(checkpoint) if checkpoint else None)
 
     def _parts(self, listing: tuple[tuple[str, int, int, int], ...], log_id: str,
                final: bool) -> tuple[tuple[ManifestPart, ...], tuple[tuple[SegmentInfo, ...], ...]]:
         # A named part never changes within its log (a rebuilt lake has a new log id), so a listing
         # reads the same forever; most commits list the same parts as the one before (flat per commit).
-        key = (str(self.parts_dir), log_id, listing)
+        key = (self.lake.where(self.key), log_id, listing)
         with _LISTINGS_LOCK:  # parallel consumers read manifests from several threads
             cached = _LISTINGS.get(key)
         if cached is None:
@@ -261,35 +333,71 @@ class ChangeLog:
         return cached
 
     def _part_segments(self, part: ManifestPart, log_id: str, final: bool) -> tuple[SegmentInfo, ...]:
-        try:
-            segments = _read_part(f"{self.parts_dir}/{part.file}", log_id)
-        except FileNotFoundError:
+        segments = _read_part(self, f"{self.key}manifest.d/{part.file}", log_id)
+        if segments is None:
             if not final:
-                raise _PartGone from None
+                raise _PartGone
             raise ChangeLogCorruptError(
                 f"manifest part {part.file} (SCN {part.first_scn}..{part.last_scn}, {part.count} segments) is "
-                f"named in {self.manifest_path} but missing from {self.parts_dir}",
-                f"restore {self.parts_dir} from backup, or run `databus bootstrap --source {self.source}`",
+                f"named in {self.where('manifest')} but missing from {self.where('manifest.d')}",
+                f"restore {self.where('manifest.d')} from backup, or run `databus bootstrap --source {self.source}`",
                 source=self.source) from None
         held = (len(segments), segments[0].first_scn, segments[-1].last_scn) if segments else (0, None, None)
         if held != (part.count, part.first_scn, part.last_scn):
             raise ChangeLogCorruptError(
                 f"manifest part {part.file} lists {held[0]} segments (SCN {held[1]}..{held[2]}), "
-                f"{self.manifest_path} says {part.count} ({part.first_scn}..{part.last_scn})",
-                f"restore {self.parts_dir} from backup, or run `databus bootstrap --source {self.source}`",
+                f"{self.where('manifest')} says {part.count} ({part.first_scn}..{part.last_scn})",
+                f"restore {self.where('manifest.d')} from backup, or run `databus bootstrap --source {self.source}`",
                 source=self.source)
         return segments
 
-    def write_manifest(self, manifest: Manifest) -> None:
-        """Commit a manifest (atomically): the change log's commit point.
+    def write_manifest(self, manifest: Manifest) -> Manifest:
+        """Commit ``manifest`` as the version after the one it was read as: the change log's commit point.
 
-        First seals what manifest.json should no longer list inline into part files (fsynced), so
-        the commit names only durable parts; parts it no longer names are deleted by the writer's
-        next ``recover``, never here, so a reader holding the previous manifest can still read them.
+        First seals what the version should no longer list inline into parts, so it names only durable
+        objects. Raises ``ConcurrentRunError`` (or ``EpochMismatchError``) when another writer committed
+        that version first; nothing of this commit is then part of the log. Parts it no longer names
+        are deleted by the writer's next ``recover``, never here, so a reader holding the previous
+        version can still read them. Returns the committed manifest.
         """
-        manifest = self._seal(manifest)
+        sealed = self._seal(manifest)
+        new_parts = [p.file for p in sealed.parts if p not in manifest.parts]
+        version = manifest.version + 1
         # Compact: the C encoder; an indented one is several times slower for the same entries.
-        write_atomic(self.manifest_path, json.dumps(manifest.to_json(self.source), separators=(",", ":")).encode())
+        data = json.dumps(sealed.to_json(self.source), separators=(",", ":")).encode()
+        if not self.objects.create(f"{self.key}manifest/{version:020d}.json", data):
+            for file in new_parts:
+                self.objects.delete(f"{self.key}manifest.d/{file}")
+            raise self._lost_race(manifest)
+        if version > KEEP_VERSIONS:
+            self.objects.delete(f"{self.key}manifest/{version - KEEP_VERSIONS:020d}.json")
+        if manifest.version == 0:  # the first version after a log of manifest.json + checkpoint.json
+            self.objects.delete(self.key + "manifest.json")
+            self.objects.delete(self.key + "checkpoint.json")
+        return replace(sealed, version=version)
+
+    def _parts_named_before(self, head: int, versions: Sequence[int]) -> set[str]:
+        """The parts the kept versions before ``head`` name."""
+        named: set[str] = set()
+        for version in versions:
+            data = self.objects.read(f"{self.key}manifest/{version:020d}.json") if version < head else None
+            if data is not None:
+                named.update(p["file"] for p in json.loads(data).get("parts", ()))
+        return named
+
+    def _lost_race(self, mine: Manifest) -> Exception:
+        theirs = self.manifest()
+        if mine.epoch is not None and theirs.epoch != mine.epoch:
+            return EpochMismatchError(
+                f"while this writer (epoch {mine.epoch}) was writing, another switched the change log of source "
+                f"{self.source!r} to epoch {theirs.epoch}: this writer is fenced off and committed nothing",
+                "nothing to repair: the log continues in the new epoch; stop the old run's schedule if it is "
+                "still reading the old primary", source=self.source)
+        return ConcurrentRunError(
+            f"another run committed version {theirs.version} of the change log of source {self.source!r} "
+            f"(through SCN {theirs.last_scn}) while this one was writing: this run committed nothing",
+            "runs of one source must not overlap (one schedule or sensor per source); nothing is lost, the "
+            "next run continues from the log as the other run left it", source=self.source)
 
     def _seal(self, manifest: Manifest) -> Manifest:
         if len(manifest.sealed) == len(manifest.parts):  # as read back, plus new segments in the tail
@@ -304,9 +412,8 @@ class ChangeLog:
             tail = tail[self.part_segments:]
         for i in fresh:
             parts[i] = ManifestPart.of(sealed[i])
-            self.parts_dir.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.parts_dir / parts[i].file,
-                         json.dumps([s.to_json() for s in sealed[i]], separators=(",", ":")).encode())
+            self.objects.create(f"{self.key}manifest.d/{parts[i].file}",
+                                json.dumps([s.to_json() for s in sealed[i]], separators=(",", ":")).encode())
         if fresh:
             crash_point("manifest_part_written")
         return replace(manifest, parts=tuple(parts), sealed=tuple(sealed), tail=tail)
@@ -335,30 +442,43 @@ class ChangeLog:
         return parts, sealed, tuple(segments[i:])
 
     def checkpoint(self) -> Checkpoint | None:
-        if not self.checkpoint_path.exists():
-            return None
-        doc = json.loads(self.checkpoint_path.read_text())
-        return Checkpoint(scn=Scn.parse(doc["scn"]), epoch=doc["epoch"], updated_ms=doc["updated_ms"],
-                          state=doc.get("state", {}))
+        return self.manifest().checkpoint
+
+    def open_segment(self, segment: SegmentInfo) -> BinaryIO:
+        """A committed segment's bytes as a binary file; a missing one is damage, named."""
+        try:
+            return self.objects.open(f"{self.key}segments/{segment.file}")
+        except FileNotFoundError:
+            raise self._missing(segment) from None
+
+    def _listing(self, folder: str) -> dict[str, Any]:
+        """name -> ObjectInfo of the objects in one of the log's folders."""
+        start = len(self.key) + len(folder)
+        return {info.key[start:]: info for info in self.objects.list(self.key + folder)}
 
     def damage(self) -> list[str]:
         """Committed segments that overlap, are missing, or differ in size or SCN range from the manifest."""
         manifest = self.manifest()
-        problems = [f"manifest part {p.file} (SCN {p.first_scn}..{p.last_scn}) is missing from {self.parts_dir}"
-                    for p in manifest.parts if not (self.parts_dir / p.file).exists()]
+        parts = self._listing("manifest.d/") if manifest.parts else {}
+        problems = [f"manifest part {p.file} (SCN {p.first_scn}..{p.last_scn}) is missing from "
+                    f"{self.where('manifest.d')}"
+                    for p in manifest.parts if p.file not in parts]
+        stored = self._listing("segments/")
+        # Headers are read back from every segment on a local disk; in a store (a request each) from the newest.
+        headers = {s.file for s in (manifest.segments if self.lake.is_local else manifest.segments[-8:])}
         previous = manifest.start_scn
         for s in manifest.segments:
             if s.first_scn <= previous.value:
                 problems.append(f"segment {s.file} starts at SCN {s.first_scn}, overlapping what ends at {previous}")
             if s.last_scn < s.first_scn:
                 problems.append(f"segment {s.file} ends (SCN {s.last_scn}) before it starts ({s.first_scn})")
-            path = self.segments_dir / s.file
-            if not path.exists():
+            info = stored.get(s.file)
+            if info is None:
                 problems.append(f"segment {s.file} (SCN {s.first_scn}..{s.last_scn}) is missing")
-            elif path.stat().st_size != s.bytes:
-                problems.append(f"segment {s.file} is {path.stat().st_size} bytes, the manifest says {s.bytes}")
-            else:
-                with open(path, "rb") as f:
+            elif info.size != s.bytes:
+                problems.append(f"segment {s.file} is {info.size} bytes, the manifest says {s.bytes}")
+            elif s.file in headers:
+                with self.open_segment(s) as f:
                     meta = fastavro.reader(f).metadata
                 if (meta.get("databus.first_scn"), meta.get("databus.last_scn")) != (str(s.first_scn),
                                                                                       str(s.last_scn)):
@@ -381,10 +501,9 @@ class ChangeLog:
         manifest = self.manifest()
         problems = self.damage()
         listed = {s.file for s in manifest.segments}
-        if self.segments_dir.exists():
-            problems += [f"file {p.name} is not in the manifest" for p in self.segments_dir.iterdir()
-                         if p.name not in listed]
-        checkpoint = self.checkpoint()
+        problems += [f"file {name} is not in the manifest" for name in self._listing("segments/")
+                     if name not in listed]
+        checkpoint = manifest.checkpoint
         if checkpoint is not None and checkpoint.scn < manifest.last_scn:
             problems.append(f"the checkpoint ({checkpoint.scn}) is behind the last committed segment "
                             f"({manifest.last_scn})")
@@ -430,12 +549,7 @@ class ChangeLog:
                       tables: set[str] | None, keep: KeyFilter | None = None) -> Iterator[LogEvent]:
         """The segment's events in log order, decoded in bulk a group of blocks at a time; each event is
         built from its row's column values (no per-record Avro decoding in Python)."""
-        path = self.segments_dir / segment.file
-        try:
-            handle = open(path, "rb")  # noqa: SIM115 - closed by the with below; open errors handled here
-        except FileNotFoundError:
-            raise self._missing(segment) from None
-        with handle:
+        with self.open_segment(segment) as handle:
             try:
                 metadata, blocks = read_container(handle)
                 rows = self._rows_metadata(segment, metadata.get("databus.rows"))
@@ -486,9 +600,8 @@ class ChangeLog:
     def _missing(self, segment: SegmentInfo) -> ChangeLogCorruptError:
         return ChangeLogCorruptError(
             f"segment {segment.file} (SCN {segment.first_scn}..{segment.last_scn}) is listed in "
-            f"{self.manifest_path} but missing from {self.segments_dir}",
-            "restore the segment from backup, or bootstrap the source",
-        )
+            f"{self.where('manifest')} but missing from {self.where('segments')}",
+            "restore the segment from backup, or bootstrap the source", source=self.source)
 
     def _rows_metadata(self, segment: SegmentInfo, rows: str | None) -> dict[str, tuple[str, int]]:
         """Each row record's full name → (table, schema version), from the segment's ``databus.rows``."""
@@ -507,7 +620,8 @@ class ChangeLog:
 
 
 class LogWriter:
-    """The single writer of a source's log. Use as a context manager: it holds the log lock."""
+    """The writer of a source's log. Use as a context manager. Two writers racing cannot both commit
+    (see the module's docstring); on a local disk the second is also turned away up front by a lock."""
 
     def __init__(self, log: ChangeLog, refuse_damage: bool = True) -> None:
         self.log = log
@@ -515,26 +629,32 @@ class LogWriter:
         self._lock = exclusive_lock(
             log.root / ".lock", f"the change log of source {log.source!r}",
             "wait for the other capture of this source to finish; runs of one source must not overlap",
-        )
+        ) if log.lake.is_local else None
         self.versions: dict[str, int] = {}
         self._segment: tuple[dict[str, int], Any, dict[str, tuple[str, int]]] | None = None
+        self._seen: int | None = None  # the manifest version this writer last read or committed
 
     def __enter__(self) -> LogWriter:
-        self.log.segments_dir.mkdir(parents=True, exist_ok=True)
-        self._lock.__enter__()
+        if self._lock is not None:
+            self._lock.__enter__()
         try:
             self.recover()
         except BaseException:
-            self._lock.__exit__(None, None, None)
+            self.__exit__(None, None, None)
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._lock.__exit__(*exc)
+        if self._lock is not None:
+            self._lock.__exit__(*exc)
 
     def recover(self) -> list[str]:
-        """Delete files no manifest names (a crash mid-publish); roll the checkpoint forward; refuse
-        to write after committed segments that are missing or damaged."""
+        """Delete objects no manifest names (a crash mid-publish, a writer that lost a race); roll the
+        checkpoint forward; refuse to write after committed segments that are missing or damaged.
+
+        Holding the local lock, everything unnamed is a dead writer's. In a store another writer may be
+        about to commit what it just wrote, so only what the log has moved past or what is older than
+        ``SWEEP_GRACE_S`` goes."""
         if self.refuse_damage:
             self.log.require_intact()
         else:
@@ -543,37 +663,71 @@ class LogWriter:
             except ChangeLogFormatError:
                 return []  # a log of an older format: the bootstrap opening this writer sets it aside whole
         manifest = self.log.manifest()
-        listed = {s.file for s in manifest.segments}
+        log, key = self.log, self.log.key
+        exclusive = self._lock is not None
+        stale_before = time.time() - SWEEP_GRACE_S
+
+        def dead(info: Any, passed: bool) -> bool:
+            return exclusive or passed or info.modified_s < stale_before
+
         removed = []
-        for path in self.log.segments_dir.iterdir():
-            if path.name not in listed:
+        listed = {s.file for s in manifest.segments}
+        for name, info in log._listing("segments/").items():
+            match = _SEGMENT.match(name)
+            if name not in listed and dead(info, match is not None and int(match.group(1)) <= manifest.last_scn.value):
+                removed.append(f"segments/{name}")
+        named = {p.file for p in manifest.parts}
+        unnamed = {name: info for name, info in log._listing("manifest.d/").items() if name not in named}
+        versions = log._versions()
+        # Parts an earlier version named were replaced by retention (a reader that still holds that
+        # version reads the newest instead); the rest were sealed by a commit that crashed or lost.
+        retired = log._parts_named_before(manifest.version, versions) if unnamed and not exclusive else set()
+        removed += [f"manifest.d/{name}" for name, info in unnamed.items() if dead(info, name in retired)]
+        removed += [f"manifest/{v:020d}.json" for v in versions if v <= manifest.version - KEEP_VERSIONS]
+        for name in removed:
+            log.objects.delete(key + name)
+        if log.lake.path is not None:
+            for path in log.root.glob("**/.tmp-*"):
                 path.unlink()
                 removed.append(path.name)
-        for path in self.log.root.glob(".tmp-*"):
-            path.unlink()
-            removed.append(path.name)
-        if self.log.parts_dir.exists():
-            named = {p.file for p in manifest.parts}
-            for path in self.log.parts_dir.iterdir():
-                if path.name not in named:  # sealed by a commit that crashed, or replaced by retention
-                    path.unlink()
-                    removed.append(f"manifest.d/{path.name}")
-        if removed:
-            fsync_dir(self.log.segments_dir)
-        checkpoint = self.log.checkpoint()
+        checkpoint = manifest.checkpoint
         if not manifest.empty and (checkpoint is None or checkpoint.scn < manifest.last_scn):
-            # The manifest only names fsynced segments, so everything it lists is durable.
-            self._write_checkpoint(manifest.last_scn, manifest.epoch or "", manifest.state)
+            # The manifest only names durable segments, so everything it lists is durable.
+            manifest = self._commit(manifest, manifest.last_scn, manifest.epoch or "", manifest.state)
+        self._seen = manifest.version
         return removed
+
+    def current(self) -> Manifest:
+        """The log as this writer left it. Anything another writer committed since this one opened the
+        log (a run on another machine sharing the lake) ends this writer's run: it read a state that is
+        gone, and the other run holds the log now."""
+        manifest = self.log.manifest()
+        if self._seen is not None and manifest.version != self._seen:
+            raise ConcurrentRunError(
+                f"another run committed to the change log of source {self.log.source!r} while this one was "
+                f"running (version {manifest.version}, through SCN {manifest.last_scn}): this run stops here, "
+                "with what it committed before kept", "runs of one source must not overlap (one schedule or "
+                "sensor per source); nothing is lost, the next run continues from the log as the other left it",
+                source=self.log.source)
+        return manifest
+
+    def adopt(self) -> None:
+        """Take the log as it is now as this writer's own (a bootstrap that just set the old log aside)."""
+        self._seen = self.log.manifest().version
+
+    def write_manifest(self, manifest: Manifest) -> Manifest:
+        """Commit ``manifest`` (read with ``current``) as the next version, keeping the checkpoint."""
+        committed = self.log.write_manifest(manifest)
+        self._seen = committed.version
+        return committed
 
     def start_at(self, scn: Scn, epoch: str, state: dict[str, str] | None = None) -> None:
         """Begin an empty log at ``scn`` (a bootstrap): capture continues after it."""
-        if not self.log.manifest().empty:
+        manifest = self.current()
+        if not manifest.empty:
             raise ValueError("start_at is only for an empty log")
-        self.log.segments_dir.mkdir(parents=True, exist_ok=True)
-        self.log.write_manifest(Manifest(epoch=epoch, start_scn=scn, state=state or {},
-                                         log_id=uuid.uuid4().hex))
-        self._write_checkpoint(scn, epoch, state or {})
+        self._commit(replace(manifest, epoch=epoch, start_scn=scn, state=state or {}, log_id=uuid.uuid4().hex,
+                             lineage=(), parts=(), sealed=(), tail=()), scn, epoch, state or {})
 
     def switch_epoch(self, resume: Scn, epoch: str, state: dict[str, str], record: dict[str, Any]) -> None:
         """Record a switch to another lineage of the source (a failover) and resume at ``resume``.
@@ -581,23 +735,32 @@ class LogWriter:
         Explicit and durable: the manifest keeps every epoch the log switched from with the SCN it
         ended at, so consumers holding positions of an earlier epoch can still place them.
         """
-        manifest = self.log.manifest()
-        checkpoint = self.log.checkpoint()
+        manifest = self.current()
+        checkpoint = manifest.checkpoint
         until = checkpoint.scn if checkpoint is not None else manifest.last_scn
         if resume <= until:
             raise ValueError(f"a switch must resume after SCN {until}, not at {resume}")
         entry = {"epoch": manifest.epoch or (checkpoint.epoch if checkpoint else ""), "until_scn": str(until),
                  "to_epoch": epoch, "resume_scn": str(resume), "switched_ms": _now_ms(), **record}
-        self.log.write_manifest(replace(manifest, epoch=epoch, state=dict(state),
-                                        lineage=(*manifest.lineage, entry)))
-        self._write_checkpoint(resume, epoch, state)
+        self._commit(replace(manifest, state=dict(state), lineage=(*manifest.lineage, entry)), resume, epoch, state,
+                     switch=True)
 
     def advance(self, scn: Scn, epoch: str, state: dict[str, str]) -> None:
         """Move the checkpoint past source positions that produced no events for this log."""
-        checkpoint = self.log.checkpoint()
+        manifest = self.current()
+        checkpoint = manifest.checkpoint
         if checkpoint is not None and scn <= checkpoint.scn:
             raise ValueError(f"checkpoint {checkpoint.scn} may only move forward, not to {scn}")
-        self._write_checkpoint(scn, epoch, state)
+        self._commit(manifest, scn, epoch, state)
+
+    def _commit(self, manifest: Manifest, scn: Scn, epoch: str, state: dict[str, str],
+                switch: bool = False) -> Manifest:
+        """Commit ``manifest`` (as read, with changes) with the checkpoint at ``scn``: one new version."""
+        if not switch and manifest.epoch is not None and manifest.epoch != epoch:
+            raise self._wrong_epoch(manifest, epoch)
+        checkpoint = Checkpoint(scn, epoch, _now_ms(), dict(state))
+        with disk_errors("committing the change-log manifest", self.log.root):
+            return self.write_manifest(replace(manifest, epoch=epoch, checkpoint=checkpoint))
 
     def register_schemas(self, schemas: Iterable[Any], guard_defaults: bool = False) -> dict[str, int]:
         self.versions = {s.table: self.log.schemas.register(s, guard_defaults) for s in schemas}
@@ -642,48 +805,48 @@ class LogWriter:
                              epoch, state)
 
     def _manifest_for(self, epoch: str) -> Manifest:
-        manifest = self.log.manifest()
+        manifest = self.current()
         if manifest.epoch is not None and manifest.epoch != epoch:
-            raise EpochMismatchError(
-                f"the change log of source {self.log.source!r} belongs to epoch {manifest.epoch}; a writer "
-                f"from epoch {epoch} may not append to it",
-                "bootstrap the source into a fresh log (see docs/operations.md)", source=self.log.source,
-            )
+            raise self._wrong_epoch(manifest, epoch)
         return manifest
+
+    def _wrong_epoch(self, manifest: Manifest, epoch: str) -> EpochMismatchError:
+        return EpochMismatchError(
+            f"the change log of source {self.log.source!r} belongs to epoch {manifest.epoch}; a writer "
+            f"from epoch {epoch} may not append to it",
+            "bootstrap the source into a fresh log (see docs/operations.md)", source=self.log.source)
 
     def _publish(self, manifest: Manifest, batch: ChangeBatch, order: np.ndarray | None, scns: tuple[Scn, Scn],
                  windows: int, epoch: str, state: dict[str, str] | None) -> SegmentInfo:
         first, last = scns
-        name = f"{first.value:020d}-{last.value:020d}.avro"
-        tmp = self.log.segments_dir / f".tmp-{name}-{os.getpid()}"
+        name = f"{first.value:020d}-{last.value:020d}-{_tag()}.avro"
+        key = f"{self.log.key}segments/{name}"
         schema, rows = self._segment_schema()
         blocks = self._encode(batch, rows, order)
-        with disk_errors(f"writing change-log segment {name}", self.log.segments_dir), open(tmp, "wb") as f:
-            # zstd level 1: a third of deflate's time (level 1) for a smaller file, and faster to read.
-            write_container(f, schema, blocks, codec="zstandard", level=1, metadata={
-                "databus.source": self.log.source, "databus.epoch": epoch, "databus.first_scn": str(first),
-                "databus.last_scn": str(last), "databus.rows": json.dumps(rows)})
-            f.flush()
-            os.fsync(f.fileno())
-        crash_point("segment_written")
-        final = self.log.segments_dir / name
-        os.replace(tmp, final)
-        fsync_dir(self.log.segments_dir)
+        buffer = io.BytesIO()
+        # zstd level 1: a third of deflate's time (level 1) for a smaller file, and faster to read.
+        write_container(buffer, schema, blocks, codec="zstandard", level=1, metadata={
+            "databus.source": self.log.source, "databus.epoch": epoch, "databus.first_scn": str(first),
+            "databus.last_scn": str(last), "databus.rows": json.dumps(rows)})
+        data = buffer.getbuffer()
+        with disk_errors(f"writing change-log segment {name}", self.log.segments_dir):
+            self.log.objects.create(key, bytes(data), staged=lambda: crash_point("segment_written"))
         crash_point("segment_published")
         tables = {table: len(events) for table, events in batch.tables.items() if len(events)}
         info = SegmentInfo(
             file=name, first_scn=first.value, last_scn=last.value, windows=windows,
-            events=sum(tables.values()), bytes=final.stat().st_size, created_ms=_now_ms(), tables=tables,
+            events=sum(tables.values()), bytes=len(data), created_ms=_now_ms(), tables=tables,
             last_commit_ms=int(batch.window_ends()[1][-1]),
         )
-        with disk_errors("committing the change-log manifest", self.log.root):
-            # A log's first segment names it, unless start_at did (logs older than ids keep none).
-            log_id = manifest.log_id or ("" if not manifest.empty else uuid.uuid4().hex)
-            self.log.write_manifest(replace(manifest, epoch=epoch, state=state or {}, log_id=log_id,
-                                            tail=(*manifest.tail, info)))
+        # A log's first segment names it, unless start_at did (logs older than ids keep none).
+        log_id = manifest.log_id or ("" if not manifest.empty else uuid.uuid4().hex)
+        try:
+            self._commit(replace(manifest, log_id=log_id, tail=(*manifest.tail, info)), last, epoch, state or {})
+        except (ConcurrentRunError, EpochMismatchError):
+            self.log.objects.delete(key)  # lost the race: the segment is nobody's
+            raise
         crash_point("manifest_committed")
-        self._write_checkpoint(last, epoch, state or {})
-        crash_point("checkpoint_written")
+        crash_point("checkpoint_written")  # the same version holds both since checkpoints moved into it
         return info
 
     def schemas(self) -> dict[str, TableSchema]:
@@ -717,10 +880,6 @@ class LogWriter:
         return encode_blocks([(events, [*(Field(c.name, c.type) for c in schemas[table].columns), *EVENT_AVRO_FIELDS],
                                branch[table]) for table, events in batch.tables.items()], order)
 
-    def _write_checkpoint(self, scn: Scn, epoch: str, state: dict[str, str]) -> None:
-        write_json_atomic(self.log.checkpoint_path, Checkpoint(scn, epoch, _now_ms(), dict(state)).to_json())
-
-
 # (parts folder, log id, listing) -> the listing's parts and their segments; a few logs' newest listings.
 _LISTINGS: dict[tuple[str, str, tuple[tuple[str, int, int, int], ...]],
                 tuple[tuple[ManifestPart, ...], tuple[tuple[SegmentInfo, ...], ...]]] = {}
@@ -731,11 +890,25 @@ class _PartGone(Exception):
     """A manifest part vanished while being read (retention re-sealed it): read the manifest again."""
 
 
-@lru_cache(maxsize=8192)  # parts of ~2M segments; retention's dropped parts age out
-def _read_part(path: str, log_id: str) -> tuple[SegmentInfo, ...]:
-    # Parsed once per process: a part is immutable once a manifest names it.
-    with open(path, "rb") as f:
-        return tuple(SegmentInfo(**s) for s in json.loads(f.read()))
+_PARTS: dict[tuple[str, str, str], tuple[SegmentInfo, ...]] = {}  # (lake, key, log id) -> a part's segments
+
+
+def _read_part(log: ChangeLog, key: str, log_id: str) -> tuple[SegmentInfo, ...] | None:
+    """A part's segments; None when it is gone. Parsed once per process: a part is immutable (its
+    name is its writer's own) and a rebuilt lake has a new log id."""
+    cache_key = (log.lake.where(), key, log_id)
+    with _LISTINGS_LOCK:
+        found = _PARTS.get(cache_key)
+    if found is None:
+        data = log.objects.read(key)
+        if data is None:
+            return None
+        found = tuple(SegmentInfo(**s) for s in json.loads(data))
+        with _LISTINGS_LOCK:
+            _PARTS[cache_key] = found
+            while len(_PARTS) > 8192:  # parts of ~2M segments; retention's dropped parts age out
+                del _PARTS[next(iter(_PARTS))]
+    return found
 
 
 def avro_conversions(schema: TableSchema, direction: str) -> list[tuple[str, Any]]:

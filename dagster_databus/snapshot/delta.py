@@ -9,6 +9,7 @@ same either way.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Iterator, Sequence
@@ -23,6 +24,9 @@ from deltalake.exceptions import TableNotFoundError
 
 from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
+from dagster_databus.log.durable import exclusive_lock
+from dagster_databus.storage.lake import Lake, as_lake
+from dagster_databus.storage.location import LakeLocation
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -44,14 +48,35 @@ def _q(name: str) -> str:
 
 
 class DeltaFolder:
-    """A Delta table in a folder of the lake: whether it exists, its version, its rows."""
+    """A Delta table in a folder of the lake (a local folder or a prefix in an object store, through
+    delta-rs with the lake's storage options): whether it exists, its version, its rows."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, lake: Lake | LakeLocation | Path | str, *parts: str) -> None:
+        self.lake = as_lake(lake)
+        key = "/".join(parts)
+        self.path = Path(self.lake.where(key))  # the folder, on a local lake; else only for messages
+        self.uri = str(self.path) if self.lake.is_local else self.lake.location.child(*parts)
+        self.storage_options = dict(self.lake.location.options) or None
+
+    def delta(self, version: int | None = None) -> DeltaTable:
+        return DeltaTable(self.uri, version=version, storage_options=self.storage_options)
+
+    def prepare(self) -> None:
+        """Make the table's parent folder on a local lake (an object store needs none)."""
+        if self.lake.is_local:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def lock(self, what: str, fix: str) -> contextlib.AbstractContextManager[None]:
+        """On a local lake, turn a second writer of this table away up front. In an object store there
+        is no lock: Delta's own commit (each version created only if absent) keeps two writers from
+        both committing, and the transaction ids make the loser's retry a no-op."""
+        if not self.lake.is_local:
+            return contextlib.nullcontext()
+        return exclusive_lock(self.path.parent / f".{self.path.name}.lock", what, fix)
 
     def _table(self) -> DeltaTable | None:
         try:
-            return DeltaTable(str(self.path))
+            return self.delta()
         except TableNotFoundError:
             return None
 
@@ -65,7 +90,7 @@ class DeltaFolder:
     def read(self, with_meta: bool = False) -> pa.Table:
         table = self._table()
         if table is None:
-            raise FileNotFoundError(self.path)
+            raise FileNotFoundError(self.uri)
         data = table.to_pyarrow_table()
         if not with_meta:
             data = data.select([n for n in data.column_names if not n.startswith("__")])
@@ -93,8 +118,8 @@ class DeltaFolder:
 class DeltaSnapshot(DeltaFolder):
     """One snapshot table: ``<lake>/snapshot/<source>/<table>``."""
 
-    def __init__(self, lake: Path, source: str, table: str) -> None:
-        super().__init__(Path(lake) / "snapshot" / source / table)
+    def __init__(self, lake: Lake | LakeLocation | Path | str, source: str, table: str) -> None:
+        super().__init__(lake, "snapshot", source, table)
         self.app_id = f"databus:{source}.{table}"
         self.source, self.table = source, table
 
@@ -131,7 +156,7 @@ class DeltaSnapshot(DeltaFolder):
         table = self._table()
         applied = table.transaction_version(self.app_id) if table is not None else None
         if table is None or applied is None:
-            raise FileNotFoundError(self.path)
+            raise FileNotFoundError(self.uri)
         boot = table.transaction_version(self.bootstrap_app_id)
         data = table.to_pyarrow_table()
         if not with_meta:
@@ -184,7 +209,7 @@ def merge_clauses(key: Sequence[str], columns: Sequence[str]) -> tuple[str, dict
     return predicate, assignments, newer, is_delete
 
 
-def merge_with_delta_rs(path: Path, key: Sequence[str], changes: pa.Table | pa.RecordBatchReader,
+def merge_with_delta_rs(target: DeltaFolder, key: Sequence[str], changes: pa.Table | pa.RecordBatchReader,
                         props: CommitProperties) -> MergeCounts:
     """Apply reduced changes (one row per ``key``) with delta-rs in one commit carrying ``props``.
 
@@ -193,7 +218,7 @@ def merge_with_delta_rs(path: Path, key: Sequence[str], changes: pa.Table | pa.R
     nothing. No changes still commit, so the transaction ids in ``props`` are recorded. A reader
     streams into the MERGE batch by batch.
     """
-    table = DeltaTable(str(path))
+    table = target.delta()
     source = _non_empty(changes)
     if source is None:
         write_deltalake(table, pa.schema(table.schema().to_arrow()).empty_table(), mode="append",
@@ -249,10 +274,11 @@ class DeltaRsEngine:
                 failure.append(exc)
                 raise
 
-        snap.path.parent.mkdir(parents=True, exist_ok=True)
+        snap.prepare()
         reader = pa.RecordBatchReader.from_batches(schema.arrow(with_meta=True), stamped())
         try:
-            write_deltalake(str(snap.path), reader, mode="overwrite", schema_mode="overwrite",
+            write_deltalake(snap.uri, reader, mode="overwrite", schema_mode="overwrite",
+                            storage_options=snap.storage_options,
                             commit_properties=self._props(snap, scn, bootstrap=True),
                             description=f"databus snapshot of {snap.source}.{snap.table}")
         except Exception:
@@ -265,7 +291,7 @@ class DeltaRsEngine:
         # With no changes for this table in the window range this records the SCN it is now current to.
         if not isinstance(changes, pa.Table | pa.RecordBatchReader):
             changes = changes.toArrow()  # a Spark DataFrame: delta-rs commits from this process
-        return merge_with_delta_rs(snap.path, schema.primary_key, changes, self._props(snap, scn))
+        return merge_with_delta_rs(snap, schema.primary_key, changes, self._props(snap, scn))
 
 
 class DeltaSparkEngine:
@@ -290,10 +316,10 @@ class DeltaSparkEngine:
         data = pa.Table.from_batches([with_meta(b, scn, "r", now) for b in batches], schema=schema.arrow())
         (self.spark.createDataFrame(data).write.format("delta").mode("overwrite")
          .option("overwriteSchema", "true").option("txnAppId", snap.app_id).option("txnVersion", scn.value)
-         .save(str(snap.path)))
+         .save(snap.uri))
         # delta-spark takes one transaction id per write: record the bootstrap SCN in a second, empty one.
         (self.spark.createDataFrame(data.slice(0, 0)).write.format("delta").mode("append")
-         .option("txnAppId", snap.bootstrap_app_id).option("txnVersion", scn.value).save(str(snap.path)))
+         .option("txnAppId", snap.bootstrap_app_id).option("txnVersion", scn.value).save(snap.uri))
         return data.num_rows
 
     def merge(self, snap: DeltaSnapshot, schema: TableSchema, changes: Changes, scn: Scn) -> MergeCounts:
@@ -307,7 +333,7 @@ class DeltaSparkEngine:
         backtick = {k.replace('"', "`"): v.replace('"', "`") for k, v in assignments.items()}
         self._txn(snap, scn)
         try:
-            (SparkDeltaTable.forPath(self.spark, str(snap.path)).alias("t")
+            (SparkDeltaTable.forPath(self.spark, snap.uri).alias("t")
              .merge(source.alias("s"), predicate.replace('"', "`"))
              .whenMatchedDelete(f"{is_delete} AND {newer}".replace('"', "`"))
              .whenMatchedUpdate(f"NOT ({is_delete}) AND {newer}".replace('"', "`"), set=backtick)
@@ -315,7 +341,7 @@ class DeltaSparkEngine:
              .execute())
         finally:
             self._clear()
-        metrics = SparkDeltaTable.forPath(self.spark, str(snap.path)).history(1).collect()[0]["operationMetrics"]
+        metrics = SparkDeltaTable.forPath(self.spark, snap.uri).history(1).collect()[0]["operationMetrics"]
         return MergeCounts(inserted=int(metrics.get("numTargetRowsInserted", 0)),
                            updated=int(metrics.get("numTargetRowsUpdated", 0)),
                            deleted=int(metrics.get("numTargetRowsDeleted", 0)))

@@ -25,20 +25,21 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, Transaction, write_deltalake
 
 from dagster_databus.config import DatabusConfig, LogicalPartConfig, LogicalTableConfig
 from dagster_databus.core.schema import META_COLUMNS, Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import LogGapError, SchemaDriftError, ShardCollisionError, SnapshotMissingError
 from dagster_databus.log.columns import CHANGE_META, change_schema, table_changes
-from dagster_databus.log.ddl import DdlLog
-from dagster_databus.log.durable import crash_point, disk_errors, exclusive_lock
+from dagster_databus.log.durable import crash_point, disk_errors
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot, MergeCounts, merge_with_delta_rs
 from dagster_databus.snapshot.merge import conform_changes
 from dagster_databus.snapshot.reconcile import Comparison, compare_rows
 from dagster_databus.snapshot.reduce import NewestPerKey
+from dagster_databus.storage.lake import Lake
+from dagster_databus.storage.location import LakeLocation
 
 Progress = Callable[[str], None]
 PART_COLUMN = "__part"
@@ -114,8 +115,8 @@ class LogicalLayout:
 class LogicalSnapshot(DeltaFolder):
     """One logical table: ``<lake>/logical/<name>``."""
 
-    def __init__(self, lake: Path, name: str) -> None:
-        super().__init__(Path(lake) / "logical" / name)
+    def __init__(self, lake: Lake | LakeLocation | Path | str, name: str) -> None:
+        super().__init__(lake, "logical", name)
         self.name = name
 
     def app_id(self, label: str) -> str:
@@ -146,7 +147,7 @@ class LogicalSnapshot(DeltaFolder):
         """All rows (with metadata) and each part's applied SCN, from one version of the table."""
         table = self._table()
         if table is None:
-            raise SnapshotMissingError(f"logical table {self.name} has not been written yet ({self.path})",
+            raise SnapshotMissingError(f"logical table {self.name} has not been written yet ({self.uri})",
                                        f"materialize the logical/{self.name} asset")
         scns = {}
         for label in labels:
@@ -184,8 +185,7 @@ def sync_logical(config: DatabusConfig, name: str, progress: Progress = lambda _
     started = time.monotonic()
     logical = config.logical_table(name)
     target = LogicalSnapshot(config.lake, name)
-    lock = exclusive_lock(target.path.parent / f".{name}.lock", f"logical table {name}",
-                          "wait for the other sync of this logical table to finish")
+    lock = target.lock(f"logical table {name}", "wait for the other sync of this logical table to finish")
     with lock:
         parts = [_Part(p, ChangeLog(config.lake, p.source), DeltaSnapshot(config.lake, p.source, p.table))
                  for p in logical.parts]
@@ -234,9 +234,9 @@ def _require_snapshot(logical: LogicalTableConfig, part: _Part) -> None:
     if part.snap.applied_scn() is None:
         raise SnapshotMissingError(
             f"logical table {logical.name}: part {part.label} needs the snapshot of "
-            f"{part.config.source}.{part.config.table}, which has not been bootstrapped ({part.snap.path})",
+            f"{part.config.source}.{part.config.table}, which has not been bootstrapped ({part.snap.uri})",
             f"materialize the {part.asset} asset first, then this logical table", asset=part.asset)
-    ddl = DdlLog(part.log.root).last_for(part.config.table)
+    ddl = part.log.ddl.last_for(part.config.table)
     if ddl is not None and ddl.scn > (part.snap.bootstrap_scn() or Scn.BEGINNING):
         # The rows changed without row events (or the columns did): only the physical snapshot's
         # re-read can carry the part past that point, and it has not happened yet.
@@ -330,10 +330,11 @@ def _load(target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[_Part]
         clashes = grouped.filter(pc.greater(grouped[f"{PART_COLUMN}_count_distinct"], 1)).slice(0, 3).to_pylist()
         if clashes:
             raise _collision(layout, [(_key_text(layout, c), sorted(c[f"{PART_COLUMN}_distinct"])) for c in clashes])
-    target.path.parent.mkdir(parents=True, exist_ok=True)
+    target.prepare()
     crash_point("logical_commit")
     with disk_errors(f"loading logical table {target.name} into Delta", target.path):
-        write_deltalake(str(target.path), data, mode="overwrite", schema_mode="overwrite",
+        write_deltalake(target.uri, data, mode="overwrite", schema_mode="overwrite",
+                        storage_options=target.storage_options,
                         commit_properties=CommitProperties(app_transactions=txns,
                                                            custom_metadata={LAYOUT_KEY: layout.document()}),
                         description=f"databus logical table {target.name}")
@@ -396,7 +397,7 @@ def _catch_up(config: DatabusConfig, target: LogicalSnapshot, layout: LogicalLay
     props = CommitProperties(app_transactions=txns, custom_metadata={LAYOUT_KEY: layout.document()})
     crash_point("logical_commit")
     with disk_errors(f"committing logical table {target.name} to Delta", target.path):
-        counts = merge_with_delta_rs(target.path, layout.match, merged, props)
+        counts = merge_with_delta_rs(target, layout.match, merged, props)
     crash_point("logical_committed")
     return by_op, counts
 
@@ -442,7 +443,7 @@ def _refuse_held_elsewhere(target: LogicalSnapshot, layout: LogicalLayout, batch
     clashes: list[dict[str, Any]] = []
     # Filtered after the scan: pushing the filter into the Delta dataset trips over string vs
     # string_view statistics in pyarrow. Only the key columns are read.
-    for scanned in DeltaTable(str(target.path)).to_pyarrow_dataset().to_batches(columns=columns):
+    for scanned in target.delta().to_pyarrow_dataset().to_batches(columns=columns):
         held = pa.Table.from_batches([scanned]).cast(held_schema)
         held = held.filter(pc.is_in(held[layout.shard_column], value_set=shards))
         joined = incoming.join(held.rename_columns([*layout.key, "__held"]), keys=layout.key, join_type="inner")
@@ -500,7 +501,7 @@ def compare_parts(config: DatabusConfig, name: str) -> list[PartComparison]:
     target = LogicalSnapshot(config.lake, name)
     table = target._table()
     if table is None:
-        raise SnapshotMissingError(f"logical table {name} has not been written yet ({target.path})",
+        raise SnapshotMissingError(f"logical table {name} has not been written yet ({target.uri})",
                                    f"materialize the logical/{name} asset")
     data = table.to_pyarrow_table()  # rows and SCNs from one version
     out = []

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from dagster_databus.errors import DatabusError, for_task
+from dagster_databus.storage.lake import Lake
 
 # Columns the reader adds after the table's own.
 META_SPARK = "`__scn` long, `__seq` int, `__window_scn` long, `__op` string, `__commit_ts_ms` long"
@@ -23,7 +23,8 @@ META_NAMES = ("__scn", "__seq", "__window_scn", "__op", "__commit_ts_ms")
 
 
 class ChangeLogDataSource(DataSource):
-    """Options: ``lake``, ``source``, ``table``, ``since`` (exclusive), ``until`` (inclusive)."""
+    """Options: ``lake`` (a folder, or ``Lake.spec()``: tasks resolve its credentials from their own
+    environment), ``source``, ``table``, ``since`` (exclusive), ``until`` (inclusive)."""
 
     @classmethod
     def name(cls) -> str:
@@ -32,7 +33,7 @@ class ChangeLogDataSource(DataSource):
     def _latest(self) -> Any:
         from dagster_databus.log.store import ChangeLog
 
-        log = ChangeLog(Path(self.options["lake"]), self.options["source"])
+        log = ChangeLog(Lake.from_spec(self.options["lake"]), self.options["source"])
         latest = log.schemas.latest(self.options["table"])
         if latest is None:
             raise ValueError(f"no schema registered for table {self.options['table']!r}")
@@ -55,7 +56,7 @@ class ChangeLogReader(DataSourceReader):
         from dagster_databus.core.scn import Scn
         from dagster_databus.log.store import ChangeLog
 
-        log = ChangeLog(Path(self.options["lake"]), self.options["source"])
+        log = ChangeLog(Lake.from_spec(self.options["lake"]), self.options["source"])
         until = Scn.parse(self.options["until"]) if self.options.get("until") else None
         table = self.options["table"]
         segments = [s for s in log.manifest().between(Scn.parse(self.options.get("since", "0")), until)
@@ -79,7 +80,7 @@ class ChangeLogReader(DataSourceReader):
         if not spec:
             return
         opts = self.options
-        log = ChangeLog(Path(opts["lake"]), opts["source"])
+        log = ChangeLog(Lake.from_spec(opts["lake"]), opts["source"])
         # The columns as planned, even if a capture registers a newer schema version meanwhile.
         planned = TableSchema(opts["source"], opts["table"],
                               tuple(Column(name, ColumnType.parse(kind)) for name, kind in self.columns), ())

@@ -29,8 +29,7 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.log.columns import change_schema, table_changes
-from dagster_databus.log.ddl import DdlLog
-from dagster_databus.log.durable import crash_point, disk_errors, exclusive_lock
+from dagster_databus.log.durable import crash_point, disk_errors
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import (
     Changes,
@@ -106,7 +105,7 @@ def session_of(spark: SparkLike) -> SparkSession:
 def read_changes(spark: SparkSession, config: DatabusConfig, source: str, table: str,
                  since: Scn, until: Scn) -> DataFrame:
     return (spark.read.format("databus_log")
-            .option("lake", str(config.lake)).option("source", source).option("table", table)
+            .option("lake", config.lake.spec()).option("source", source).option("table", table)
             .option("since", str(since)).option("until", str(until)).load())
 
 
@@ -171,7 +170,7 @@ def apply_changes(engine: DeltaEngine, snap: DeltaSnapshot, schema: TableSchema,
     applied = snap.applied_scn()
     if applied is None:
         raise SnapshotMissingError(
-            f"snapshot {snap.source}.{snap.table} has not been bootstrapped ({snap.path})",
+            f"snapshot {snap.source}.{snap.table} has not been bootstrapped ({snap.uri})",
             f"materialize the {snap.source}/{snap.table} asset, which bootstraps it first",
         )
     if until <= applied:
@@ -198,8 +197,7 @@ def sync_table(spark: SparkLike, config: DatabusConfig, source_cfg: SourceConfig
     started = time.monotonic()
     log = ChangeLog(config.lake, source_cfg.name)
     snap = DeltaSnapshot(config.lake, source_cfg.name, table)
-    lock = exclusive_lock(snap.path.parent / f".{table}.lock", f"snapshot {source_cfg.name}.{table}",
-                          "wait for the other merge of this table to finish")
+    lock = snap.lock(f"snapshot {source_cfg.name}.{table}", "wait for the other merge of this table to finish")
     with lock:
         log.require_intact()
         bootstrapped_at, bootstrap_rows = None, 0
@@ -207,7 +205,7 @@ def sync_table(spark: SparkLike, config: DatabusConfig, source_cfg: SourceConfig
             restored = rebuild_from_bootstrap(snap, log, progress)
             bootstrapped_at, bootstrap_rows = restored
         applied = snap.applied_scn() if mode != "bootstrap" else None
-        ddl = DdlLog(log.root).last_for(table)
+        ddl = log.ddl.last_for(table)
         if applied is not None and ddl is not None and ddl.scn > (snap.bootstrap_scn() or Scn.BEGINNING):
             # The table was altered or truncated: its rows changed without row events, or its
             # columns no longer fit the snapshot. Read it afresh.
@@ -290,7 +288,7 @@ def sync_source(spark: SparkLike, config: DatabusConfig, source: str, tables: Se
 
 def rebuild_from_bootstrap(snap: DeltaSnapshot, log: ChangeLog, progress: Progress) -> tuple[Scn, int]:
     """Overwrite the snapshot with its state right after its last bootstrap; return (SCN, rows)."""
-    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+    from deltalake import CommitProperties, Transaction, write_deltalake
 
     boot = snap.bootstrap_scn()
     if boot is None:
@@ -302,23 +300,23 @@ def rebuild_from_bootstrap(snap: DeltaSnapshot, log: ChangeLog, progress: Progre
             f"cannot rebuild {snap.source}.{snap.table}: the change log now starts after SCN {start}, but the "
             f"snapshot's last bootstrap was at SCN {boot}, so the changes in between are gone",
             "run a bootstrap of the table instead (mode: bootstrap)")
-    current = DeltaTable(str(snap.path))
+    current = snap.delta()
     lo, hi = 0, current.version()
     while lo < hi:  # the first version whose bootstrap transaction is the current one
         mid = (lo + hi) // 2
-        if DeltaTable(str(snap.path), version=mid).transaction_version(snap.bootstrap_app_id) == boot.value:
+        if snap.delta(version=mid).transaction_version(snap.bootstrap_app_id) == boot.value:
             hi = mid
         else:
             lo = mid + 1
     try:
-        data = DeltaTable(str(snap.path), version=lo).to_pyarrow_table()
+        data = snap.delta(version=lo).to_pyarrow_table()
     except Exception as exc:
         raise SnapshotMissingError(
             f"version {lo} of {snap.source}.{snap.table} (its last bootstrap) cannot be read: {exc}",
             "run a bootstrap of the table instead (mode: bootstrap); VACUUM removed the old files") from exc
     txns = [Transaction(app_id=snap.app_id, version=boot.value),
             Transaction(app_id=snap.bootstrap_app_id, version=boot.value)]
-    write_deltalake(str(snap.path), data, mode="overwrite", schema_mode="overwrite",
+    write_deltalake(snap.uri, data, mode="overwrite", schema_mode="overwrite", storage_options=snap.storage_options,
                     commit_properties=CommitProperties(app_transactions=txns))
     progress(f"{snap.table}: restored version {lo} ({data.num_rows} rows, bootstrap SCN {boot}); replaying the log")
     return boot, data.num_rows
