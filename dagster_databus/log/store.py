@@ -361,7 +361,8 @@ class ChangeLog:
         version can still read them. Returns the committed manifest.
         """
         sealed = self._seal(manifest)
-        new_parts = [p.file for p in sealed.parts if p not in manifest.parts]
+        known = {p.file for p in manifest.parts}
+        new_parts = [p.file for p in sealed.parts if p.file not in known]
         version = manifest.version + 1
         # Compact: the C encoder; an indented one is several times slower for the same entries.
         data = json.dumps(sealed.to_json(self.source), separators=(",", ":")).encode()
