@@ -9,6 +9,7 @@ from benchmarks import (
     bench_consumer,
     bench_e2e,
     bench_failover,
+    bench_lake,
     bench_log_write,
     bench_manifest,
     bench_merge,
@@ -28,4 +29,5 @@ if __name__ == "__main__":
     bench_bootstrap.main()
     bench_e2e.main()
     bench_failover.main()
+    bench_lake.main()
     bench_reconcile.main()
