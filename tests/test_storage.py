@@ -147,25 +147,64 @@ def test_consumer_checkpoints_in_the_lake_fence_a_second_instance(objects: LakeO
     assert len(objects.list("consumers/shop/billing/checkpoint/")) == LakeCheckpointStore.KEEP
 
 
-def test_a_consumer_resumes_from_a_checkpoint_kept_in_the_object_store(tmp_path: Path, s3: S3Server) -> None:
+def test_a_consumer_bootstraps_and_resumes_from_a_lake_wholly_in_the_object_store(
+        tmp_path: Path, s3: S3Server, monkeypatch: pytest.MonkeyPatch, spark) -> None:
+    """Log, snapshots and the consumer's checkpoint in the bucket: a consumer process on another
+    machine needs nothing but the lake."""
+    from dagster_databus.snapshot.merge import sync_source
+    from tests.conftest import s3_lake as bucket_lake
+
+    source = SqliteHarness(tmp_path / "source.db")
+    source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)",
+                    *[("INSERT INTO items VALUES (?, ?)", (i, "seed")) for i in range(3)]])
+    config = make_config(bucket_lake(s3, monkeypatch), source.source_config("shop", [("items", ["id"])]))
+    pipeline.install(config, "shop")
+    source.execute([("INSERT INTO items VALUES (?, ?)", (i, "a")) for i in range(3, 6)])
+    pipeline.capture(config, "shop")
+    sync_source(spark, config, "shop")  # snapshot of 0..5
+    source.execute([("UPDATE items SET name = ? WHERE id = ?", ("b", 1)),
+                    ("INSERT INTO items VALUES (?, ?)", (6, "b"))])
+    pipeline.capture(config, "shop")
+    assert config.lake.path is None and not (tmp_path / "lake").exists()
+
+    def consume() -> Collector:
+        seen = Collector()
+        # As a consumer on another machine is given the lake: its spec, the secret resolved there.
+        DatabusClient(config.lake.spec(), "shop", seen,
+                      checkpoints=LakeCheckpointStore.for_consumer(config.lake.objects, "shop", "audit")).run()
+        return seen
+
+    first = consume()  # the snapshot, then the log after it
+    state = {}
+    for event in first.events:
+        state[event.key] = event.row["name"]
+    assert state == {(0,): "seed", (1,): "b", (2,): "seed", (3,): "a", (4,): "a", (5,): "a", (6,): "b"}
+    source.execute([("INSERT INTO items VALUES (?, ?)", (i, "c")) for i in range(7, 9)])
+    pipeline.capture(config, "shop")
+    assert [tuple(e.key) for e in consume().events] == [(7,), (8,)]  # nothing twice, nothing skipped
+    assert [o.key for o in config.lake.objects.list("consumers/shop/audit/checkpoint/")]
+
+
+def test_an_unwritable_object_store_lake_is_named_before_the_source_is_touched(tmp_path: Path, s3: S3Server) -> None:
     source = SqliteHarness(tmp_path / "source.db")
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)"])
-    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
-    pipeline.install(config, "shop")
-    objects = open_objects(parse_lake(s3_lake(s3), options=s3_options(s3), environ=SECRET_ENV))
+    raw = {"lake": "s3://no-such-bucket/lake", "storage_options": s3_options(s3),
+           "sources": [source.source_config("shop", [("items", ["id"])])]}
+    from dagster_databus.config import parse_config
+    from dagster_databus.errors import LakeNotWritableError
 
-    def consume() -> list[tuple[int, ...]]:
-        seen = Collector()
-        DatabusClient(config.lake, "shop", seen, bootstrap=False,
-                      checkpoints=LakeCheckpointStore.for_consumer(objects, "shop", "audit")).run()
-        return [tuple(e.key) for e in seen.events]
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("S3_TEST_SECRET", "test")
+        config = parse_config(raw, base=tmp_path)
+        report = pipeline.validate(config)
+        assert report.problems["lake"] and "s3://no-such-bucket/lake" in report.problems["lake"][0]
+        assert "storage_options" in report.problems["lake"][0]
+        with pytest.raises(LakeNotWritableError, match=r"s3://no-such-bucket/lake .*cannot be written"):
+            pipeline.install(config, "shop")
+    import sqlite3
 
-    source.execute([("INSERT INTO items VALUES (?, ?)", (i, "a")) for i in range(3)])
-    pipeline.capture(config, "shop")
-    assert consume() == [(0,), (1,), (2,)]
-    source.execute([("INSERT INTO items VALUES (?, ?)", (i, "b")) for i in range(3, 5)])
-    pipeline.capture(config, "shop")
-    assert consume() == [(3,), (4,)]  # nothing delivered twice, nothing skipped
+    with sqlite3.connect(tmp_path / "source.db") as conn:  # nothing was installed in the source
+        assert not conn.execute("SELECT name FROM sqlite_master WHERE name LIKE '_databus%'").fetchall()
 
 
 def test_pull_cursors_in_the_lake_fence_a_second_consumer_with_the_same_client_id(

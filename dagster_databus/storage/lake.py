@@ -40,7 +40,7 @@ class Lake:
     @classmethod
     def from_spec(cls, spec: str) -> Lake:
         if not spec.startswith("{"):
-            return as_lake(spec)
+            return as_lake(spec)  # a folder or a URI, as older versions passed it
         doc = json.loads(spec)
         return cls.parse(doc["uri"], options=doc["options"])
 
@@ -71,10 +71,14 @@ class Lake:
 
 
 def as_lake(lake: Lake | LakeLocation | Path | str) -> Lake:
+    """``lake`` as a Lake: a folder, a URI (credentials from the store's environment variables), or a
+    ``Lake.spec()`` (its storage options with references resolved here)."""
     if isinstance(lake, Lake):
         return lake
     if isinstance(lake, LakeLocation):
         return Lake(lake)
+    if isinstance(lake, str) and lake.startswith("{"):
+        return Lake.from_spec(lake)
     return Lake(parse_lake(str(lake)))
 
 
