@@ -13,9 +13,10 @@ from dagster_databus.config import DatabusConfig, load_config
 from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
 from dagster_databus.consumer.pull import MetaManager
 from dagster_databus.core.events import ChangeEvent
+from dagster_databus.core.identifiers import is_plain_name
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType, json_value
-from dagster_databus.errors import DatabusError
+from dagster_databus.errors import ConfigError, DatabusError
 from dagster_databus.log.schemas import SchemaRegistry
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
@@ -165,13 +166,25 @@ class JsonLinesConsumer(DatabusConsumer):
 
 def _tail(config: DatabusConfig, args: argparse.Namespace) -> int:
     from dagster_databus.consumer.checkpoints import (
+        CheckpointStore,
         ConsumerCheckpoint,
         FileCheckpointStore,
+        LakeCheckpointStore,
         MemoryCheckpointStore,
     )
 
     config.source(args.source)
-    store = FileCheckpointStore(args.checkpoint) if args.checkpoint else MemoryCheckpointStore()
+    if args.checkpoint and args.consumer:
+        raise ConfigError("--consumer", "--checkpoint and --consumer both name where the checkpoint is kept",
+                          "give one: --consumer NAME keeps it in the lake (any machine), --checkpoint FILE here")
+    store: CheckpointStore = MemoryCheckpointStore()
+    if args.consumer:
+        if not is_plain_name(args.consumer):
+            raise ConfigError("--consumer", f"{args.consumer!r} is not a plain name",
+                              "use letters, digits and underscores, starting with a letter")
+        store = LakeCheckpointStore.for_consumer(config.lake.objects, args.source, args.consumer)
+    elif args.checkpoint:
+        store = FileCheckpointStore(args.checkpoint)
     if args.from_scn is not None and store.load() is None:
         store.save(ConsumerCheckpoint(scn=Scn.parse(args.from_scn),
                                       epoch=ChangeLog(config.lake, args.source).manifest().epoch))
@@ -224,7 +237,9 @@ def _main(argv: list[str] | None) -> int:
     tail.add_argument("--source", required=True)
     tail.add_argument("--tables", nargs="*", help="tables, in the order events of one window are grouped")
     tail.add_argument("--filter", help="partition filter, e.g. mod:10:[1,3] or range:1000:[0-4]")
-    tail.add_argument("--checkpoint", help="checkpoint file (kept across runs)")
+    tail.add_argument("--checkpoint", help="checkpoint file (kept across runs, on this machine)")
+    tail.add_argument("--consumer", help="keep the checkpoint in the lake under this consumer name (kept across "
+                                         "runs on any machine; a second tail of the same name is refused)")
     tail.add_argument("--from-scn", help="start after this SCN when there is no checkpoint yet")
     tail.add_argument("--no-bootstrap", action="store_true", help="never read the snapshots first")
     tail.add_argument("--follow", action="store_true", help="keep printing as the log grows (Ctrl-C stops)")

@@ -222,3 +222,34 @@ def test_validate_names_missing_mysql_privileges_with_pasteable_grants(mariadb: 
     assert main(["validate", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert "GRANT REPLICATION SLAVE ON *.* TO 'checker'@'127.0.0.1'" in err and not (tmp_path / "lake").exists()
+
+
+def test_tail_keeps_a_named_consumers_checkpoint_in_an_object_store_lake(
+        tmp_path: Path, s3, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.conftest import S3_SECRET_ENV
+
+    create_shop(tmp_path / "shop.db")
+    ShopWorkload(tmp_path / "shop.db").run(5)
+    path = tmp_path / "databus.yaml"
+    path.write_text(json.dumps({
+        "lake": f"s3://{s3.bucket()}/lake",
+        "storage_options": {**s3.options, "AWS_SECRET_ACCESS_KEY": "${" + S3_SECRET_ENV + "}"},
+        "sources": [{"name": "shop", "kind": "sqlite", "path": "shop.db",
+                     "tables": [{"name": "orders", "primary_key": ["id"]}]}]}))
+    assert main(["--config", str(path), "install"]) == 0
+    ShopWorkload(tmp_path / "shop.db", seed=1).run(5)
+    config = load_config(path)
+    pipeline.capture(config, "shop")
+    capsys.readouterr()
+    tail = ["tail", "--config", str(path), "--source", "shop", "--no-bootstrap", "--from-scn", "0",
+            "--consumer", "audit"]
+    assert main(tail) == 0
+    first = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert first and {e["table"] for e in first} == {"orders"}
+    assert main(tail) == 0 and capsys.readouterr().out == ""  # the checkpoint in the bucket: nothing again
+    ShopWorkload(tmp_path / "shop.db", seed=2).run(3)
+    pipeline.capture(config, "shop")
+    assert main(tail) == 0
+    later = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert later and min(int(e["scn"]) for e in later) > max(int(e["scn"]) for e in first)
+    assert main([*tail[:-1], "bad name"]) == 2 and "--consumer" in capsys.readouterr().err
