@@ -268,3 +268,29 @@ def test_bootstrap_of_a_table_under_concurrent_writes(mariadb: MariaDBServer, tm
     assert len(positions) > 1
     cycle(config, spark)
     assert_snapshots_match(config)
+
+
+@pytest.mark.parametrize("error", [
+    (4052, "A slave with the same server_uuid/server_id is already connected"),  # MariaDB, to the newcomer
+    (1236, "A slave with the same server_uuid/server_id as this slave has connected to the master; the first "
+           "event 'mysql-bin.000002' at 4, ..."),  # MySQL, to the reader it drops
+])
+def test_a_second_binlog_reader_with_the_capture_server_id_is_named_a_concurrent_run(
+        mariadb: MariaDBServer, tmp_path: Path, error: tuple[int, str]) -> None:
+    """Two captures of one source sharing only an object-store lake both reach the server, which keeps
+    one binlog reader per replica server id. pymysqlreplication reconnects on its own while streaming
+    (the log's commit then fences the loser), so this is the error where it does not: the server's
+    refusal as the server words it (a seam: the race itself cannot be staged reliably)."""
+    import pymysql
+
+    from dagster_databus.errors import ConcurrentRunError
+    from dagster_databus.sources import open_source
+
+    harness = MysqlHarness(mariadb)
+    harness.create_shop()
+    source = open_source(make_config(tmp_path / "lake", harness.source_config("shop", SHOP)).source("shop"))
+    with pytest.raises(ConcurrentRunError, match=r"another capture of source 'shop' is reading the binlog with "
+                                                 r"replica server id \d+ \(A slave with the same") as err:
+        source._refuse_second_reader(pymysql.err.OperationalError(*error))
+    assert "must not overlap" in err.value.fix
+    source._refuse_second_reader(pymysql.err.OperationalError(1236, "Could not find first log file name"))  # a gap

@@ -57,6 +57,8 @@ class DeltaFolder:
         self.path = Path(self.lake.where(key))  # the folder, on a local lake; else only for messages
         self.uri = str(self.path) if self.lake.is_local else self.lake.location.child(*parts)
         self.storage_options = dict(self.lake.location.options) or None
+        # Hadoop's file systems (delta-spark) name S3 s3a://; delta-rs takes either.
+        self.spark_uri = "s3a://" + self.uri[len("s3://"):] if self.uri.startswith("s3://") else self.uri
 
     def delta(self, version: int | None = None) -> DeltaTable:
         return DeltaTable(self.uri, version=version, storage_options=self.storage_options)
@@ -316,10 +318,10 @@ class DeltaSparkEngine:
         data = pa.Table.from_batches([with_meta(b, scn, "r", now) for b in batches], schema=schema.arrow())
         (self.spark.createDataFrame(data).write.format("delta").mode("overwrite")
          .option("overwriteSchema", "true").option("txnAppId", snap.app_id).option("txnVersion", scn.value)
-         .save(snap.uri))
+         .save(snap.spark_uri))
         # delta-spark takes one transaction id per write: record the bootstrap SCN in a second, empty one.
         (self.spark.createDataFrame(data.slice(0, 0)).write.format("delta").mode("append")
-         .option("txnAppId", snap.bootstrap_app_id).option("txnVersion", scn.value).save(snap.uri))
+         .option("txnAppId", snap.bootstrap_app_id).option("txnVersion", scn.value).save(snap.spark_uri))
         return data.num_rows
 
     def merge(self, snap: DeltaSnapshot, schema: TableSchema, changes: Changes, scn: Scn) -> MergeCounts:
@@ -333,7 +335,7 @@ class DeltaSparkEngine:
         backtick = {k.replace('"', "`"): v.replace('"', "`") for k, v in assignments.items()}
         self._txn(snap, scn)
         try:
-            (SparkDeltaTable.forPath(self.spark, snap.uri).alias("t")
+            (SparkDeltaTable.forPath(self.spark, snap.spark_uri).alias("t")
              .merge(source.alias("s"), predicate.replace('"', "`"))
              .whenMatchedDelete(f"{is_delete} AND {newer}".replace('"', "`"))
              .whenMatchedUpdate(f"NOT ({is_delete}) AND {newer}".replace('"', "`"), set=backtick)
@@ -341,7 +343,7 @@ class DeltaSparkEngine:
              .execute())
         finally:
             self._clear()
-        metrics = SparkDeltaTable.forPath(self.spark, snap.uri).history(1).collect()[0]["operationMetrics"]
+        metrics = SparkDeltaTable.forPath(self.spark, snap.spark_uri).history(1).collect()[0]["operationMetrics"]
         return MergeCounts(inserted=int(metrics.get("numTargetRowsInserted", 0)),
                            updated=int(metrics.get("numTargetRowsUpdated", 0)),
                            deleted=int(metrics.get("numTargetRowsDeleted", 0)))

@@ -29,6 +29,7 @@ from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
     CaptureNotInstalledError,
+    ConcurrentRunError,
     ConfigError,
     EpochMismatchError,
     LogGapError,
@@ -359,9 +360,24 @@ class MysqlSource:
         try:
             for event in stream:
                 return str(event.timestamp)
+        except pymysql.err.OperationalError as exc:
+            self._refuse_second_reader(exc)
+            raise
         finally:
             stream.close()
         return ""
+
+    def _refuse_second_reader(self, exc: pymysql.err.OperationalError) -> None:
+        """The server allows one binlog reader per replica server id: another capture of this source is
+        reading (MariaDB refuses the newcomer, 4052; MySQL drops the older reader, 1236)."""
+        text = str(exc.args[-1]) if exc.args else ""
+        if exc.args and (exc.args[0] == 4052 or "same server_uuid/server_id" in text):
+            raise ConcurrentRunError(
+                f"another capture of source {self.name!r} is reading the binlog with replica server id "
+                f"{self.config.replica_server_id()} ({text})",
+                "runs of one source must not overlap (one schedule or sensor per source); nothing was committed "
+                "by this run, and the next run continues from the log as the other left it",
+                source=self.name) from None
 
     def start_position(self) -> tuple[Scn, dict[str, str]]:
         with closing(self.connect()) as conn, conn.cursor() as cur:
@@ -507,6 +523,7 @@ class MysqlSource:
                 if position >= bound:
                     break
         except pymysql.err.OperationalError as exc:
+            self._refuse_second_reader(exc)
             if exc.args and exc.args[0] == 1236:
                 raise LogGapError(
                     f"the server refused to stream binlog {current_file} for source {self.name!r}: {exc.args[-1]}",

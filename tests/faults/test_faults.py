@@ -10,6 +10,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -171,8 +172,10 @@ def test_two_runs_of_one_source_at_once(kind: str, lake: Path | Lake, tmp_path: 
     generator.run(40)
     cycle(config, spark)
     generator.run(400)  # enough for a capture to take a while
+    # Each run with a temporary folder of its own: on the object-store lake they share nothing but the lake.
     runs = [subprocess.Popen([sys.executable, "jobs/capture.py", "--config", str(config_file), "--source", "faults",
-                              "--no-install"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              "--no-install"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "TMPDIR": tempfile.mkdtemp(dir=tmp_path)})
             for _ in range(2)]
     outcomes = [(r.wait(timeout=300), r.stderr.read()) for r in runs]
     assert any(code == 0 for code, _ in outcomes), outcomes
