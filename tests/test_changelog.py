@@ -272,3 +272,29 @@ def test_a_segment_holds_each_event_as_its_tables_row_record_readable_by_any_avr
             w.append([Window(Scn(9), (ChangeEvent(Scn(9), 0, "bad", Op.INSERT, (1,), {"id": 1, "__op": "x"}, 1),))],
                      "e1")
     assert log.committed_scn() == Scn(3)
+
+
+def test_a_log_written_before_manifest_versions_reads_the_same_and_moves_to_versions_on_its_next_commit(
+        tmp_path: Path) -> None:
+    log = sealed_log(tmp_path, 5)
+    expected = [[e.scn.value for e in w.events] for w in log.read_windows()]
+    # The layout of earlier versions: manifest.json (no checkpoint inside) beside checkpoint.json,
+    # the checkpoint one commit behind (a crash between the two writes).
+    doc = json.loads(log.manifest_path.read_text())
+    checkpoint = doc.pop("checkpoint")
+    checkpoint["scn"] = "40"
+    for version in (log.root / "manifest").iterdir():
+        version.unlink()
+    (log.root / "manifest").rmdir()
+    (log.root / "manifest.json").write_text(json.dumps(doc))
+    (log.root / "checkpoint.json").write_text(json.dumps(checkpoint))
+    old = ChangeLog(tmp_path, "s")
+    assert old.manifest().version == 0 and old.checkpoint().scn == Scn(40)
+    assert [[e.scn.value for e in w.events] for w in old.read_windows()] == expected
+    with old.writer() as w:  # rolls the checkpoint forward: the first version
+        assert old.manifest().version == 1 and old.checkpoint().scn == Scn(50)
+        w.register_schemas([SCHEMA])
+        w.append([window(60)], "e1")
+    assert not (log.root / "manifest.json").exists() and not (log.root / "checkpoint.json").exists()
+    assert [[e.scn.value for e in w.events] for w in ChangeLog(tmp_path, "s").read_windows()] == [*expected, [60]]
+    assert ChangeLog(tmp_path, "s").manifest().version == 2
