@@ -98,6 +98,9 @@ def test_lake_locations_and_their_options(tmp_path: Path) -> None:
         "s3", "bucket", "a/b", "s3://bucket/a/b", "s3://bucket/a/b/log/x")
     azure = parse_lake("abfss://container@account.dfs.core.windows.net/lake")
     assert (azure.scheme, azure.bucket, azure.prefix) == ("az", "container", "lake")
+    # The account stays in the URI that delta-rs, delta-spark and the store client are given.
+    assert azure.child("log", "x") == "abfss://container@account.dfs.core.windows.net/lake/log/x"
+    assert parse_lake("az://container/lake").uri == "az://container/lake"
     assert parse_lake("gs://b").uri == "gs://b"
     with pytest.raises(LakeLocationError, match="scheme 'ftp'"):
         parse_lake("ftp://host/lake")

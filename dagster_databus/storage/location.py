@@ -30,6 +30,9 @@ class LakeLocation:
     bucket: str = ""
     prefix: str = ""  # key prefix inside the bucket: no leading or trailing slash
     options: Mapping[str, str] = field(default_factory=dict, repr=False)  # resolved; may hold secrets
+    # An abfs(s) URI's ``container@account.dfs.core.windows.net``: the storage account is named there,
+    # so the URI is kept as written for delta-rs, delta-spark and the object store client.
+    authority: str = ""
 
     @property
     def is_local(self) -> bool:
@@ -39,6 +42,8 @@ class LakeLocation:
     def uri(self) -> str:
         if self.path is not None:
             return self.path.as_uri()
+        if self.authority:
+            return f"abfss://{self.authority}/{self.prefix}".rstrip("/")
         return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
 
     def child(self, *parts: str) -> str:
@@ -73,10 +78,12 @@ def parse_lake(text: str, base: Path | None = None, options: Mapping[str, str] |
         if parts.netloc not in ("", "localhost"):
             raise LakeLocationError(f"lake {text!r}: a file:// URI names a local folder (file:///path)")
         return LakeLocation("file", path=Path(parts.path), options=resolved)
-    bucket = parts.netloc.split("@")[0] if match.group(1).lower() in ("abfs", "abfss") else parts.netloc
+    azure_account = match.group(1).lower() in ("abfs", "abfss") and "@" in parts.netloc
+    bucket = parts.netloc.split("@")[0] if azure_account else parts.netloc
     if not bucket:
         raise LakeLocationError(f"lake {text!r} names no bucket or container: {scheme}://<bucket>/<prefix>")
-    return LakeLocation(scheme, bucket=bucket, prefix=parts.path.strip("/"), options=resolved)
+    return LakeLocation(scheme, bucket=bucket, prefix=parts.path.strip("/"), options=resolved,
+                        authority=parts.netloc if azure_account else "")
 
 
 def resolve_options(options: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:

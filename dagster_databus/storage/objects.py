@@ -226,4 +226,6 @@ def _store(location: LakeLocation) -> Any:
     client = {"allow_http": True} if options.pop("aws_allow_http", options.pop("allow_http", "")) == "true" else {}
     if "aws_endpoint_url" in options:
         options["aws_endpoint"] = options.pop("aws_endpoint_url")
-    return from_url(f"{location.scheme}://{location.bucket}", config=options or None, client_options=client or None)
+    # An abfss://container@account... URI names the storage account itself.
+    url = f"abfss://{location.authority}" if location.authority else f"{location.scheme}://{location.bucket}"
+    return from_url(url, config=options or None, client_options=client or None)
