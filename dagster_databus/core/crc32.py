@@ -1,9 +1,10 @@
 """CRC-32 (zlib's: IEEE 802.3, reflected) of every value of an Arrow string array, in one compiled pass.
 
 Every event stores ``crc32(key) mod 65536`` for server-side filters and per-key routing
-(``core.events.key_partition``); computing it with ``zlib.crc32`` one key at a time was a tenth of
-a capture's time. The kernel reads the array's offsets and bytes directly and gives the same
-numbers as zlib (tested on random and edge keys).
+(``core.events.key_partition``), and reconciliation buckets keys by its top bits
+(``core.fingerprint.buckets``, as the database's ``CRC32``); computing it with ``zlib.crc32`` one
+key at a time was a tenth of a capture's time. The kernel reads the array's offsets and bytes
+directly and gives the same numbers as zlib (tested on random and edge keys).
 """
 
 from __future__ import annotations
