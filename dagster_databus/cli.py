@@ -98,7 +98,8 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
     print(f"{'source/table':<28}{'checkpoint':>12}{'snapshot':>12}{'source':>12}{'lag':>8}{'segments':>10}{'bytes':>12}")
     for source in config.sources:
         log = ChangeLog(config.lake, source.name)
-        manifest, checkpoint = log.manifest(), log.checkpoint()
+        manifest = log.manifest()
+        checkpoint = manifest.checkpoint
         try:
             position: Scn | None = open_source(source, config.lake).high_water_mark()
         except DatabusError:

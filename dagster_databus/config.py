@@ -357,8 +357,6 @@ def _lake(lake: Any, options: Any, base: Path) -> Any:
     ``storage_options``; a relative folder is taken from the config's folder."""
     from dagster_databus.storage.location import LakeLocationError
 
-    if isinstance(lake, Lake):
-        return lake
     if not isinstance(lake, str | Path):
         return lake  # pydantic names the type error
     if options is not None and not (isinstance(options, dict) and all(isinstance(k, str) for k in options)):

@@ -186,12 +186,13 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
     schemas = src.schemas()
     epoch = src.epoch()
     with log.writer() as writer:
-        checkpoint = log.checkpoint()
-        if checkpoint is None:
+        manifest = log.manifest()  # one version: the checkpoint, epoch and lineage read together
+        if manifest.checkpoint is None:
             start, state = src.start_position()
             if not start.is_beginning:
                 writer.start_at(start, epoch, state)
-                checkpoint = log.checkpoint()
+                manifest = log.manifest()
+        checkpoint = manifest.checkpoint
         since = checkpoint.scn if checkpoint else Scn.BEGINNING
         guard = not src.sees_ddl
         versions = writer.register_schemas(schemas.values(), guard)
@@ -199,13 +200,13 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
         result = CaptureResult(source=source, epoch=epoch, since=since, until=since, source_hwm=since,
                                schema_versions=versions)
         start_state = checkpoint.state if checkpoint else {}
-        lineage = log.manifest().lineage
+        lineage = manifest.lineage
         if "switched_ms" in start_state and lineage:
             result.failover = lineage[-1]
         # After a switch by commit time, windows up to the last commit captured before it are re-reads.
         reread_ms = int(start_state["reread_through"]) * 1000 if "reread_through" in start_state else None
         ddl = log.ddl
-        poll_epoch = checkpoint.epoch if checkpoint else log.manifest().epoch
+        poll_epoch = checkpoint.epoch if checkpoint else manifest.epoch
         for chunk in src.poll(since, poll_epoch, stats, checkpoint.state if checkpoint else {}):
             # A chunk may follow a schema change: register what its events were written with.
             versions = writer.register_schemas(src.schemas().values(), guard)

@@ -30,6 +30,8 @@ class SchemaRegistry:
         self.lake = lake
         self.prefix = prefix  # the registry's key prefix in the lake, ending in '/'
         self.source = source
+        self._documents: dict[Any, dict[str, Any]] = {}  # a store lake's documents (see _entry)
+        self._parsed: dict[Any, Any] = {}
 
     def _key(self, table: str, version: int) -> str:
         return f"{self.prefix}{table}/v{version:04d}.avsc"
@@ -83,50 +85,61 @@ class SchemaRegistry:
         return doc
 
     def parsed(self, table: str, version: int) -> Any:
-        key = self._key(table, version)
-        cache_key = (self.lake.where(key), self._stamp(key))
+        cache_key, doc, documents = self._entry(table, version)
+        parsed = _PARSED if documents is _DOCUMENTS else self._parsed
         with _LOCK:
-            found = _PARSED.get(cache_key)
+            found = parsed.get(cache_key)
         if found is None:
-            found = fastavro.parse_schema(self.record(table, version))
+            found = fastavro.parse_schema({k: v for k, v in doc.items() if k != "databus"})
             with _LOCK:
-                _PARSED[cache_key] = found
+                parsed[cache_key] = found
+                _bound(parsed)
         return found
 
-    def _stamp(self, key: str) -> object:
-        # A version never changes once written, but a lake rebuilt at the same place reuses its name: on
-        # a local disk the file's identity tells them apart for free; in a store, the registry instance.
-        path = self.lake.path
-        if path is not None:
-            stat = (path / key).stat()
-            return stat.st_mtime_ns, stat.st_size, stat.st_ino
-        return id(self)
-
     def _document(self, table: str, version: int) -> dict[str, Any]:
+        return self._entry(table, version)[1]
+
+    def _entry(self, table: str, version: int) -> tuple[Any, dict[str, Any], dict[Any, Any]]:
+        """(cache key, document, the cache holding it). A version never changes once written, but a
+        lake rebuilt at the same place reuses its name: on a local disk the file's identity tells them
+        apart for free, so the process shares one cache; in a store that would cost a request, so the
+        cache is this registry's own (a ChangeLog lives for one operation)."""
         key = self._key(table, version)
-        try:
-            cache_key = (self.lake.where(key), self._stamp(key))
-        except FileNotFoundError:
-            cache_key = None
+        where = self.lake.where(key)
+        if self.lake.path is not None:
+            try:
+                stat = (self.lake.path / key).stat()
+            except FileNotFoundError:
+                raise self._missing(table, version, where) from None
+            cache_key: Any = (where, stat.st_mtime_ns, stat.st_size, stat.st_ino)
+            documents = _DOCUMENTS
+        else:
+            cache_key, documents = where, self._documents
         with _LOCK:
-            found = _DOCUMENTS.get(cache_key) if cache_key is not None else None
+            found = documents.get(cache_key)
         if found is None:
             data = self.lake.objects.read(key)
             if data is None:
-                raise FileNotFoundError(f"schema version {version} of table {table!r} is missing: "
-                                        f"{self.lake.where(key)}")
+                raise self._missing(table, version, where)
             found = json.loads(data)
-            if cache_key is not None:
-                with _LOCK:
-                    _DOCUMENTS[cache_key] = found
-                    while len(_DOCUMENTS) > 4096:
-                        del _DOCUMENTS[next(iter(_DOCUMENTS))]
-        return found
+            with _LOCK:
+                documents[cache_key] = found
+                _bound(documents)
+        return cache_key, found, documents
+
+    @staticmethod
+    def _missing(table: str, version: int, where: str) -> FileNotFoundError:
+        return FileNotFoundError(f"schema version {version} of table {table!r} is missing: {where}")
 
 
-_DOCUMENTS: dict[tuple[str, object], dict[str, Any]] = {}
-_PARSED: dict[tuple[str, object], Any] = {}
+_DOCUMENTS: dict[Any, dict[str, Any]] = {}  # local lakes' schema documents, by file identity
+_PARSED: dict[Any, Any] = {}
 _LOCK = threading.Lock()
+
+
+def _bound(cache: dict[Any, Any], most: int = 4096) -> None:
+    while len(cache) > most:
+        del cache[next(iter(cache))]
 
 
 def _refuse_silent_backfill(old: TableSchema, new: TableSchema) -> None:

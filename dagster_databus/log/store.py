@@ -262,6 +262,9 @@ class ChangeLog:
             # the newer manifest. A part still missing then is damage (raised below).
             return self._read_manifest(final=True)
 
+    def _version_key(self, version: int) -> str:
+        return f"{self.key}manifest/{version:020d}.json"
+
     def _versions(self) -> list[int]:
         found = []
         for info in self.objects.list(self.key + "manifest/"):
@@ -275,7 +278,7 @@ class ChangeLog:
         for _ in range(5):
             versions = self._versions()
             for version in reversed(versions):
-                data = self.objects.read(f"{self.key}manifest/{version:020d}.json")
+                data = self.objects.read(self._version_key(version))
                 if data is not None:
                     return version, json.loads(data)
             if not versions:
@@ -366,12 +369,12 @@ class ChangeLog:
         version = manifest.version + 1
         # Compact: the C encoder; an indented one is several times slower for the same entries.
         data = json.dumps(sealed.to_json(self.source), separators=(",", ":")).encode()
-        if not self.objects.create(f"{self.key}manifest/{version:020d}.json", data):
+        if not self.objects.create(self._version_key(version), data):
             for file in new_parts:
                 self.objects.delete(f"{self.key}manifest.d/{file}")
             raise self._lost_race(manifest)
         if version > KEEP_VERSIONS:
-            self.objects.delete(f"{self.key}manifest/{version - KEEP_VERSIONS:020d}.json")
+            self.objects.delete(self._version_key(version - KEEP_VERSIONS))
         if manifest.version == 0:  # the first version after a log of manifest.json + checkpoint.json
             self.objects.delete(self.key + "manifest.json")
             self.objects.delete(self.key + "checkpoint.json")
@@ -381,7 +384,7 @@ class ChangeLog:
         """The parts the kept versions before ``head`` name."""
         named: set[str] = set()
         for version in versions:
-            data = self.objects.read(f"{self.key}manifest/{version:020d}.json") if version < head else None
+            data = self.objects.read(self._version_key(version)) if version < head else None
             if data is not None:
                 named.update(p["file"] for p in json.loads(data).get("parts", ()))
         return named
@@ -829,9 +832,9 @@ class LogWriter:
         write_container(buffer, schema, blocks, codec="zstandard", level=1, metadata={
             "databus.source": self.log.source, "databus.epoch": epoch, "databus.first_scn": str(first),
             "databus.last_scn": str(last), "databus.rows": json.dumps(rows)})
-        data = buffer.getbuffer()
+        data = buffer.getvalue()
         with disk_errors(f"writing change-log segment {name}", self.log.segments_dir):
-            self.log.objects.create(key, bytes(data), staged=lambda: crash_point("segment_written"))
+            self.log.objects.create(key, data, staged=lambda: crash_point("segment_written"))
         crash_point("segment_published")
         tables = {table: len(events) for table, events in batch.tables.items() if len(events)}
         info = SegmentInfo(
