@@ -77,22 +77,20 @@ def s3() -> Iterator[S3Server]:
         server.close()
 
 
-# The test server's secret as a deployment gives it: an environment variable every process has from
-# its start, Spark's Python workers included (they are started once per session, with this environment).
-S3_SECRET_ENV = "S3_TEST_SECRET"
-os.environ[S3_SECRET_ENV] = S3Server.SECRET
+# Every process has the test server's secret from its start, as in a deployment; Spark's Python
+# workers are started once per session, with this environment.
+os.environ[S3Server.SECRET_ENV] = S3Server.SECRET
 
 
-def s3_lake(server: S3Server, monkeypatch: pytest.MonkeyPatch, prefix: str = "lake") -> Lake:
+def s3_lake(server: S3Server, prefix: str = "lake") -> Lake:
     """A lake in a fresh bucket of the test server; its secret is named by reference, resolved from the
     environment by each process (and Spark task) that opens it."""
-    return Lake.parse(f"s3://{server.bucket()}/{prefix}",
-                      options={**server.options, "AWS_SECRET_ACCESS_KEY": "${" + S3_SECRET_ENV + "}"})
+    return Lake.parse(f"s3://{server.bucket()}/{prefix}", options=server.referenced_options)
 
 
 @pytest.fixture(params=["local", "s3"])
-def lake(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path | Lake:
+def lake(request: pytest.FixtureRequest, tmp_path: Path) -> Path | Lake:
     """The lake a suite runs on: a local folder, and a bucket of the S3-compatible test server."""
     if request.param == "local":
         return tmp_path / "lake"
-    return s3_lake(request.getfixturevalue("s3"), monkeypatch)
+    return s3_lake(request.getfixturevalue("s3"))

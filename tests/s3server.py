@@ -14,6 +14,9 @@ import uuid
 
 class S3Server:
     SECRET = "test"  # moto accepts any credentials
+    # The secret as a deployment gives it: an environment variable (tests/conftest.py sets it for
+    # every process from the start, Spark's Python workers included), named in the options by reference.
+    SECRET_ENV = "S3_TEST_SECRET"
     def __init__(self) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -37,6 +40,11 @@ class S3Server:
         """Storage options for delta-rs and obstore (moto accepts any credentials)."""
         return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": self.SECRET,
                 "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "AWS_CONDITIONAL_PUT": "etag"}
+
+    @property
+    def referenced_options(self) -> dict[str, str]:
+        """``options`` as a config writes them: the secret only as a reference to ``SECRET_ENV``."""
+        return {**self.options, "AWS_SECRET_ACCESS_KEY": "${" + self.SECRET_ENV + "}"}
 
     def bucket(self) -> str:
         """A new, empty bucket."""

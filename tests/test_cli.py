@@ -226,14 +226,12 @@ def test_validate_names_missing_mysql_privileges_with_pasteable_grants(mariadb: 
 
 def test_tail_keeps_a_named_consumers_checkpoint_in_an_object_store_lake(
         tmp_path: Path, s3, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.conftest import S3_SECRET_ENV
-
     create_shop(tmp_path / "shop.db")
     ShopWorkload(tmp_path / "shop.db").run(5)
     path = tmp_path / "databus.yaml"
     path.write_text(json.dumps({
         "lake": f"s3://{s3.bucket()}/lake",
-        "storage_options": {**s3.options, "AWS_SECRET_ACCESS_KEY": "${" + S3_SECRET_ENV + "}"},
+        "storage_options": s3.referenced_options,
         "sources": [{"name": "shop", "kind": "sqlite", "path": "shop.db",
                      "tables": [{"name": "orders", "primary_key": ["id"]}]}]}))
     assert main(["--config", str(path), "install"]) == 0

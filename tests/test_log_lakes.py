@@ -19,44 +19,30 @@ from dagster_databus.errors import ConcurrentRunError, EpochMismatchError
 from dagster_databus.log import store
 from dagster_databus.log.retention import apply_retention
 from dagster_databus.log.store import ChangeLog
-from dagster_databus.storage.lake import Lake
-from dagster_databus.storage.location import parse_lake
-from tests.s3server import S3Server
+from dagster_databus.storage.lake import Lake, as_lake
 from tests.test_changelog import SCHEMA, untagged, window
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def make_lake(kind: str, tmp_path: Path, s3: S3Server | None) -> tuple[Lake, str, dict[str, str]]:
-    """The lake, and its URI and options as another process is given them."""
-    if kind == "local":
-        uri, options = str(tmp_path / "lake"), {}
-    else:
-        assert s3 is not None
-        # The secret as a deployment gives it: an environment variable the options name.
-        uri, options = f"s3://{s3.bucket()}/lake", {**s3.options, "AWS_SECRET_ACCESS_KEY": "${S3_TEST_SECRET}"}
-    return Lake(parse_lake(uri, options=options)), uri, options
-
-
-@pytest.fixture(params=["local", "s3"])
-def lake(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[
-        Lake, str, dict[str, str]]:
-    monkeypatch.setenv("S3_TEST_SECRET", "test")
-    return make_lake(request.param, tmp_path, request.getfixturevalue("s3") if request.param == "s3" else None)
+@pytest.fixture
+def log_lake(lake: Path | Lake) -> Lake:
+    """The suite's lake (local folder, then S3 bucket) as a Lake; another process is given its spec()."""
+    return as_lake(lake)
 
 
 def stored_segments(log: ChangeLog) -> list[str]:
     return sorted(log._listing("segments/"))
 
 
-def test_windows_commit_read_back_seal_and_retire_alike_on_both_lakes(lake) -> None:
-    log = ChangeLog(lake[0], "s")
+def test_windows_commit_read_back_seal_and_retire_alike_on_both_lakes(log_lake) -> None:
+    log = ChangeLog(log_lake, "s")
     log.part_segments = 3
     with log.writer() as w:
         w.register_schemas([SCHEMA])
         for n in range(1, 11):
             w.append([window(10 * n)], "e1")
-    reader = ChangeLog(lake[0], "s")
+    reader = ChangeLog(log_lake, "s")
     assert [w.scn.value for w in reader.read_windows(Scn(25))] == [30, 40, 50, 60, 70, 80, 90, 100]
     manifest = reader.manifest()
     assert untagged([p.file for p in manifest.parts]) == [
@@ -90,11 +76,11 @@ def open_writer(lake: Lake) -> store.LogWriter:
     return writer
 
 
-def test_of_two_writers_that_read_the_same_version_only_the_first_commits(lake, monkeypatch) -> None:
-    with ChangeLog(lake[0], "s").writer() as w:
+def test_of_two_writers_that_read_the_same_version_only_the_first_commits(log_lake, monkeypatch) -> None:
+    with ChangeLog(log_lake, "s").writer() as w:
         w.register_schemas([SCHEMA])
         w.append([window(10)], "e1")
-    a, b = open_writer(lake[0]), open_writer(lake[0])
+    a, b = open_writer(log_lake), open_writer(log_lake)
 
     def a_commits_meanwhile(point: str) -> None:
         if point == "segment_published":  # b's segment is written, its commit not yet
@@ -106,28 +92,28 @@ def test_of_two_writers_that_read_the_same_version_only_the_first_commits(lake, 
                                                  r"nothing") as caught:
         b.append([window(15, 20)], "e1")
     assert "must not overlap" in caught.value.fix
-    log = ChangeLog(lake[0], "s")
+    log = ChangeLog(log_lake, "s")
     assert [[e.scn.value for e in w.events] for w in log.read_windows()] == [[10], [20]]
     assert stored_segments(log) == sorted(s.file for s in log.manifest().segments), "the loser's segment is gone"
     assert log.checkpoint().scn == Scn(20)
 
 
-def test_a_writer_of_a_stale_epoch_is_fenced_when_a_switch_commits_first(lake, monkeypatch) -> None:
-    log = ChangeLog(lake[0], "s")
+def test_a_writer_of_a_stale_epoch_is_fenced_when_a_switch_commits_first(log_lake, monkeypatch) -> None:
+    log = ChangeLog(log_lake, "s")
     with log.writer() as w:
         w.register_schemas([SCHEMA])
         w.append([window(10)], "e1")
-    stale = open_writer(lake[0])
+    stale = open_writer(log_lake)
 
     def failover_meanwhile(point: str) -> None:
         if point == "segment_published":  # the stale writer's segment is written, its commit not yet
-            open_writer(lake[0]).switch_epoch(Scn(100), "e2", {}, {"reason": "failover"})
+            open_writer(log_lake).switch_epoch(Scn(100), "e2", {}, {"reason": "failover"})
 
     monkeypatch.setattr(store, "crash_point", failover_meanwhile)
     with pytest.raises(EpochMismatchError, match=r"switched the change log of source 's' to epoch e2.*fenced"):
         stale.append([window(20)], "e1")
     monkeypatch.undo()
-    manifest = ChangeLog(lake[0], "s").manifest()
+    manifest = ChangeLog(log_lake, "s").manifest()
     assert (manifest.epoch, manifest.checkpoint.scn, manifest.last_scn) == ("e2", Scn(100), Scn(10))
     assert stored_segments(log) == sorted(s.file for s in manifest.segments)
     with pytest.raises(EpochMismatchError, match="belongs to epoch e2"), log.writer() as w:
@@ -136,16 +122,15 @@ def test_a_writer_of_a_stale_epoch_is_fenced_when_a_switch_commits_first(lake, m
 
 
 WRITER = """
-import json, os, sys, time
+import json, sys, time
 from pathlib import Path
 from dagster_databus.errors import ConcurrentRunError
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.storage.lake import Lake
-from dagster_databus.storage.location import parse_lake
 from tests.test_changelog import SCHEMA, window
 
-uri, options, go, me = sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
-log = ChangeLog(Lake(parse_lake(uri, options=options)), "s")
+spec, go, me = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+log = ChangeLog(Lake.from_spec(spec), "s")
 while not go.exists():
     time.sleep(0.005)
 won = lost = 0
@@ -164,14 +149,13 @@ print(json.dumps({"me": me, "won": won, "lost": lost}))
 """
 
 
-def test_two_capture_processes_with_separate_disks_commit_each_window_exactly_once(lake, tmp_path: Path) -> None:
-    _, uri, options = lake
+def test_two_capture_processes_with_separate_disks_commit_each_window_exactly_once(log_lake, tmp_path: Path) -> None:
     go = tmp_path / "go"
     writers = []
     for me in range(2):
         # Separate temporary folders: the processes share nothing but the lake.
         env = {**os.environ, "TMPDIR": tempfile.mkdtemp(dir=tmp_path)}
-        writers.append(subprocess.Popen([sys.executable, "-c", WRITER, uri, json.dumps(options), str(go), str(me)],
+        writers.append(subprocess.Popen([sys.executable, "-c", WRITER, log_lake.spec(), str(go), str(me)],
                                         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     time.sleep(1.0)
     go.touch()
@@ -180,7 +164,7 @@ def test_two_capture_processes_with_separate_disks_commit_each_window_exactly_on
         out, err = writer.communicate(timeout=300)
         assert writer.returncode == 0, err
         results.append(json.loads(out.strip().splitlines()[-1]))
-    log = ChangeLog(lake[0], "s")
+    log = ChangeLog(log_lake, "s")
     windows = [w.scn.value for w in log.read_windows()]
     assert windows == sorted(set(windows)), "no window twice, in commit order"
     assert sum(r["won"] for r in results) == len(log.manifest().segments) == log.manifest().version
@@ -191,13 +175,12 @@ def test_two_capture_processes_with_separate_disks_commit_each_window_exactly_on
 
 
 CRASHER = """
-import json, sys
+import sys
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.storage.lake import Lake
-from dagster_databus.storage.location import parse_lake
 from tests.test_changelog import SCHEMA, window
 
-log = ChangeLog(Lake(parse_lake(sys.argv[1], options=json.loads(sys.argv[2]))), "s")
+log = ChangeLog(Lake.from_spec(sys.argv[1]), "s")
 log.part_segments = 3
 with log.writer() as w:
     w.register_schemas([SCHEMA])
@@ -207,16 +190,15 @@ with log.writer() as w:
 
 @pytest.mark.parametrize("point", ["segment_written", "segment_published", "manifest_part_written",
                                    "manifest_committed", "checkpoint_written"])
-def test_a_writer_killed_at_each_step_leaves_nothing_the_next_writers_do_not_clean(lake, point: str,
+def test_a_writer_killed_at_each_step_leaves_nothing_the_next_writers_do_not_clean(log_lake, point: str,
                                                                                    monkeypatch) -> None:
-    lake_, uri, options = lake
-    log = ChangeLog(lake_, "s")
+    log = ChangeLog(log_lake, "s")
     log.part_segments = 3
     with log.writer() as w:
         w.register_schemas([SCHEMA])
         w.append([window(10)], "e1")
         w.append([window(20)], "e1")
-    crashed = subprocess.run([sys.executable, "-c", CRASHER, uri, json.dumps(options)], cwd=REPO,
+    crashed = subprocess.run([sys.executable, "-c", CRASHER, log_lake.spec()], cwd=REPO,
                              env={**os.environ, "DATABUS_CRASH_AT": point}, capture_output=True, text=True)
     assert crashed.returncode == -9, crashed.stderr
     committed = point in ("manifest_committed", "checkpoint_written")

@@ -37,12 +37,10 @@ def test_the_demo_runs_the_same_on_an_object_store_lake(tmp_path: Path, s3) -> N
     """The demo with ``lake: s3://...``: every Dagster step in its own process, sharing only the bucket."""
     import yaml
 
-    from tests.conftest import S3_SECRET_ENV
-
     (tmp_path / "config").mkdir()
     doc = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
     doc["lake"] = f"s3://{s3.bucket()}/demo/lake"
-    doc["storage_options"] = {**s3.options, "AWS_SECRET_ACCESS_KEY": "${" + S3_SECRET_ENV + "}"}
+    doc["storage_options"] = s3.referenced_options
     config = tmp_path / "config" / "demo.yaml"
     config.write_text(yaml.safe_dump(doc))
     run = subprocess.run([sys.executable, "-m", "dagster_databus.demo"], cwd=tmp_path, capture_output=True, text=True,

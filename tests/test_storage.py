@@ -21,15 +21,9 @@ from tests.harness import SqliteHarness, make_config
 from tests.s3server import S3Server
 from tests.test_types import Collector
 
-SECRET_ENV = {"S3_TEST_SECRET": "test"}
 
-
-def s3_lake(server: S3Server, prefix: str = "lake/prod") -> str:
+def bucket_uri(server: S3Server, prefix: str = "lake/prod") -> str:
     return f"s3://{server.bucket()}/{prefix}"
-
-
-def s3_options(server: S3Server) -> dict[str, str]:
-    return {**server.options, "AWS_SECRET_ACCESS_KEY": "${S3_TEST_SECRET}"}
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -37,7 +31,7 @@ def objects(request: pytest.FixtureRequest, tmp_path: Path) -> LakeObjects:
     if request.param == "local":
         return open_objects(parse_lake(str(tmp_path / "lake")))
     server = request.getfixturevalue("s3")
-    return open_objects(parse_lake(s3_lake(server), options=s3_options(server), environ=SECRET_ENV))
+    return open_objects(parse_lake(bucket_uri(server), options=server.referenced_options))
 
 
 def test_objects_are_written_whole_listed_in_order_and_deleted(objects: LakeObjects) -> None:
@@ -64,14 +58,14 @@ def test_create_writes_only_a_free_name(objects: LakeObjects) -> None:
 
 def _race(location: tuple[str, dict[str, str]], key: str, me: int, start: multiprocessing.synchronize.Event,
           won: multiprocessing.Queue) -> None:
-    objects = open_objects(parse_lake(location[0], options=location[1], environ=SECRET_ENV))
+    objects = open_objects(parse_lake(location[0], options=location[1]))
     start.wait()
     if objects.create(key, f"writer {me}".encode()):
         won.put(me)
 
 
 def test_of_writers_racing_for_one_name_exactly_one_wins(tmp_path: Path, s3: S3Server) -> None:
-    for location in ((str(tmp_path / "lake"), {}), (s3_lake(s3), s3_options(s3))):
+    for location in ((str(tmp_path / "lake"), {}), (bucket_uri(s3), s3.referenced_options)):
         for round_ in range(3):
             key = f"log/shop/_manifest/{round_:020d}.json"
             context = multiprocessing.get_context("spawn")
@@ -86,7 +80,7 @@ def test_of_writers_racing_for_one_name_exactly_one_wins(tmp_path: Path, s3: S3S
             while not won.empty():
                 winners.append(won.get())
             assert len(winners) == 1, (location[0], winners)
-            stored = open_objects(parse_lake(location[0], options=location[1], environ=SECRET_ENV)).read(key)
+            stored = open_objects(parse_lake(location[0], options=location[1])).read(key)
             assert stored == f"writer {winners[0]}".encode()
 
 
@@ -124,7 +118,7 @@ def test_delta_rs_reads_and_merges_snapshots_in_the_same_store(s3: S3Server) -> 
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
-    location = parse_lake(s3_lake(s3), options=s3_options(s3), environ=SECRET_ENV)
+    location = parse_lake(bucket_uri(s3), options=s3.referenced_options)
     uri = location.child("snapshot", "shop", "orders")
     write_deltalake(uri, pa.table({"id": [1, 2], "v": ["a", "b"]}), storage_options=dict(location.options))
     table = DeltaTable(uri, storage_options=dict(location.options))
@@ -151,16 +145,16 @@ def test_consumer_checkpoints_in_the_lake_fence_a_second_instance(objects: LakeO
 
 
 def test_a_consumer_bootstraps_and_resumes_from_a_lake_wholly_in_the_object_store(
-        tmp_path: Path, s3: S3Server, monkeypatch: pytest.MonkeyPatch, spark) -> None:
+        tmp_path: Path, s3: S3Server, spark) -> None:
     """Log, snapshots and the consumer's checkpoint in the bucket: a consumer process on another
     machine needs nothing but the lake."""
     from dagster_databus.snapshot.merge import sync_source
-    from tests.conftest import s3_lake as bucket_lake
+    from tests.conftest import s3_lake
 
     source = SqliteHarness(tmp_path / "source.db")
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)",
                     *[("INSERT INTO items VALUES (?, ?)", (i, "seed")) for i in range(3)]])
-    config = make_config(bucket_lake(s3, monkeypatch), source.source_config("shop", [("items", ["id"])]))
+    config = make_config(s3_lake(s3), source.source_config("shop", [("items", ["id"])]))
     pipeline.install(config, "shop")
     source.execute([("INSERT INTO items VALUES (?, ?)", (i, "a")) for i in range(3, 6)])
     pipeline.capture(config, "shop")
@@ -191,19 +185,17 @@ def test_a_consumer_bootstraps_and_resumes_from_a_lake_wholly_in_the_object_stor
 def test_an_unwritable_object_store_lake_is_named_before_the_source_is_touched(tmp_path: Path, s3: S3Server) -> None:
     source = SqliteHarness(tmp_path / "source.db")
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)"])
-    raw = {"lake": "s3://no-such-bucket/lake", "storage_options": s3_options(s3),
+    raw = {"lake": "s3://no-such-bucket/lake", "storage_options": s3.referenced_options,
            "sources": [source.source_config("shop", [("items", ["id"])])]}
     from dagster_databus.config import parse_config
     from dagster_databus.errors import LakeNotWritableError
 
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("S3_TEST_SECRET", "test")
-        config = parse_config(raw, base=tmp_path)
-        report = pipeline.validate(config)
-        assert report.problems["lake"] and "s3://no-such-bucket/lake" in report.problems["lake"][0]
-        assert "storage_options" in report.problems["lake"][0]
-        with pytest.raises(LakeNotWritableError, match=r"s3://no-such-bucket/lake .*cannot be written"):
-            pipeline.install(config, "shop")
+    config = parse_config(raw, base=tmp_path)
+    report = pipeline.validate(config)
+    assert report.problems["lake"] and "s3://no-such-bucket/lake" in report.problems["lake"][0]
+    assert "storage_options" in report.problems["lake"][0]
+    with pytest.raises(LakeNotWritableError, match=r"s3://no-such-bucket/lake .*cannot be written"):
+        pipeline.install(config, "shop")
     import sqlite3
 
     with sqlite3.connect(tmp_path / "source.db") as conn:  # nothing was installed in the source
