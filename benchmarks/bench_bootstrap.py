@@ -17,7 +17,7 @@ from dagster_databus import pipeline
 from dagster_databus.config import parse_config
 from dagster_databus.snapshot.delta import DeltaRsEngine
 from dagster_databus.snapshot.merge import sync_table
-from dagster_databus.snapshot.spark import get_spark
+from dagster_databus.spark.session import get_spark
 from tests.mariadb import MariaDBServer
 
 COLUMNS = ["id", "name", "price", "qty", "note"]

@@ -20,7 +20,7 @@ from dagster_databus.config import load_config
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.spark import get_spark
+from dagster_databus.spark.session import get_spark
 
 
 def main(rate_per_s: float = 50.0, seconds: float = 60.0) -> None:

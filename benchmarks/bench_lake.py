@@ -26,7 +26,7 @@ from dagster_databus.core.types import ColumnType
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaRsEngine, DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_table
-from dagster_databus.snapshot.spark import get_spark
+from dagster_databus.spark.session import get_spark
 from tests.s3server import S3Server
 
 SCHEMA = TableSchema("b", "items", (Column("id", ColumnType("long")), Column("name", ColumnType("string")),

@@ -22,7 +22,7 @@ from dagster_databus.core.types import ColumnType
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaRsEngine, DeltaSnapshot, with_meta
 from dagster_databus.snapshot.merge import sync_table
-from dagster_databus.snapshot.spark import get_spark
+from dagster_databus.spark.session import get_spark
 
 SCHEMA = TableSchema("b", "items", (Column("id", ColumnType("long")), Column("name", ColumnType("string")),
                                     Column("price", ColumnType("double"))),

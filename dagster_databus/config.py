@@ -218,11 +218,27 @@ class SparkConfig(_Strict):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+MergeEngineName = Literal["spark", "delta-spark", "local", "auto"]
+
+
 class MergeConfig(_Strict):
-    # With delta-rs, the newest change per key is reduced in-process: changes beyond this many MiB
-    # spill to files in spill_dir (the system temp folder when unset) instead of growing memory.
+    """How snapshots are bootstrapped and merged (docs/architecture.md, "Engines").
+
+    ``spark``: Spark tasks read the source and the change log, reduce, and write the Delta data files;
+    the driver commits them through delta-rs. ``delta-spark``: Spark's own Delta MERGE (its jars must
+    be on the session's classpath). ``local``: one process reads, reduces and MERGEs through delta-rs,
+    no Spark (small single-machine setups). ``auto``: delta-spark where its classes load, else spark.
+    """
+
+    engine: MergeEngineName = "spark"
+    # The newest change per key is reduced in bounded memory: changes beyond this many MiB spill to
+    # files in spill_dir (the system temp folder, or each Spark executor's, when unset).
     memory_mb: int = Field(default=256, ge=16)
     spill_dir: Path | None = None
+    # Rows per data file the spark engine writes (bootstrap and rewritten files). A merge rewrites
+    # every file that holds a changed key whole: smaller files rewrite less per change, larger ones
+    # mean fewer files to list and open (docs/performance.md, "File size").
+    file_rows: int = Field(default=1_000_000, ge=1)
 
 
 class LogicalPartConfig(_Strict):

@@ -14,7 +14,7 @@ import sys
 from dagster_databus.config import load_config
 from dagster_databus.errors import DatabusError
 from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.spark import get_spark
+from dagster_databus.spark.session import get_spark
 
 
 def main(argv: list[str] | None = None) -> int:

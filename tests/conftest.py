@@ -1,4 +1,5 @@
-"""Shared fixtures: one Spark session for the whole run, real SQLite files, real Delta tables."""
+"""Shared fixtures: one Spark session for the whole run, on a real standalone cluster (a master and two
+workers started from the pyspark wheel), real SQLite files, real Delta tables."""
 
 from __future__ import annotations
 
@@ -18,15 +19,30 @@ from dagster_databus.storage.lake import Lake
 from tests.harness import ORACLE_ENV, ORACLE_SKIP, MysqlHarness, OracleHarness, SourceHarness, SqliteHarness
 from tests.mariadb import MariaDBServer
 from tests.s3server import S3Server
+from tests.sparkcluster import SparkCluster
 
 SOURCE_KINDS = ["sqlite", "mysql", "oracle"]
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    from dagster_databus.snapshot.spark import get_spark
+def spark_cluster() -> Iterator[SparkCluster]:
+    """A Spark standalone master with two one-core workers, each its own process with its own folder."""
+    cluster = SparkCluster(workers=2, cores=1, memory="1g")
+    try:
+        yield cluster
+    finally:
+        cluster.close()
 
-    yield get_spark(SparkConfig(master="local[2]"))
+
+@pytest.fixture(scope="session")
+def spark(spark_cluster: SparkCluster) -> Iterator[object]:
+    """The session every test shares (a process has one): the driver here, executors on the cluster."""
+    from dagster_databus.spark.session import get_spark
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    yield get_spark(SparkConfig(master=spark_cluster.url, conf={
+        "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+        "spark.executor.memory": "768m", "spark.cores.max": "2"}))
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from dagster_databus.config import load_config
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.snapshot.delta import DeltaSnapshot
-from dagster_databus.snapshot.spark import delta_spark_available
+from dagster_databus.spark.session import delta_spark_available
 from tests.conftest import assert_snapshots_match
 
 REPO = Path(__file__).resolve().parents[1]

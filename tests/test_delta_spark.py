@@ -9,7 +9,7 @@ import pytest
 
 from dagster_databus.snapshot.delta import DeltaSnapshot, DeltaSparkEngine
 from dagster_databus.snapshot.merge import sync_table
-from dagster_databus.snapshot.spark import delta_spark_available
+from dagster_databus.spark.session import delta_spark_available
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SqliteHarness, make_config
 

@@ -1,29 +1,40 @@
-"""The Spark merge into Delta: idempotent, order-safe, deletes remove keys, SCN committed with data."""
+"""Merging into Delta, by every engine that runs here (spark: Spark tasks write, the driver commits;
+local: in process): idempotent, order-safe, deletes remove keys, the SCN committed with the data."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from dagster_databus import pipeline
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SnapshotMissingError
+from dagster_databus.log.columns import change_schema
 from dagster_databus.log.store import ChangeLog
-from dagster_databus.snapshot.delta import DeltaRsEngine, DeltaSnapshot
-from dagster_databus.snapshot.merge import apply_changes, read_changes, reduce_latest, sync_source, to_merge_table
+from dagster_databus.snapshot.commit import location
+from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.snapshot.engines import open_engine
+from dagster_databus.snapshot.engines.local import apply_changes
+from dagster_databus.snapshot.files import TableFiles
+from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.sources import open_source
+from dagster_databus.spark.merge_tasks import MergePlan
 from dagster_databus.storage.lake import Lake
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SqliteHarness, make_config
 
+ENGINES = ["spark", "local"]
 
-@pytest.fixture
-def setup(source: SqliteHarness, lake: Path | Lake):
-    """On every source kind, and on a local lake and an object-store lake."""
+
+@pytest.fixture(params=ENGINES)
+def setup(request: pytest.FixtureRequest, source: SqliteHarness, lake: Path | Lake):
+    """On every source kind, on a local lake and an object-store lake, with each engine."""
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL)",
                     ("INSERT INTO items VALUES (?, ?, ?)", (1, "seed", 1.0))])
-    config = make_config(lake, source.source_config("shop", [("items", ["id"])]))
+    config = make_config(lake, source.source_config("shop", [("items", ["id"])]), merge={"engine": request.param})
     return source, config
 
 
@@ -38,13 +49,13 @@ def rows(config) -> list[dict]:
 def test_first_sync_bootstraps_existing_rows_then_merges_changes(setup, spark) -> None:
     source, config = setup
     first = cycle(config, spark)[0]
-    assert first.bootstrapped_at is not None and first.bootstrap_rows == 1
+    assert first.bootstrapped_at is not None and first.bootstrap_rows == 1 and first.engine == config.merge.engine
     source.execute([("INSERT INTO items VALUES (?, ?, ?)", (2, "b", 2.0)),
                     ("UPDATE items SET price = ? WHERE id = ?", (9.5, 1))])
     source.execute(["DELETE FROM items WHERE id = 2", ("INSERT INTO items VALUES (?, ?, NULL)", (3, "c"))])
     second = cycle(config, spark)[0]
     assert (second.counts.inserted, second.counts.updated, second.counts.deleted) == (1, 1, 0)
-    assert second.events == 4 and second.events_by_op == {"i": 2, "u": 1, "d": 1}
+    assert second.events == 4 and second.events_by_op == {"i": 2, "u": 1, "d": 1} and second.windows >= 1
     assert [(r["id"], r["name"], r["price"]) for r in rows(config)] == [(1, "seed", 9.5), (3, "c", None)]
     assert snapshot(config).applied_scn() == ChangeLog(config.lake, "shop").committed_scn()
     assert_snapshots_match(config)
@@ -61,7 +72,7 @@ def test_merging_twice_changes_nothing(setup, spark) -> None:
     assert again.events == 0 and snapshot(config).version() == version and rows(config) == data
 
 
-def test_replaying_an_old_window_changes_nothing(setup, spark) -> None:
+def test_replaying_old_windows_changes_nothing(setup, spark) -> None:
     source, config = setup
     cycle(config, spark)
     source.execute([("UPDATE items SET name = ? WHERE id = ?", ("old", 1))])
@@ -73,46 +84,32 @@ def test_replaying_an_old_window_changes_nothing(setup, spark) -> None:
     version, data = snapshot(config).version(), rows(config)
     assert data[0]["name"] == "reborn"
 
-    # The whole log again, and then just the older window, presented to the merge.
-    schema = ChangeLog(config.lake, "shop").schemas.latest("items")[1]
-    engine = DeltaRsEngine()
+    # The whole log again, and then just the older window, presented to the engine.
+    log = ChangeLog(config.lake, "shop")
+    schema = log.schemas.latest("items")[1]
+    engine = open_engine(config, lambda: spark)
     for since, until in [(Scn.BEGINNING, snapshot(config).applied_scn()), (Scn.BEGINNING, middle)]:
-        old = to_merge_table(reduce_latest(read_changes(spark, config, "shop", "items", since, until),
-                                           schema.primary_key), schema)
-        assert old.num_rows > 0
-        assert apply_changes(engine, snapshot(config), schema, old, until) is None
+        assert sum(s.tables.get("items", 0) for s in log.manifest().between(since, until)) > 0
+        assert engine.merge(snapshot(config), log, schema, since, until, lambda _: None) is None
     assert snapshot(config).version() == version and rows(config) == data
 
 
-def test_an_older_image_never_overwrites_a_newer_one(setup, spark) -> None:
-    source, config = setup
-    cycle(config, spark)
-    source.execute([("UPDATE items SET name = ? WHERE id = ?", ("newest", 1))])
-    cycle(config, spark)
-    current = rows(config)[0]
-    # A batch that claims a newer range but carries an older image of key 1 and a delete of it.
-    schema = ChangeLog(config.lake, "shop").schemas.latest("items")[1]
-    stale = pa.table({
-        "id": [1], "name": ["stale"], "price": [0.0], "__scn": [current["__scn"] - 1], "__op": ["d"],
-        "__commit_ts": pa.array([0], pa.timestamp("us", tz="UTC")),
-    }, schema=schema.arrow())
-    applied = snapshot(config).applied_scn()
-    counts = DeltaRsEngine().merge(snapshot(config), schema, stale, Scn(applied.value + 100))
-    assert (counts.inserted, counts.updated, counts.deleted) == (0, 0, 0)
-    assert rows(config)[0]["name"] == "newest"
-
-
-def test_merge_into_a_snapshot_that_was_never_bootstrapped_is_refused(setup) -> None:
+def test_merge_into_a_snapshot_that_was_never_bootstrapped_is_refused(setup, spark) -> None:
     _, config = setup
-    schema = None  # never reached
+    pipeline.install(config, "shop")
+    pipeline.capture(config, "shop")
+    log = ChangeLog(config.lake, "shop")
+    schema = open_source(config.sources[0]).schemas()["items"]
     with pytest.raises(SnapshotMissingError, match="bootstrap"):
-        apply_changes(DeltaRsEngine(), snapshot(config), schema, pa.table({}), Scn(5))  # type: ignore[arg-type]
+        open_engine(config, lambda: spark).merge(snapshot(config), log, schema, Scn.BEGINNING, Scn(5), lambda _: None)
+    assert not snapshot(config).exists()
 
 
 def test_table_without_changes_records_the_log_position(setup, spark) -> None:
     source, config = setup
     source.execute(["CREATE TABLE other (id INTEGER PRIMARY KEY, v TEXT)"])
-    config = make_config(config.lake, source.source_config("shop", [("items", ["id"]), ("other", ["id"])]))
+    config = make_config(config.lake, source.source_config("shop", [("items", ["id"]), ("other", ["id"])]),
+                         merge={"engine": config.merge.engine})
     cycle(config, spark)
     source.execute([("INSERT INTO items VALUES (?, ?, ?)", (7, "n", 1.0))])
     results = {r.table: r for r in cycle(config, spark)}
@@ -125,6 +122,8 @@ def test_table_without_changes_records_the_log_position(setup, spark) -> None:
 def test_snapshot_carries_source_columns_and_metadata_columns(setup, spark) -> None:
     source, config = setup
     cycle(config, spark)
+    source.execute([("INSERT INTO items VALUES (?, ?, ?)", (2, "b", 2.0))])
+    cycle(config, spark)  # a merged row, not only bootstrapped ones
     schema = snapshot(config).read(with_meta=True).schema
     assert schema.names == ["id", "name", "price", "__scn", "__op", "__commit_ts"]
     # INTEGER is 64-bit in SQLite, 32-bit in MySQL, NUMBER(*,0) in Oracle, whose REAL is a FLOAT(63) (docs/types.md).
@@ -132,3 +131,56 @@ def test_snapshot_carries_source_columns_and_metadata_columns(setup, spark) -> N
                   "oracle": ("decimal128(38, 0)", "string")}[source.kind]
     assert [str(t) for t in schema.types] == [key, "string", price, "int64", "string", "timestamp[us, tz=UTC]"]
     pipeline.capture(config, "shop")  # nothing new: a no-op
+
+
+def test_an_older_image_never_overwrites_a_newer_one_locally(tmp_path: Path, spark) -> None:
+    """The per-key guard of the local engine's MERGE: a batch that claims a newer range but carries an
+    older image of a key, and a delete of it, changes nothing."""
+    source = SqliteHarness(tmp_path / "src.db")
+    source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL)",
+                    "INSERT INTO items VALUES (1, 'seed', 1.0)"])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]),
+                         merge={"engine": "local"})
+    cycle(config, spark)
+    source.execute([("UPDATE items SET name = ? WHERE id = ?", ("newest", 1))])
+    cycle(config, spark)
+    current = rows(config)[0]
+    schema = ChangeLog(config.lake, "shop").schemas.latest("items")[1]
+    stale = pa.table({
+        "id": [1], "name": ["stale"], "price": [0.0], "__scn": [current["__scn"] - 1], "__op": ["d"],
+        "__commit_ts": pa.array([0], pa.timestamp("us", tz="UTC")),
+    }, schema=schema.arrow())
+    applied = snapshot(config).applied_scn()
+    counts = apply_changes(snapshot(config), schema, stale, Scn(applied.value + 100))
+    assert (counts.inserted, counts.updated, counts.deleted) == (0, 0, 0)
+    assert rows(config)[0]["name"] == "newest"
+
+
+def test_a_task_never_lets_an_older_change_replace_a_newer_row(tmp_path: Path, spark) -> None:
+    """The spark engine's per-key guard, where a task applies changes to a file: a row stamped with a
+    later SCN than the change (as a key range read at a later position stamps it) is kept as it is,
+    a delete older than the row deletes nothing, and only the newer change of another key applies."""
+    source = SqliteHarness(tmp_path / "src.db")
+    source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL)",
+                    "INSERT INTO items VALUES (1, 'a', 1.0)", "INSERT INTO items VALUES (2, 'b', 2.0)"])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
+    cycle(config, spark)
+    snap = snapshot(config)
+    schema = ChangeLog(config.lake, "shop").schemas.latest("items")[1]
+    held = {r["id"]: r["__scn"] for r in rows(config)}
+    target = schema.arrow(with_meta=True)
+    table = snap.delta()
+    plan = MergePlan(location(snap), target, change_schema(schema), ("id",), 0,
+                     TableFiles.of(table, ["id"], target), 1000, "test", 1 << 20, None)
+    changes = pa.table({"id": [1, 2], "name": ["older", "newer"], "price": [0.0, 5.0],
+                        "__scn": [held[1] - 1, held[2] + 1], "__seq": pa.array([0, 0], pa.int32()),
+                        "__window_scn": [held[1] - 1, held[2] + 1], "__op": ["d", "u"],
+                        "__commit_ts_ms": [0, 0], "__partition": pa.array([0, 0], pa.int32())},
+                       schema=change_schema(schema))
+    report = plan._apply_group(0, changes).to_pylist()
+    fact = next(r for r in report if r["kind"] == "fact")
+    assert '"updated": 1' in fact["stats"] and '"deleted": 0' in fact["stats"]
+    written = next(r["path"] for r in report if r["kind"] == "add")
+    data = location(snap).read(written).sort_by("id").to_pylist()
+    assert [(r["id"], r["name"], r["__scn"]) for r in data] == [(1, "a", held[1]), (2, "newer", held[2] + 1)]
+    assert np.all(np.diff([r["id"] for r in data]) > 0)

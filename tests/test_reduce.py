@@ -28,7 +28,7 @@ from dagster_databus.snapshot.merge import (
 )
 from dagster_databus.snapshot.reconcile import reconcile_table
 from dagster_databus.snapshot.reduce import NewestPerKey
-from dagster_databus.snapshot.spark import may_commit_with_delta_spark
+from dagster_databus.spark.session import may_commit_with_delta_spark
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SqliteHarness, make_config
 

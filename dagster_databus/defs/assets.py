@@ -20,7 +20,7 @@ from dagster_databus.errors import ConcurrentRunError, DatabusError, SourceUnava
 from dagster_databus.log.store import ChangeLog, Manifest
 from dagster_databus.pipeline import CaptureResult
 from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot
-from dagster_databus.snapshot.merge import TableSyncResult, pick_engine, sync_table
+from dagster_databus.snapshot.merge import TableSyncResult, engine_for, sync_table
 
 RESOURCE = "databus"
 INSTALL_DESCRIPTIONS = {
@@ -155,11 +155,10 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
         tables = [t.name for t in source.tables if snapshot_key(name, t.name) in context.selected_asset_keys
                   and (not config.tables or t.name in config.tables)]
         with clear_errors(context):
-            # databus.spark starts Spark only if a step needs it (a server bootstrap, delta-spark).
-            engine = pick_engine(databus.spark, lake_config)
+            # databus.spark starts Spark only if the engine runs a job (not the local engine).
+            engine = engine_for(databus.spark, lake_config)
             for table in tables:
-                result = sync_table(databus.spark, lake_config, source, table, engine, progress=context.log.info,
-                                    mode=config.mode)
+                result = sync_table(lake_config, source, table, engine, progress=context.log.info, mode=config.mode)
                 yield dg.MaterializeResult(asset_key=snapshot_key(name, table), metadata={
                     **_snapshot_metadata(result),
                     "dagster/column_schema": column_schema(DeltaSnapshot(lake_config.lake, name, table),

@@ -26,6 +26,6 @@ class DatabusResource(dg.ConfigurableResource):
         return self._config
 
     def spark(self) -> SparkSession:
-        from dagster_databus.snapshot.spark import get_spark
+        from dagster_databus.spark.session import get_spark
 
         return get_spark(self.config().spark)

@@ -1,25 +1,23 @@
-"""Delta snapshot tables and the two ways of committing to them.
+"""Delta snapshot tables: where they are, what they hold, and the MERGE text the engines share.
 
 Each snapshot commit carries a Delta transaction identifier (app id ``databus:<source>.<table>``,
 version = the SCN it brings the table to), so the data change and the applied SCN land in
-one atomic commit and a replay is recognised. Commits go through delta-spark when its
-classes load in the Spark session, and through delta-rs otherwise; the table layout is the
-same either way.
+one atomic commit and a replay is recognised. Every engine (``snapshot/engines``) writes the
+same table layout: the source's columns, then ``__scn``, ``__op`` and ``__commit_ts``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from dagster_databus.core.schema import META_COLUMNS, TableSchema
@@ -30,10 +28,6 @@ from dagster_databus.storage.location import LakeLocation
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
-    from pyspark.sql import DataFrame, SparkSession
-
-# Reduced change rows in the snapshot's columns: in memory, streamed, or a distributed Spark DataFrame.
-Changes: TypeAlias = "pa.Table | pa.RecordBatchReader | DataFrame"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +47,7 @@ class DeltaFolder:
 
     def __init__(self, lake: Lake | LakeLocation | Path | str, *parts: str) -> None:
         self.lake = as_lake(lake)
-        key = "/".join(parts)
+        self.key = key = "/".join(parts)  # the table's folder, relative to the lake's root
         self.path = Path(self.lake.where(key))  # the folder, on a local lake; else only for messages
         self.uri = str(self.path) if self.lake.is_local else self.lake.location.child(*parts)
         self.storage_options = dict(self.lake.location.options) or None
@@ -76,11 +70,14 @@ class DeltaFolder:
             return contextlib.nullcontext()
         return exclusive_lock(self.path.parent / f".{self.path.name}.lock", what, fix)
 
-    def _table(self) -> DeltaTable | None:
+    def existing(self) -> DeltaTable | None:
+        """The table at its newest version; None before its first commit."""
         try:
             return self.delta()
         except TableNotFoundError:
             return None
+
+    _table = existing
 
     def exists(self) -> bool:
         return self._table() is not None
@@ -150,7 +147,8 @@ class DeltaSnapshot(DeltaFolder):
         if table is None:
             return None
         return next((int(h["timestamp"]) for h in table.history()
-                     if (h.get("operationParameters") or {}).get("mode") == "Overwrite"), None)
+                     if (h.get("operationParameters") or {}).get("mode") == "Overwrite"
+                     or h.get("operation") == "RESTORE"), None)
 
     def read_pinned(self, with_meta: bool = False) -> tuple[pa.Table, Scn, Scn | None]:
         """(rows, applied SCN, bootstrap SCN) from one version of the table, so a merge committing
@@ -190,15 +188,6 @@ def with_meta(batch: pa.RecordBatch | pa.Table, scn: Scn, op: str, commit_ts_ms:
               pa.array([commit_ts_ms * 1000] * n, pa.int64()).cast(META_COLUMNS["__commit_ts"])]
     names = [*batch.schema.names, "__scn", "__op", "__commit_ts"]
     return pa.RecordBatch.from_arrays(arrays, names=names)
-
-
-class DeltaEngine(Protocol):
-    name: str
-
-    def bootstrap(self, snap: DeltaSnapshot, schema: TableSchema, batches: Iterator[pa.RecordBatch],
-                  scn: Scn) -> int: ...
-
-    def merge(self, snap: DeltaSnapshot, schema: TableSchema, changes: Changes, scn: Scn) -> MergeCounts: ...
 
 
 def merge_clauses(key: Sequence[str], columns: Sequence[str]) -> tuple[str, dict[str, str], str, str]:
@@ -249,111 +238,15 @@ def _non_empty(changes: pa.Table | pa.RecordBatchReader) -> pa.Table | pa.Record
     return None
 
 
-class DeltaRsEngine:
-    """Commits through delta-rs (the ``deltalake`` package): no JVM jars needed."""
-
-    name = "delta-rs"
-
-    def _props(self, snap: DeltaSnapshot, scn: Scn, bootstrap: bool = False) -> CommitProperties:
-        txns = [Transaction(app_id=snap.app_id, version=scn.value)]
-        if bootstrap:
-            txns.append(Transaction(app_id=snap.bootstrap_app_id, version=scn.value))
-        return CommitProperties(app_transactions=txns)
-
-    def bootstrap(self, snap: DeltaSnapshot, schema: TableSchema, batches: Iterator[pa.RecordBatch],
-                  scn: Scn) -> int:
-        now = int(time.time() * 1000)
-        count = 0
-        failure: list[BaseException] = []
-
-        def stamped() -> Iterator[pa.RecordBatch]:
-            nonlocal count
-            try:
-                for batch in batches:
-                    count += batch.num_rows
-                    yield with_meta(batch, scn, "r", now)
-            except Exception as exc:  # delta-rs would wrap it in a DeltaError; keep the source's own error
-                failure.append(exc)
-                raise
-
-        snap.prepare()
-        reader = pa.RecordBatchReader.from_batches(schema.arrow(with_meta=True), stamped())
-        try:
-            write_deltalake(snap.uri, reader, mode="overwrite", schema_mode="overwrite",
-                            storage_options=snap.storage_options,
-                            commit_properties=self._props(snap, scn, bootstrap=True),
-                            description=f"databus snapshot of {snap.source}.{snap.table}")
-        except Exception:
-            if failure:
-                raise failure[0] from None
-            raise
-        return count
-
-    def merge(self, snap: DeltaSnapshot, schema: TableSchema, changes: Changes, scn: Scn) -> MergeCounts:
-        # With no changes for this table in the window range this records the SCN it is now current to.
-        if not isinstance(changes, pa.Table | pa.RecordBatchReader):
-            changes = changes.toArrow()  # a Spark DataFrame: delta-rs commits from this process
-        return merge_with_delta_rs(snap, schema.primary_key, changes, self._props(snap, scn))
+def conform_changes(data: pa.Table | pa.RecordBatch, target: pa.Schema) -> pa.Table:
+    """Change rows as read from the log (``__commit_ts_ms``), in the snapshot's columns and types."""
+    columns = [pc.multiply(data["__commit_ts_ms"], 1000).cast(f.type) if f.name == "__commit_ts"
+               else data[f.name].cast(f.type) for f in target]
+    return pa.Table.from_arrays(columns, schema=target)
 
 
-class DeltaSparkEngine:
-    """Commits through delta-spark's MERGE; needs the Delta jars on the session's classpath."""
-
-    name = "delta-spark"
-
-    def __init__(self, spark: SparkSession) -> None:
-        self.spark = spark
-
-    def _txn(self, snap: DeltaSnapshot, scn: Scn) -> None:
-        self.spark.conf.set("spark.databricks.delta.write.txnAppId", snap.app_id)
-        self.spark.conf.set("spark.databricks.delta.write.txnVersion", str(scn.value))
-
-    def _clear(self) -> None:
-        self.spark.conf.unset("spark.databricks.delta.write.txnAppId")
-        self.spark.conf.unset("spark.databricks.delta.write.txnVersion")
-
-    def bootstrap(self, snap: DeltaSnapshot, schema: TableSchema, batches: Iterator[pa.RecordBatch],
-                  scn: Scn) -> int:
-        now = int(time.time() * 1000)
-        data = pa.Table.from_batches([with_meta(b, scn, "r", now) for b in batches], schema=schema.arrow())
-        (self.spark.createDataFrame(data).write.format("delta").mode("overwrite")
-         .option("overwriteSchema", "true").option("txnAppId", snap.app_id).option("txnVersion", scn.value)
-         .save(snap.spark_uri))
-        # delta-spark takes one transaction id per write: record the bootstrap SCN in a second, empty one.
-        (self.spark.createDataFrame(data.slice(0, 0)).write.format("delta").mode("append")
-         .option("txnAppId", snap.bootstrap_app_id).option("txnVersion", scn.value).save(snap.spark_uri))
-        return data.num_rows
-
-    def merge(self, snap: DeltaSnapshot, schema: TableSchema, changes: Changes, scn: Scn) -> MergeCounts:
-        from delta.tables import DeltaTable as SparkDeltaTable
-
-        if isinstance(changes, pa.RecordBatchReader):
-            changes = changes.read_all()
-        # A DataFrame stays distributed: the MERGE runs in the executors, not through the driver.
-        source = self.spark.createDataFrame(changes) if isinstance(changes, pa.Table) else changes
-        predicate, assignments, newer, is_delete = merge_clauses(schema.primary_key, source.columns)
-        backtick = {k.replace('"', "`"): v.replace('"', "`") for k, v in assignments.items()}
-        self._txn(snap, scn)
-        try:
-            (SparkDeltaTable.forPath(self.spark, snap.spark_uri).alias("t")
-             .merge(source.alias("s"), predicate.replace('"', "`"))
-             .whenMatchedDelete(f"{is_delete} AND {newer}".replace('"', "`"))
-             .whenMatchedUpdate(f"NOT ({is_delete}) AND {newer}".replace('"', "`"), set=backtick)
-             .whenNotMatchedInsert(f"NOT ({is_delete})".replace('"', "`"), values=backtick)
-             .execute())
-        finally:
-            self._clear()
-        metrics = SparkDeltaTable.forPath(self.spark, snap.spark_uri).history(1).collect()[0]["operationMetrics"]
-        return MergeCounts(inserted=int(metrics.get("numTargetRowsInserted", 0)),
-                           updated=int(metrics.get("numTargetRowsUpdated", 0)),
-                           deleted=int(metrics.get("numTargetRowsDeleted", 0)))
-
-
-def drop_stale(changes: Changes, applied: Scn) -> Changes:
-    """Rows at or below the applied SCN are already in the snapshot."""
-    if isinstance(changes, pa.Table):
-        return changes.filter(pc.greater(changes["__scn"], applied.value))
-    if isinstance(changes, pa.RecordBatchReader):
-        batches = (b.filter(pc.greater(b["__scn"], applied.value)) for b in changes)
-        return pa.RecordBatchReader.from_batches(changes.schema, batches)
-    return changes.where(changes["__scn"] > applied.value)
+def conform_rows(data: pa.Table, target: pa.Schema) -> pa.Table:
+    """Snapshot rows written under an older schema in ``target``'s columns: a column they lack is null."""
+    names = data.column_names
+    return pa.Table.from_arrays([data[f.name].cast(f.type) if f.name in names else pa.nulls(data.num_rows, f.type)
+                                 for f in target], schema=target)

@@ -34,8 +34,13 @@ from dagster_databus.errors import LogGapError, SchemaDriftError, ShardCollision
 from dagster_databus.log.columns import CHANGE_META, change_schema, table_changes
 from dagster_databus.log.durable import crash_point, disk_errors
 from dagster_databus.log.store import ChangeLog
-from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot, MergeCounts, merge_with_delta_rs
-from dagster_databus.snapshot.merge import conform_changes
+from dagster_databus.snapshot.delta import (
+    DeltaFolder,
+    DeltaSnapshot,
+    MergeCounts,
+    conform_changes,
+    merge_with_delta_rs,
+)
 from dagster_databus.snapshot.reconcile import Comparison, compare_rows
 from dagster_databus.snapshot.reduce import NewestPerKey
 from dagster_databus.storage.lake import Lake

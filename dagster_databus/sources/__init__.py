@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from dagster_databus.config import SourceConfig
-from dagster_databus.sources.base import CaptureSource
+from dagster_databus.sources.base import CaptureSource, RangeRead, TableSnapshot
 
 
 def open_source(config: SourceConfig, lake: Path | None = None) -> CaptureSource:
@@ -30,6 +30,23 @@ def open_source(config: SourceConfig, lake: Path | None = None) -> CaptureSource
 
         return OracleSource(config)
     raise ValueError(f"unsupported source kind {config.kind!r}")  # config validation prevents this
+
+
+def read_range(read: RangeRead, index: int) -> TableSnapshot:
+    """Range ``index`` of ``read``, on a connection of its own (in a Spark task, say), at the SCN it reports."""
+    if read.kind == "sqlite":
+        from dagster_databus.sources.sqlite_bootstrap import read_range as read_sqlite
+
+        return read_sqlite(read, index)
+    if read.kind == "mysql":
+        from dagster_databus.sources.mysql_bootstrap import read_range as read_mysql
+
+        return read_mysql(read, index)
+    if read.kind == "oracle":
+        from dagster_databus.sources.oracle_bootstrap import read_range as read_oracle
+
+        return read_oracle(read, index)
+    raise ValueError(f"unsupported source kind {read.kind!r}")
 
 
 def read_rows(source: CaptureSource, table: str) -> list[dict[str, Any]]:

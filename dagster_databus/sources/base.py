@@ -111,6 +111,33 @@ class TableSnapshot:
     batches: Iterator[pa.RecordBatch] = field(repr=False)
 
 
+@dataclass(frozen=True, slots=True)
+class KeyRange:
+    """Primary keys after ``after`` (exclusive) through ``through`` (inclusive); None: unbounded."""
+
+    after: tuple[Any, ...] | None
+    through: tuple[Any, ...] | None
+
+
+@dataclass(frozen=True)
+class RangeRead:
+    """A table read in primary-key ranges, each range by its own task (a Spark task, in the spark engine),
+    described by plain picklable data: the task opens its own connection from ``spec``.
+
+    With ``scn`` set, every range reads the table at that one SCN (Oracle ``AS OF SCN``). Without it,
+    each range reads in its own consistent snapshot at a position it reports (MariaDB, SQLite) and
+    stamps on its rows as ``__scn``; the table's snapshot SCN is then the lowest of them, and replaying
+    the log from there is exact because the MERGE applies an event only to a row older than it.
+    """
+
+    kind: str  # the source kind whose reader reads a range (``sources.read_range``)
+    source: str
+    schema: TableSchema
+    spec: Mapping[str, Any] = field(repr=False)  # connection and query settings; may hold a password
+    ranges: tuple[KeyRange, ...]
+    scn: Scn | None
+
+
 @dataclass(frozen=True)
 class SourceFingerprint:
     """A table's reconciliation fingerprint (``core.fingerprint``) read consistently at ``scn``. The SCN
@@ -211,12 +238,13 @@ class CaptureSource(Protocol):
         Precondition: ``require_installed()`` passed.
         """
 
-    def snapshot(self, table: str, batch_rows: int = 50_000, spark: Any = None) -> TableSnapshot:
-        """A consistent, chunked read of one table at a known SCN (for bootstrap).
+    def snapshot(self, table: str, batch_rows: int = 50_000) -> TableSnapshot:
+        """A consistent, chunked read of one table at a known SCN, in this process (the local engine's
+        bootstrap, reconciliation, tests)."""
 
-        Batches may carry a per-row ``__scn`` when parts of the table were read at different
-        positions; ``TableSnapshot.scn`` is then the lowest of them.
-        """
+    def ranges(self, table: str, rows_per_range: int) -> RangeRead:
+        """The table cut into primary-key ranges of about ``rows_per_range`` rows, for tasks to read
+        (``sources.read_range``) and write in parallel: the spark engine's bootstrap."""
 
     def fingerprint(self, table: str, progress: Progress = quiet) -> SourceFingerprint:
         """The table's reconciliation fingerprint at one SCN, computed by the database where it can, in the

@@ -39,7 +39,9 @@ from dagster_databus.errors import (
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import (
     InstallReport,
+    KeyRange,
     PollStats,
+    RangeRead,
     SourceFingerprint,
     TableSnapshot,
     check_column_name,
@@ -49,6 +51,7 @@ from dagster_databus.sources.base import (
     resolve_key,
     table_schemas,
 )
+from dagster_databus.sources.mysql_bootstrap import key_ranges, snapshot_position
 from dagster_databus.sources.mysql_connect import Connection
 from dagster_databus.sources.mysql_types import (
     EMPTY_SET_SOURCE,
@@ -617,17 +620,9 @@ class MysqlSource:
 
     # -- bootstrap ---------------------------------------------------------------------
 
-    def snapshot(self, table: str, batch_rows: int | None = None, spark: Any = None) -> TableSnapshot:
-        """A consistent, keyset-paginated read of ``table`` at a known binlog position.
-
-        With a Spark session on MariaDB, key ranges are read in parallel Spark tasks, each in its
-        own consistent snapshot (see ``mysql_bootstrap``); otherwise one connection reads them all.
-        """
+    def snapshot(self, table: str, batch_rows: int | None = None) -> TableSnapshot:
+        """A consistent, keyset-paginated read of ``table`` at a known binlog position, on one connection."""
         batch_rows = batch_rows or self.config.bootstrap_chunk_rows
-        if spark is not None and self._reports_snapshot_position():
-            parallel = self._parallel_snapshot(spark, table, batch_rows)
-            if parallel is not None:
-                return parallel
         schema = self.preflight()[table]  # the live shape: the read below sees it
         conn = self.connect()
         cur = conn.cursor()
@@ -715,60 +710,24 @@ class MysqlSource:
             columns=", ".join(select_expression(c) for c in schema.columns),
             buckets=", ".join(str(int(b)) for b in buckets) or "NULL")
 
-    def _reports_snapshot_position(self) -> bool:
-        with closing(self.connect()) as conn, conn.cursor() as cur:
-            cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
-            return cur.fetchone() is not None
-
-    def _parallel_snapshot(self, spark: Any, table: str, rows_per_range: int) -> TableSnapshot | None:
-        import json
-
-        import pyarrow.compute as pc
-
-        from dagster_databus.snapshot.spark import task_errors
-        from dagster_databus.sources.mysql_bootstrap import MysqlTableSource, key_ranges
-
+    def ranges(self, table: str, rows_per_range: int) -> RangeRead:
+        """Key ranges each read in its own consistent snapshot (MariaDB reports each one's binlog position);
+        on MySQL proper, which does not, the whole table is one range pinned under a brief read lock."""
         schema = self.preflight()[table]
         with closing(self.connect()) as conn, conn.cursor() as cur:
-            bounds = key_ranges(cur, table, schema.primary_key, rows_per_range)
+            cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
+            ranges = (key_ranges(cur, table, schema.primary_key, rows_per_range) if cur.fetchone() is not None
+                      else (KeyRange(None, None),))
         c = self.config
         host, port = self.address()
-        spark.dataSource.register(MysqlTableSource)
         connection = {"host": host, "port": port, "user": c.user, "password": c.resolved_password(),
                       "database": c.database, "connect_timeout": c.connect_timeout_s}
-        columns = [[col.name, str(col.type), col.source_type] for col in schema.columns]
-        with task_errors():  # a value error in a task arrives as itself
-            data = (spark.read.format("databus_mysql_table")
-                    .option("connection", json.dumps(connection)).option("table", table).option("source", self.name)
-                    .option("columns", json.dumps(columns))
-                    .option("zero_dates", self.config.zero_dates)
-                    .option("key", json.dumps(list(schema.primary_key))).option("era", str(self.era))
-                    .option("bounds", json.dumps(bounds, default=str))
-                    .option("page_rows", str(min(rows_per_range, 10_000))).load().toArrow())
-        if data.num_rows == 0:
-            return None  # nothing to split: the single-connection read pins the position
-        target = schema.arrow(with_meta=False)
-        data = data.select([*target.names, "__scn"]).cast(target.append(pa.field("__scn", pa.int64())))
-        return TableSnapshot(scn=Scn(pc.min(data["__scn"]).as_py()), schema=schema,
-                             batches=iter(data.to_batches()))
+        spec = {"connection": connection, "zero_dates": c.zero_dates, "era": self.era,
+                "page_rows": min(rows_per_range, 10_000)}
+        return RangeRead("mysql", self.name, schema, spec, ranges, scn=None)
 
     def _consistent_snapshot(self, cur: Any) -> Scn:
-        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
-        status = {k.lower(): v for k, v in cur.fetchall()}
-        if status.get("binlog_snapshot_file"):
-            # MariaDB reports the binlog position that matches this transaction's snapshot.
-            file, position = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
-            return self.scn(file, position)
-        # MySQL: hold a global read lock just long enough to pin the position to the snapshot.
-        cur.execute("COMMIT")
-        cur.execute("FLUSH TABLES WITH READ LOCK")
-        try:
-            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            file, pos = self._master_status(cur)
-        finally:
-            cur.execute("UNLOCK TABLES")
-        return self.scn(file, pos)
+        return snapshot_position(cur, self.era, self.name)
 
     def release(self, through: Scn) -> None:
         """Binlogs are the server's to expire; capture keeps nothing on the source."""

@@ -1,130 +1,113 @@
-"""Parallel bootstrap of a MySQL/MariaDB table in Spark tasks.
+"""Reading a MySQL/MariaDB table by primary-key ranges, each range on its own connection (a task's).
 
-The driver cuts the primary-key space into ranges by walking the key index (keys only, keyset
-pagination). Each task opens its own ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, reads
-MariaDB's ``binlog_snapshot_file/position`` for it (P_i), and reads its range by keyset
-pagination, stamping every row with ``__scn = P_i``. The snapshot is committed at min(P_i):
-replaying the log from there is exact because the MERGE only applies an event to a row whose
-``__scn`` is older than the event, and an event at or before P_i is already in range i.
+The driver cuts the key space into ranges by walking the key index (keys only, keyset pagination).
+On MariaDB each range opens its own ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, reads the
+binlog position of that snapshot (``binlog_snapshot_file/position``) and reads its range by keyset
+pages: the range's rows are the table at that position (``RangeRead`` says why the union is exact).
+MySQL proper reports no such position, so its table is one range whose position is pinned under a
+brief global read lock.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+import pyarrow as pa
 
-from dagster_databus.core.types import ColumnType
-from dagster_databus.errors import DatabusError, for_task
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import CaptureNotInstalledError
+from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot
 
 
-def key_ranges(cursor: Any, table: str, key: Sequence[str], rows_per_range: int) -> list[list[Any] | None]:
-    """Boundaries (inclusive upper keys) cutting the table into ranges of about ``rows_per_range`` rows."""
+def key_ranges(cursor: Any, table: str, key: Sequence[str], rows_per_range: int) -> tuple[KeyRange, ...]:
+    """Ranges of about ``rows_per_range`` rows; the last is open-ended, so keys inserted later land somewhere."""
     cols = ", ".join(f"`{k}`" for k in key)
     marks = ", ".join(["%s"] * len(key))
-    bounds: list[list[Any] | None] = []
-    last: list[Any] | None = None
+    bounds: list[tuple[Any, ...]] = []
     while True:
-        if last is None:
+        if not bounds:
             cursor.execute(f"SELECT {cols} FROM `{table}` ORDER BY {cols} LIMIT %s", (rows_per_range,))
         else:
             cursor.execute(f"SELECT {cols} FROM `{table}` WHERE ({cols}) > ({marks}) ORDER BY {cols} LIMIT %s",
-                           (*last, rows_per_range))
+                           (*bounds[-1], rows_per_range))
         rows = cursor.fetchall()
         if len(rows) < rows_per_range:
             break
-        last = list(rows[-1])
-        bounds.append(last)
-    return [*bounds, None]  # the last range is open-ended: keys inserted later land somewhere
+        bounds.append(tuple(rows[-1]))
+    lowers: list[tuple[Any, ...] | None] = [None, *bounds]
+    uppers: list[tuple[Any, ...] | None] = [*bounds, None]
+    return tuple(KeyRange(lo, hi) for lo, hi in zip(lowers, uppers, strict=True))
 
 
-class MysqlTableSource(DataSource):
-    """Options: ``connection`` (JSON), ``table``, ``columns`` (JSON [[name, type, COLUMN_TYPE]]), ``key`` (JSON),
-    ``bounds`` (JSON list of upper keys, null for open), ``page_rows``, ``zero_dates``."""
+def snapshot_position(cur: Any, era: int, source: str) -> Scn:
+    """Start a consistent-snapshot transaction on ``cur`` and return the binlog position it sees."""
+    cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+    status = {k.lower(): v for k, v in cur.fetchall()}
+    if status.get("binlog_snapshot_file"):
+        # MariaDB reports the binlog position that matches this transaction's snapshot.
+        return Scn.from_binlog(int(status["binlog_snapshot_file"].rsplit(".", 1)[1]),
+                               int(status["binlog_snapshot_position"]), era)
+    # MySQL: hold a global read lock just long enough to pin the position to the snapshot.
+    cur.execute("COMMIT")
+    cur.execute("FLUSH TABLES WITH READ LOCK")
+    try:
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        cur.execute("SHOW MASTER STATUS")
+        row = cur.fetchone()
+    finally:
+        cur.execute("UNLOCK TABLES")
+    if not row:
+        raise CaptureNotInstalledError(f"MySQL source {source!r} has binary logging off",
+                                       "enable log_bin under [mysqld] and restart the server", source=source)
+    return Scn.from_binlog(int(row[0].rsplit(".", 1)[1]), int(row[1]), era)
 
-    @classmethod
-    def name(cls) -> str:
-        return "databus_mysql_table"
 
-    def schema(self) -> str:
-        columns = json.loads(self.options["columns"])
-        return ", ".join(f"`{n}` {ColumnType.parse(t).spark()}" for n, t, _ in columns) + ", `__scn` long"
+def read_range(read: RangeRead, index: int) -> TableSnapshot:
+    """Range ``index`` of ``read``, in its own consistent snapshot at the position it reports."""
+    from dagster_databus.sources.mysql_connect import Connection
+    from dagster_databus.sources.mysql_types import bootstrap_value, select_expression
 
-    def reader(self, schema: Any) -> DataSourceReader:
-        return MysqlTableReader(dict(self.options))
+    spec, schema, where = read.spec, read.schema, read.ranges[index]
+    table, key, page = schema.table, schema.primary_key, int(spec["page_rows"])
+    names = ", ".join(select_expression(c) for c in schema.columns)
+    kcols = ", ".join(f"`{k}`" for k in key)
+    marks = ", ".join(["%s"] * len(key))
+    key_index = [schema.column_names.index(k) for k in key]
+    convert = schema.batch(lambda c: bootstrap_value(c, spec["zero_dates"]), f"bootstrap of {table}")
+    conn = Connection(**spec["connection"], autocommit=True, charset="utf8mb4")
+    try:
+        cur = conn.cursor()
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP read in UTC, as the binlog has it
+        position = snapshot_position(cur, int(spec["era"]), read.source)
+    except BaseException:
+        conn.close()
+        raise
 
-
-class MysqlTableReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.options = options
-
-    def partitions(self) -> list[InputPartition]:
-        bounds = json.loads(self.options["bounds"])
-        lowers = [None, *bounds[:-1]]
-        return [InputPartition(json.dumps({"after": lo, "through": hi})) for lo, hi in zip(lowers, bounds,
-                                                                                           strict=True)]
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
+    def batches() -> Iterator[pa.RecordBatch]:
+        after = where.after
         try:
-            yield from self._read(partition)
-        except DatabusError as exc:
-            raise for_task(exc) from None
-
-    def _read(self, partition: InputPartition) -> Iterator[Any]:
-        import pyarrow as pa
-
-        from dagster_databus.core.schema import Column, TableSchema
-        from dagster_databus.core.scn import Scn
-        from dagster_databus.sources.mysql_connect import Connection
-        from dagster_databus.sources.mysql_types import bootstrap_value, select_expression
-
-        spec = json.loads(partition.value)
-        opts = self.options
-        conn_args = json.loads(opts["connection"])
-        table = opts["table"]
-        columns = [Column(n, ColumnType.parse(t), source_type) for n, t, source_type in json.loads(opts["columns"])]
-        key = json.loads(opts["key"])
-        page = int(opts["page_rows"])
-        names = ", ".join(select_expression(c) for c in columns)
-        kcols = ", ".join(f"`{k}`" for k in key)
-        marks = ", ".join(["%s"] * len(key))
-        key_index = [[c.name for c in columns].index(k) for k in key]
-        schema = TableSchema(opts.get("source", ""), table, tuple(columns), tuple(key))
-        convert = schema.batch(lambda c: bootstrap_value(c, opts.get("zero_dates", "error")),  # type: ignore[arg-type]
-                               f"bootstrap of {table}")
-        arrow_schema = schema.arrow(with_meta=False).append(pa.field("__scn", pa.int64()))
-        conn = Connection(**conn_args, autocommit=True, charset="utf8mb4")
-        try:
-            cur = conn.cursor()
-            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP read in UTC, as the binlog has it
-            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
-            status = {k.lower(): v for k, v in cur.fetchall()}
-            position = Scn.from_binlog(int(status["binlog_snapshot_file"].rsplit(".", 1)[1]),
-                                       int(status["binlog_snapshot_position"]), int(opts.get("era", "0"))).value
-            after, through = spec["after"], spec["through"]
             while True:
-                where, params = [], []
+                clauses, params = [], []
                 if after is not None:
-                    where.append(f"({kcols}) > ({marks})")
+                    clauses.append(f"({kcols}) > ({marks})")
                     params += after
-                if through is not None:
-                    where.append(f"({kcols}) <= ({marks})")
-                    params += through
-                clause = f"WHERE {' AND '.join(where)} " if where else ""
+                if where.through is not None:
+                    clauses.append(f"({kcols}) <= ({marks})")
+                    params += where.through
+                clause = f"WHERE {' AND '.join(clauses)} " if clauses else ""
                 cur.execute(f"SELECT {names} FROM `{table}` {clause}ORDER BY {kcols} LIMIT %s", (*params, page))
                 rows = cur.fetchall()
                 if not rows:
                     break
-                batch = convert(rows)
-                yield pa.RecordBatch.from_arrays([*batch.columns, pa.array([position] * len(rows), pa.int64())],
-                                                 schema=arrow_schema)
+                yield convert(rows)
                 if len(rows) < page:
                     break
-                after = [rows[-1][i] for i in key_index]
+                after = tuple(rows[-1][i] for i in key_index)
             cur.execute("COMMIT")
         finally:
             conn.close()
+
+    return TableSnapshot(scn=position, schema=schema, batches=batches())

@@ -33,6 +33,7 @@ from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import (
     InstallReport,
     PollStats,
+    RangeRead,
     SourceFingerprint,
     TableSnapshot,
     check_column_name,
@@ -43,6 +44,7 @@ from dagster_databus.sources.base import (
     streamed_fingerprint,
     table_schemas,
 )
+from dagster_databus.sources.oracle_bootstrap import key_ranges
 from dagster_databus.sources.oracle_sql import (
     Statement,
     TableObjects,
@@ -409,9 +411,8 @@ class OracleSource:
 
     # -- bootstrap ---------------------------------------------------------------------
 
-    def snapshot(self, table: str, batch_rows: int | None = None, spark: Any = None) -> TableSnapshot:
-        """A flashback read ``AS OF SCN`` of the database SCN now, by primary-key keyset pages; with a
-        Spark session, key ranges are read in parallel tasks, all as of that one SCN."""
+    def snapshot(self, table: str, batch_rows: int | None = None) -> TableSnapshot:
+        """A flashback read ``AS OF SCN`` of the database SCN now, by primary-key keyset pages, on one connection."""
         batch_rows = batch_rows or self.config.bootstrap_chunk_rows
         schema = self.preflight()[table]
         mapping = self._columns[table]
@@ -420,11 +421,6 @@ class OracleSource:
         scn = self._current_scn(cur)
         actual = quote(self._actual[table])
         keys = [quote(mapping[k]) for k in schema.primary_key]
-        if spark is not None:
-            try:
-                return self._parallel_snapshot(spark, cur, schema, actual, keys, scn, batch_rows)
-            finally:
-                conn.close()
         # The raw key columns trail the exact-value expressions: keyset paging binds them as they are.
         cols = ", ".join([self._select_list(table, schema.column_names), *keys])
         after = after_clause(keys, "k")
@@ -449,27 +445,20 @@ class OracleSource:
 
         return TableSnapshot(scn=scn, schema=schema, batches=batches())
 
-    def _parallel_snapshot(self, spark: Any, cur: Any, schema: TableSchema, actual: str, keys: list[str],
-                           scn: Scn, rows_per_range: int) -> TableSnapshot:
-        import json
-
-        from dagster_databus.snapshot.spark import task_errors
-        from dagster_databus.sources.oracle_bootstrap import OracleTableSource, key_ranges
-
-        bounds = key_ranges(cur, actual, keys, scn.value, rows_per_range)
-        mapping = self._columns[schema.table]
+    def ranges(self, table: str, rows_per_range: int) -> RangeRead:
+        """Key ranges of the table as of the database SCN now; every range is read as of that SCN."""
+        schema = self.preflight()[table]
+        mapping = self._columns[table]
+        actual = quote(self._actual[table])
+        keys = [quote(mapping[k]) for k in schema.primary_key]
+        with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
+            scn = self._current_scn(cur)
+            ranges = key_ranges(cur, actual, keys, scn.value, rows_per_range)
         c = self.config
-        spark.dataSource.register(OracleTableSource)
-        with task_errors():  # a value error in a task arrives as itself
-            data = (spark.read.format("databus_oracle_table")
-                    .option("connection", json.dumps({"user": c.user, "password": c.resolved_password(), "dsn": c.dsn}))
-                    .option("table", actual).option("source", self.name).option("scn", str(scn.value))
-                    .option("columns", json.dumps([[col.name, quote(mapping[col.name]), str(col.type), col.source_type]
-                                                   for col in schema.columns]))
-                    .option("key", json.dumps(keys)).option("bounds", json.dumps(bounds, default=str))
-                    .option("page_rows", str(min(rows_per_range, 10_000))).load().toArrow())
-        data = data.cast(schema.arrow(with_meta=False))
-        return TableSnapshot(scn=scn, schema=schema, batches=iter(data.to_batches()))
+        spec = {"connection": {"user": c.user, "password": c.resolved_password(), "dsn": c.dsn},
+                "table": actual, "key": keys, "page_rows": min(rows_per_range, 10_000),
+                "columns": [[quote(mapping[col.name]), col.source_type] for col in schema.columns]}
+        return RangeRead("oracle", self.name, schema, spec, ranges, scn=scn)
 
     def fingerprint(self, table: str, progress: Progress = quiet) -> SourceFingerprint:
         return streamed_fingerprint(self.snapshot(table), progress)

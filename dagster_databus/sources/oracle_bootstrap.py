@@ -1,99 +1,76 @@
-"""Parallel bootstrap of an Oracle table in Spark tasks, every task reading ``AS OF SCN`` the same
-SCN: the union of the key ranges is exactly the table at that SCN."""
+"""Reading an Oracle table by primary-key ranges, each range on its own connection (a task's), every
+range ``AS OF SCN`` the same SCN: the union of the ranges is exactly the table at that SCN."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+import pyarrow as pa
 
-from dagster_databus.core.types import ColumnType
-from dagster_databus.errors import DatabusError, for_task
+from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot
 from dagster_databus.sources.oracle_sql import after_clause, through_clause
 
 
-def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_range: int) -> list[list[Any] | None]:
-    """Upper boundaries cutting the table (as of ``scn``) into ranges of about ``rows_per_range`` rows."""
+def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_range: int) -> tuple[KeyRange, ...]:
+    """Ranges of about ``rows_per_range`` rows of the table as of ``scn``; the last is open-ended."""
     order = ", ".join(keys)
     first = f"SELECT {order} FROM {table} AS OF SCN :scn ORDER BY {order} FETCH FIRST :n ROWS ONLY"
     following = (f"SELECT {order} FROM {table} AS OF SCN :scn WHERE {after_clause(keys, 'a')} ORDER BY {order} "
                  "FETCH FIRST :n ROWS ONLY")
-    bounds: list[list[Any] | None] = []
+    bounds: list[tuple[Any, ...]] = []
     cursor.execute(first, scn=scn, n=rows_per_range)
     while len(rows := cursor.fetchall()) == rows_per_range:
-        last = list(rows[-1])
-        bounds.append(last)
-        cursor.execute(following, scn=scn, n=rows_per_range, **{f"a{i}": v for i, v in enumerate(last)})
-    return [*bounds, None]
+        bounds.append(tuple(rows[-1]))
+        cursor.execute(following, scn=scn, n=rows_per_range, **{f"a{i}": v for i, v in enumerate(bounds[-1])})
+    lowers: list[tuple[Any, ...] | None] = [None, *bounds]
+    uppers: list[tuple[Any, ...] | None] = [*bounds, None]
+    return tuple(KeyRange(lo, hi) for lo, hi in zip(lowers, uppers, strict=True))
 
 
-class OracleTableSource(DataSource):
-    """Options: ``connection`` (JSON), ``table`` (quoted), ``columns`` (JSON [[name, quoted column, type,
-    declared type]]),
-    ``key`` (JSON quoted key columns), ``bounds`` (JSON), ``scn``, ``page_rows``."""
+def read_range(read: RangeRead, index: int) -> TableSnapshot:
+    """Range ``index`` of ``read`` as of ``read.scn``.
 
-    @classmethod
-    def name(cls) -> str:
-        return "databus_oracle_table"
+    ``read.spec``: ``connection`` (user, password, dsn), ``table`` and ``key`` (quoted), ``columns``
+    ([[quoted column, declared type]] in schema order), ``page_rows``."""
+    import oracledb
 
-    def schema(self) -> str:
-        return ", ".join(f"`{n}` {ColumnType.parse(t).spark()}" for n, _, t, _ in json.loads(self.options["columns"]))
+    from dagster_databus.sources.oracle_types import oracle_value, output_type_handler, select_expression
 
-    def reader(self, schema: Any) -> DataSourceReader:
-        return OracleTableReader(dict(self.options))
+    assert read.scn is not None  # Oracle ranges always read at one SCN
+    spec, schema, where = read.spec, read.schema, read.ranges[index]
+    keys: list[str] = list(spec["key"])
+    # The raw key columns trail the exact-value expressions: keyset paging binds them as they are.
+    exact = [select_expression(quoted, declared, quoted) for quoted, declared in spec["columns"]]
+    select, table, page, scn = ", ".join([*exact, *keys]), spec["table"], int(spec["page_rows"]), read.scn.value
+    width = len(schema.columns)
+    convert = schema.batch(oracle_value, f"bootstrap of {schema.table} as of SCN {scn}")
+    conn = oracledb.connect(**spec["connection"])
+    conn.outputtypehandler = output_type_handler
 
-
-class OracleTableReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.options = options
-
-    def partitions(self) -> list[InputPartition]:
-        bounds = json.loads(self.options["bounds"])
-        return [InputPartition(json.dumps({"after": lo, "through": hi}))
-                for lo, hi in zip([None, *bounds[:-1]], bounds, strict=True)]
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
+    def batches() -> Iterator[pa.RecordBatch]:
+        after = where.after
         try:
-            yield from self._read(partition)
-        except DatabusError as exc:
-            raise for_task(exc) from None
+            with conn.cursor() as cur:
+                while True:
+                    clauses, binds = [], {"scn": scn, "n": page}
+                    if after is not None:
+                        clauses.append(f"({after_clause(keys, 'a')})")
+                        binds |= {f"a{i}": v for i, v in enumerate(after)}
+                    if where.through is not None:
+                        clauses.append(through_clause(keys, "t"))
+                        binds |= {f"t{i}": v for i, v in enumerate(where.through)}
+                    clause = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+                    cur.execute(f"SELECT {select} FROM {table} AS OF SCN :scn{clause} ORDER BY {', '.join(keys)} "
+                                "FETCH FIRST :n ROWS ONLY", binds)
+                    rows = cur.fetchall()
+                    if not rows:
+                        break
+                    yield convert(rows)  # the trailing raw key columns are not converted
+                    if len(rows) < page:
+                        break
+                    after = tuple(rows[-1][width:])
+        finally:
+            conn.close()
 
-    def _read(self, partition: InputPartition) -> Iterator[Any]:
-        import oracledb
-
-        from dagster_databus.core.schema import Column, TableSchema
-        from dagster_databus.sources.oracle_types import oracle_value, output_type_handler, select_expression
-
-        opts, spec = self.options, json.loads(partition.value)
-        columns = json.loads(opts["columns"])
-        keys = json.loads(opts["key"])
-        typed = [Column(name, ColumnType.parse(kind), declared) for name, _, kind, declared in columns]
-        # The raw key columns trail the exact-value expressions: keyset paging binds them as they are.
-        exact = [select_expression(quoted, declared, quoted) for _, quoted, _, declared in columns]
-        select = ", ".join([*exact, *keys])
-        schema = TableSchema(opts.get("source", ""), opts["table"], tuple(typed), ())
-        page, scn, table = int(opts["page_rows"]), int(opts["scn"]), opts["table"]
-        convert = schema.batch(oracle_value, f"bootstrap of {table} as of SCN {scn}")
-        after, through = spec["after"], spec["through"]
-        with oracledb.connect(**json.loads(opts["connection"])) as conn, conn.cursor() as cur:
-            conn.outputtypehandler = output_type_handler
-            while True:
-                where, binds = [], {"scn": scn, "n": page}
-                if after is not None:
-                    where.append(f"({after_clause(keys, 'a')})")
-                    binds |= {f"a{i}": v for i, v in enumerate(after)}
-                if through is not None:
-                    where.append(through_clause(keys, "t"))
-                    binds |= {f"t{i}": v for i, v in enumerate(through)}
-                clause = f" WHERE {' AND '.join(where)}" if where else ""
-                cur.execute(f"SELECT {select} FROM {table} AS OF SCN :scn{clause} ORDER BY {', '.join(keys)} "
-                            "FETCH FIRST :n ROWS ONLY", binds)
-                rows = cur.fetchall()
-                if not rows:
-                    break
-                yield convert(rows)
-                if len(rows) < page:
-                    break
-                after = list(rows[-1][len(typed):])
+    return TableSnapshot(scn=read.scn, schema=schema, batches=batches())

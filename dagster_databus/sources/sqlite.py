@@ -37,6 +37,7 @@ from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import (
     InstallReport,
     PollStats,
+    RangeRead,
     SourceFingerprint,
     TableSnapshot,
     check_column_name,
@@ -48,6 +49,7 @@ from dagster_databus.sources.base import (
     table_schemas,
 )
 from dagster_databus.sources.sqlite_batch import TxlogChunk, chunk_batch
+from dagster_databus.sources.sqlite_bootstrap import key_ranges
 from dagster_databus.sources.sqlite_types import sqlite_column_type, sqlite_value
 
 CAPTURE_VERSION = "2"  # 2: REAL values travel as exact text (SQLite's JSON keeps 15 digits)
@@ -354,7 +356,16 @@ class SqliteSource:
 
     # -- bootstrap ---------------------------------------------------------------------
 
-    def snapshot(self, table: str, batch_rows: int = 50_000, spark: Any = None) -> TableSnapshot:
+    def ranges(self, table: str, rows_per_range: int) -> RangeRead:
+        """Key ranges each read in its own read transaction with the txlog high-water mark it sees."""
+        schema = self.schemas()[table]
+        with closing(self._connect()) as conn:
+            ranges = key_ranges(conn, table, schema.primary_key, rows_per_range)
+        spec = {"path": str(Path(self.config.path).resolve()), "busy_timeout_s": self.config.busy_timeout_ms / 1000,
+                "page_rows": min(rows_per_range, 10_000)}
+        return RangeRead("sqlite", self.name, schema, spec, ranges, scn=None)
+
+    def snapshot(self, table: str, batch_rows: int = 50_000) -> TableSnapshot:
         schema = self.schemas()[table]
         conn = self._connect()
         # One read transaction: the txlog high-water mark and the table's rows come from

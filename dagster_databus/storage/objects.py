@@ -40,6 +40,14 @@ class LakeObjects(Protocol):
     def write(self, key: str, data: bytes) -> None:
         """Create or replace the object whole: readers see the old bytes or the new, never a part."""
 
+    def put_file(self, key: str, local: Path) -> None:
+        """Store a finished local file as the object (moved, on a local disk; uploaded in parts, in a store),
+        durable when this returns."""
+
+    def reader(self, key: str) -> BinaryIO:
+        """The object as a seekable file that reads only the byte ranges asked for (Parquet footers and
+        column chunks); FileNotFoundError when there is none."""
+
     def create(self, key: str, data: bytes, staged: Callable[[], None] | None = None) -> bool:
         """Write the object only if the name is free; False (and nothing written) when it is taken.
         ``staged`` runs when the bytes are durable but not yet under the name (a test seam)."""
@@ -88,6 +96,17 @@ class LocalObjects:
         tmp = self._staged(path, data)
         os.replace(tmp, path)
         _fsync_dir(path.parent)
+
+    def put_file(self, key: str, local: Path) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(local, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(local, path)
+        _fsync_dir(path.parent)
+
+    def reader(self, key: str) -> BinaryIO:
+        return open(self._path(key), "rb")
 
     def create(self, key: str, data: bytes, staged: Callable[[], None] | None = None) -> bool:
         path = self._path(key)
@@ -176,6 +195,17 @@ class StoreObjects:
 
         obstore.put(self.store, self.root + key, data)
 
+    def put_file(self, key: str, local: Path) -> None:
+        import obstore
+
+        obstore.put(self.store, self.root + key, local)  # in parts when large
+        local.unlink()
+
+    def reader(self, key: str) -> BinaryIO:
+        import obstore
+
+        return _Ranged(obstore.open_reader(self.store, self.root + key))  # type: ignore[return-value]
+
     def create(self, key: str, data: bytes, staged: Callable[[], None] | None = None) -> bool:
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
@@ -214,6 +244,38 @@ class StoreObjects:
 
         obstore.copy(self.store, self.root + source, self.root + target)
         obstore.delete(self.store, self.root + source)
+
+
+class _Ranged(io.RawIOBase):
+    """An object read by byte ranges (obstore's reader) as a Python binary file, which pyarrow can seek."""
+
+    def __init__(self, reader: Any) -> None:
+        self._reader = reader
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._reader.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._reader.tell()
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._reader.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        return bytes(self._reader.read(size) if size >= 0 else self._reader.readall())
+
+    def close(self) -> None:
+        if not self.closed:
+            self._reader.close()
+        super().close()
 
 
 def _store(location: LakeLocation) -> Any:

@@ -1,20 +1,24 @@
-"""One lazily created local Spark session per process, with the change-log data source registered."""
+"""One lazily created Spark session per process (local, or a cluster's ``spark.master``), with the
+change-log data source registered; reading the log through it; progress of the jobs a step runs."""
 
 from __future__ import annotations
 
 import os
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dagster_databus.config import SparkConfig
+from dagster_databus.config import DatabusConfig, SparkConfig
+from dagster_databus.core.progress import EVERY_S, Progress
+from dagster_databus.core.scn import Scn
 from dagster_databus.errors import from_task
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 DELTA_JARS_ENV = "DATABUS_DELTA_JARS"
 _lock = threading.Lock()
@@ -63,7 +67,7 @@ def _build(config: SparkConfig) -> SparkSession:
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    from dagster_databus.snapshot.logsource import ChangeLogDataSource
+    from dagster_databus.spark.logsource import ChangeLogDataSource
 
     session.dataSource.register(ChangeLogDataSource)
     return session
@@ -98,3 +102,41 @@ def task_errors() -> Iterator[None]:
         if error is None:
             raise
         raise error from None
+
+
+def read_changes(spark: SparkSession, config: DatabusConfig, source: str, table: str, since: Scn,
+                 until: Scn) -> DataFrame:
+    """The table's changes in (since, until], one input partition per log segment (``spark.logsource``)."""
+    return (spark.read.format("databus_log")
+            .option("lake", config.lake.spec()).option("source", source).option("table", table)
+            .option("since", str(since)).option("until", str(until)).load())
+
+
+@contextmanager
+def job_progress(spark: SparkSession, progress: Progress, what: str, every_s: float = EVERY_S) -> Iterator[None]:
+    """Report the tasks done of the Spark jobs run inside the block, every ``every_s`` seconds."""
+    context = spark.sparkContext
+    group = f"databus-{uuid.uuid4().hex[:12]}"
+    context.setJobGroup(group, what)
+    stop = threading.Event()
+
+    def watch() -> None:
+        tracker = context.statusTracker()
+        while not stop.wait(every_s):
+            done = total = 0
+            for job in tracker.getJobIdsForGroup(group):
+                info = tracker.getJobInfo(job)
+                for stage in (info.stageIds if info else []):
+                    stage_info = tracker.getStageInfo(stage)
+                    if stage_info:
+                        done, total = done + stage_info.numCompletedTasks, total + stage_info.numTasks
+            if total:
+                progress(f"{what}: {done} of {total} Spark tasks done")
+
+    watcher = threading.Thread(target=watch, name="databus-spark-progress", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]

@@ -18,8 +18,9 @@ from dagster_databus.errors import DatabusError, for_task
 from dagster_databus.storage.lake import Lake
 
 # Columns the reader adds after the table's own.
-META_SPARK = "`__scn` long, `__seq` int, `__window_scn` long, `__op` string, `__commit_ts_ms` long"
-META_NAMES = ("__scn", "__seq", "__window_scn", "__op", "__commit_ts_ms")
+META_SPARK = ("`__scn` long, `__seq` int, `__window_scn` long, `__op` string, `__commit_ts_ms` long, "
+              "`__partition` int")
+META_NAMES = ("__scn", "__seq", "__window_scn", "__op", "__commit_ts_ms", "__partition")
 
 
 class ChangeLogDataSource(DataSource):

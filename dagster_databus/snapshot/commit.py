@@ -1,0 +1,90 @@
+"""Committing data files that Spark tasks wrote: one Delta transaction through delta-rs, on the driver.
+
+A bootstrap commits every file of every key range with the bootstrap's transaction ids; a merge
+commits the files it rewrote (removes + adds) and the new applied SCN, against the table version it
+read, so a concurrent writer that changed those files makes the commit fail instead of losing its
+work. Files a run wrote but did not commit (a failed run, a retried task's first attempt) are
+deleted by the run itself, found by the run's file-name prefix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import ConcurrentRunError
+from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot
+from dagster_databus.snapshot.files import DataFile, TableFile, TableLocation
+
+OPERATION_KEY = "databus.operation"
+
+
+def location(folder: DeltaFolder) -> TableLocation:
+    """Where ``folder``'s files are, as tasks rebuild it."""
+    return TableLocation(folder.lake.spec(), folder.key)
+
+
+def add_actions(files: Sequence[DataFile]) -> list[AddAction]:
+    now = int(time.time() * 1000)
+    return [AddAction(f.path, f.size, {}, now, True, f.stats) for f in files]
+
+
+def commit_bootstrap(snap: DeltaSnapshot, schema: pa.Schema, files: Sequence[DataFile], scn: Scn,
+                     engine: str) -> None:
+    """Replace the snapshot's rows with ``files``, read from the source at ``scn``, in one commit."""
+    txns = [Transaction(app_id=snap.app_id, version=scn.value),
+            Transaction(app_id=snap.bootstrap_app_id, version=scn.value)]
+    props = CommitProperties(app_transactions=txns, custom_metadata={OPERATION_KEY: "bootstrap", "engine": engine})
+    table = snap.existing()
+    try:
+        if table is None:
+            snap.prepare()
+            create_table_with_add_actions(snap.uri, Schema.from_arrow(schema), add_actions(files), mode="overwrite",
+                                          storage_options=snap.storage_options, commit_properties=props,
+                                          description=f"databus snapshot of {snap.source}.{snap.table}")
+        else:
+            table.create_write_transaction(add_actions(files), mode="overwrite", schema=schema,
+                                           commit_properties=props)
+    except CommitFailedError as exc:
+        raise _concurrent(snap, exc) from exc
+
+
+def commit_merge(folder: DeltaFolder, table: DeltaTable, schema: pa.Schema, added: Sequence[DataFile],
+                 removed: Sequence[TableFile], txns: Sequence[Transaction], metadata: dict[str, Any]) -> None:
+    """Swap ``removed`` for ``added`` and record ``txns``, against the version ``table`` was read at."""
+    now = int(time.time() * 1000)
+    actions: list[AddAction | RemoveAction] = [*add_actions(added), *(
+        RemoveAction(path=f.path, size=f.size, partition_values={}, deletion_timestamp=now, data_change=True)
+        for f in removed)]
+    try:
+        table.create_write_transaction(actions, mode="append", schema=schema,
+                                       commit_properties=CommitProperties(app_transactions=list(txns),
+                                                                          custom_metadata=metadata))
+    except CommitFailedError as exc:
+        raise _concurrent(folder, exc) from exc
+
+
+def _concurrent(folder: DeltaFolder, exc: Exception) -> ConcurrentRunError:
+    return ConcurrentRunError(
+        f"another writer committed to {folder.uri} while this run was writing: {str(exc).splitlines()[0]}; "
+        "nothing of this run was committed",
+        "run again: the other run's commit is kept, and this one starts from it")
+
+
+def remove_uncommitted(folder: DeltaFolder, prefix: str, committed: Sequence[DataFile] = ()) -> int:
+    """Delete the files a run (``prefix``) wrote that its commit does not name; how many there were."""
+    keep = {f.path for f in committed}
+    objects = folder.lake.objects
+    stray = [o.key for o in objects.list(f"{folder.key}/{prefix}") if o.key.rpartition("/")[2] not in keep]
+    for key in stray:
+        with contextlib.suppress(OSError):
+            objects.delete(key)
+    return len(stray)

@@ -1,0 +1,86 @@
+"""The engines that bootstrap and merge snapshots, behind one interface; ``merge.engine`` picks one.
+
+- ``spark`` (the default): Spark tasks read the source's key ranges and the change log, reduce the
+  changes per key, and write the Delta data files; the driver commits the files through delta-rs.
+- ``delta-spark``: Spark's own Delta MERGE, where delta-spark's classes load in the session.
+- ``local``: this process reads, reduces in bounded memory and MERGEs through delta-rs; no Spark.
+- ``auto``: delta-spark where its classes load, else spark.
+
+Every engine writes the same table layout and the same transaction ids, so a table can move from
+one engine to another between runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, TypeAlias
+
+from dagster_databus.core.progress import Progress
+from dagster_databus.core.schema import TableSchema
+from dagster_databus.core.scn import Scn
+from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts
+from dagster_databus.snapshot.reduce import ChangeStats
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from dagster_databus.config import DatabusConfig
+    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.sources.base import CaptureSource
+
+# Starts (or returns) the process's Spark session: engines call it only when they run a Spark job.
+SparkProvider: TypeAlias = "Callable[[], SparkSession]"
+
+
+@dataclass(frozen=True, slots=True)
+class Bootstrapped:
+    scn: Scn  # the source read's SCN: the snapshot's applied SCN
+    schema: TableSchema  # the columns the table was read with
+    rows: int
+    files: int = 0  # data files written (0: the engine does not count them)
+
+
+@dataclass(frozen=True, slots=True)
+class Merged:
+    counts: MergeCounts
+    stats: ChangeStats
+    # Data files: how many the table had, how many the merge rewrote (their bytes) and added.
+    files: dict[str, int] = field(default_factory=dict)
+
+
+class MergeEngine(Protocol):
+    name: str
+
+    def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str,
+                  progress: Progress) -> Bootstrapped:
+        """Replace the snapshot's rows with a consistent read of ``table`` from ``source``, committed with
+        its SCN as both the applied and the bootstrap transaction id."""
+
+    def merge(self, snap: DeltaSnapshot, log: ChangeLog, schema: TableSchema, since: Scn, until: Scn,
+              progress: Progress) -> Merged | None:
+        """Apply the log's changes in (``since``, ``until``] and record ``until`` as the applied SCN, in one
+        commit. Changes at or below the snapshot's applied SCN are dropped; per key only the newest
+        change (SCN, then position in its window) applies, and only over an older row. None when
+        ``until`` is not past the applied SCN (a replay): nothing is committed."""
+
+
+def open_engine(config: DatabusConfig, spark: SparkProvider) -> MergeEngine:
+    """The engine ``config.merge.engine`` names; ``spark`` is called only if the engine runs Spark."""
+    choice = config.merge.engine
+    if choice == "local":
+        from dagster_databus.snapshot.engines.local import LocalEngine
+
+        return LocalEngine(config)
+    if choice == "auto":
+        from dagster_databus.spark.session import delta_spark_available, may_commit_with_delta_spark
+
+        choice = "delta-spark" if may_commit_with_delta_spark(config.spark) and delta_spark_available(spark()) \
+            else "spark"
+    if choice == "delta-spark":
+        from dagster_databus.snapshot.engines.delta_spark import DeltaSparkEngine
+
+        return DeltaSparkEngine(config, spark)
+    from dagster_databus.snapshot.engines.spark import SparkEngine
+
+    return SparkEngine(config, spark)

@@ -1,0 +1,134 @@
+"""The delta-spark engine: Spark's own Delta MERGE, where delta-spark's classes load in the session.
+
+The source's key ranges are read by Spark tasks (``spark.tables``) and written by Spark's Delta
+writer; the change log is read by Spark tasks (``spark.logsource``), reduced with a window function
+and MERGEd, all distributed. The jars come from Maven or a folder (``spark.delta_jars``); without
+them this engine is refused with that fix.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from dagster_databus.core.progress import Progress
+from dagster_databus.core.schema import TableSchema
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import ConfigError, SnapshotMissingError
+from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts, merge_clauses
+from dagster_databus.snapshot.engines import Bootstrapped, Merged, SparkProvider
+from dagster_databus.snapshot.reduce import ChangeStats
+from dagster_databus.spark.session import delta_spark_available, job_progress, read_changes, task_errors
+from dagster_databus.spark.wire import pack
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from dagster_databus.config import DatabusConfig
+    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.sources.base import CaptureSource
+
+
+class DeltaSparkEngine:
+    name = "delta-spark"
+
+    def __init__(self, config: DatabusConfig, spark: SparkProvider) -> None:
+        self.config, self._spark = config, spark
+
+    @property
+    def spark(self) -> SparkSession:
+        session = self._spark()
+        if not delta_spark_available(session):
+            raise ConfigError("merge.engine", "delta-spark's classes do not load in the Spark session",
+                              "put delta-spark_2.13-4.4.*.jar and delta-storage-4.4.*.jar in a folder named by "
+                              "spark.delta_jars (or DATABUS_DELTA_JARS), run on a cluster that has them, or use "
+                              "merge.engine: spark")
+        return session
+
+    def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        from dagster_databus.spark.tables import TableRangesSource
+
+        spark = self.spark
+        read = source.ranges(table, getattr(source.config, "bootstrap_chunk_rows", self.config.merge.file_rows))
+        spark.dataSource.register(TableRangesSource)
+        rows = (spark.read.format("databus_table").option("read", pack(read)).load()
+                .withColumn("__op", F.lit("r"))
+                .withColumn("__commit_ts", F.timestamp_millis(F.lit(int(time.time() * 1000)))))
+        rows = rows.select(*[F.col(f"`{n}`") for n in read.schema.arrow(with_meta=True).names])
+        with task_errors(), job_progress(spark, progress, f"{table}: bootstrapping"):
+            if read.scn is None:  # each range read at its own position: the snapshot's SCN is the lowest
+                rows = rows.persist(StorageLevel.DISK_ONLY)
+                low = rows.agg(F.min("__scn")).collect()[0][0]
+                scn = Scn(low) if low is not None else Scn(source.high_water_mark().value)
+            else:
+                scn = read.scn
+            count = rows.count()
+            (rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+             .option("txnAppId", snap.app_id).option("txnVersion", scn.value).save(snap.spark_uri))
+            rows.unpersist()
+        # delta-spark takes one transaction id per write: record the bootstrap SCN in a second, empty one.
+        (rows.limit(0).write.format("delta").mode("append")
+         .option("txnAppId", snap.bootstrap_app_id).option("txnVersion", scn.value).save(snap.spark_uri))
+        return Bootstrapped(scn, read.schema, count)
+
+    def merge(self, snap: DeltaSnapshot, log: ChangeLog, schema: TableSchema, since: Scn, until: Scn,
+              progress: Progress) -> Merged | None:
+        from delta.tables import DeltaTable as SparkDeltaTable
+        from pyspark.sql import functions as F
+
+        applied = snap.applied_scn()
+        if applied is None:
+            raise SnapshotMissingError(
+                f"snapshot {snap.source}.{snap.table} has not been bootstrapped ({snap.uri})",
+                f"materialize the {snap.source}/{snap.table} asset, which bootstraps it first")
+        if until <= applied:
+            return None
+        spark = self.spark
+        with task_errors(), job_progress(spark, progress, f"{schema.table}: merging"):
+            read = read_changes(spark, self.config, snap.source, schema.table, max(since, applied), until).cache()
+            stats = read.agg(*[F.count(F.when(F.col("__op") == op, 1)).alias(op) for op in "iud"],
+                             F.countDistinct("__window_scn").alias("windows")).collect()[0]
+            source = to_merge_frame(reduce_latest(read, schema.primary_key), schema)
+            source = source.where(F.col("__scn") > applied.value)
+            predicate, assignments, newer, is_delete = merge_clauses(schema.primary_key, source.columns)
+            backtick = {k.replace('"', "`"): v.replace('"', "`") for k, v in assignments.items()}
+            spark.conf.set("spark.databricks.delta.write.txnAppId", snap.app_id)
+            spark.conf.set("spark.databricks.delta.write.txnVersion", str(until.value))
+            try:
+                (SparkDeltaTable.forPath(spark, snap.spark_uri).alias("t")
+                 .merge(source.alias("s"), predicate.replace('"', "`"))
+                 .whenMatchedDelete(f"{is_delete} AND {newer}".replace('"', "`"))
+                 .whenMatchedUpdate(f"NOT ({is_delete}) AND {newer}".replace('"', "`"), set=backtick)
+                 .whenNotMatchedInsert(f"NOT ({is_delete})".replace('"', "`"), values=backtick)
+                 .execute())
+            finally:
+                spark.conf.unset("spark.databricks.delta.write.txnAppId")
+                spark.conf.unset("spark.databricks.delta.write.txnVersion")
+                read.unpersist()
+        metrics = SparkDeltaTable.forPath(spark, snap.spark_uri).history(1).collect()[0]["operationMetrics"]
+        counts = MergeCounts(inserted=int(metrics.get("numTargetRowsInserted", 0)),
+                             updated=int(metrics.get("numTargetRowsUpdated", 0)),
+                             deleted=int(metrics.get("numTargetRowsDeleted", 0)))
+        return Merged(counts, ChangeStats({op: stats[op] for op in "iud" if stats[op]}, stats["windows"]))
+
+
+def reduce_latest(changes: DataFrame, primary_key: Sequence[str]) -> DataFrame:
+    """One row per key: the event with the highest (SCN, position in window)."""
+    from pyspark.sql import Window as SparkWindow
+    from pyspark.sql import functions as F
+
+    order = SparkWindow.partitionBy(*[F.col(f"`{k}`") for k in primary_key]).orderBy(
+        F.col("__scn").desc(), F.col("__seq").desc())
+    return changes.withColumn("__rank", F.row_number().over(order)).where("__rank = 1").drop("__rank")
+
+
+def to_merge_frame(reduced: DataFrame, schema: TableSchema) -> DataFrame:
+    """Reduced change rows in the snapshot's columns, still a distributed Spark DataFrame."""
+    from pyspark.sql import functions as F
+
+    return reduced.select(*[F.col(f"`{c}`") for c in schema.column_names], "__scn", "__op",
+                          F.timestamp_millis("__commit_ts_ms").alias("__commit_ts"))

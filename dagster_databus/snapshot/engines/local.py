@@ -1,0 +1,153 @@
+"""The local engine: one process reads, reduces and MERGEs through delta-rs; no Spark.
+
+For small single-machine setups: the source is read on one connection, the change log is decoded
+in bulk and reduced to the newest change per key in bounded memory (``snapshot.reduce``, spilling
+past ``merge.memory_mb``), and the reduced rows stream into delta-rs's MERGE.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, Transaction, write_deltalake
+
+from dagster_databus.core.progress import Progress, Ticker
+from dagster_databus.core.schema import TableSchema
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import SnapshotMissingError
+from dagster_databus.log.columns import change_schema, table_changes
+from dagster_databus.log.durable import crash_point, disk_errors
+from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts, conform_changes, merge_with_delta_rs, with_meta
+from dagster_databus.snapshot.engines import Bootstrapped, Merged
+from dagster_databus.snapshot.reduce import ChangeStats, NewestPerKey
+
+if TYPE_CHECKING:
+    from dagster_databus.config import DatabusConfig
+    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.sources.base import CaptureSource
+
+
+class LocalEngine:
+    name = "local"
+
+    def __init__(self, config: DatabusConfig) -> None:
+        self.memory_bytes = config.merge.memory_mb * 2**20
+        self.spill_dir = config.merge.spill_dir
+
+    def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
+        read = source.snapshot(table)
+        progress(f"{table}: bootstrapping from the source at SCN {read.scn}, in this process")
+        reading = Ticker(progress, f"{table}: bootstrapping", "rows")
+        rows = write_snapshot(snap, read.schema, reading.counted(read.batches, lambda b: b.num_rows), read.scn)
+        reading.finish()
+        return Bootstrapped(read.scn, read.schema, rows)
+
+    def merge(self, snap: DeltaSnapshot, log: ChangeLog, schema: TableSchema, since: Scn, until: Scn,
+              progress: Progress) -> Merged | None:
+        applied = require_bootstrapped(snap)
+        if until <= applied:
+            return None
+        since = max(since, applied)
+        reduced = reduced_in_process(log, schema, since, until, self.memory_bytes, self.spill_dir, progress)
+        with reduced as (rows, stats):
+            counts = apply_changes(snap, schema, rows, until)
+        return None if counts is None else Merged(counts, stats)
+
+
+def write_snapshot(snap: DeltaSnapshot, schema: TableSchema, batches: Iterator[pa.RecordBatch], scn: Scn) -> int:
+    """Overwrite the snapshot with ``batches`` (the source's rows at ``scn``) in one delta-rs commit."""
+    now = int(time.time() * 1000)
+    count = 0
+    failure: list[BaseException] = []
+
+    def stamped() -> Iterator[pa.RecordBatch]:
+        nonlocal count
+        try:
+            for batch in batches:
+                count += batch.num_rows
+                yield with_meta(batch, scn, "r", now)
+        except Exception as exc:  # delta-rs would wrap it in a DeltaError; keep the source's own error
+            failure.append(exc)
+            raise
+
+    snap.prepare()
+    txns = [Transaction(app_id=snap.app_id, version=scn.value), Transaction(app_id=snap.bootstrap_app_id,
+                                                                            version=scn.value)]
+    reader = pa.RecordBatchReader.from_batches(schema.arrow(with_meta=True), stamped())
+    try:
+        with disk_errors(f"bootstrapping {snap.source}.{snap.table} into Delta", snap.path):
+            write_deltalake(snap.uri, reader, mode="overwrite", schema_mode="overwrite",
+                            storage_options=snap.storage_options,
+                            commit_properties=CommitProperties(app_transactions=txns),
+                            description=f"databus snapshot of {snap.source}.{snap.table}")
+    except Exception:
+        if failure:
+            raise failure[0] from None
+        raise
+    return count
+
+
+@contextmanager
+def reduced_in_process(log: ChangeLog, schema: TableSchema, since: Scn, until: Scn, memory_bytes: int,
+                       spill_dir: Path | None = None, progress: Progress = lambda _: None
+                       ) -> Iterator[tuple[pa.RecordBatchReader, ChangeStats]]:
+    """The newest change per key after ``since``, as a stream in the snapshot's columns; the stats are
+    complete on entry (the reduce has read every change), the rows come as the stream is read."""
+    reducer = NewestPerKey(change_schema(schema), schema.primary_key, memory_bytes, spill_dir)
+    expected = sum(s.tables.get(schema.table, 0) for s in log.manifest().between(since, until))
+    try:
+        reading = Ticker(progress, f"{schema.table}: reading and reducing changes", "events", expected)
+        reducer.extend(reading.counted(table_changes(log, schema, since, until), lambda b: b.num_rows))
+        reading.finish()
+        stats = reducer.stats
+        spilled = f", {stats.spilled_bytes / 2**20:,.0f} MiB spilled to disk" if stats.spilled_bytes else ""
+        progress(f"{schema.table}: merging {stats.events} events in {stats.windows} windows, SCN {since}..{until}"
+                 f"{spilled}")
+        target = schema.arrow(with_meta=True)
+        merging = Ticker(progress, f"{schema.table}: merging", "keys")
+        batches = (b for reduced in reducer.results() for b in conform_changes(reduced, target).to_batches())
+        with pa.RecordBatchReader.from_batches(target, merging.counted(batches, lambda b: b.num_rows)) as reader:
+            yield reader, stats
+        merging.finish()
+    finally:
+        reducer.close()
+
+
+def require_bootstrapped(snap: DeltaSnapshot) -> Scn:
+    """The snapshot's applied SCN; refused (naming the fix) before its bootstrap."""
+    applied = snap.applied_scn()
+    if applied is None:
+        raise SnapshotMissingError(
+            f"snapshot {snap.source}.{snap.table} has not been bootstrapped ({snap.uri})",
+            f"materialize the {snap.source}/{snap.table} asset, which bootstraps it first")
+    return applied
+
+
+def apply_changes(snap: DeltaSnapshot, schema: TableSchema, changes: pa.Table | pa.RecordBatchReader,
+                  until: Scn) -> MergeCounts | None:
+    """MERGE reduced changes (one row per key, in the snapshot's columns) that bring the snapshot up to
+    ``until``, in one delta-rs commit that records ``until``.
+
+    A replay (``until`` at or below the applied SCN) changes nothing and returns None; rows at or
+    below the applied SCN are dropped; per key, the MERGE applies only newer SCNs.
+    """
+    applied = require_bootstrapped(snap)
+    if until <= applied:
+        return None
+    if isinstance(changes, pa.Table):
+        changes = changes.filter(pc.greater(changes["__scn"], applied.value))
+    else:
+        batches = (b.filter(pc.greater(b["__scn"], applied.value)) for b in changes)
+        changes = pa.RecordBatchReader.from_batches(changes.schema, batches)
+    crash_point("delta_commit")
+    with disk_errors(f"committing {snap.source}.{snap.table} to Delta", snap.path):
+        counts = merge_with_delta_rs(snap, schema.primary_key, changes, CommitProperties(
+            app_transactions=[Transaction(app_id=snap.app_id, version=until.value)]))
+    crash_point("delta_committed")
+    return counts

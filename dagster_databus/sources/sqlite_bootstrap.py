@@ -1,0 +1,86 @@
+"""Reading a SQLite table by primary-key ranges, each range on its own connection (a task's).
+
+Each range reads the txlog's high-water mark and its rows in one read transaction, so its rows are
+the table exactly at that SCN (``RangeRead`` says why the union of ranges read at different SCNs is
+exact). The tasks open the database file by its path: it must be readable there from every Spark
+executor, which holds for local Spark and for a cluster on the database's machine.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from dagster_databus.core.identifiers import quote_sqlite
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import SourceUnavailableError
+from dagster_databus.sources import sqlfiles
+from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot
+
+
+def key_ranges(conn: sqlite3.Connection, table: str, key: Sequence[str], rows_per_range: int) -> tuple[KeyRange, ...]:
+    """Ranges of about ``rows_per_range`` rows; the last is open-ended, so keys inserted later land somewhere."""
+    cols = ", ".join(quote_sqlite(k) for k in key)
+    marks = ", ".join("?" * len(key))
+    bounds: list[tuple[Any, ...]] = []
+    while True:
+        after = f"WHERE ({cols}) > ({marks}) " if bounds else ""
+        rows = conn.execute(f"SELECT {cols} FROM {quote_sqlite(table)} {after}ORDER BY {cols} LIMIT ?",
+                            (*(bounds[-1] if bounds else ()), rows_per_range)).fetchall()
+        if len(rows) < rows_per_range:
+            break
+        bounds.append(tuple(rows[-1]))
+    lowers: list[tuple[Any, ...] | None] = [None, *bounds]
+    uppers: list[tuple[Any, ...] | None] = [*bounds, None]
+    return tuple(KeyRange(lo, hi) for lo, hi in zip(lowers, uppers, strict=True))
+
+
+def read_range(read: RangeRead, index: int) -> TableSnapshot:
+    """Range ``index`` of ``read``, with the txlog high-water mark of the same read transaction."""
+    from dagster_databus.sources.sqlite_types import sqlite_value
+
+    spec, schema, where = read.spec, read.schema, read.ranges[index]
+    key, page = schema.primary_key, int(spec["page_rows"])
+    try:
+        conn = sqlite3.connect(f"file:{spec['path']}?mode=rw", uri=True, isolation_level=None,
+                               timeout=float(spec["busy_timeout_s"]))
+        conn.execute("BEGIN")
+        position = Scn(conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0])
+    except sqlite3.Error as exc:
+        raise SourceUnavailableError(
+            f"source {read.source!r}: a task could not read {spec['path']}: {exc}",
+            "the SQLite file must be readable at the same path from every Spark executor; run the spark engine "
+            "on the database's machine, or set merge.engine: local", source=read.source) from None
+    columns = ", ".join(quote_sqlite(c.name) for c in schema.columns)
+    cols = ", ".join(quote_sqlite(k) for k in key)
+    marks = ", ".join("?" * len(key))
+    key_index = [schema.column_names.index(k) for k in key]
+    convert = schema.batch(sqlite_value, f"bootstrap of {schema.table}")
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        after = where.after
+        try:
+            while True:
+                clauses, params = [], []
+                if after is not None:
+                    clauses.append(f"({cols}) > ({marks})")
+                    params += after
+                if where.through is not None:
+                    clauses.append(f"({cols}) <= ({marks})")
+                    params += where.through
+                clause = f"WHERE {' AND '.join(clauses)} " if clauses else ""
+                rows = conn.execute(f"SELECT {columns} FROM {quote_sqlite(schema.table)} {clause}ORDER BY {cols} "
+                                    "LIMIT ?", (*params, page)).fetchall()
+                if not rows:
+                    break
+                yield convert(rows)
+                if len(rows) < page:
+                    break
+                after = tuple(rows[-1][i] for i in key_index)
+        finally:
+            conn.close()
+
+    return TableSnapshot(scn=position, schema=schema, batches=batches())

@@ -1,0 +1,114 @@
+"""Python data sources over a source table's primary-key ranges (``sources.base.RangeRead``): one input
+partition, so one Spark task, per range; each task opens its own connection to the source.
+
+``databus_table_files`` is the spark engine's bootstrap: each task writes its range's rows as Parquet
+straight into the snapshot's folder and yields only what the driver commits, the files it wrote and
+the SCN its range was read at. ``databus_table`` yields the rows themselves (with ``__scn``) for an
+engine that writes through Spark (delta-spark).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from dagster_databus.errors import DatabusError, for_task
+from dagster_databus.spark.wire import unpack
+
+
+@dataclass(frozen=True, slots=True)
+class FilesSink:
+    """Where and how a bootstrap's tasks write: the snapshot's folder, its Arrow schema (with the
+    metadata columns), rows per file, the run's file-name prefix and the bootstrap's time."""
+
+    location: Any  # snapshot.files.TableLocation
+    schema: pa.Schema
+    file_rows: int
+    prefix: str
+    read_at_ms: int
+
+
+def _spark_type(kind: str) -> str:
+    from dagster_databus.core.types import ColumnType
+
+    return ColumnType.parse(kind).spark()
+
+
+class _RangesReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(i) for i in range(len(unpack(self.options["read"]).ranges))]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        try:
+            yield from self._read(unpack(self.options["read"]), int(partition.value))
+        except DatabusError as exc:
+            raise for_task(exc) from None
+
+    def _read(self, read: Any, index: int) -> Iterator[Any]:
+        raise NotImplementedError
+
+
+class TableRangesSource(DataSource):
+    """Options: ``read`` (a packed ``RangeRead``). Rows: the table's columns, then ``__scn``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "databus_table"
+
+    def schema(self) -> str:
+        read = unpack(self.options["read"])
+        return ", ".join(f"`{c.name}` {_spark_type(str(c.type))}" for c in read.schema.columns) + ", `__scn` long"
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _RowsReader(dict(self.options))
+
+
+class _RowsReader(_RangesReader):
+    def _read(self, read: Any, index: int) -> Iterator[Any]:
+        from dagster_databus.sources import read_range
+
+        snapshot = read_range(read, index)
+        for batch in snapshot.batches:
+            scn = pa.array([snapshot.scn.value] * batch.num_rows, pa.int64())
+            yield pa.RecordBatch.from_arrays([*batch.columns, scn], names=[*batch.schema.names, "__scn"])
+
+
+class TableFilesSource(DataSource):
+    """Options: ``read`` (a packed ``RangeRead``), ``sink`` (a packed ``FilesSink``). Rows: what each
+    task wrote (``snapshot.files.ACTION_SCHEMA``), and a fact with its range's SCN and row count."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "databus_table_files"
+
+    def schema(self) -> str:
+        return "kind string, path string, size long, rows long, stats string"
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _FilesReader(dict(self.options))
+
+
+class _FilesReader(_RangesReader):
+    def _read(self, read: Any, index: int) -> Iterator[Any]:
+        from dagster_databus.snapshot.delta import with_meta
+        from dagster_databus.snapshot.files import FileWriter, actions_batch
+        from dagster_databus.sources import read_range
+        from dagster_databus.spark.faults import task_fault
+
+        sink: FilesSink = unpack(self.options["sink"])
+        started = time.monotonic()
+        snapshot = read_range(read, index)
+        writer = FileWriter(sink.location, sink.schema, sink.file_rows, f"{sink.prefix}-r{index:05d}")
+        files = writer.write(with_meta(b, snapshot.scn, "r", sink.read_at_ms) for b in snapshot.batches)
+        task_fault("bootstrap_files_written")
+        yield actions_batch(files, facts=[{"range": index, "scn": snapshot.scn.value,
+                                           "rows": sum(f.rows for f in files),
+                                           "seconds": round(time.monotonic() - started, 3)}])
