@@ -86,7 +86,7 @@ class SparkCluster:
         status = self.status() or {}
         return sum(1 for w in status.get("workers", []) if w.get("state") == "ALIVE")
 
-    def _wait(self, ready, what: str, timeout_s: float = 60) -> None:  # noqa: ANN001
+    def _wait(self, ready, what: str, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
         while not ready():
             if self.master.poll() is not None or time.monotonic() > deadline:

@@ -49,11 +49,11 @@ def test_validate_install_status(config_path: Path, capsys: pytest.CaptureFixtur
     assert shop_line.split()[1:4] == [str(result.until), str(result.source_hwm), "0"]
 
 
-def test_reconcile_says_equal_or_names_the_keys_that_differ(config_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_reconcile_says_equal_or_names_the_keys_that_differ(config_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          spark) -> None:
     config = load_config(config_path)
     assert main(["--config", str(config_path), "install"]) == 0
-    sync_source(lambda: None, config, "shop")  # type: ignore[arg-type,return-value]
+    sync_source(spark, config, "shop")
     capsys.readouterr()
     assert main(["reconcile", "--source", "shop", "--config", str(config_path)]) == 0
     captured = capsys.readouterr()

@@ -15,7 +15,6 @@ from dagster_databus.config import load_config
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.snapshot.delta import DeltaSnapshot
-from dagster_databus.spark.session import delta_spark_available
 from tests.conftest import assert_snapshots_match
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +71,7 @@ def test_materialize_everything_twice_reports_metadata(tmp_path: Path, spark) ->
         orders = metadata(second, ["shop", "orders"])
         assert orders["applied_scn"] == log["scn_to"] and orders["lag_scn"] == 0
         assert orders["events"] == log["events_by_table"]["orders"]
-        assert orders["engine"] == ("delta-spark" if delta_spark_available(spark) else "delta-rs")
+        assert orders["engine"] == "spark"
         assert instance.get_latest_materialization_event(dg.AssetKey(["shop", "order_items"])) is not None
     assert_snapshots_match(load_config(config_path))
 

@@ -17,18 +17,13 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ChangeLogCorruptError
 from dagster_databus.log.columns import CHANGE_META, table_changes
 from dagster_databus.log.store import ChangeLog
-from dagster_databus.snapshot.delta import DeltaRsEngine, DeltaSnapshot
-from dagster_databus.snapshot.merge import (
-    apply_changes,
-    read_changes,
-    reduce_latest,
-    reduced_in_process,
-    sync_source,
-    to_merge_table,
-)
+from dagster_databus.snapshot.delta import DeltaSnapshot, conform_changes
+from dagster_databus.snapshot.engines.delta_spark import reduce_latest
+from dagster_databus.snapshot.engines.local import apply_changes, reduced_in_process
+from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import reconcile_table
 from dagster_databus.snapshot.reduce import NewestPerKey
-from dagster_databus.spark.session import may_commit_with_delta_spark
+from dagster_databus.spark.session import may_commit_with_delta_spark, read_changes
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SqliteHarness, make_config
 
@@ -114,8 +109,8 @@ def test_in_process_and_spark_reduce_give_the_same_rows_from_a_real_log(tmp_path
     until = log.committed_scn()
     for table, key in SHOP:
         schema = log.schemas.latest(table)[1]
-        in_spark = to_merge_table(reduce_latest(read_changes(spark, config, "shop", table, applied[table], until),
-                                                key), schema)
+        in_spark = conform_changes(reduce_latest(read_changes(spark, config, "shop", table, applied[table], until),
+                                                 key).toArrow(), schema.arrow(with_meta=True))
         with reduced_in_process(log, schema, applied[table], until, memory_bytes=1,
                                 spill_dir=tmp_path) as (changes, stats):
             assert stats.spilled_bytes > 0
@@ -128,7 +123,7 @@ def test_in_process_and_spark_reduce_give_the_same_rows_from_a_real_log(tmp_path
     for table, _ in SHOP:
         schema = log.schemas.latest(table)[1]
         with reduced_in_process(log, schema, applied[table], until, memory_bytes=1) as (changes, _):
-            counts = apply_changes(DeltaRsEngine(), DeltaSnapshot(config.lake, "shop", table), schema, changes, until)
+            counts = apply_changes(DeltaSnapshot(config.lake, "shop", table), schema, changes, until)
         assert counts is not None and counts.inserted + counts.updated + counts.deleted > 0
     assert_snapshots_match(config)
     assert all(DeltaSnapshot(config.lake, "shop", t).applied_scn() == until for t, _ in SHOP)
@@ -147,24 +142,25 @@ def test_a_replayed_range_streams_nothing_into_the_snapshot(tmp_path: Path, spar
     version, log = snap.version(), ChangeLog(config.lake, "shop")
     schema = log.schemas.latest("items")[1]
     with reduced_in_process(log, schema, Scn.BEGINNING, log.committed_scn(), memory_bytes=1 << 20) as (changes, _):
-        assert apply_changes(DeltaRsEngine(), snap, schema, changes, log.committed_scn()) is None
+        assert apply_changes(snap, schema, changes, log.committed_scn()) is None
     assert snap.version() == version and snap.read().to_pylist() == [{"id": 1, "name": "b"}]
 
 
-def test_sqlite_bootstrap_and_delta_rs_merge_never_start_spark(tmp_path: Path) -> None:
+def test_the_local_engine_never_starts_spark(tmp_path: Path) -> None:
     source = SqliteHarness(tmp_path / "source.db")
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)",
                     ("INSERT INTO items VALUES (?, ?)", (1, "a"))])
-    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]),
+                         merge={"engine": "local"})
 
     def no_spark() -> None:
-        raise AssertionError("a delta-rs merge of a SQLite table asked for a Spark session")
+        raise AssertionError("the local engine asked for a Spark session")
 
     for statement in ["UPDATE items SET name = 'b' WHERE id = 1", "INSERT INTO items VALUES (2, 'c')"]:
         pipeline.install(config, "shop")
         pipeline.capture(config, "shop")
         results = sync_source(no_spark, config, "shop")
-        assert results[0].engine == "delta-rs"
+        assert results[0].engine == "local"
         source.execute([statement])
     pipeline.capture(config, "shop")
     assert sync_source(no_spark, config, "shop")[0].events == 1
@@ -204,11 +200,13 @@ def test_a_damaged_segment_is_named_not_misread(tmp_path: Path) -> None:
 
 
 def test_long_steps_report_progress_with_counts_and_rates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local engine's steps, and capture and reconciliation, report counts and rates as they go."""
     monkeypatch.setattr(progress_module, "EVERY_S", 0.0)  # every batch reports, as a long step's would every 10 s
     source = SqliteHarness(tmp_path / "source.db")
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)"]
                    + [("INSERT INTO items VALUES (?, ?)", (i, "x")) for i in range(120_000)])
-    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]),
+                         merge={"engine": "local"})
     pipeline.install(config, "shop")
     lines: list[str] = []
     sync_source(lambda: None, config, "shop", progress=lines.append)  # type: ignore[arg-type,return-value]
@@ -231,3 +229,26 @@ def test_long_steps_report_progress_with_counts_and_rates(tmp_path: Path, monkey
     snapshot_side = [line for line in lines if line.startswith("items: fingerprinting the snapshot: ")]
     assert source_side[-1].startswith("items: fingerprinting the source: 120,000 rows in ")
     assert snapshot_side[-1].startswith("items: fingerprinting the snapshot: 120,000 of ~120,000 rows (100%) in ")
+
+
+def test_spark_steps_report_the_tasks_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark) -> None:
+    monkeypatch.setattr(progress_module, "EVERY_S", 0.05)
+    source = SqliteHarness(tmp_path / "source.db")
+    source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)"]
+                   + [("INSERT INTO items VALUES (?, ?)", (i, "x")) for i in range(20_000)])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]),
+                         merge={"file_rows": 2_000})
+    pipeline.install(config, "shop")
+    lines: list[str] = []
+    sync_source(spark, config, "shop", progress=lines.append)
+    assert "items: bootstrapping in 10 Spark task(s), one per key range" in lines
+    done = [line for line in lines if re.fullmatch(r"items: bootstrapping: \d+ of \d+ Spark tasks done", line)]
+    assert done, lines
+    assert any(re.fullmatch(r"items: bootstrapped 20,000 rows in 10 file\(s\) at SCN \d+", line) for line in lines)
+    source.execute([("UPDATE items SET name = ? WHERE id < ?", ("y", 3_000))])
+    pipeline.capture(config, "shop")
+    lines.clear()
+    sync_source(spark, config, "shop", progress=lines.append)
+    assert any(re.fullmatch(r"items: merging: \d+ of \d+ Spark tasks done", line) for line in lines), lines
+    assert any(line.startswith("items: merged 3,000 events in 1 windows: 0 inserted, 3,000 updated, 0 deleted; "
+                               "rewrote 2 of 10 file(s)") for line in lines), lines

@@ -126,7 +126,8 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
         events, windows, by_op, counts, files = 0, 0, {}, MergeCounts(), {}
         to_scn = applied
         if until > applied and latest is not None:
-            merged = engine.merge(snap, log, latest[1], applied, until, progress)
+            with disk_errors(f"merging changes into the Delta snapshot {source_cfg.name}.{table}", snap.path):
+                merged = engine.merge(snap, log, latest[1], applied, until, progress)
             if merged is not None:
                 counts, files = merged.counts, merged.files
                 by_op, events, windows = merged.stats.events_by_op, merged.stats.events, merged.stats.windows

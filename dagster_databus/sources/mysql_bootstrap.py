@@ -33,6 +33,8 @@ def key_ranges(cursor: Any, table: str, key: Sequence[str], rows_per_range: int)
                            (*bounds[-1], rows_per_range))
         rows = cursor.fetchall()
         if len(rows) < rows_per_range:
+            if not rows and bounds:
+                bounds.pop()  # the last full range reached the end: it takes the open end itself
             break
         bounds.append(tuple(rows[-1]))
     lowers: list[tuple[Any, ...] | None] = [None, *bounds]

@@ -23,6 +23,8 @@ def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_
     while len(rows := cursor.fetchall()) == rows_per_range:
         bounds.append(tuple(rows[-1]))
         cursor.execute(following, scn=scn, n=rows_per_range, **{f"a{i}": v for i, v in enumerate(bounds[-1])})
+    if not rows and bounds:
+        bounds.pop()  # the last full range reached the end: it takes the open end itself
     lowers: list[tuple[Any, ...] | None] = [None, *bounds]
     uppers: list[tuple[Any, ...] | None] = [*bounds, None]
     return tuple(KeyRange(lo, hi) for lo, hi in zip(lowers, uppers, strict=True))

@@ -31,6 +31,8 @@ def key_ranges(conn: sqlite3.Connection, table: str, key: Sequence[str], rows_pe
         rows = conn.execute(f"SELECT {cols} FROM {quote_sqlite(table)} {after}ORDER BY {cols} LIMIT ?",
                             (*(bounds[-1] if bounds else ()), rows_per_range)).fetchall()
         if len(rows) < rows_per_range:
+            if not rows and bounds:
+                bounds.pop()  # the last full range reached the end: it takes the open end itself
             break
         bounds.append(tuple(rows[-1]))
     lowers: list[tuple[Any, ...] | None] = [None, *bounds]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dagster_databus.config import DatabusConfig, SparkConfig
-from dagster_databus.core.progress import EVERY_S, Progress
+from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import from_task
 
@@ -113,8 +113,12 @@ def read_changes(spark: SparkSession, config: DatabusConfig, source: str, table:
 
 
 @contextmanager
-def job_progress(spark: SparkSession, progress: Progress, what: str, every_s: float = EVERY_S) -> Iterator[None]:
-    """Report the tasks done of the Spark jobs run inside the block, every ``every_s`` seconds."""
+def job_progress(spark: SparkSession, progress: Progress, what: str, every_s: float | None = None) -> Iterator[None]:
+    """Report the tasks done of the Spark jobs run inside the block, every ``every_s`` seconds (by default
+    every ``core.progress.EVERY_S``)."""
+    from dagster_databus.core import progress as progress_module
+
+    every_s = progress_module.EVERY_S if every_s is None else every_s
     context = spark.sparkContext
     group = f"databus-{uuid.uuid4().hex[:12]}"
     context.setJobGroup(group, what)

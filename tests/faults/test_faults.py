@@ -18,10 +18,11 @@ import pytest
 
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig
+from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ChangeLogCorruptError, ConfigError, DiskFullError
 from dagster_databus.log.store import ChangeLog
-from dagster_databus.snapshot.delta import DeltaRsEngine, DeltaSnapshot
-from dagster_databus.snapshot.merge import apply_changes, read_changes, reduce_latest, sync_source, to_merge_table
+from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.snapshot.merge import engine_for, sync_source
 from dagster_databus.storage.lake import Lake
 from tests.faults.loadgen import DDL, TABLE, LoadGenerator, check
 from tests.harness import MysqlHarness, SourceHarness, SqliteHarness, config_document, make_config
@@ -199,14 +200,14 @@ def test_replayed_and_out_of_order_windows_change_nothing(kind: str, lake: Path 
         cycle(config, spark)
     snap = DeltaSnapshot(config.lake, "faults", TABLE)
     version, rows = snap.version(), snap.read().to_pylist()
-    schema = ChangeLog(config.lake, "faults").schemas.latest(TABLE)[1]
-    windows = list(ChangeLog(config.lake, "faults").read_windows())
+    log = ChangeLog(config.lake, "faults")
+    schema = log.schemas.latest(TABLE)[1]
+    windows = list(log.read_windows())
     random.Random(3).shuffle(windows)
+    engine = engine_for(spark, config)
     for window in windows[:5]:  # old windows again, in a shuffled order
-        changes = to_merge_table(reduce_latest(
-            read_changes(spark, config, "faults", TABLE, window.first_scn.__class__(window.first_scn.value - 1),
-                         window.scn), schema.primary_key), schema)
-        assert apply_changes(DeltaRsEngine(), snap, schema, changes, window.scn) is None
+        since = Scn(window.first_scn.value - 1)
+        assert engine.merge(snap, log, schema, since, window.scn, lambda _: None) is None
     assert snap.version() == version and snap.read().to_pylist() == rows
     assert_clean(config, generator)
 

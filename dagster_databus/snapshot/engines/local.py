@@ -45,7 +45,7 @@ class LocalEngine:
         progress(f"{table}: bootstrapping from the source at SCN {read.scn}, in this process")
         reading = Ticker(progress, f"{table}: bootstrapping", "rows")
         rows = write_snapshot(snap, read.schema, reading.counted(read.batches, lambda b: b.num_rows), read.scn)
-        reading.finish()
+        progress(f"{table}: bootstrapped {rows:,} rows at SCN {read.scn}")
         return Bootstrapped(read.scn, read.schema, rows)
 
     def merge(self, snap: DeltaSnapshot, log: ChangeLog, schema: TableSchema, since: Scn, until: Scn,

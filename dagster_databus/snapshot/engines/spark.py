@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
@@ -92,6 +94,16 @@ class SparkEngine:
         if until.value <= applied:
             return None
         target = schema.arrow(with_meta=True)
+        held = {f.name for f in table.schema().fields}
+        added = [f for f in target if f.name not in held]
+        if added:
+            # Columns the source added: their own commit first (existing rows read them as null), so the
+            # merge plans and commits against a version that has them.
+            from deltalake import Schema as DeltaSchema
+
+            table.alter.add_columns(DeltaSchema.from_arrow(pa.schema(added)).fields)
+            progress(f"{schema.table}: added column(s) {', '.join(f.name for f in added)} to the snapshot")
+            table = snap.delta()
         files = TableFiles.of(table, schema.primary_key, target)
         prefix = run_prefix()
         plan = MergePlan(location(snap), target, change_schema(schema), schema.primary_key, applied, files,
