@@ -2,8 +2,8 @@
 
 The driver sets the local property ``databus.fault`` to ``<point>:<marker file>`` on the thread that
 starts a job; the first task to reach ``point`` creates the marker (so exactly one task does this)
-and SIGKILLs its own process group, which on a standalone worker started in its own session is the
-worker, its executor and their Python workers: a machine lost mid-job.
+and SIGKILLs the standalone worker it runs under, with its executor and their Python workers: a
+machine lost mid-job.
 """
 
 from __future__ import annotations
@@ -24,16 +24,31 @@ def task_fault(point: str) -> None:
     name, _, marker = wanted.partition(":")
     if name != point:
         return
-    group = os.getpgrp()
+    # This Python worker's group is PySpark's daemon's; its parent is the executor, whose group (a
+    # standalone worker started in a session of its own) holds the worker and the executor.
+    daemon_group = os.getpgrp()
+    executor = _stat(daemon_group)[1]
+    worker_group = _stat(executor)[2] if executor else 0
     try:
-        with open(f"/proc/{group}/cmdline", "rb") as f:
+        with open(f"/proc/{worker_group}/cmdline", "rb") as f:
             leader = f.read()
     except OSError:
         return
     if b"deploy.worker.Worker" not in leader:
-        return  # not under a standalone worker (local mode: the group is the driver's own)
+        return  # not under a standalone worker (local mode: that group would be the driver's own)
     try:
         os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
         return
-    os.killpg(group, signal.SIGKILL)
+    os.killpg(worker_group, signal.SIGKILL)
+    os.killpg(daemon_group, signal.SIGKILL)
+
+
+def _stat(pid: int) -> tuple[int, int, int]:
+    """(pid, parent pid, process group) from /proc; zeros when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0, 0, 0
+    return pid, int(fields[1]), int(fields[2])
