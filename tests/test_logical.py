@@ -95,8 +95,15 @@ class Shards:
             assert applied == committed if exact else applied >= committed, label
 
 
+@pytest.fixture(params=["spark", "local"])
+def engine(request: pytest.FixtureRequest) -> str:
+    """The merge engine a test's logical (and physical) tables are written by."""
+    return request.param
+
+
 def make_shards(servers: list[MariaDBServer], tmp_path: Path, ddl: Sequence[str] = (USERS, USERS, USERS),
-                shard_column: str | None = None, labels: Sequence[str | None] = LABELS, **source_extra: Any) -> Shards:
+                shard_column: str | None = None, labels: Sequence[str | None] = LABELS, engine: str = "spark",
+                **source_extra: Any) -> Shards:
     harnesses = [MysqlHarness(server) for server in servers]
     for harness, statement in zip(harnesses, ddl, strict=True):
         harness.execute([statement])
@@ -106,8 +113,8 @@ def make_shards(servers: list[MariaDBServer], tmp_path: Path, ddl: Sequence[str]
     logical: dict[str, Any] = {"name": "users", "parts": parts}
     if shard_column is not None:
         logical["shard_column"] = shard_column
-    config = parse_config({"lake": str(tmp_path / "lake"), "sources": sources, "logical_tables": [logical]},
-                          base=tmp_path)
+    config = parse_config({"lake": str(tmp_path / "lake"), "sources": sources, "logical_tables": [logical],
+                           "merge": {"engine": engine}}, base=tmp_path)
     return Shards(harnesses, config, [p.label for p in config.logical_table("users").parts],
                   shard_column or "shard")
 
@@ -139,9 +146,9 @@ def interleaved_round(shards: Shards, round_no: int) -> None:
                      ("UPDATE users SET balance = ? WHERE id = ?", (float(round_no), 50 + round_no)))
 
 
-def test_interleaved_shards_with_colliding_keys_merge_into_one_logical_table(servers, tmp_path: Path,
+def test_interleaved_shards_with_colliding_keys_merge_into_one_logical_table(servers, tmp_path: Path, engine: str,
                                                                             spark) -> None:
-    shards = make_shards(servers, tmp_path)
+    shards = make_shards(servers, tmp_path, engine=engine)
     seed(shards)
     shards.capture()
     shards.merge_physical(spark)  # bootstraps each physical snapshot
@@ -279,9 +286,10 @@ def test_a_schema_change_rolled_out_shard_by_shard(servers, tmp_path: Path, spar
     shards.assert_equal()
 
 
-def test_a_data_shard_column_is_used_and_a_key_on_two_shards_is_refused(servers, tmp_path: Path, spark) -> None:
+def test_a_data_shard_column_is_used_and_a_key_on_two_shards_is_refused(servers, tmp_path: Path, spark,
+                                                                        engine: str) -> None:
     ddl = "CREATE TABLE users (id BIGINT PRIMARY KEY, region VARCHAR(10), name VARCHAR(40))"
-    shards = make_shards(servers, tmp_path, ddl=(ddl, ddl, ddl), shard_column="region")
+    shards = make_shards(servers, tmp_path, ddl=(ddl, ddl, ddl), shard_column="region", engine=engine)
     for i, region in enumerate(("eu", "us", "ap")):
         shards.write(i, *[("INSERT INTO users VALUES (?, ?, ?)", (n, region, f"{region}-{n}")) for n in (1, 2, 3)])
     shards.capture()
@@ -324,9 +332,9 @@ def test_a_data_shard_column_is_used_and_a_key_on_two_shards_is_refused(servers,
 
 
 def test_a_data_shard_column_that_collides_at_the_first_load_writes_nothing(servers, tmp_path: Path,
-                                                                            spark) -> None:
+                                                                            spark, engine: str) -> None:
     ddl = "CREATE TABLE users (id BIGINT PRIMARY KEY, region VARCHAR(10), name VARCHAR(40))"
-    shards = make_shards(servers, tmp_path, ddl=(ddl, ddl, ddl), shard_column="region")
+    shards = make_shards(servers, tmp_path, ddl=(ddl, ddl, ddl), shard_column="region", engine=engine)
     for i in range(3):
         shards.write(i, ("INSERT INTO users VALUES (?, ?, ?)", (1, "eu" if i < 2 else "ap", f"n{i}")))
     shards.capture()

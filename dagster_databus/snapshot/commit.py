@@ -43,18 +43,24 @@ def commit_bootstrap(snap: DeltaSnapshot, schema: pa.Schema, files: Sequence[Dat
     txns = [Transaction(app_id=snap.app_id, version=scn.value),
             Transaction(app_id=snap.bootstrap_app_id, version=scn.value)]
     props = CommitProperties(app_transactions=txns, custom_metadata={OPERATION_KEY: "bootstrap", "engine": engine})
-    table = snap.existing()
+    commit_files(snap, schema, files, props, f"databus snapshot of {snap.source}.{snap.table}")
+
+
+def commit_files(folder: DeltaFolder, schema: pa.Schema, files: Sequence[DataFile], props: CommitProperties,
+                 description: str) -> None:
+    """Replace the table's rows (and schema) with ``files`` in one commit; the table is created if absent."""
+    table = folder.existing()
     try:
         if table is None:
-            snap.prepare()
-            create_table_with_add_actions(snap.uri, Schema.from_arrow(schema), add_actions(files), mode="overwrite",
-                                          storage_options=snap.storage_options, commit_properties=props,
-                                          description=f"databus snapshot of {snap.source}.{snap.table}")
+            folder.prepare()
+            create_table_with_add_actions(folder.uri, Schema.from_arrow(schema), add_actions(files), mode="overwrite",
+                                          storage_options=folder.storage_options, commit_properties=props,
+                                          description=description)
         else:
             table.create_write_transaction(add_actions(files), mode="overwrite", schema=schema,
                                            commit_properties=props)
     except CommitFailedError as exc:
-        raise _concurrent(snap, exc) from exc
+        raise _concurrent(folder, exc) from exc
 
 
 def commit_merge(folder: DeltaFolder, table: DeltaTable, schema: pa.Schema, added: Sequence[DataFile],

@@ -7,8 +7,9 @@ no row passes through it. ``TableFiles`` goes the other way: the files of one ta
 primary-key bounds their statistics give, so a merge can tell which files may hold a key.
 
 The statistics are bounds every Delta reader can prune by: exact minimum, maximum and null count per
-column, except where the format cannot say a value exactly (a timestamp is written to the
-millisecond, so the maximum is rounded up; see ``_bound``), where the bound is widened, or left out.
+column (timestamps to the microsecond, decimals with exactly their scale's digits), a string longer
+than 64 characters bounded by a cut prefix, no bounds for binary columns, and none for a file whose
+float column holds a NaN (which no two readers order alike).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import math
 import os
 import tempfile
 import time
@@ -41,7 +43,7 @@ ACTION_SCHEMA = pa.schema([
     pa.field("rows", pa.int64()),
     pa.field("stats", pa.string()),
 ])
-STRING_STATS_CHARS = 32  # longer strings: the minimum is cut to a prefix (still a lower bound), the maximum left out
+STRING_STATS_CHARS = 64  # longer strings: the bounds are cut to a prefix and raised (``_cut``), as delta-rs does
 COMPRESSION = "zstd"
 
 
@@ -167,69 +169,74 @@ class TaskReport:
 
 def delta_stats(table: pa.Table) -> str:
     """Delta's per-file statistics of ``table``: numRecords, and per column minValues, maxValues and
-    nullCount, each bound one every reader parses as meant (see the module's docstring)."""
+    nullCount, in the forms delta-rs and delta-spark both parse exactly (see the module's docstring)."""
     mins: dict[str, str] = {}
     maxs: dict[str, str] = {}
     nulls: dict[str, str] = {}
+    bounded = True
     for field, column in zip(table.schema, table.columns, strict=True):
         nulls[field.name] = str(column.null_count)
-        if column.null_count == len(column):
+        if column.null_count == len(column) or not _has_bounds(field.type):
             continue
-        low, high = _min_max(column, field.type)
-        if low is not None:
-            mins[field.name] = low
-        if high is not None:
-            maxs[field.name] = high
-    return ('{"numRecords":' + str(table.num_rows) + ',"minValues":' + _json_object(mins)
-            + ',"maxValues":' + _json_object(maxs) + ',"nullCount":' + _json_object(nulls) + "}")
+        if pa.types.is_floating(field.type) and pc.any(pc.is_nan(column)).as_py():
+            # NaN has no place in an order every reader shares, and a reader that finds one column without
+            # bounds while others have them skips the file for filters on it: no bounds for this file at all.
+            bounded = False
+            continue
+        bounds = pc.min_max(column)
+        mins[field.name] = _bound(bounds["min"].as_py(), field.type, upper=False)
+        maxs[field.name] = _bound(bounds["max"].as_py(), field.type, upper=True)
+    ranges = (',"minValues":' + _json_object(mins) + ',"maxValues":' + _json_object(maxs)) if bounded else ""
+    return '{"numRecords":' + str(table.num_rows) + ranges + ',"nullCount":' + _json_object(nulls) + "}"
 
 
 def _json_object(values: dict[str, str]) -> str:
     return "{" + ",".join(f"{json.dumps(k)}:{v}" for k, v in values.items()) + "}"
 
 
-def _min_max(column: pa.ChunkedArray, kind: pa.DataType) -> tuple[str | None, str | None]:
-    """The JSON text of the column's lower and upper bound (None: left out)."""
-    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_nested(kind):
-        return None, None
-    if pa.types.is_floating(kind) and (pc.any(pc.is_nan(column)).as_py() or pc.any(pc.is_inf(column)).as_py()):
-        return None, None  # JSON has no NaN or infinity, and readers order NaN differently
-    bounds = pc.min_max(column)
-    low, high = bounds["min"].as_py(), bounds["max"].as_py()
-    return _bound(low, kind, upper=False), _bound(high, kind, upper=True)
+def _has_bounds(kind: pa.DataType) -> bool:
+    """Binary and nested columns get no minimum or maximum (delta-rs and delta-spark give them none)."""
+    return not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_nested(kind))
 
 
-def _bound(value: Any, kind: pa.DataType, upper: bool) -> str | None:
+def _bound(value: Any, kind: pa.DataType, upper: bool) -> str:
+    """The JSON text of a column's minimum or maximum, exact wherever the value's form allows."""
     if pa.types.is_boolean(kind):
         return "true" if value else "false"
     if pa.types.is_integer(kind):
         return str(int(value))
     if pa.types.is_floating(kind):
+        if value in (math.inf, -math.inf):
+            return '"Infinity"' if value > 0 else '"-Infinity"'
+        if value == 0:  # -0.0 and 0.0 compare equal: bound both
+            return "0.0" if upper else "-0.0"
         return repr(float(value))
     if pa.types.is_decimal(kind):
-        return format(value, "f")
+        return format(value, "f")  # exactly ``scale`` digits, never an exponent
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        if len(value) <= STRING_STATS_CHARS:
-            return json.dumps(value)
-        return None if upper else json.dumps(value[:STRING_STATS_CHARS])
+        return json.dumps(value if len(value) <= STRING_STATS_CHARS else _cut(value, upper))
     if pa.types.is_date(kind):
         return json.dumps(value.isoformat())
     if pa.types.is_timestamp(kind):
-        # Delta writes timestamps to the millisecond: round the upper bound up so it stays one.
-        micros = value.microsecond % 1000
-        if upper and micros:
-            if value >= _MAX_TIMESTAMP.replace(tzinfo=value.tzinfo):
-                return None
-            value = value + dt.timedelta(microseconds=1000 - micros)
-        elif micros:
-            value = value - dt.timedelta(microseconds=micros)
         if kind.tz is not None:
-            return json.dumps(value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z")
-        return json.dumps(value.isoformat(sep=" ", timespec="milliseconds"))
-    return None
+            return json.dumps(value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z")
+        return json.dumps(value.isoformat(sep=" ", timespec="microseconds"))
+    return json.dumps(str(value))
 
 
-_MAX_TIMESTAMP = dt.datetime(9999, 12, 31, 23, 59, 59, 999000)
+def _cut(value: str, upper: bool) -> str:
+    """A long string's bound cut to ``STRING_STATS_CHARS`` characters: the prefix for a minimum; for a
+    maximum the prefix with its last character raised (carrying past U+10FFFF), so it stays above."""
+    prefix = list(value[:STRING_STATS_CHARS])
+    if not upper:
+        return "".join(prefix)
+    while prefix:
+        code = ord(prefix.pop()) + 1
+        if code == 0xD800:
+            code = 0xE000  # skip the surrogates, which are no characters
+        if code <= 0x10FFFF:
+            return "".join(prefix) + chr(code)
+    return "\U0010FFFF"  # every character of the prefix was U+10FFFF (no real string gets here)
 
 
 # -- the files of a table version ------------------------------------------------------------------

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,6 +47,8 @@ from dagster_databus.storage.lake import Lake
 from dagster_databus.storage.location import LakeLocation
 
 Progress = Callable[[str], None]
+if TYPE_CHECKING:
+    from dagster_databus.snapshot.merge import SparkLike
 PART_COLUMN = "__part"
 LAYOUT_KEY = "databus.logical.layout"  # commit metadata: the layout the table was written with
 LOG_META = ["__scn", "__seq", "__window_scn", "__op", "__commit_ts_ms"]  # what the log reader adds
@@ -165,7 +167,7 @@ class LogicalSnapshot(DeltaFolder):
 
 
 @dataclass(frozen=True, slots=True)
-class _Part:
+class LogicalPart:
     config: LogicalPartConfig
     log: ChangeLog
     snap: DeltaSnapshot
@@ -179,7 +181,8 @@ class _Part:
         return f"{self.config.source}/{self.config.table}"
 
 
-def sync_logical(config: DatabusConfig, name: str, progress: Progress = lambda _: None) -> LogicalSyncResult:
+def sync_logical(config: DatabusConfig, name: str, progress: Progress = lambda _: None,
+                 spark: SparkLike | None = None) -> LogicalSyncResult:
     """Bring logical table ``name`` up to each part's change log.
 
     Loads the table from the parts' physical snapshots when it does not exist yet or can no longer
@@ -187,12 +190,16 @@ def sync_logical(config: DatabusConfig, name: str, progress: Progress = lambda _
     longer reaches back to a part's SCN); then merges each part's log after the part's own applied
     SCN, all parts in one commit. A sync with nothing new for any part commits nothing.
     """
+    from dagster_databus.snapshot.merge import engine_for
+    from dagster_databus.spark.session import get_spark
+
     started = time.monotonic()
+    engine = engine_for(spark if spark is not None else (lambda: get_spark(config.spark)), config)
     logical = config.logical_table(name)
     target = LogicalSnapshot(config.lake, name)
     lock = target.lock(f"logical table {name}", "wait for the other sync of this logical table to finish")
     with lock:
-        parts = [_Part(p, ChangeLog(config.lake, p.source), DeltaSnapshot(config.lake, p.source, p.table))
+        parts = [LogicalPart(p, ChangeLog(config.lake, p.source), DeltaSnapshot(config.lake, p.source, p.table))
                  for p in logical.parts]
         for part in parts:
             _require_snapshot(logical, part)
@@ -202,7 +209,7 @@ def sync_logical(config: DatabusConfig, name: str, progress: Progress = lambda _
         reason = _load_reason(target, layout, parts)
         if reason is not None:
             progress(f"logical {name}: loading from the physical snapshots: {reason}")
-            loaded = _load(target, layout, parts)
+            loaded = engine.load_logical(target, layout, parts, progress)
             commits += 1
             progress(f"logical {name}: loaded {sum(loaded.values())} rows")
         applied = {p.label: _applied(target, p) for p in parts}
@@ -219,8 +226,8 @@ def sync_logical(config: DatabusConfig, name: str, progress: Progress = lambda _
                         f"log of source {part.config.source!r} now starts after SCN {start}",
                         f"materialize the {part.asset} asset (its snapshot is the way past the gap), then this "
                         "logical table again; it reloads the part")
-            by_op, counts = _catch_up(config, target, layout,
-                                      [(p, applied[p.label], until[p.label]) for p in advancing], progress)
+            by_op, counts = engine.merge_logical(target, layout, [(p, applied[p.label], until[p.label])
+                                                                  for p in advancing], progress)
             commits += 1
         results = tuple(
             PartSyncResult(label=p.label, source=p.config.source, table=p.config.table, from_scn=applied[p.label],
@@ -234,7 +241,7 @@ def sync_logical(config: DatabusConfig, name: str, progress: Progress = lambda _
             duration_s=time.monotonic() - started)
 
 
-def _require_snapshot(logical: LogicalTableConfig, part: _Part) -> None:
+def _require_snapshot(logical: LogicalTableConfig, part: LogicalPart) -> None:
     """The part's physical snapshot exists and has followed every DDL its log recorded."""
     if part.snap.applied_scn() is None:
         raise SnapshotMissingError(
@@ -252,9 +259,9 @@ def _require_snapshot(logical: LogicalTableConfig, part: _Part) -> None:
             "reloads the part", asset=part.asset)
 
 
-def logical_layout(logical: LogicalTableConfig, parts: Sequence[_Part]) -> LogicalLayout:
+def logical_layout(logical: LogicalTableConfig, parts: Sequence[LogicalPart]) -> LogicalLayout:
     """The layout of the logical table; every part must have the same columns and primary key."""
-    schemas: list[tuple[_Part, TableSchema]] = []
+    schemas: list[tuple[LogicalPart, TableSchema]] = []
     for part in parts:
         latest = part.log.schemas.latest(part.config.table)
         if latest is None:
@@ -291,7 +298,7 @@ def logical_layout(logical: LogicalTableConfig, parts: Sequence[_Part]) -> Logic
         parts=tuple((p.label, p.config.source, p.config.table) for p in parts))
 
 
-def _load_reason(target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[_Part]) -> str | None:
+def _load_reason(target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart]) -> str | None:
     """Why the table must be loaded from the physical snapshots before it can follow the logs."""
     if not target.exists():
         return "the logical table does not exist yet"
@@ -312,15 +319,16 @@ def _load_reason(target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence
     return None
 
 
-def _applied(target: LogicalSnapshot, part: _Part) -> Scn:
+def _applied(target: LogicalSnapshot, part: LogicalPart) -> Scn:
     scn = target.applied_scn(part.label)
     if scn is None:  # _load records every part; anything else is a bug worth a loud stop
         raise RuntimeError(f"logical table {target.name}: part {part.label} has no applied SCN after loading")
     return scn
 
 
-def _load(target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[_Part]) -> dict[str, int]:
-    """Overwrite the table with every part's physical snapshot, each at its own applied SCN."""
+def load_in_process(target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart]) -> dict[str, int]:
+    """Overwrite the table with every part's physical snapshot, each at its own applied SCN, in this process
+    (the local engine)."""
     pieces, txns, rows = [], [], {}
     for part in parts:
         data, applied, boot = part.snap.read_pinned(with_meta=True)
@@ -334,7 +342,7 @@ def _load(target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[_Part]
         grouped = data.group_by(layout.key).aggregate([(PART_COLUMN, "count_distinct"), (PART_COLUMN, "distinct")])
         clashes = grouped.filter(pc.greater(grouped[f"{PART_COLUMN}_count_distinct"], 1)).slice(0, 3).to_pylist()
         if clashes:
-            raise _collision(layout, [(_key_text(layout, c), sorted(c[f"{PART_COLUMN}_distinct"])) for c in clashes])
+            raise collision(layout, [(_key_text(layout, c), sorted(c[f"{PART_COLUMN}_distinct"])) for c in clashes])
     target.prepare()
     crash_point("logical_commit")
     with disk_errors(f"loading logical table {target.name} into Delta", target.path):
@@ -362,14 +370,15 @@ def _conform_snapshot(data: pa.Table, layout: LogicalLayout, label: str) -> pa.T
     return pa.Table.from_arrays(columns, schema=layout.arrow())
 
 
-def _catch_up(config: DatabusConfig, target: LogicalSnapshot, layout: LogicalLayout,
-              ranges: Sequence[tuple[_Part, Scn, Scn]],
-              progress: Progress) -> tuple[dict[str, dict[str, int]], MergeCounts]:
-    """Merge each part's log range (applied, until] in one commit that moves every part's SCN.
+def merge_in_process(target: LogicalSnapshot, layout: LogicalLayout, ranges: Sequence[tuple[LogicalPart, Scn, Scn]],
+                     memory_bytes: int, spill_dir: Path | None,
+                     progress: Progress) -> tuple[dict[str, dict[str, int]], MergeCounts]:
+    """Merge each part's log range (applied, until] in one commit that moves every part's SCN, in this
+    process (the local engine).
 
-    Each part's changes are read from its log in bulk and reduced to the newest per key in this
-    process (``NewestPerKey``: bounded by ``merge.memory_mb``, spilling past it), as the physical
-    merge does; SCNs are only ever compared within one part's own log."""
+    Each part's changes are read from its log in bulk and reduced to the newest per key
+    (``NewestPerKey``: bounded by ``memory_bytes``, spilling past it), as the physical merge does; SCNs
+    are only ever compared within one part's own log."""
     by_op: dict[str, dict[str, int]] = {part.label: {} for part, _, _ in ranges}
     reduced_batches: list[pa.RecordBatch] = []
     for part, since, until in ranges:
@@ -377,8 +386,7 @@ def _catch_up(config: DatabusConfig, target: LogicalSnapshot, layout: LogicalLay
         if latest is None:
             continue
         schema = latest[1]
-        reducer = NewestPerKey(change_schema(schema), schema.primary_key, config.merge.memory_mb << 20,
-                               config.merge.spill_dir)
+        reducer = NewestPerKey(change_schema(schema), schema.primary_key, memory_bytes, spill_dir)
         try:
             reducer.extend(table_changes(part.log, schema, since, until))
             by_op[part.label] = dict(reducer.stats.events_by_op)
@@ -390,7 +398,7 @@ def _catch_up(config: DatabusConfig, target: LogicalSnapshot, layout: LogicalLay
         grouped = reduced.group_by(layout.key).aggregate([(PART_COLUMN, "count_distinct"), (PART_COLUMN, "distinct")])
         clashes = grouped.filter(pc.greater(grouped[f"{PART_COLUMN}_count_distinct"], 1)).slice(0, 3).to_pylist()
         if clashes:
-            raise _collision(layout, [(_key_text(layout, c), sorted(c[f"{PART_COLUMN}_distinct"])) for c in clashes])
+            raise collision(layout, [(_key_text(layout, c), sorted(c[f"{PART_COLUMN}_distinct"])) for c in clashes])
     merged = conform_changes(reduced, layout.arrow())
     if not layout.shard_from_label:
         _refuse_nulls(layout, merged)
@@ -414,7 +422,7 @@ def _part_schema(layout: LogicalLayout) -> pa.Schema:
     return pa.schema([*fields, *(pa.field(n, meta[n]) for n in LOG_META)])
 
 
-def _as_part(batch: pa.RecordBatch, layout: LogicalLayout, part: _Part) -> pa.RecordBatch:
+def _as_part(batch: pa.RecordBatch, layout: LogicalLayout, part: LogicalPart) -> pa.RecordBatch:
     """One part's reduced changes in ``_part_schema``: the part's label in ``PART_COLUMN`` (and in the
     shard column when the label fills it)."""
     label = pa.array([part.label] * batch.num_rows, pa.string())
@@ -429,13 +437,16 @@ def _as_part(batch: pa.RecordBatch, layout: LogicalLayout, part: _Part) -> pa.Re
 def _refuse_nulls(layout: LogicalLayout, data: pa.Table) -> None:
     shard = data[layout.shard_column]
     if shard.null_count:
-        part = data.filter(pc.is_null(shard))[PART_COLUMN][0].as_py()
-        raise ShardCollisionError(
-            f"logical table {layout.name}: part {part} has rows whose shard column {layout.shard_column!r} is NULL, "
-            "so their logical key cannot tell the shards apart",
-            f"fill {layout.shard_column} in every row of part {part}, or give logical_tables.{layout.name} a "
-            "shard_column the physical tables do not have, so each part's label fills it",
-            logical_table=layout.name, part=part)
+        raise null_shard(layout, data.filter(pc.is_null(shard))[PART_COLUMN][0].as_py())
+
+
+def null_shard(layout: LogicalLayout, part: str) -> ShardCollisionError:
+    return ShardCollisionError(
+        f"logical table {layout.name}: part {part} has rows whose shard column {layout.shard_column!r} is NULL, "
+        "so their logical key cannot tell the shards apart",
+        f"fill {layout.shard_column} in every row of part {part}, or give logical_tables.{layout.name} a "
+        "shard_column the physical tables do not have, so each part's label fills it",
+        logical_table=layout.name, part=part)
 
 
 def _refuse_held_elsewhere(target: LogicalSnapshot, layout: LogicalLayout, batch: pa.Table) -> None:
@@ -456,15 +467,15 @@ def _refuse_held_elsewhere(target: LogicalSnapshot, layout: LogicalLayout, batch
         if len(clashes) >= 3:
             break
     if clashes:
-        raise _collision(layout, [(_key_text(layout, c), [c[PART_COLUMN], c["__held"]]) for c in clashes[:3]],
-                         held=True)
+        raise collision(layout, [(_key_text(layout, c), [c[PART_COLUMN], c["__held"]]) for c in clashes[:3]],
+                        held=True)
 
 
 def _key_text(layout: LogicalLayout, row: dict[str, Any]) -> str:
     return "(" + ", ".join(f"{k}={row[k]!r}" for k in layout.key) + ")"
 
 
-def _collision(layout: LogicalLayout, clashes: list[tuple[str, list[str]]], held: bool = False) -> ShardCollisionError:
+def collision(layout: LogicalLayout, clashes: list[tuple[str, list[str]]], held: bool = False) -> ShardCollisionError:
     if held:
         detail = "; ".join(f"key {key} arrives from part {parts[0]} but is held from part {parts[1]}"
                            for key, parts in clashes)

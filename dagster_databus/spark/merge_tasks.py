@@ -48,30 +48,35 @@ class MergePlan:
     prefix: str
     memory_bytes: int
     spill_dir: str | None
+    part_column: str | None = None  # a logical table's part label: what is read is reported per part
 
     def route(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         routed = None
-        windows: set[int] = set()
-        ops: dict[str, int] = {}
+        windows: set[tuple[str, int]] = set()  # a task reads one log segment: windows are whole in it
+        ops: dict[str, dict[str, int]] = {}
         for batch in batches:
             if not batch.num_rows:
                 continue
-            windows.update(np.unique(batch.column("__window_scn").to_numpy()).tolist())
+            part = batch.column(self.part_column)[0].as_py() if self.part_column else ""
+            windows.update((part, w) for w in np.unique(batch.column("__window_scn").to_numpy()).tolist())
             counts = pc.value_counts(batch.column("__op"))
             for op, n in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True):
-                ops[op] = ops.get(op, 0) + n
-            batch = batch.filter(pc.greater(batch.column("__scn"), self.applied))
+                ops.setdefault(part, {})[op] = ops.setdefault(part, {}).get(op, 0) + n
+            if self.applied:
+                batch = batch.filter(pc.greater(batch.column("__scn"), self.applied))
             if not batch.num_rows:
                 continue
-            routed = batch.schema.append(pa.field(GROUP, pa.int64())).append(pa.field(FACT, pa.string()))
+            # Every column nullable (Spark marks literal columns not null), so the report row fits it too.
+            routed = pa.schema([*(f.with_nullable(True) for f in batch.schema), pa.field(GROUP, pa.int64()),
+                                pa.field(FACT, pa.string())])
             groups = self.files.route([batch.column(k) for k in self.key], room=self.file_rows)
             yield pa.RecordBatch.from_arrays([*batch.columns, pa.array(groups, pa.int64()),
                                               pa.nulls(batch.num_rows, pa.string())], schema=routed)
         fact = json.dumps({"read": ops, "windows": len(windows)})
-        columns = [pa.field(f.name, f.type) for f in (routed or self.changes)][:len(self.changes)]
+        routed = routed or pa.schema([*self.changes, pa.field(GROUP, pa.int64()), pa.field(FACT, pa.string())])
         yield pa.RecordBatch.from_arrays(
-            [pa.nulls(1, f.type) for f in columns] + [pa.array([FACT_GROUP], pa.int64()), pa.array([fact])],
-            names=[*(f.name for f in columns), GROUP, FACT])
+            [*(pa.nulls(1, f.type) for f in list(routed)[:-2]), pa.array([FACT_GROUP], pa.int64()), pa.array([fact])],
+            schema=routed)
 
     def apply(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         facts: list[dict[str, Any]] = []

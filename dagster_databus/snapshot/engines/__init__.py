@@ -12,7 +12,7 @@ one engine to another between runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from dagster_databus.config import DatabusConfig
     from dagster_databus.log.store import ChangeLog
+    from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource
 
 # Starts (or returns) the process's Spark session: engines call it only when they run a Spark job.
@@ -63,6 +64,18 @@ class MergeEngine(Protocol):
         commit. Changes at or below the snapshot's applied SCN are dropped; per key only the newest
         change (SCN, then position in its window) applies, and only over an older row. None when
         ``until`` is not past the applied SCN (a replay): nothing is committed."""
+
+
+    def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
+                     progress: Progress) -> dict[str, int]:
+        """Overwrite logical table ``target`` with every part's physical snapshot, each at its own applied SCN
+        (recorded per part, with the layout, in the same commit); rows loaded per part label."""
+
+    def merge_logical(self, target: LogicalSnapshot, layout: LogicalLayout,
+                      ranges: Sequence[tuple[LogicalPart, Scn, Scn]],
+                      progress: Progress) -> tuple[dict[str, dict[str, int]], MergeCounts]:
+        """Merge each part's log range (since, until] into ``target`` in one commit that moves every part's
+        SCN; events read per part label and operation, and the rows changed."""
 
 
 def open_engine(config: DatabusConfig, spark: SparkProvider) -> MergeEngine:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from dagster_databus.config import DatabusConfig
     from dagster_databus.log.store import ChangeLog
+    from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource
 
 
@@ -114,6 +115,21 @@ class DeltaSparkEngine:
                              updated=int(metrics.get("numTargetRowsUpdated", 0)),
                              deleted=int(metrics.get("numTargetRowsDeleted", 0)))
         return Merged(counts, ChangeStats({op: stats[op] for op in "iud" if stats[op]}, stats["windows"]))
+
+
+    def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
+                     progress: Progress) -> dict[str, int]:
+        """Logical tables are written by the spark engine's tasks (committed through delta-rs)."""
+        from dagster_databus.snapshot.engines.spark import SparkEngine
+
+        return SparkEngine(self.config, self._spark).load_logical(target, layout, parts, progress)
+
+    def merge_logical(self, target: LogicalSnapshot, layout: LogicalLayout,
+                      ranges: Sequence[tuple[LogicalPart, Scn, Scn]],
+                      progress: Progress) -> tuple[dict[str, dict[str, int]], MergeCounts]:
+        from dagster_databus.snapshot.engines.spark import SparkEngine
+
+        return SparkEngine(self.config, self._spark).merge_logical(target, layout, ranges, progress)
 
 
 def reduce_latest(changes: DataFrame, primary_key: Sequence[str]) -> DataFrame:

@@ -8,7 +8,7 @@ past ``merge.memory_mb``), and the reduced rows stream into delta-rs's MERGE.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +30,7 @@ from dagster_databus.snapshot.reduce import ChangeStats, NewestPerKey
 if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
     from dagster_databus.log.store import ChangeLog
+    from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource
 
 
@@ -58,6 +59,20 @@ class LocalEngine:
         with reduced as (rows, stats):
             counts = apply_changes(snap, schema, rows, until)
         return None if counts is None else Merged(counts, stats)
+
+
+    def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
+                     progress: Progress) -> dict[str, int]:
+        from dagster_databus.snapshot.logical import load_in_process
+
+        return load_in_process(target, layout, parts)
+
+    def merge_logical(self, target: LogicalSnapshot, layout: LogicalLayout,
+                      ranges: Sequence[tuple[LogicalPart, Scn, Scn]],
+                      progress: Progress) -> tuple[dict[str, dict[str, int]], MergeCounts]:
+        from dagster_databus.snapshot.logical import merge_in_process
+
+        return merge_in_process(target, layout, ranges, self.memory_bytes, self.spill_dir, progress)
 
 
 def write_snapshot(snap: DeltaSnapshot, schema: TableSchema, batches: Iterator[pa.RecordBatch], scn: Scn) -> int:

@@ -12,7 +12,9 @@ never needed.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -20,16 +22,17 @@ from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SnapshotMissingError
-from dagster_databus.log.columns import change_schema
+from dagster_databus.log.columns import CHANGE_META
 from dagster_databus.log.durable import crash_point, disk_errors
 from dagster_databus.snapshot.commit import (
     OPERATION_KEY,
     commit_bootstrap,
+    commit_files,
     commit_merge,
     location,
     remove_uncommitted,
 )
-from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts
+from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot, MergeCounts
 from dagster_databus.snapshot.engines import Bootstrapped, Merged, SparkProvider
 from dagster_databus.snapshot.files import TableFiles, TaskReport, run_prefix
 from dagster_databus.snapshot.reduce import ChangeStats
@@ -37,8 +40,12 @@ from dagster_databus.spark.session import job_progress, read_changes, task_error
 from dagster_databus.spark.wire import pack
 
 if TYPE_CHECKING:
+    from deltalake import DeltaTable, Transaction
+    from pyspark.sql import DataFrame
+
     from dagster_databus.config import DatabusConfig
     from dagster_databus.log.store import ChangeLog
+    from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource
 
 
@@ -83,8 +90,6 @@ class SparkEngine:
               progress: Progress) -> Merged | None:
         from deltalake import Transaction
 
-        from dagster_databus.spark.merge_tasks import MergePlan, partitions_for
-
         table = snap.existing()  # the version this merge reads and commits against
         applied = table.transaction_version(snap.app_id) if table is not None else None
         if table is None or applied is None:
@@ -94,58 +99,228 @@ class SparkEngine:
         if until.value <= applied:
             return None
         target = schema.arrow(with_meta=True)
-        held = {f.name for f in table.schema().fields}
-        added = [f for f in target if f.name not in held]
-        if added:
-            # Columns the source added: their own commit first (existing rows read them as null), so the
-            # merge plans and commits against a version that has them.
-            from deltalake import Schema as DeltaSchema
+        table = with_columns(snap, table, target, progress)
+        since = Scn(max(since.value, applied))
+        events = read_changes(self.spark(), self.config, snap.source, schema.table, since, until)
+        progress(f"{schema.table}: merging SCN {since}..{until} in Spark")
+        done = self._rewrite(snap, table, target, schema.primary_key, events, applied,
+                             [Transaction(app_id=snap.app_id, version=until.value)],
+                             {OPERATION_KEY: "merge", "engine": self.name, "databus.scn_range": f"{since}..{until}"},
+                             schema.table, progress)
+        stats = ChangeStats(done.read.get("", {}), done.report.total("windows"))
+        progress(f"{schema.table}: merged {stats.events:,} events in {stats.windows:,} windows: "
+                 f"{done.counts.inserted:,} inserted, {done.counts.updated:,} updated, {done.counts.deleted:,} "
+                 f"deleted; rewrote {done.files['files_rewritten']} of {done.files['files_before']} file(s), added "
+                 f"{done.files['files_added']}")
+        return Merged(done.counts, stats, done.files)
 
-            table.alter.add_columns(DeltaSchema.from_arrow(pa.schema(added)).fields)
-            progress(f"{schema.table}: added column(s) {', '.join(f.name for f in added)} to the snapshot")
-            table = snap.delta()
-        files = TableFiles.of(table, schema.primary_key, target)
-        prefix = run_prefix()
-        plan = MergePlan(location(snap), target, change_schema(schema), schema.primary_key, applied, files,
-                         self.config.merge.file_rows, prefix, self.config.merge.memory_mb * 2**20,
-                         str(self.config.merge.spill_dir) if self.config.merge.spill_dir else None)
-        spark = self.spark()
-        events = read_changes(spark, self.config, snap.source, schema.table, Scn(max(since.value, applied)), until)
+    def _rewrite(self, folder: DeltaFolder, table: DeltaTable, target: pa.Schema, key: Sequence[str],
+                 events: DataFrame, applied: int, txns: Sequence[Transaction], metadata: dict[str, str], what: str,
+                 progress: Progress, part_column: str | None = None) -> Rewritten:
+        """Apply ``events`` (change rows as the log reader gives them) to ``folder`` at the version ``table``
+        was read: Spark tasks route them to the files that may hold their keys, reduce them per ``key``,
+        and rewrite the files that do; the driver commits the files with ``txns`` against that version."""
         from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-        routed = events.mapInArrow(plan.route, StructType([*events.schema.fields, StructField("__group", LongType()),
-                                                           StructField("__fact", StringType())]))
+        from dagster_databus.spark.merge_tasks import MergePlan, partitions_for
+
+        files = TableFiles.of(table, key, target)
+        prefix = run_prefix()
+        merge = self.config.merge
+        plan = MergePlan(location(folder), target, pa.schema([f for f in to_arrow_schema(events.schema)]),
+                         tuple(key), applied, files, merge.file_rows, prefix, merge.memory_mb * 2**20,
+                         str(merge.spill_dir) if merge.spill_dir else None, part_column)
+        spark = self.spark()
+        routed = events.mapInArrow(plan.route, StructType([
+            *(StructField(f.name, f.dataType, True) for f in events.schema.fields),
+            StructField("__group", LongType()), StructField("__fact", StringType())]))
         partitions = partitions_for(files.groups, spark.sparkContext.defaultParallelism)
-        progress(f"{schema.table}: merging SCN {Scn(max(since.value, applied))}..{until} in Spark: "
-                 f"{len(files.files)} data file(s) in {files.groups} key group(s)")
         committed = False
         report = None
         try:
-            with task_errors(), job_progress(spark, progress, f"{schema.table}: merging"):
+            with task_errors(), job_progress(spark, progress, f"{what}: merging"):
                 actions = (routed.repartition(partitions, "__group")
                            .mapInArrow(plan.apply, "kind string, path string, size long, rows long, stats string")
                            .toArrow())
             report = TaskReport.of(actions)
             removed = {f.path: f for f in files.files}
-            metadata = {OPERATION_KEY: "merge", "engine": self.name, "databus.scn_range": f"{applied}..{until}"}
             crash_point("delta_commit")
-            with disk_errors(f"committing {snap.source}.{snap.table} to Delta", snap.path):
-                commit_merge(snap, table, target, report.added, [removed[p] for p in report.removed],
-                             [Transaction(app_id=snap.app_id, version=until.value)], metadata)
+            with disk_errors(f"committing {what} to Delta", folder.path):
+                commit_merge(folder, table, target, report.added, [removed[p] for p in report.removed], txns,
+                             metadata)
             committed = True
             crash_point("delta_committed")
         finally:
-            remove_uncommitted(snap, prefix, report.added if committed and report is not None else ())
-        read_ops: dict[str, int] = {}
+            remove_uncommitted(folder, prefix, report.added if committed and report is not None else ())
+        read: dict[str, dict[str, int]] = {}
         for fact in report.facts:
-            for op, n in fact.get("read", {}).items():
-                read_ops[op] = read_ops.get(op, 0) + n
-        counts = MergeCounts(report.total("inserted"), report.total("updated"), report.total("deleted"))
-        stats = ChangeStats(read_ops, report.total("windows"))
-        progress(f"{schema.table}: merged {stats.events:,} events in {stats.windows:,} windows: "
-                 f"{counts.inserted:,} inserted, {counts.updated:,} updated, {counts.deleted:,} deleted; rewrote "
-                 f"{report.total('files_rewritten')} of {len(files.files)} file(s), added {len(report.added)}")
-        return Merged(counts, stats, {
+            for part, ops in fact.get("read", {}).items():
+                for op, n in ops.items():
+                    read.setdefault(part, {})[op] = read.setdefault(part, {}).get(op, 0) + n
+        return Rewritten(report, read, MergeCounts(report.total("inserted"), report.total("updated"),
+                                                   report.total("deleted")), {
             "files_before": len(files.files), "files_read": report.total("files_read"),
             "files_rewritten": report.total("files_rewritten"), "files_added": len(report.added),
             "bytes_rewritten": report.total("bytes_rewritten"), "rows_rewritten": report.total("rows_rewritten")})
+
+    # -- logical tables ----------------------------------------------------------------------------
+
+    def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
+                     progress: Progress) -> dict[str, int]:
+        """Overwrite the logical table with every part's physical snapshot (each at its own applied SCN):
+        one task per physical data file copies it, with the part's label, into the logical table."""
+        from deltalake import CommitProperties, Transaction
+
+        from dagster_databus.snapshot.logical import LAYOUT_KEY, PART_COLUMN
+        from dagster_databus.spark.deltafiles import DeltaFilesSource, FileRead
+        from dagster_databus.spark.tables import FilesSink
+
+        reads, txns, rows = [], [], {}
+        for part in parts:
+            table = part.snap.delta()  # one version: its files, applied SCN and bootstrap SCN together
+            applied = table.transaction_version(part.snap.app_id)
+            boot = table.transaction_version(part.snap.bootstrap_app_id)
+            actions = pa.table(table.get_add_actions(flatten=True))
+            constants = {PART_COLUMN: part.label, **({layout.shard_column: part.label} if layout.shard_from_label
+                                                    else {})}
+            reads += [FileRead(location(part.snap), path, constants) for path in actions["path"].to_pylist()]
+            rows[part.label] = sum(n or 0 for n in actions["num_records"].to_pylist())
+            txns += [Transaction(app_id=target.app_id(part.label), version=applied),
+                     Transaction(app_id=target.loaded_from_app_id(part.label), version=boot or 0)]
+        spark = self.spark()
+        spark.dataSource.register(DeltaFilesSource)
+        schema = layout.arrow()
+        if not layout.shard_from_label:
+            keys = pa.schema([schema.field(n) for n in [*layout.key, PART_COLUMN]])
+            self._refuse_collisions(spark.read.format("databus_delta_files").option("files", pack(reads))
+                                    .option("schema", pack(keys)).load(), layout, target)
+        prefix = run_prefix()
+        sink = FilesSink(location(target), schema, self.config.merge.file_rows, prefix, 0)
+        committed = False
+        report = None
+        try:
+            with task_errors(), job_progress(spark, progress, f"logical {target.name}: loading"):
+                report = TaskReport.of(spark.read.format("databus_delta_files").option("files", pack(reads))
+                                       .option("schema", pack(schema)).option("sink", pack(sink)).load().toArrow())
+            props = CommitProperties(app_transactions=txns, custom_metadata={
+                LAYOUT_KEY: layout.document(), OPERATION_KEY: "load", "engine": self.name})
+            target.prepare()
+            crash_point("logical_commit")
+            with disk_errors(f"loading logical table {target.name} into Delta", target.path):
+                commit_files(target, schema, report.added, props, f"databus logical table {target.name}")
+            committed = True
+            crash_point("logical_committed")
+        finally:
+            remove_uncommitted(target, prefix, report.added if committed and report is not None else ())
+        return rows
+
+    def merge_logical(self, target: LogicalSnapshot, layout: LogicalLayout,
+                      ranges: Sequence[tuple[LogicalPart, Scn, Scn]],
+                      progress: Progress) -> tuple[dict[str, dict[str, int]], MergeCounts]:
+        """Merge each part's log range (applied, until] in one commit that moves every part's SCN: the
+        parts' changes are read by Spark tasks, matched on (part, key), so SCNs are only compared within
+        one part's own log."""
+        from deltalake import Transaction
+        from pyspark.sql import functions as F
+
+        from dagster_databus.snapshot.logical import LAYOUT_KEY, PART_COLUMN
+
+        spark = self.spark()
+        schema = layout.arrow()
+        log_meta = [name for name, _ in CHANGE_META]
+        frames = []
+        for part, since, until in ranges:
+            events = read_changes(spark, self.config, part.config.source, part.config.table, since, until)
+            events = events.withColumn(PART_COLUMN, F.lit(part.label))
+            if layout.shard_from_label:
+                events = events.withColumn(layout.shard_column, F.lit(part.label))
+            columns = [f.name for f in schema if f.name not in ("__scn", "__op", "__commit_ts")]
+            frames.append(events.select(*[F.col(f"`{c}`") for c in [*columns, *log_meta]]))
+        events = frames[0]
+        for frame in frames[1:]:
+            events = events.unionByName(frame)
+        if not layout.shard_from_label:
+            self._refuse_collisions(events, layout, target, reduce_first=True)
+        table = with_columns(target, target.delta(), schema, progress, {LAYOUT_KEY: layout.document()})
+        spans = ", ".join(f"{part.label} {since}..{until}" for part, since, until in ranges)
+        progress(f"logical {target.name}: merging in Spark ({spans})")
+        done = self._rewrite(target, table, schema, layout.match, events, 0,
+                             [Transaction(app_id=target.app_id(part.label), version=until.value)
+                              for part, _, until in ranges],
+                             {LAYOUT_KEY: layout.document(), OPERATION_KEY: "merge", "engine": self.name},
+                             f"logical table {target.name}", progress, part_column=PART_COLUMN)
+        return done.read, done.counts
+
+    def _refuse_collisions(self, rows: DataFrame, layout: LogicalLayout, target: LogicalSnapshot,
+                           reduce_first: bool = False) -> None:
+        """With a data shard column: no NULL shard, no logical key from two parts, and (for changes) no key
+        arriving from one part while the table holds it from another; raises ``ShardCollisionError``."""
+        from pyspark.sql import functions as F
+
+        from dagster_databus.snapshot.engines.delta_spark import reduce_latest
+        from dagster_databus.snapshot.logical import PART_COLUMN, collision, null_shard
+        from dagster_databus.spark.deltafiles import DeltaFilesSource, FileRead
+
+        spark = self.spark()
+        if reduce_first:
+            rows = reduce_latest(rows, layout.match)
+        keyed = rows.select(*[F.col(f"`{c}`") for c in [*layout.key, PART_COLUMN]])
+        with task_errors():
+            nulls = keyed.where(F.col(f"`{layout.shard_column}`").isNull()).limit(1).collect()
+            if nulls:
+                raise null_shard(layout, nulls[0][PART_COLUMN])
+            clashes = (keyed.groupBy(*[F.col(f"`{k}`") for k in layout.key])
+                       .agg(F.countDistinct(PART_COLUMN).alias("__n"), F.sort_array(F.collect_set(PART_COLUMN))
+                            .alias("__parts")).where("__n > 1").limit(3).collect())
+            if clashes:
+                raise collision(layout, [(key_text(layout, c.asDict()), list(c["__parts"])) for c in clashes])
+            table = target.existing()
+            if not reduce_first or table is None:
+                return
+            spark.dataSource.register(DeltaFilesSource)
+            schema = layout.arrow()
+            keys = pa.schema([schema.field(n) for n in [*layout.key, PART_COLUMN]])
+            held = (spark.read.format("databus_delta_files")
+                    .option("files", pack([FileRead(location(target), p) for p in
+                                           pa.table(table.get_add_actions(flatten=True))["path"].to_pylist()]))
+                    .option("schema", pack(keys)).load().withColumnRenamed(PART_COLUMN, "__held"))
+            clashes = (keyed.join(held, on=list(layout.key)).where(F.col(PART_COLUMN) != F.col("__held"))
+                       .limit(3).collect())
+            if clashes:
+                raise collision(layout, [(key_text(layout, c.asDict()), [c[PART_COLUMN], c["__held"]])
+                                         for c in clashes], held=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Rewritten:
+    report: TaskReport
+    read: dict[str, dict[str, int]]  # events read, by part ("" when the rows have no part) and operation
+    counts: MergeCounts
+    files: dict[str, int]
+
+
+def with_columns(folder: DeltaFolder, table: DeltaTable, target: pa.Schema, progress: Progress,
+                 metadata: dict[str, str] | None = None) -> DeltaTable:
+    """``table`` with the columns of ``target`` it lacks added (their own commit, before the merge plans
+    against the table: existing rows read them as null); the version to merge into."""
+    held = {f.name for f in table.schema().fields}
+    added = [f for f in target if f.name not in held]
+    if not added:
+        return table
+    from deltalake import CommitProperties
+    from deltalake import Schema as DeltaSchema
+
+    table.alter.add_columns(DeltaSchema.from_arrow(pa.schema(added)).fields,
+                            commit_properties=CommitProperties(custom_metadata=metadata) if metadata else None)
+    progress(f"{folder.key}: added column(s) {', '.join(f.name for f in added)} to the table")
+    return folder.delta()
+
+
+def to_arrow_schema(schema: Any) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema as convert
+
+    return convert(schema)
+
+
+def key_text(layout: LogicalLayout, row: dict[str, Any]) -> str:
+    return "(" + ", ".join(f"{k}={row[k]!r}" for k in layout.key) + ")"

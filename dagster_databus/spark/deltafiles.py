@@ -1,0 +1,86 @@
+"""A Python data source over the data files of Delta tables (``databus_delta_files``): one task per file,
+read through the storage layer (a local folder or an object store, no Hadoop connectors needed).
+
+Each file can carry constant columns (a logical table's part label), be conformed to a target schema
+(columns it lacks are null), and, given a sink, be written straight into another table's folder: the
+task then yields only the files it wrote, as the bootstrap's tasks do (``spark.tables``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from dagster_databus.errors import DatabusError, for_task
+from dagster_databus.spark.wire import unpack
+
+
+@dataclass(frozen=True, slots=True)
+class FileRead:
+    location: Any  # snapshot.files.TableLocation of the table the file belongs to
+    path: str
+    constants: Mapping[str, str] = field(default_factory=dict)  # string columns added to every row
+
+
+def spark_schema(schema: pa.Schema) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+class DeltaFilesSource(DataSource):
+    """Options: ``files`` (a packed list of ``FileRead``), ``schema`` (a packed Arrow schema: the rows'
+    columns, each file conformed to it), ``sink`` (optional, a packed ``spark.tables.FilesSink``: write
+    the rows there and yield the files written)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "databus_delta_files"
+
+    def schema(self) -> Any:
+        if "sink" in self.options:
+            return "kind string, path string, size long, rows long, stats string"
+        return spark_schema(unpack(self.options["schema"]))
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _FilesReader(dict(self.options))
+
+
+class _FilesReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [InputPartition(i) for i in range(len(unpack(self.options["files"])))] or [InputPartition(-1)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        try:
+            yield from self._read(int(partition.value))
+        except DatabusError as exc:
+            raise for_task(exc) from None
+
+    def _read(self, index: int) -> Iterator[Any]:
+        from dagster_databus.snapshot.delta import conform_rows
+        from dagster_databus.snapshot.files import FileWriter, actions_batch
+
+        if index < 0:
+            return
+        file: FileRead = unpack(self.options["files"])[index]
+        schema: pa.Schema = unpack(self.options["schema"])
+        wanted = [f.name for f in schema if f.name not in file.constants]
+        held = file.location.read(file.path, columns=None)
+        data = held.select([n for n in wanted if n in held.column_names])
+        for name, value in file.constants.items():
+            data = data.append_column(name, pa.array([value] * data.num_rows, pa.string()))
+        data = conform_rows(data, schema)
+        if "sink" not in self.options:
+            yield from data.to_batches()
+            return
+        sink = unpack(self.options["sink"])
+        writer = FileWriter(sink.location, schema, sink.file_rows, f"{sink.prefix}-f{index:05d}")
+        files = writer.write(data.to_batches())
+        yield actions_batch(files, facts=[{"rows": data.num_rows, "constants": dict(file.constants)}])
