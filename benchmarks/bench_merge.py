@@ -1,88 +1,183 @@
-"""Merge of changed rows into a Delta snapshot: ours (log read + reduce + streamed delta-rs MERGE) vs a
-bare delta-rs MERGE of pre-reduced rows vs rewriting the final table with pyarrow (the floor), and
-the process's peak memory growth for ours and for the bare MERGE beside the change set's size."""
+"""Merge of changed rows into a Delta snapshot by the spark engine (Spark tasks read the log, reduce, rewrite
+the files holding changed keys; the driver commits) beside a bare delta-rs MERGE of the pre-reduced rows
+into the same table, and the local engine. Also the driver's memory: the peak growth of this (Python
+driver) process and of its JVM, beside the change set's size.
+
+Run alone: ``python -m benchmarks.bench_merge [rows] [pct] [master]``.
+"""
 
 from __future__ import annotations
 
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
-from deltalake import DeltaTable
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Transaction
 
 from benchmarks.common import best_of, peak_rss_growth, report
-from dagster_databus.config import parse_config
-from dagster_databus.core.events import ChangeEvent, Op, Window
+from dagster_databus.config import DatabusConfig, parse_config
+from dagster_databus.core.batch import ChangeBatch
+from dagster_databus.core.crc32 import crc32_each
 from dagster_databus.core.schema import Column, TableSchema
-from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
 from dagster_databus.log.store import ChangeLog
-from dagster_databus.snapshot.delta import DeltaRsEngine, DeltaSnapshot, with_meta
-from dagster_databus.snapshot.merge import sync_table
+from dagster_databus.snapshot.commit import commit_files, location
+from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.snapshot.files import FileWriter, run_prefix
+from dagster_databus.snapshot.merge import engine_for, sync_table
 from dagster_databus.spark.session import get_spark
 
 SCHEMA = TableSchema("b", "items", (Column("id", ColumnType("long")), Column("name", ColumnType("string")),
-                                    Column("price", ColumnType("double"))),
-                     ("id",))
+                                    Column("price", ColumnType("double"))), ("id",))
 
 
-def main(rows: int = 1_000_000, changed_pct: float = 10.0) -> None:
-    work = Path(tempfile.mkdtemp(prefix="bench-merge-"))
-    config = parse_config({"lake": str(work / "lake"), "sources": [
-        {"name": "b", "kind": "sqlite", "path": str(work / "unused.db"),
-         "tables": [{"name": "items", "primary_key": ["id"]}]}]}, base=work)
-    base = pa.table({"id": pa.array(range(rows), pa.int64()), "name": [f"n{i}" for i in range(rows)],
-                     "price": [float(i) for i in range(rows)]})
-    changed = int(rows * changed_pct / 100)
-    # Two updates per changed key, so the reduce has work to do.
-    events = [ChangeEvent(Scn(n + 1), n, "items", Op.UPDATE, (k,), {"id": k, "name": f"u{n}", "price": -1.0}, 0)
-              for n, k in enumerate([*range(0, rows, rows // changed)] * 2)]
+def config_for(work: Path, master: str, engine: str = "spark", file_rows: int = 1_000_000) -> DatabusConfig:
+    return parse_config({"lake": str(work / "lake"), "spark": {"master": master},
+                         "merge": {"engine": engine, "file_rows": file_rows},
+                         "sources": [{"name": "b", "kind": "sqlite", "path": str(work / "unused.db"),
+                                      "tables": [{"name": "items", "primary_key": ["id"]}]}]}, base=work)
+
+
+def base_table(rows: int) -> pa.Table:
+    ids = pa.array(np.arange(rows, dtype=np.int64))
+    return pa.table({"id": ids, "name": pc.binary_join_element_wise("n", ids.cast(pa.string()), ""),
+                     "price": pa.array(np.arange(rows, dtype=np.float64))})
+
+
+def write_snapshot(config: DatabusConfig, rows: int, file_rows: int) -> Path:
+    """The snapshot as a spark bootstrap leaves it (files of ``file_rows`` rows in key order), kept aside
+    so every timed run starts from the same copy."""
+    snap = DeltaSnapshot(config.lake, "b", "items")
+    target = SCHEMA.arrow(with_meta=True)
+    data = base_table(rows)
+    meta = pa.table({**{n: data[n] for n in data.column_names}, "__scn": pa.array(np.zeros(rows, np.int64)),
+                     "__op": pa.array(["r"] * rows), "__commit_ts": pa.nulls(rows, target.field("__commit_ts").type)},
+                    schema=target)
+    files = FileWriter(location(snap), target, file_rows, run_prefix()).write(meta.to_batches(max_chunksize=500_000))
+    txns = [Transaction(snap.app_id, 0), Transaction(snap.bootstrap_app_id, 0)]
+    commit_files(snap, target, files, CommitProperties(app_transactions=txns), "bench")
+    kept = snap.path.parent / "items.base"
+    shutil.copytree(snap.path, kept)
+    return kept
+
+
+def write_log(config: DatabusConfig, keys: np.ndarray) -> int:
+    """Two updates of every changed key in one window, so the reduce has work to do; the events written."""
+    twice = np.concatenate([keys, keys])
+    n = len(twice)
+    ids = pa.array(twice)
+    key_text = pc.binary_join_element_wise("[", ids.cast(pa.string()), "]", "")
+    batch = pa.RecordBatch.from_arrays([
+        ids, pc.binary_join_element_wise("u", pa.array(np.arange(n)).cast(pa.string()), ""),
+        pa.array(np.full(n, -1.0)), pa.array(np.arange(1, n + 1, dtype=np.int64)), pa.array(np.full(n, n, np.int64)),
+        pa.array(np.arange(n, dtype=np.int32)), pa.array(["u"] * n), key_text,
+        pa.array((crc32_each(key_text) % 65536).astype(np.int32)), pa.array(np.zeros(n, np.int64)),
+    ], names=["id", "name", "price", "__scn", "__window_scn", "__seq", "__op", "__key", "__partition",
+              "__commit_ts_ms"])
     with ChangeLog(config.lake, "b").writer() as writer:
         writer.register_schemas([SCHEMA])
-        writer.append([Window(scn=events[-1].scn, events=tuple(events))], "e")
-    reduced = {e.key[0]: e for e in events}
-    final_changes = pa.table({"id": list(reduced), "name": [e.row["name"] for e in reduced.values()],
-                              "price": [-1.0] * len(reduced)})
-    snap = DeltaSnapshot(config.lake, "b", "items")
+        writer.append_batch(ChangeBatch({"items": batch}), "e")
+    return n
 
-    def fresh_snapshot() -> None:
-        shutil.rmtree(snap.path, ignore_errors=True)
-        DeltaRsEngine().bootstrap(snap, SCHEMA, iter(base.to_batches(max_chunksize=200_000)), Scn(0))
 
-    spark = get_spark(config.spark)
+def jvm_rss_growth(spark, fn) -> tuple[int, int]:
+    """(this process's peak RSS growth, the driver JVM's peak RSS growth) while ``fn`` runs."""
+    import threading
 
-    def ours() -> None:
-        sync_table(spark, config, config.sources[0], "items", DeltaRsEngine())
+    pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
 
-    def bare_merge() -> None:
-        meta = pa.Table.from_batches([with_meta(b, Scn(len(events)), "u", 0) for b in final_changes.to_batches()])
-        (DeltaTable(str(snap.path)).merge(meta, predicate="t.id = s.id", source_alias="s", target_alias="t")
-         .when_matched_update_all().execute())
+    def rss() -> int:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * 4096
 
-    # First runs, so neither reuses pages the other freed: the bare MERGE first, then ours.
-    fresh_snapshot()
-    bare_growth = peak_rss_growth(bare_merge)
-    fresh_snapshot()
-    growth = peak_rss_growth(ours)
+    base = peak = rss()
+    done = threading.Event()
 
-    def rewrite() -> None:
-        keep = base.filter(pa.compute.invert(pa.compute.is_in(base["id"], final_changes["id"])))
-        pq.write_table(pa.concat_tables([keep, final_changes]), work / "rewrite.parquet")
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, rss())
+            done.wait(0.005)
 
-    mine = best_of(ours, setup=fresh_snapshot)
-    peer = best_of(bare_merge, setup=fresh_snapshot)
-    floor = best_of(rewrite)
-    report(f"Merge {changed_pct:g}% changed ({len(events):,} events, {changed:,} keys) into the snapshot", rows,
-           ("ours: log read + reduce + MERGE", mine), ("bare delta-rs MERGE, pre-reduced", peer),
-           ("pyarrow rewrite of the final table", floor))
-    print(f"  driver memory: peak +{growth / 2**20:,.0f} MiB during ours, +{bare_growth / 2**20:,.0f} MiB during "
-          f"the bare MERGE; the change set is {len(events):,} events, the reduced set "
-          f"{final_changes.nbytes / 2**20:,.0f} MiB in Arrow ({len(reduced):,} rows)")
-    shutil.rmtree(work)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        python = peak_rss_growth(fn)
+    finally:
+        done.set()
+        sampler.join()
+    return python, max(peak, rss()) - base
+
+
+def main(rows: int = 1_000_000, changed_pct: float = 10.0, master: str = "local[2]", repeat: int = 5) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="bench-merge-"))
+    try:
+        config = config_for(work, master)
+        spark = get_spark(config.spark)
+        changed = int(rows * changed_pct / 100)
+        keys = np.arange(0, rows, rows // changed, dtype=np.int64)[:changed]
+        kept = write_snapshot(config, rows, config.merge.file_rows)
+        events = write_log(config, keys)
+        snap = DeltaSnapshot(config.lake, "b", "items")
+
+        def fresh() -> None:
+            shutil.rmtree(snap.path, ignore_errors=True)
+            shutil.copytree(kept, snap.path)
+
+        until = ChangeLog(config.lake, "b").committed_scn()
+        reduced = pa.table({"id": pa.array(keys), "name": pc.binary_join_element_wise(
+            "u", pa.array(np.arange(len(keys), 2 * len(keys))).cast(pa.string()), ""),
+            "price": pa.array(np.full(len(keys), -1.0)), "__scn": pa.array(np.full(len(keys), until.value)),
+            "__op": pa.array(["u"] * len(keys)),
+            "__commit_ts": pa.nulls(len(keys), pa.timestamp("us", tz="UTC"))})
+
+        def ours(engine: str = "spark") -> None:
+            cfg = config if engine == "spark" else config_for(work, master, engine)
+            sync_table(cfg, cfg.sources[0], "items", engine_for(spark, cfg))
+
+        def bare() -> None:
+            (DeltaTable(str(snap.path)).merge(reduced, predicate="t.id = s.id", source_alias="s", target_alias="t")
+             .when_matched_update_all().execute())
+
+        fresh()
+        ours()  # warm: the first Spark job of a session and the numba kernels' first load
+        fresh()
+        python_growth, jvm_growth = jvm_rss_growth(spark, ours)
+        result = check_result(snap, keys)
+        # Interleaved, best of each: a slower moment of a shared machine does not fall on one side only.
+        mine, peer, local = (min(times) for times in zip(*(
+            (best_of(ours, 1, setup=fresh), best_of(bare, 1, setup=fresh), best_of(lambda: ours("local"), 1,
+                                                                                      setup=fresh))
+            for _ in range(repeat)), strict=True))
+        report(f"Merge {changed_pct:g}% changed ({events:,} events, {changed:,} keys) into {rows:,} rows, "
+               f"Spark {master}", rows,
+               ("ours: spark engine", mine), ("bare delta-rs MERGE, pre-reduced", peer), ("ours: local engine", local))
+        print(f"  fixed cost of the spark engine over the bare MERGE: {mine - peer:+.2f}s")
+        print(f"  driver memory during ours: Python process +{python_growth / 2**20:,.0f} MiB, its JVM "
+              f"+{jvm_growth / 2**20:,.0f} MiB (with local Spark the JVM runs the executors too); the change set "
+              f"is {events:,} events ({reduced.nbytes / 2**20:,.1f} MiB reduced), the table "
+              f"{sum(f.stat().st_size for f in kept.glob('*.parquet')) / 2**20:,.0f} MiB")
+        print(f"  result checked: {result}")
+        return {"ours": mine, "bare": peer, "local": local, "python_mib": python_growth / 2**20}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def check_result(snap: DeltaSnapshot, keys: np.ndarray) -> str:
+    data = snap.read(with_meta=True)
+    changed = data.filter(pc.is_in(data["id"], pa.array(keys)))
+    assert changed.num_rows == len(keys) and set(changed["price"].to_pylist()) == {-1.0}
+    assert data.num_rows == snap.row_count()
+    return f"{data.num_rows:,} rows, {changed.num_rows:,} changed as expected"
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000, float(sys.argv[2]) if len(sys.argv) > 2 else 10.0)
+    started = time.monotonic()
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000, float(sys.argv[2]) if len(sys.argv) > 2 else 10.0,
+         sys.argv[3] if len(sys.argv) > 3 else "local[2]")
+    print(f"  ({time.monotonic() - started:.0f}s)")

@@ -69,9 +69,13 @@ class Block:
     offset: int  # where the block starts in the file, for error messages
 
 
-def read_container(f: BinaryIO) -> tuple[dict[str, str], Iterator[Block]]:
+def read_container(f: BinaryIO, start: int = 0, end: int | None = None) -> tuple[dict[str, str], Iterator[Block]]:
     """The container's metadata (``avro.schema``, ``avro.codec``, the writer's own keys; text, as
     fastavro's ``reader.metadata`` holds it) and an iterator over its blocks, read lazily from ``f``.
+
+    With ``start``/``end``, only the blocks that begin at a byte offset in [start, end): the first is
+    found by its sync marker, so readers of consecutive ranges (several tasks of one large file) each
+    read whole blocks and together every block exactly once. ``f`` must be seekable then.
 
     ``ValueError`` for what is not an Avro object container, a codec other than ``null``, ``deflate``
     and ``zstandard``, and (while iterating) truncated blocks or a wrong sync marker.
@@ -95,13 +99,17 @@ def read_container(f: BinaryIO) -> tuple[dict[str, str], Iterator[Block]]:
     codec = metadata.get("avro.codec", "null")
     if codec not in _DECOMPRESS:
         raise ValueError(f"container codec {codec!r}: this decoder reads {', '.join(_DECOMPRESS)}")
-    return metadata, _blocks(reader, sync, codec)
+    if start > reader.position and not reader.skip_past(sync, start - len(sync)):
+        return metadata, iter(())
+    return metadata, _blocks(reader, sync, codec, end)
 
 
-def _blocks(reader: _Reader, sync: bytes, codec: str) -> Iterator[Block]:
+def _blocks(reader: _Reader, sync: bytes, codec: str, end: int | None = None) -> Iterator[Block]:
     decompress = _DECOMPRESS[codec]
     while True:
         offset = reader.position
+        if end is not None and offset >= end:
+            return
         count = reader.long(eof_ok=True)
         if count is None:
             return
@@ -155,6 +163,21 @@ class _Reader:
             shift += 7
             if shift > 63:
                 raise ValueError(f"a number longer than 10 bytes at byte {self.position}")
+
+    def skip_past(self, marker: bytes, start: int, chunk: int = 1 << 16) -> bool:
+        """Move to just after the first ``marker`` at or after byte ``start``; False at the end of the file."""
+        self.f.seek(start)
+        position, tail = start, b""
+        while data := self.f.read(chunk):
+            window = tail + data
+            found = window.find(marker)
+            if found >= 0:
+                self.position = position - len(tail) + found + len(marker)
+                self.f.seek(self.position)
+                return True
+            tail = window[-(len(marker) - 1):]
+            position += len(data)
+        return False
 
     def blob(self) -> bytes:
         size = self.long()
@@ -492,9 +515,11 @@ _SCRATCH_BYTES = 64 << 20
 
 
 def decode_segment(source: str | os.PathLike[str] | BinaryIO, branches: Branches | None = None,
-                   rows: int = GROUP_ROWS, workers: int = 1) -> Iterator[Decoded]:
+                   rows: int = GROUP_ROWS, workers: int = 1, byte_range: tuple[int, int] | None = None
+                   ) -> Iterator[Decoded]:
     """Every wanted branch's records of a container file (path or binary file), a group of blocks at
-    a time: (record full name, record batch, positions of its rows among the file's records).
+    a time: (record full name, record batch, positions of its rows among the records read). With
+    ``byte_range``, only the blocks that begin in it (``read_container``).
 
     The container's schema is checked against ``branches`` before this returns (``ValueError`` if
     it cannot be decoded); damaged data raises ``ValueError`` while iterating.
@@ -502,7 +527,7 @@ def decode_segment(source: str | os.PathLike[str] | BinaryIO, branches: Branches
     f: BinaryIO = open(source, "rb") if isinstance(source, str | os.PathLike) else source  # noqa: SIM115
     owned = f is not source
     try:
-        metadata, blocks = read_container(f)
+        metadata, blocks = read_container(f, *(byte_range or (0, None)))
         if "avro.schema" not in metadata:
             raise ValueError("the container has no avro.schema metadata")
         decoder = Decoder(json.loads(metadata["avro.schema"]), branches)

@@ -44,12 +44,13 @@ def table_changes(log: ChangeLog, schema: TableSchema, since: Scn, until: Scn | 
 
 
 def segment_changes(log: ChangeLog, segment: SegmentInfo, schema: TableSchema, since: Scn, until: Scn | None,
-                    rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """The events of ``schema.table`` in one segment (see ``table_changes``)."""
+                    rows: int = BATCH_ROWS, byte_range: tuple[int, int] | None = None) -> Iterator[pa.RecordBatch]:
+    """The events of ``schema.table`` in one segment (see ``table_changes``); with ``byte_range``, those
+    of the blocks that begin in it (a part of a large segment, read by one of several tasks)."""
     target = change_schema(schema)
     low, high = pa.scalar(since.value, pa.int64()), pa.scalar(until.value if until else 2**63 - 1, pa.int64())
     try:
-        for decoded_batch in _decoded(log, segment, schema.table):
+        for decoded_batch in _decoded(log, segment, schema.table, byte_range):
             batch = _conform(decoded_batch, target)
             scn = batch.column("__scn")
             batch = batch.filter(pc.and_(pc.greater(scn, low), pc.less_equal(scn, high)))
@@ -61,10 +62,12 @@ def segment_changes(log: ChangeLog, segment: SegmentInfo, schema: TableSchema, s
             "restore the segment from backup, or bootstrap the source", source=log.source) from None
 
 
-def _decoded(log: ChangeLog, segment: SegmentInfo, table: str) -> Iterator[pa.RecordBatch]:
+def _decoded(log: ChangeLog, segment: SegmentInfo, table: str,
+             byte_range: tuple[int, int] | None = None) -> Iterator[pa.RecordBatch]:
     """The segment's records of ``table`` in log order (a segment holds one schema version per table, so
-    one union branch). The segment is opened once: from a store, that is one request."""
-    with log.open_segment(segment) as f:
+    one union branch). The segment is opened once: from a store, that is one request (a part of it:
+    requests for the byte ranges read)."""
+    with log.open_segment(segment, ranged=byte_range is not None) as f:
         metadata, _ = read_container(f)
         rows = json.loads(metadata.get("databus.rows") or "null")
         if not isinstance(rows, dict):
@@ -77,7 +80,7 @@ def _decoded(log: ChangeLog, segment: SegmentInfo, table: str) -> Iterator[pa.Re
         if len(branches) > 1:
             raise ValueError(f"{len(branches)} row records of table {table!r}")
         f.seek(0)
-        for _, batch, _ in decode_segment(f, branches):
+        for _, batch, _ in decode_segment(f, branches, byte_range=byte_range):
             yield batch
 
 

@@ -448,10 +448,12 @@ class ChangeLog:
     def checkpoint(self) -> Checkpoint | None:
         return self.manifest().checkpoint
 
-    def open_segment(self, segment: SegmentInfo) -> BinaryIO:
-        """A committed segment's bytes as a binary file; a missing one is damage, named."""
+    def open_segment(self, segment: SegmentInfo, ranged: bool = False) -> BinaryIO:
+        """A committed segment's bytes as a binary file (``ranged``: one that reads only the byte ranges
+        asked for, for reading a part of a large segment); a missing one is damage, named."""
+        key = f"{self.key}segments/{segment.file}"
         try:
-            return self.objects.open(f"{self.key}segments/{segment.file}")
+            return self.objects.reader(key) if ranged else self.objects.open(key)
         except FileNotFoundError:
             raise self._missing(segment) from None
 

@@ -4,6 +4,10 @@ One input partition per committed segment overlapping (since, until]. Tasks deco
 Avro segments with ``log.columns`` and yield its Arrow record batches: the table's latest
 schema, each column in its snapshot (Delta) type (columns an older schema version lacks are
 null; dropped columns are left out).
+
+With the ``route`` option (a packed ``spark.merge_tasks.MergePlan``) each task also does the merge's
+first step on its segment before any row reaches the JVM: the newest change per key, tagged with
+the group of files that may hold it (``MergePlan.route``). Rows cross from Python to the JVM once.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ META_NAMES = ("__scn", "__seq", "__window_scn", "__op", "__commit_ts_ms", "__par
 
 class ChangeLogDataSource(DataSource):
     """Options: ``lake`` (a folder, or ``Lake.spec()``: tasks resolve its credentials from their own
-    environment), ``source``, ``table``, ``since`` (exclusive), ``until`` (inclusive)."""
+    environment), ``source``, ``table``, ``since`` (exclusive), ``until`` (inclusive), ``split_bytes``
+    (optional: read segments larger than this in several tasks), ``route`` (optional, see above)."""
 
     @classmethod
     def name(cls) -> str:
@@ -42,7 +47,8 @@ class ChangeLogDataSource(DataSource):
 
     def schema(self) -> str:
         columns = ", ".join(f"`{c.name}` {c.type.spark()}" for c in self._latest().columns)
-        return f"{columns}, {META_SPARK}"
+        routed = ", `__group` long, `__slot` long, `__fact` string" if "route" in self.options else ""
+        return f"{columns}, {META_SPARK}{routed}"
 
     def reader(self, schema: Any) -> DataSourceReader:
         return ChangeLogReader(dict(self.options), [(c.name, str(c.type)) for c in self._latest().columns])
@@ -54,30 +60,45 @@ class ChangeLogReader(DataSourceReader):
         self.columns = columns
 
     def partitions(self) -> list[InputPartition]:
+        """One per segment; with ``split_bytes``, a segment larger than that is read by several tasks, each
+        the blocks that begin in its byte range (``log.avro_decode.read_container``)."""
         from dagster_databus.core.scn import Scn
         from dagster_databus.log.store import ChangeLog
 
         log = ChangeLog(Lake.from_spec(self.options["lake"]), self.options["source"])
         until = Scn.parse(self.options["until"]) if self.options.get("until") else None
         table = self.options["table"]
-        segments = [s for s in log.manifest().between(Scn.parse(self.options.get("since", "0")), until)
-                    if table in s.tables]
-        return [InputPartition(json.dumps(s.to_json())) for s in segments] or [InputPartition("{}")]
+        split = int(self.options.get("split_bytes") or 0)
+        out = []
+        for segment in log.manifest().between(Scn.parse(self.options.get("since", "0")), until):
+            if table not in segment.tables:
+                continue
+            pieces = -(-segment.bytes // split) if split else 1
+            for piece in range(pieces):
+                span = [piece * split, (piece + 1) * split if piece + 1 < pieces else None] if pieces > 1 else None
+                out.append(InputPartition(json.dumps({"segment": segment.to_json(), "piece": piece, "span": span})))
+        return out or [InputPartition("{}")]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         try:
-            yield from self._read(partition)
+            spec = json.loads(partition.value)
+            if "route" in self.options:
+                from dagster_databus.spark.wire import unpack
+
+                origin = (spec["segment"]["file"], spec["piece"]) if spec else None
+                yield from unpack(self.options["route"]).route(self._read(spec), origin)
+            else:
+                yield from self._read(spec)
         except DatabusError as exc:
             raise for_task(exc) from None
 
-    def _read(self, partition: InputPartition) -> Iterator[Any]:
+    def _read(self, spec: dict[str, Any]) -> Iterator[Any]:
         from dagster_databus.core.schema import Column, TableSchema
         from dagster_databus.core.scn import Scn
         from dagster_databus.core.types import ColumnType
         from dagster_databus.log.columns import segment_changes
         from dagster_databus.log.store import ChangeLog, SegmentInfo
 
-        spec = json.loads(partition.value)
         if not spec:
             return
         opts = self.options
@@ -87,5 +108,7 @@ class ChangeLogReader(DataSourceReader):
                               tuple(Column(name, ColumnType.parse(kind)) for name, kind in self.columns), ())
         until = Scn.parse(opts["until"]) if opts.get("until") else None
         names = [*(name for name, _ in self.columns), *META_NAMES]
-        for batch in segment_changes(log, SegmentInfo(**spec), planned, Scn.parse(opts.get("since", "0")), until):
+        span = (spec["span"][0], spec["span"][1] if spec["span"][1] is not None else 2**62) if spec["span"] else None
+        for batch in segment_changes(log, SegmentInfo(**spec["segment"]), planned, Scn.parse(opts.get("since", "0")),
+                                     until, byte_range=span):
             yield batch.select(names)

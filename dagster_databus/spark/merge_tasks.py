@@ -17,7 +17,9 @@ The driver commits the reports in one delta-rs transaction (``snapshot.engines.s
 
 from __future__ import annotations
 
+import itertools
 import json
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +34,7 @@ from dagster_databus.snapshot.files import DataFile, FileWriter, TableFiles, Tab
 from dagster_databus.snapshot.reduce import NewestPerKey
 from dagster_databus.spark.faults import task_fault
 
-GROUP, FACT = "__group", "__fact"
+GROUP, SLOT, FACT = "__group", "__slot", "__fact"
 FACT_GROUP = -(2**62)  # the group of the rows that carry a route task's report, not a change
 
 
@@ -49,34 +51,66 @@ class MergePlan:
     memory_bytes: int
     spill_dir: str | None
     part_column: str | None = None  # a logical table's part label: what is read is reported per part
+    # The apply step's partitions, and per file group the value of ``SLOT`` that puts it in its own
+    # (``balanced_slots``): Spark hash-partitions by that column.
+    partitions: int = 1
+    group_slots: tuple[int, ...] = ()
 
-    def route(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        routed = None
-        windows: set[tuple[str, int]] = set()  # a task reads one log segment: windows are whole in it
+    def route(self, batches: Iterator[pa.RecordBatch],
+              origin: tuple[str, int] | None = None) -> Iterator[pa.RecordBatch]:
+        """A log segment's changes (or a piece of one: ``origin`` is (segment, piece)), reduced to the newest
+        per key within it (less to shuffle; the apply step reduces across them), each tagged with its
+        group; then the report row: events read by operation and the windows seen."""
+        windows: dict[str, list[int]] = {}  # per part, the distinct windows in log order
         ops: dict[str, dict[str, int]] = {}
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            part = batch.column(self.part_column)[0].as_py() if self.part_column else ""
-            windows.update((part, w) for w in np.unique(batch.column("__window_scn").to_numpy()).tolist())
-            counts = pc.value_counts(batch.column("__op"))
-            for op, n in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True):
-                ops.setdefault(part, {})[op] = ops.setdefault(part, {}).get(op, 0) + n
-            if self.applied:
-                batch = batch.filter(pc.greater(batch.column("__scn"), self.applied))
-            if not batch.num_rows:
-                continue
-            # Every column nullable (Spark marks literal columns not null), so the report row fits it too.
-            routed = pa.schema([*(f.with_nullable(True) for f in batch.schema), pa.field(GROUP, pa.int64()),
-                                pa.field(FACT, pa.string())])
-            groups = self.files.route([batch.column(k) for k in self.key], room=self.file_rows)
-            yield pa.RecordBatch.from_arrays([*batch.columns, pa.array(groups, pa.int64()),
-                                              pa.nulls(batch.num_rows, pa.string())], schema=routed)
-        fact = json.dumps({"read": ops, "windows": len(windows)})
-        routed = routed or pa.schema([*self.changes, pa.field(GROUP, pa.int64()), pa.field(FACT, pa.string())])
+        reducer: NewestPerKey | None = None
+        try:
+            for batch in batches:
+                if not batch.num_rows:
+                    continue
+                part = batch.column(self.part_column)[0].as_py() if self.part_column else ""
+                seen = windows.setdefault(part, [])
+                for w in np.unique(batch.column("__window_scn").to_numpy()).tolist():
+                    if not seen or w > seen[-1]:
+                        seen.append(w)
+                counts = pc.value_counts(batch.column("__op"))
+                for op, n in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True):
+                    ops.setdefault(part, {})[op] = ops.setdefault(part, {}).get(op, 0) + n
+                if self.applied:
+                    batch = batch.filter(pc.greater(batch.column("__scn"), self.applied))
+                if reducer is None:
+                    reducer = self._reducer(batch.schema)
+                reducer.add(batch)
+            # Every column nullable (Spark marks literal columns not null), so the report row fits too.
+            columns = reducer.schema if reducer is not None else self.changes
+            routed = pa.schema([*(f.with_nullable(True) for f in columns), pa.field(GROUP, pa.int64()),
+                                pa.field(SLOT, pa.int64()), pa.field(FACT, pa.string())])
+            for reduced in (reducer.results() if reducer is not None else ()):
+                groups = self.files.route([reduced.column(k) for k in self.key], room=self.file_rows)
+                yield pa.RecordBatch.from_arrays([*reduced.columns, pa.array(groups, pa.int64()),
+                                                  pa.array(self._slots(groups), pa.int64()),
+                                                  pa.nulls(reduced.num_rows, pa.string())], schema=routed)
+        finally:
+            if reducer is not None:
+                reducer.close()
+        # A window can span the pieces of one segment (never two segments): the driver counts it once.
+        where = list(origin) if origin is not None else [uuid.uuid4().hex, 0]
+        fact = json.dumps({"read": ops, "windows": [[part, *where, w[0], w[-1], len(w)]
+                                                   for part, w in windows.items() if w]})
         yield pa.RecordBatch.from_arrays(
-            [*(pa.nulls(1, f.type) for f in list(routed)[:-2]), pa.array([FACT_GROUP], pa.int64()), pa.array([fact])],
-            schema=routed)
+            [*(pa.nulls(1, f.type) for f in list(routed)[:-3]), pa.array([FACT_GROUP], pa.int64()),
+             pa.array(self._slots(np.array([FACT_GROUP])), pa.int64()), pa.array([fact])], schema=routed)
+
+    def _slots(self, groups: np.ndarray) -> np.ndarray:
+        """The ``SLOT`` value of each group: a file group's own; a gap's, spread over the partitions."""
+        values = slot_values(self.partitions)
+        slots = values[np.abs(groups) % self.partitions]
+        known = (groups >= 0) & (groups < len(self.group_slots))
+        slots[known] = np.asarray(self.group_slots, dtype=np.int64)[groups[known]]
+        return slots
+
+    def _reducer(self, schema: pa.Schema) -> NewestPerKey:
+        return NewestPerKey(schema, self.key, self.memory_bytes, Path(self.spill_dir) if self.spill_dir else None)
 
     def apply(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         facts: list[dict[str, Any]] = []
@@ -89,10 +123,9 @@ class MergePlan:
                     facts += [json.loads(f) for f in batch.filter(is_fact).column(FACT).to_pylist()]
                     batch = batch.filter(pc.invert(is_fact))
                 if reducer is None:  # Spark's Arrow types of the columns, which the reduce keeps
-                    reducing = pa.schema(list(batch.schema)[:-1])
-                    reducer = NewestPerKey(reducing, self.key, self.memory_bytes,
-                                           Path(self.spill_dir) if self.spill_dir else None)
-                reducer.add(pa.RecordBatch.from_arrays(batch.columns[:-1], schema=reducing))
+                    reducing = pa.schema(list(batch.schema)[:-2])  # without SLOT and FACT
+                    reducer = self._reducer(reducing)
+                reducer.add(pa.RecordBatch.from_arrays(batch.columns[:-2], schema=reducing))
             reduced = pa.Table.from_batches(list(reducer.results()) if reducer else [], reducing)
         finally:
             if reducer is not None:
@@ -114,8 +147,7 @@ class MergePlan:
         its one file when it took them (``TableFiles.route``), else into new files."""
         n = changes.num_rows
         members = self.files.members(group) if group >= 0 else []
-        incoming = changes.select(list(self.key)).append_column("__c", pa.array(np.arange(n), pa.int64()))
-        incoming = incoming.append_column("__new", changes.column("__scn"))
+        incoming = pa.table([changes.column(k).cast(self.target.field(k).type) for k in self.key], names=self.key)
         deleting = pc.equal(changes.column("__op"), "d").to_numpy(zero_copy_only=False)
         held = np.zeros(n, dtype=bool)
         # Per member file: the positions of its rows that newer changes replace, and those changes.
@@ -123,16 +155,13 @@ class MergePlan:
         for index, member in enumerate(members):
             keys = self.location.read(member.path, columns=[*self.key, "__scn"])
             keys = conform_rows(keys, pa.schema([self.target.field(k) for k in [*self.key, "__scn"]]))
-            keys = keys.rename_columns([*self.key, "__old"]).append_column(
-                "__r", pa.array(np.arange(keys.num_rows), pa.int64()))
-            found = incoming.join(keys, keys=list(self.key), join_type="inner", use_threads=False)
-            if not found.num_rows:
+            r, c = self._matches(keys, incoming)
+            if not len(r):
                 continue
-            c = found.column("__c").to_numpy()
             held[c] = True
-            newer = pc.greater(found.column("__new"), found.column("__old")).to_numpy(zero_copy_only=False)
+            newer = changes.column("__scn").to_numpy()[c] > keys.column("__scn").to_numpy()[r]
             if newer.any():
-                replaced[index] = (found.column("__r").to_numpy()[newer], c[newer])
+                replaced[index] = (r[newer], c[newer])
         new = np.flatnonzero(~held & ~deleting)
         updated = sum(int(np.count_nonzero(~deleting[c])) for _, c in replaced.values())
         deleted = sum(int(np.count_nonzero(deleting[c])) for _, c in replaced.values())
@@ -147,12 +176,17 @@ class MergePlan:
         for index, (rows, replacing) in replaced.items():
             member = members[index]
             data = conform_rows(self.location.read(member.path), self.target)
+            # Each replaced row takes its new image in place, so the file stays in key order; deletes go.
+            order = np.arange(data.num_rows)
+            order[rows] = data.num_rows + np.arange(len(rows))
             keep = np.ones(data.num_rows, dtype=bool)
-            keep[rows] = False
-            images = np.concatenate([replacing[~deleting[replacing]], absorbed])
-            merged = pa.concat_tables([data.filter(pa.array(keep)),
-                                       conform_changes(changes.take(pa.array(images)), self.target)])
-            added += writer.write(merged.sort_by([(k, "ascending") for k in self.key]).to_batches())
+            keep[rows[deleting[replacing]]] = False
+            images = conform_changes(changes.take(pa.array(replacing)), self.target)
+            merged = pa.concat_tables([data, images]).take(pa.array(order[keep]))
+            if len(absorbed):
+                merged = pa.concat_tables([merged, conform_changes(changes.take(pa.array(absorbed)), self.target)])
+                merged = merged.sort_by([(k, "ascending") for k in self.key])
+            added += writer.write(merged.to_batches())
             removed.append(member.path)
             rewritten_rows += data.num_rows
             rewritten_bytes += member.size
@@ -165,7 +199,82 @@ class MergePlan:
             "files_rewritten": len(removed), "rows_rewritten": rewritten_rows, "bytes_rewritten": rewritten_bytes}])
 
 
-def partitions_for(groups: int, parallelism: int) -> int:
-    """Shuffle partitions for the apply step: enough for every core, no more than there are groups."""
-    return max(1, min(max(groups, 1) + 1, 4 * max(parallelism, 1)))
+    def _matches(self, held: pa.Table, incoming: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in ``held``, positions in ``incoming``) of the keys both have."""
+        if len(self.key) == 1:
+            found = pc.index_in(held.column(0), value_set=incoming.column(0))
+            valid = found.is_valid().to_numpy(zero_copy_only=False)
+            return np.flatnonzero(valid), found.drop_null().to_numpy().astype(np.int64)
+        held = held.select(list(self.key)).append_column("__r", pa.array(np.arange(held.num_rows), pa.int64()))
+        incoming = incoming.append_column("__c", pa.array(np.arange(incoming.num_rows), pa.int64()))
+        found = incoming.join(held, keys=list(self.key), join_type="inner", use_threads=False)
+        return found.column("__r").to_numpy(), found.column("__c").to_numpy()
 
+
+def balanced_slots(files: TableFiles, parallelism: int) -> tuple[int, tuple[int, ...]]:
+    """(partitions of the apply step, the ``SLOT`` value of each file group): groups are dealt to the
+    partitions largest first, each to the least loaded, so every core gets a like share of the rows to
+    rewrite; at most four partitions per core, no more than there are groups (and one for new keys)."""
+    partitions = max(1, min(files.groups + 1, 4 * max(parallelism, 1)))
+    rows = [0] * files.groups
+    for f, g in zip(files.files, files.group_of, strict=True):
+        rows[g] += f.rows + 1
+    load = [0] * partitions
+    assigned = [0] * files.groups
+    for g in sorted(range(files.groups), key=lambda g: -rows[g]):
+        target = min(range(partitions), key=load.__getitem__)
+        assigned[g] = target
+        load[target] += rows[g]
+    values = slot_values(partitions)
+    return partitions, tuple(int(values[p]) for p in assigned)
+
+
+def slot_values(partitions: int) -> np.ndarray:
+    """For each partition p, a number that Spark's ``repartition(partitions, column)`` puts in partition p:
+    Spark places a row by Murmur3 (seed 42) of the column's value modulo the partitions."""
+    values = np.zeros(partitions, dtype=np.int64)
+    missing, candidate = set(range(partitions)), 0
+    while missing:
+        p = spark_hash_long(candidate) % partitions
+        if p in missing:
+            values[p] = candidate
+            missing.discard(p)
+        candidate += 1
+    return values
+
+
+def spark_hash_long(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of a long: Murmur3_x86_32 of its two 32-bit halves, as a signed 32-bit number."""
+    def k1(k: int) -> int:
+        k = (k * 0xCC9E2D51) & 0xFFFFFFFF
+        k = ((k << 15) | (k >> 17)) & 0xFFFFFFFF
+        return (k * 0x1B873593) & 0xFFFFFFFF
+
+    def h1(h: int, k: int) -> int:
+        h ^= k
+        h = ((h << 13) | (h >> 19)) & 0xFFFFFFFF
+        return (h * 5 + 0xE6546B64) & 0xFFFFFFFF
+
+    v = value & 0xFFFFFFFFFFFFFFFF
+    h = h1(h1(seed, k1(v & 0xFFFFFFFF)), k1(v >> 32)) ^ 8
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    h ^= h >> 16
+    return h - (1 << 32) if h >= (1 << 31) else h
+
+
+
+def count_windows(facts: list[dict[str, Any]]) -> int:
+    """Windows the route steps saw, each once: pieces of one segment that meet in a window share it."""
+    pieces: dict[tuple[str, str], list[tuple[int, int, int, int]]] = {}
+    for fact in facts:
+        for part, segment, piece, first, last, count in fact.get("windows", ()):
+            pieces.setdefault((part, segment), []).append((piece, first, last, count))
+    total = 0
+    for seen in pieces.values():
+        seen.sort()
+        total += sum(count for _, _, _, count in seen)
+        total -= sum(1 for a, b in itertools.pairwise(seen) if a[2] == b[1])
+    return total

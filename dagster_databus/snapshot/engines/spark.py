@@ -12,7 +12,7 @@ never needed.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SnapshotMissingError
-from dagster_databus.log.columns import CHANGE_META
+from dagster_databus.log.columns import CHANGE_META, change_schema
 from dagster_databus.log.durable import crash_point, disk_errors
 from dagster_databus.snapshot.commit import (
     OPERATION_KEY,
@@ -36,6 +36,7 @@ from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot, MergeCoun
 from dagster_databus.snapshot.engines import Bootstrapped, Merged, SparkProvider
 from dagster_databus.snapshot.files import TableFiles, TaskReport, run_prefix
 from dagster_databus.snapshot.reduce import ChangeStats
+from dagster_databus.spark.merge_tasks import count_windows
 from dagster_databus.spark.session import job_progress, read_changes, task_errors
 from dagster_databus.spark.wire import pack
 
@@ -47,6 +48,10 @@ if TYPE_CHECKING:
     from dagster_databus.log.store import ChangeLog
     from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource
+    from dagster_databus.spark.merge_tasks import MergePlan
+
+
+SPLIT_MIN_BYTES = 4 * 2**20  # smaller pieces of a segment cost more in tasks than they save
 
 
 class SparkEngine:
@@ -101,13 +106,17 @@ class SparkEngine:
         target = schema.arrow(with_meta=True)
         table = with_columns(snap, table, target, progress)
         since = Scn(max(since.value, applied))
-        events = read_changes(self.spark(), self.config, snap.source, schema.table, since, until)
         progress(f"{schema.table}: merging SCN {since}..{until} in Spark")
-        done = self._rewrite(snap, table, target, schema.primary_key, events, applied,
+        spark = self.spark()
+        done = self._rewrite(snap, table, target, schema.primary_key, change_schema(schema),
+                             lambda plan: read_changes(spark, self.config, snap.source, schema.table, since, until,
+                                                       route=pack(plan), split_bytes=self._split_bytes(spark, log,
+                                                                                                       since, until)),
+                             applied,
                              [Transaction(app_id=snap.app_id, version=until.value)],
                              {OPERATION_KEY: "merge", "engine": self.name, "databus.scn_range": f"{since}..{until}"},
                              schema.table, progress)
-        stats = ChangeStats(done.read.get("", {}), done.report.total("windows"))
+        stats = ChangeStats(done.read.get("", {}), count_windows(list(done.report.facts)))
         progress(f"{schema.table}: merged {stats.events:,} events in {stats.windows:,} windows: "
                  f"{done.counts.inserted:,} inserted, {done.counts.updated:,} updated, {done.counts.deleted:,} "
                  f"deleted; rewrote {done.files['files_rewritten']} of {done.files['files_before']} file(s), added "
@@ -115,31 +124,29 @@ class SparkEngine:
         return Merged(done.counts, stats, done.files)
 
     def _rewrite(self, folder: DeltaFolder, table: DeltaTable, target: pa.Schema, key: Sequence[str],
-                 events: DataFrame, applied: int, txns: Sequence[Transaction], metadata: dict[str, str], what: str,
-                 progress: Progress, part_column: str | None = None) -> Rewritten:
-        """Apply ``events`` (change rows as the log reader gives them) to ``folder`` at the version ``table``
-        was read: Spark tasks route them to the files that may hold their keys, reduce them per ``key``,
-        and rewrite the files that do; the driver commits the files with ``txns`` against that version."""
-        from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-        from dagster_databus.spark.merge_tasks import MergePlan, partitions_for
+                 changes: pa.Schema, routed_by: Callable[[MergePlan], DataFrame], applied: int,
+                 txns: Sequence[Transaction], metadata: dict[str, str], what: str, progress: Progress,
+                 part_column: str | None = None) -> Rewritten:
+        """Apply changes to ``folder`` at the version ``table`` was read: ``routed_by(plan)`` is the Spark
+        frame of the changes reduced and routed by ``plan.route`` (per log segment) to the files that may
+        hold their keys; tasks then reduce them per ``key`` and rewrite the files that do, and the driver
+        commits the files with ``txns`` against that version."""
+        from dagster_databus.spark.merge_tasks import MergePlan, balanced_slots
 
         files = TableFiles.of(table, key, target)
         prefix = run_prefix()
         merge = self.config.merge
-        plan = MergePlan(location(folder), target, pa.schema([f for f in to_arrow_schema(events.schema)]),
-                         tuple(key), applied, files, merge.file_rows, prefix, merge.memory_mb * 2**20,
-                         str(merge.spill_dir) if merge.spill_dir else None, part_column)
         spark = self.spark()
-        routed = events.mapInArrow(plan.route, StructType([
-            *(StructField(f.name, f.dataType, True) for f in events.schema.fields),
-            StructField("__group", LongType()), StructField("__fact", StringType())]))
-        partitions = partitions_for(files.groups, spark.sparkContext.defaultParallelism)
+        partitions, slots = balanced_slots(files, spark.sparkContext.defaultParallelism)
+        plan = MergePlan(location(folder), target, changes, tuple(key), applied, files, merge.file_rows, prefix,
+                         merge.memory_mb * 2**20, str(merge.spill_dir) if merge.spill_dir else None, part_column,
+                         partitions, slots)
+        routed = routed_by(plan)
         committed = False
         report = None
         try:
             with task_errors(), job_progress(spark, progress, f"{what}: merging"):
-                actions = (routed.repartition(partitions, "__group")
+                actions = (routed.repartition(partitions, "__slot")
                            .mapInArrow(plan.apply, "kind string, path string, size long, rows long, stats string")
                            .toArrow())
             report = TaskReport.of(actions)
@@ -162,6 +169,12 @@ class SparkEngine:
             "files_before": len(files.files), "files_read": report.total("files_read"),
             "files_rewritten": report.total("files_rewritten"), "files_added": len(report.added),
             "bytes_rewritten": report.total("bytes_rewritten"), "rows_rewritten": report.total("rows_rewritten")})
+
+    @staticmethod
+    def _split_bytes(spark: Any, log: ChangeLog, since: Scn, until: Scn) -> int:
+        """Read a segment in pieces of this size, so that even one large segment keeps every core busy."""
+        total = sum(s.bytes for s in log.manifest().between(since, until))
+        return max(SPLIT_MIN_BYTES, -(-total // (2 * max(spark.sparkContext.defaultParallelism, 1))))
 
     # -- logical tables ----------------------------------------------------------------------------
 
@@ -244,7 +257,16 @@ class SparkEngine:
         table = with_columns(target, target.delta(), schema, progress, {LAYOUT_KEY: layout.document()})
         spans = ", ".join(f"{part.label} {since}..{until}" for part, since, until in ranges)
         progress(f"logical {target.name}: merging in Spark ({spans})")
-        done = self._rewrite(target, table, schema, layout.match, events, 0,
+
+        def routed_by(plan: MergePlan) -> DataFrame:
+            from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+            return events.mapInArrow(plan.route, StructType([
+                *(StructField(f.name, f.dataType, True) for f in events.schema.fields),
+                StructField("__group", LongType()), StructField("__slot", LongType()),
+                StructField("__fact", StringType())]))
+
+        done = self._rewrite(target, table, schema, layout.match, to_arrow_schema(events.schema), routed_by, 0,
                              [Transaction(app_id=target.app_id(part.label), version=until.value)
                               for part, _, until in ranges],
                              {LAYOUT_KEY: layout.document(), OPERATION_KEY: "merge", "engine": self.name},
