@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction
 
-from benchmarks.common import best_of, peak_rss_growth, report
+from benchmarks.common import best_of, jvm_rss_growth, report
 from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.crc32 import crc32_each
@@ -37,7 +37,9 @@ SCHEMA = TableSchema("b", "items", (Column("id", ColumnType("long")), Column("na
 
 
 def config_for(work: Path, master: str, engine: str = "spark", file_rows: int = 1_000_000) -> DatabusConfig:
-    return parse_config({"lake": str(work / "lake"), "spark": {"master": master},
+    conf = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+            "spark.executor.memory": "768m"} if master.startswith("spark://") else {}
+    return parse_config({"lake": str(work / "lake"), "spark": {"master": master, "conf": conf},
                          "merge": {"engine": engine, "file_rows": file_rows},
                          "sources": [{"name": "b", "kind": "sqlite", "path": str(work / "unused.db"),
                                       "tables": [{"name": "items", "primary_key": ["id"]}]}]}, base=work)
@@ -66,15 +68,17 @@ def write_snapshot(config: DatabusConfig, rows: int, file_rows: int) -> Path:
     return kept
 
 
-def write_log(config: DatabusConfig, keys: np.ndarray) -> int:
-    """Two updates of every changed key in one window, so the reduce has work to do; the events written."""
-    twice = np.concatenate([keys, keys])
+def write_log(config: DatabusConfig, keys: np.ndarray, first_scn: int = 1, times: int = 2) -> int:
+    """``times`` updates of every changed key in one window (SCNs from ``first_scn``), so the reduce has work
+    to do; the events written."""
+    twice = np.concatenate([keys] * times)
     n = len(twice)
     ids = pa.array(twice)
     key_text = pc.binary_join_element_wise("[", ids.cast(pa.string()), "]", "")
     batch = pa.RecordBatch.from_arrays([
         ids, pc.binary_join_element_wise("u", pa.array(np.arange(n)).cast(pa.string()), ""),
-        pa.array(np.full(n, -1.0)), pa.array(np.arange(1, n + 1, dtype=np.int64)), pa.array(np.full(n, n, np.int64)),
+        pa.array(np.full(n, -1.0)), pa.array(np.arange(first_scn, first_scn + n, dtype=np.int64)),
+        pa.array(np.full(n, first_scn + n - 1, np.int64)),
         pa.array(np.arange(n, dtype=np.int32)), pa.array(["u"] * n), key_text,
         pa.array((crc32_each(key_text) % 65536).astype(np.int32)), pa.array(np.zeros(n, np.int64)),
     ], names=["id", "name", "price", "__scn", "__window_scn", "__seq", "__op", "__key", "__partition",
@@ -83,35 +87,6 @@ def write_log(config: DatabusConfig, keys: np.ndarray) -> int:
         writer.register_schemas([SCHEMA])
         writer.append_batch(ChangeBatch({"items": batch}), "e")
     return n
-
-
-def jvm_rss_growth(spark, fn) -> tuple[int, int]:
-    """(this process's peak RSS growth, the driver JVM's peak RSS growth) while ``fn`` runs."""
-    import threading
-
-    pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
-
-    def rss() -> int:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * 4096
-
-    base = peak = rss()
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, rss())
-            done.wait(0.005)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        python = peak_rss_growth(fn)
-    finally:
-        done.set()
-        sampler.join()
-    return python, max(peak, rss()) - base
 
 
 def main(rows: int = 1_000_000, changed_pct: float = 10.0, master: str = "local[2]", repeat: int = 5) -> dict:

@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def best_of(fn: Callable[[], object], repeat: int = 3, setup: Callable[[], object] | None = None) -> float:
@@ -52,3 +53,30 @@ def peak_rss_growth(fn: Callable[[], object], interval_s: float = 0.005) -> int:
         done.set()
         sampler.join()
     return max(peak, _rss_bytes()) - base
+
+
+def jvm_rss_growth(spark: Any, fn: Callable[[], object]) -> tuple[int, int]:
+    """(this process's peak RSS growth, the peak RSS growth of its Spark driver JVM) while ``fn`` runs."""
+    pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
+
+    def rss() -> int:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    base = peak = rss()
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, rss())
+            done.wait(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        python = peak_rss_growth(fn)
+    finally:
+        done.set()
+        sampler.join()
+    return python, max(peak, rss()) - base

@@ -212,8 +212,8 @@ SourceConfig = Annotated[SqliteSourceConfig | MysqlSourceConfig | OracleSourceCo
 
 class SparkConfig(_Strict):
     master: str = "local[2]"
-    # Folder holding delta-spark's jars (delta-spark_*.jar, delta-storage-*.jar). When set,
-    # or when DATABUS_DELTA_JARS names one, Delta commits go through delta-spark.
+    # Folder holding delta-spark's jars (delta-spark_*.jar, delta-storage-*.jar), put on the session's
+    # classpath (DATABUS_DELTA_JARS names one too): for merge.engine delta-spark (or auto).
     delta_jars: Path | None = None
     conf: dict[str, str] = Field(default_factory=dict)
 
