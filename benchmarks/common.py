@@ -29,20 +29,21 @@ def report(title: str, rows: int, ours: tuple[str, float], *peers: tuple[str, fl
               f"ours takes {seconds / peer_seconds:5.2f}x its time")
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
+def _rss_bytes(pid: int | str = "self") -> int:
+    with open(f"/proc/{pid}/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def peak_rss_growth(fn: Callable[[], object], interval_s: float = 0.005) -> int:
-    """How far this process's resident memory rose above where it stood when ``fn`` started (bytes)."""
-    base = peak = _rss_bytes()
+def peak_rss_growth(fn: Callable[[], object], interval_s: float = 0.005, pid: int | str = "self") -> int:
+    """How far a process's resident memory (this one's, by default) rose above where it stood when ``fn``
+    started (bytes)."""
+    base = peak = _rss_bytes(pid)
     done = threading.Event()
 
     def sample() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, _rss_bytes())
+            peak = max(peak, _rss_bytes(pid))
             done.wait(interval_s)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -52,31 +53,16 @@ def peak_rss_growth(fn: Callable[[], object], interval_s: float = 0.005) -> int:
     finally:
         done.set()
         sampler.join()
-    return max(peak, _rss_bytes()) - base
+    return max(peak, _rss_bytes(pid)) - base
 
 
 def jvm_rss_growth(spark: Any, fn: Callable[[], object]) -> tuple[int, int]:
     """(this process's peak RSS growth, the peak RSS growth of its Spark driver JVM) while ``fn`` runs."""
-    pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
+    jvm = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
+    python = 0
 
-    def rss() -> int:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-    base = peak = rss()
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, rss())
-            done.wait(0.005)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
+    def measured() -> None:
+        nonlocal python
         python = peak_rss_growth(fn)
-    finally:
-        done.set()
-        sampler.join()
-    return python, max(peak, rss()) - base
+
+    return python, peak_rss_growth(measured, pid=jvm)

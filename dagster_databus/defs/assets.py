@@ -220,4 +220,6 @@ def _snapshot_metadata(r: TableSyncResult) -> dict[str, object]:
         "dagster/row_count": r.snapshot_rows,
         **({"delta_version": r.delta_version} if r.delta_version is not None else {}),
         "engine": r.engine, "duration_s": round(r.duration_s, 3),
+        # The spark engine's data files: rewritten (with their bytes) of those the table had, and added.
+        **{f"data_{name}": value for name, value in r.files.items()},
     }

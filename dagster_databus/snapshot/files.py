@@ -22,7 +22,7 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -430,6 +430,3 @@ def run_prefix() -> str:
     """A prefix for the data files of one bootstrap or merge: time-ordered, unique."""
     return f"db{int(time.time()):x}{uuid.uuid4().hex[:8]}"
 
-
-def iterate_batches(table: pa.Table, rows: int) -> Iterator[pa.RecordBatch]:
-    yield from table.to_batches(max_chunksize=rows)

@@ -119,6 +119,31 @@ class KeyRange:
     through: tuple[Any, ...] | None
 
 
+def range_pages(fetch: Callable[[str, list[Any]], list[Any]], cols: str, marks: str, where: KeyRange,
+                key_index: Sequence[int], page: int) -> Iterator[list[Any]]:
+    """The rows of key range ``where`` a page at a time, by keyset pagination: ``fetch(clause, params)``
+    runs the page query (``page`` rows in key order) with ``clause`` ("WHERE ... " or "") and its
+    parameters appended; ``cols`` are the key columns as SQL, ``marks`` their placeholders, and
+    ``key_index`` their positions in a fetched row."""
+    after = where.after
+    while True:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if after is not None:
+            clauses.append(f"({cols}) > ({marks})")
+            params += after
+        if where.through is not None:
+            clauses.append(f"({cols}) <= ({marks})")
+            params += where.through
+        rows = fetch(f"WHERE {' AND '.join(clauses)} " if clauses else "", params)
+        if not rows:
+            return
+        yield rows
+        if len(rows) < page:
+            return
+        after = tuple(rows[-1][i] for i in key_index)
+
+
 @dataclass(frozen=True)
 class RangeRead:
     """A table read in primary-key ranges, each range by its own task (a Spark task, in the spark engine),

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import CaptureNotInstalledError
-from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot
+from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot, range_pages
 
 
 def key_ranges(cursor: Any, table: str, key: Sequence[str], rows_per_range: int) -> tuple[KeyRange, ...]:
@@ -88,26 +88,14 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
         conn.close()
         raise
 
+    def fetch(clause: str, params: list[Any]) -> list[Any]:
+        cur.execute(f"SELECT {names} FROM `{table}` {clause}ORDER BY {kcols} LIMIT %s", (*params, page))
+        return cur.fetchall()
+
     def batches() -> Iterator[pa.RecordBatch]:
-        after = where.after
         try:
-            while True:
-                clauses, params = [], []
-                if after is not None:
-                    clauses.append(f"({kcols}) > ({marks})")
-                    params += after
-                if where.through is not None:
-                    clauses.append(f"({kcols}) <= ({marks})")
-                    params += where.through
-                clause = f"WHERE {' AND '.join(clauses)} " if clauses else ""
-                cur.execute(f"SELECT {names} FROM `{table}` {clause}ORDER BY {kcols} LIMIT %s", (*params, page))
-                rows = cur.fetchall()
-                if not rows:
-                    break
+            for rows in range_pages(fetch, kcols, marks, where, key_index, page):
                 yield convert(rows)
-                if len(rows) < page:
-                    break
-                after = tuple(rows[-1][i] for i in key_index)
             cur.execute("COMMIT")
         finally:
             conn.close()

@@ -18,7 +18,7 @@ from dagster_databus.core.identifiers import quote_sqlite
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SourceUnavailableError
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot
+from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot, range_pages
 
 
 def key_ranges(conn: sqlite3.Connection, table: str, key: Sequence[str], rows_per_range: int) -> tuple[KeyRange, ...]:
@@ -45,7 +45,7 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
     from dagster_databus.sources.sqlite_types import sqlite_value
 
     spec, schema, where = read.spec, read.schema, read.ranges[index]
-    key, page = schema.primary_key, int(spec["page_rows"])
+    key, page_rows = schema.primary_key, int(spec["page_rows"])
     try:
         conn = sqlite3.connect(f"file:{spec['path']}?mode=rw", uri=True, isolation_level=None,
                                timeout=float(spec["busy_timeout_s"]))
@@ -62,26 +62,14 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
     key_index = [schema.column_names.index(k) for k in key]
     convert = schema.batch(sqlite_value, f"bootstrap of {schema.table}")
 
+    def page(clause: str, params: list[Any]) -> list[Any]:
+        return conn.execute(f"SELECT {columns} FROM {quote_sqlite(schema.table)} {clause}ORDER BY {cols} LIMIT ?",
+                            (*params, page_rows)).fetchall()
+
     def batches() -> Iterator[pa.RecordBatch]:
-        after = where.after
         try:
-            while True:
-                clauses, params = [], []
-                if after is not None:
-                    clauses.append(f"({cols}) > ({marks})")
-                    params += after
-                if where.through is not None:
-                    clauses.append(f"({cols}) <= ({marks})")
-                    params += where.through
-                clause = f"WHERE {' AND '.join(clauses)} " if clauses else ""
-                rows = conn.execute(f"SELECT {columns} FROM {quote_sqlite(schema.table)} {clause}ORDER BY {cols} "
-                                    "LIMIT ?", (*params, page)).fetchall()
-                if not rows:
-                    break
+            for rows in range_pages(page, cols, marks, where, key_index, page_rows):
                 yield convert(rows)
-                if len(rows) < page:
-                    break
-                after = tuple(rows[-1][i] for i in key_index)
         finally:
             conn.close()
 

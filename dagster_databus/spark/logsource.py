@@ -6,8 +6,8 @@ schema, each column in its snapshot (Delta) type (columns an older schema versio
 null; dropped columns are left out).
 
 With the ``route`` option (a packed ``spark.merge_tasks.MergePlan``) each task also does the merge's
-first step on its segment before any row reaches the JVM: the newest change per key, tagged with
-the group of files that may hold it (``MergePlan.route``). Rows cross from Python to the JVM once.
+first step on its segment before anything reaches the JVM: the newest change per key, cut by the
+group of files that may hold it, each group's changes one Arrow payload (``MergePlan.route``).
 """
 
 from __future__ import annotations
@@ -46,9 +46,12 @@ class ChangeLogDataSource(DataSource):
         return latest[1]
 
     def schema(self) -> str:
+        if "route" in self.options:
+            from dagster_databus.spark.merge_tasks import ROUTED_SPARK
+
+            return ROUTED_SPARK
         columns = ", ".join(f"`{c.name}` {c.type.spark()}" for c in self._latest().columns)
-        routed = ", `__group` long, `__slot` long, `__fact` string" if "route" in self.options else ""
-        return f"{columns}, {META_SPARK}{routed}"
+        return f"{columns}, {META_SPARK}"
 
     def reader(self, schema: Any) -> DataSourceReader:
         return ChangeLogReader(dict(self.options), [(c.name, str(c.type)) for c in self._latest().columns])

@@ -34,8 +34,14 @@ from dagster_databus.snapshot.files import DataFile, FileWriter, TableFiles, Tab
 from dagster_databus.snapshot.reduce import NewestPerKey
 from dagster_databus.spark.faults import task_fault
 
-GROUP, SLOT, FACT = "__group", "__slot", "__fact"
+GROUP, SLOT, PAYLOAD, FACT = "__group", "__slot", "__payload", "__fact"
+PAYLOAD_ROWS = 65_536  # changes per payload
 FACT_GROUP = -(2**62)  # the group of the rows that carry a route task's report, not a change
+# What the route step hands the shuffle: per group (and slot, which places it), its changes as an
+# Arrow IPC stream, or (with FACT_GROUP) a report.
+ROUTED = pa.schema([pa.field(GROUP, pa.int64()), pa.field(SLOT, pa.int64()), pa.field(PAYLOAD, pa.binary()),
+                    pa.field(FACT, pa.string())])
+ROUTED_SPARK = "`__group` long, `__slot` long, `__payload` binary, `__fact` string"
 
 
 @dataclass(frozen=True)
@@ -59,8 +65,10 @@ class MergePlan:
     def route(self, batches: Iterator[pa.RecordBatch],
               origin: tuple[str, int] | None = None) -> Iterator[pa.RecordBatch]:
         """A log segment's changes (or a piece of one: ``origin`` is (segment, piece)), reduced to the newest
-        per key within it (less to shuffle; the apply step reduces across them), each tagged with its
-        group; then the report row: events read by operation and the windows seen."""
+        per key within it (less to shuffle; the apply step reduces across them) and cut by group: each
+        group's changes travel as one Arrow IPC payload (``ROUTED``), so Spark moves a few large values
+        instead of converting every change to a row and back. Then the report row: events read by
+        operation and the windows seen."""
         windows: dict[str, list[int]] = {}  # per part, the distinct windows in log order
         ops: dict[str, dict[str, int]] = {}
         reducer: NewestPerKey | None = None
@@ -81,25 +89,21 @@ class MergePlan:
                 if reducer is None:
                     reducer = self._reducer(batch.schema)
                 reducer.add(batch)
-            # Every column nullable (Spark marks literal columns not null), so the report row fits too.
-            columns = reducer.schema if reducer is not None else self.changes
-            routed = pa.schema([*(f.with_nullable(True) for f in columns), pa.field(GROUP, pa.int64()),
-                                pa.field(SLOT, pa.int64()), pa.field(FACT, pa.string())])
-            for reduced in (reducer.results() if reducer is not None else ()):
-                groups = self.files.route([reduced.column(k) for k in self.key], room=self.file_rows)
-                yield pa.RecordBatch.from_arrays([*reduced.columns, pa.array(groups, pa.int64()),
-                                                  pa.array(self._slots(groups), pa.int64()),
-                                                  pa.nulls(reduced.num_rows, pa.string())], schema=routed)
+            reduced = pa.Table.from_batches(list(reducer.results()), reducer.schema) if reducer else None
         finally:
             if reducer is not None:
                 reducer.close()
+        if reduced is not None and reduced.num_rows:
+            groups = self.files.route([reduced.column(k) for k in self.key], room=self.file_rows)
+            for group, rows in _by_group(groups):
+                slot = self._slots(np.array([group]))[0]
+                for start in range(0, len(rows), PAYLOAD_ROWS):  # bounded values for the JVM to carry
+                    yield _routed(group, slot, _payload(reduced.take(pa.array(rows[start:start + PAYLOAD_ROWS]))))
         # A window can span the pieces of one segment (never two segments): the driver counts it once.
         where = list(origin) if origin is not None else [uuid.uuid4().hex, 0]
         fact = json.dumps({"read": ops, "windows": [[part, *where, w[0], w[-1], len(w)]
                                                    for part, w in windows.items() if w]})
-        yield pa.RecordBatch.from_arrays(
-            [*(pa.nulls(1, f.type) for f in list(routed)[:-3]), pa.array([FACT_GROUP], pa.int64()),
-             pa.array(self._slots(np.array([FACT_GROUP])), pa.int64()), pa.array([fact])], schema=routed)
+        yield _routed(FACT_GROUP, self._slots(np.array([FACT_GROUP]))[0], None, fact)
 
     def _slots(self, groups: np.ndarray) -> np.ndarray:
         """The ``SLOT`` value of each group: a file group's own; a gap's, spread over the partitions."""
@@ -113,34 +117,34 @@ class MergePlan:
         return NewestPerKey(schema, self.key, self.memory_bytes, Path(self.spill_dir) if self.spill_dir else None)
 
     def apply(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """One shuffle partition's groups: every group's payloads reduced to the newest change per key, then
+        applied to its files (``_apply_group``); the report rows pass through to the driver."""
         facts: list[dict[str, Any]] = []
-        reducer: NewestPerKey | None = None
-        reducing = self.changes.append(pa.field(GROUP, pa.int64()))
+        reducers: dict[int, NewestPerKey] = {}
         try:
             for batch in batches:
-                is_fact = pc.equal(batch.column(GROUP), FACT_GROUP)
-                if pc.any(is_fact).as_py():
-                    facts += [json.loads(f) for f in batch.filter(is_fact).column(FACT).to_pylist()]
-                    batch = batch.filter(pc.invert(is_fact))
-                if reducer is None:  # Spark's Arrow types of the columns, which the reduce keeps
-                    reducing = pa.schema(list(batch.schema)[:-2])  # without SLOT and FACT
-                    reducer = self._reducer(reducing)
-                reducer.add(pa.RecordBatch.from_arrays(batch.columns[:-2], schema=reducing))
-            reduced = pa.Table.from_batches(list(reducer.results()) if reducer else [], reducing)
+                for group, payload, fact in zip(batch.column(GROUP).to_pylist(), batch.column(PAYLOAD).to_pylist(),
+                                                batch.column(FACT).to_pylist(), strict=True):
+                    if fact is not None:
+                        facts.append(json.loads(fact))
+                        continue
+                    with pa.ipc.open_stream(payload) as stream:
+                        for changes in stream:
+                            if group not in reducers:
+                                reducers[group] = self._reducer(changes.schema)
+                            reducers[group].add(changes)
+            if facts:
+                yield actions_batch([], facts=facts)
+            for group in sorted(reducers):
+                reducer = reducers.pop(group)
+                try:
+                    reduced = pa.Table.from_batches(list(reducer.results()), reducer.schema)
+                finally:
+                    reducer.close()
+                yield self._apply_group(group, reduced)
         finally:
-            if reducer is not None:
+            for reducer in reducers.values():
                 reducer.close()
-        if facts:
-            yield actions_batch([], facts=facts)
-        if not reduced.num_rows:
-            return
-        groups = reduced.column(GROUP).to_numpy()
-        order = np.argsort(groups, kind="stable")
-        sorted_groups = groups[order]
-        starts = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])
-        for start, end in zip(starts, [*starts[1:], len(order)], strict=True):
-            group = int(sorted_groups[start])
-            yield self._apply_group(group, reduced.take(pa.array(order[start:end])))
 
     def _apply_group(self, group: int, changes: pa.Table) -> pa.RecordBatch:
         """Rewrite the group's files that hold a key under an older row; write the group's new keys into
@@ -209,6 +213,28 @@ class MergePlan:
         incoming = incoming.append_column("__c", pa.array(np.arange(incoming.num_rows), pa.int64()))
         found = incoming.join(held, keys=list(self.key), join_type="inner", use_threads=False)
         return found.column("__r").to_numpy(), found.column("__c").to_numpy()
+
+
+def _by_group(groups: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(group, the positions holding it) for every group in ``groups``."""
+    order = np.argsort(groups, kind="stable")
+    ordered = groups[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    for start, end in zip(starts, [*starts[1:], len(order)], strict=True):
+        yield int(ordered[start]), order[start:end]
+
+
+def _payload(changes: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, changes.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as stream:
+        stream.write_table(changes)
+    return sink.getvalue().to_pybytes()
+
+
+def _routed(group: int, slot: int, payload: bytes | None, fact: str | None = None) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([group], pa.int64()), pa.array([slot], pa.int64()),
+                                       pa.array([payload], pa.binary()), pa.array([fact], pa.string())],
+                                      schema=ROUTED)
 
 
 def balanced_slots(files: TableFiles, parallelism: int) -> tuple[int, tuple[int, ...]]:

@@ -259,12 +259,9 @@ class SparkEngine:
         progress(f"logical {target.name}: merging in Spark ({spans})")
 
         def routed_by(plan: MergePlan) -> DataFrame:
-            from pyspark.sql.types import LongType, StringType, StructField, StructType
+            from dagster_databus.spark.merge_tasks import ROUTED_SPARK
 
-            return events.mapInArrow(plan.route, StructType([
-                *(StructField(f.name, f.dataType, True) for f in events.schema.fields),
-                StructField("__group", LongType()), StructField("__slot", LongType()),
-                StructField("__fact", StringType())]))
+            return events.mapInArrow(plan.route, ROUTED_SPARK)
 
         done = self._rewrite(target, table, schema, layout.match, to_arrow_schema(events.schema), routed_by, 0,
                              [Transaction(app_id=target.app_id(part.label), version=until.value)
