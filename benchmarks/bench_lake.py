@@ -24,8 +24,9 @@ from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
 from dagster_databus.log.store import ChangeLog
-from dagster_databus.snapshot.delta import DeltaRsEngine, DeltaSnapshot
-from dagster_databus.snapshot.merge import sync_table
+from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.snapshot.engines.local import write_snapshot
+from dagster_databus.snapshot.merge import engine_for, sync_table
 from dagster_databus.spark.session import get_spark
 from tests.s3server import S3Server
 
@@ -78,9 +79,10 @@ def merge(server: S3Server, rows: int, changed_pct: float) -> None:
     changed = int(rows * changed_pct / 100)
     events = [ChangeEvent(Scn(n + 1), n, "items", Op.UPDATE, (k,), {"id": k, "name": f"u{n}", "price": -1.0}, 0)
               for n, k in enumerate(range(0, rows, rows // changed))]
-    spark = get_spark(parse_config({"lake": str(work / "lake"), "sources": [source]}, base=work).spark)
+    configs = _configs(work, server, source)  # sets the secret's variable, which Spark's processes inherit
+    spark = get_spark(configs[0][1].spark)
     timings = []
-    for label, config in _configs(work, server, source):
+    for label, config in configs:
         with ChangeLog(config.lake, "b").writer() as writer:
             writer.register_schemas([SCHEMA])
             writer.append([Window(scn=events[-1].scn, events=tuple(events))], "e")
@@ -92,9 +94,9 @@ def merge(server: S3Server, rows: int, changed_pct: float) -> None:
             else:
                 for info in snap.lake.objects.list("snapshot/"):
                     snap.lake.objects.delete(info.key)
-            DeltaRsEngine().bootstrap(snap, SCHEMA, iter(base.to_batches(max_chunksize=200_000)), Scn(0))
+            write_snapshot(snap, SCHEMA, iter(base.to_batches(max_chunksize=200_000)), Scn(0))
 
-        timings.append((label, best_of(lambda c=config: sync_table(spark, c, c.sources[0], "items", DeltaRsEngine()),
+        timings.append((label, best_of(lambda c=config: sync_table(c, c.sources[0], "items", engine_for(spark, c)),
                                        setup=fresh)))
     report(f"merge {changed_pct:g}% into {rows:,} rows by lake", rows,
            *[(f"merge, {label}", t) for label, t in timings[1:]], timings[0])

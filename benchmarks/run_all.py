@@ -14,7 +14,9 @@ from benchmarks import (
     bench_manifest,
     bench_merge,
     bench_mysql,
+    bench_pruning,
     bench_reconcile,
+    bench_scaleout,
 )
 
 if __name__ == "__main__":
@@ -26,6 +28,8 @@ if __name__ == "__main__":
     for rows in (1_000_000, 10_000_000):
         for pct in (1.0, 10.0):
             bench_merge.main(rows, pct)
+    bench_scaleout.main()
+    bench_pruning.main()
     bench_bootstrap.main()
     bench_e2e.main()
     bench_failover.main()
