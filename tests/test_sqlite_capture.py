@@ -163,3 +163,21 @@ def test_uninstall_removes_what_install_created_and_nothing_else(shop) -> None:
     assert objects == [("table", "items"), ("table", "tags")]
     assert source.query("SELECT * FROM items") == [(1, "a", 1.0, 1)]
     assert SqliteSource(config.sources[0]).verify()[0] == "capture table _databus_settings is missing"
+
+
+@pytest.mark.parametrize(("rows", "expected"), [
+    (0, [(None, None)]),
+    (4, [(None, None)]),
+    (10, [(None, (5,)), ((5,), None)]),  # the last full range reaches the end: it takes the open end
+    (11, [(None, (5,)), ((5,), (10,)), ((10,), None)]),
+])
+def test_key_ranges_split_the_table_by_keys_and_leave_the_last_open(tmp_path: Path, rows: int, expected) -> None:
+    import sqlite3
+
+    from dagster_databus.sources.sqlite_bootstrap import key_ranges
+
+    with sqlite3.connect(tmp_path / "k.db") as conn:
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+        conn.executemany("INSERT INTO t VALUES (?, ?)", [(i, str(i)) for i in range(1, rows + 1)])
+        ranges = key_ranges(conn, "t", ["id"], 5)
+    assert [(r.after, r.through) for r in ranges] == expected

@@ -119,6 +119,21 @@ class KeyRange:
     through: tuple[Any, ...] | None
 
 
+def split_keys(first_keys: Callable[[tuple[Any, ...] | None], list[Any]], rows_per_range: int
+               ) -> tuple[KeyRange, ...]:
+    """Ranges of about ``rows_per_range`` rows, by keyset pagination over the key alone:
+    ``first_keys(after)`` returns the first ``rows_per_range`` keys after ``after`` (None: from the
+    start) in key order. The last range is open-ended, so keys inserted later land somewhere."""
+    bounds: list[tuple[Any, ...]] = []
+    while len(rows := first_keys(bounds[-1] if bounds else None)) == rows_per_range:
+        bounds.append(tuple(rows[-1]))
+    if not rows and bounds:
+        bounds.pop()  # the last full range reached the end: it takes the open end itself
+    lowers: list[tuple[Any, ...] | None] = [None, *bounds]
+    uppers: list[tuple[Any, ...] | None] = [*bounds, None]
+    return tuple(KeyRange(lo, hi) for lo, hi in zip(lowers, uppers, strict=True))
+
+
 def range_pages(fetch: Callable[[str, list[Any]], list[Any]], cols: str, marks: str, where: KeyRange,
                 key_index: Sequence[int], page: int) -> Iterator[list[Any]]:
     """The rows of key range ``where`` a page at a time, by keyset pagination: ``fetch(clause, params)``

@@ -17,29 +17,21 @@ import pyarrow as pa
 
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import CaptureNotInstalledError
-from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot, range_pages
+from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot, range_pages, split_keys
 
 
 def key_ranges(cursor: Any, table: str, key: Sequence[str], rows_per_range: int) -> tuple[KeyRange, ...]:
-    """Ranges of about ``rows_per_range`` rows; the last is open-ended, so keys inserted later land somewhere."""
+    """Ranges of about ``rows_per_range`` rows (``base.split_keys``)."""
     cols = ", ".join(f"`{k}`" for k in key)
     marks = ", ".join(["%s"] * len(key))
-    bounds: list[tuple[Any, ...]] = []
-    while True:
-        if not bounds:
-            cursor.execute(f"SELECT {cols} FROM `{table}` ORDER BY {cols} LIMIT %s", (rows_per_range,))
-        else:
-            cursor.execute(f"SELECT {cols} FROM `{table}` WHERE ({cols}) > ({marks}) ORDER BY {cols} LIMIT %s",
-                           (*bounds[-1], rows_per_range))
-        rows = cursor.fetchall()
-        if len(rows) < rows_per_range:
-            if not rows and bounds:
-                bounds.pop()  # the last full range reached the end: it takes the open end itself
-            break
-        bounds.append(tuple(rows[-1]))
-    lowers: list[tuple[Any, ...] | None] = [None, *bounds]
-    uppers: list[tuple[Any, ...] | None] = [*bounds, None]
-    return tuple(KeyRange(lo, hi) for lo, hi in zip(lowers, uppers, strict=True))
+
+    def first_keys(after: tuple[Any, ...] | None) -> list[Any]:
+        where = f"WHERE ({cols}) > ({marks}) " if after is not None else ""
+        cursor.execute(f"SELECT {cols} FROM `{table}` {where}ORDER BY {cols} LIMIT %s",
+                       (*(after or ()), rows_per_range))
+        return list(cursor.fetchall())
+
+    return split_keys(first_keys, rows_per_range)
 
 
 def snapshot_position(cur: Any, era: int, source: str) -> Scn:

@@ -8,26 +8,21 @@ from typing import Any
 
 import pyarrow as pa
 
-from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot
+from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot, split_keys
 from dagster_databus.sources.oracle_sql import after_clause, through_clause
 
 
 def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_range: int) -> tuple[KeyRange, ...]:
-    """Ranges of about ``rows_per_range`` rows of the table as of ``scn``; the last is open-ended."""
+    """Ranges of about ``rows_per_range`` rows of the table as of ``scn`` (``base.split_keys``)."""
     order = ", ".join(keys)
-    first = f"SELECT {order} FROM {table} AS OF SCN :scn ORDER BY {order} FETCH FIRST :n ROWS ONLY"
-    following = (f"SELECT {order} FROM {table} AS OF SCN :scn WHERE {after_clause(keys, 'a')} ORDER BY {order} "
-                 "FETCH FIRST :n ROWS ONLY")
-    bounds: list[tuple[Any, ...]] = []
-    cursor.execute(first, scn=scn, n=rows_per_range)
-    while len(rows := cursor.fetchall()) == rows_per_range:
-        bounds.append(tuple(rows[-1]))
-        cursor.execute(following, scn=scn, n=rows_per_range, **{f"a{i}": v for i, v in enumerate(bounds[-1])})
-    if not rows and bounds:
-        bounds.pop()  # the last full range reached the end: it takes the open end itself
-    lowers: list[tuple[Any, ...] | None] = [None, *bounds]
-    uppers: list[tuple[Any, ...] | None] = [*bounds, None]
-    return tuple(KeyRange(lo, hi) for lo, hi in zip(lowers, uppers, strict=True))
+
+    def first_keys(after: tuple[Any, ...] | None) -> list[Any]:
+        where = f"WHERE {after_clause(keys, 'a')} " if after is not None else ""
+        cursor.execute(f"SELECT {order} FROM {table} AS OF SCN :scn {where}ORDER BY {order} FETCH FIRST :n ROWS ONLY",
+                       scn=scn, n=rows_per_range, **{f"a{i}": v for i, v in enumerate(after or ())})
+        return list(cursor.fetchall())
+
+    return split_keys(first_keys, rows_per_range)
 
 
 def read_range(read: RangeRead, index: int) -> TableSnapshot:

@@ -18,26 +18,20 @@ from dagster_databus.core.identifiers import quote_sqlite
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SourceUnavailableError
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot, range_pages
+from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot, range_pages, split_keys
 
 
 def key_ranges(conn: sqlite3.Connection, table: str, key: Sequence[str], rows_per_range: int) -> tuple[KeyRange, ...]:
-    """Ranges of about ``rows_per_range`` rows; the last is open-ended, so keys inserted later land somewhere."""
+    """Ranges of about ``rows_per_range`` rows (``base.split_keys``)."""
     cols = ", ".join(quote_sqlite(k) for k in key)
     marks = ", ".join("?" * len(key))
-    bounds: list[tuple[Any, ...]] = []
-    while True:
-        after = f"WHERE ({cols}) > ({marks}) " if bounds else ""
-        rows = conn.execute(f"SELECT {cols} FROM {quote_sqlite(table)} {after}ORDER BY {cols} LIMIT ?",
-                            (*(bounds[-1] if bounds else ()), rows_per_range)).fetchall()
-        if len(rows) < rows_per_range:
-            if not rows and bounds:
-                bounds.pop()  # the last full range reached the end: it takes the open end itself
-            break
-        bounds.append(tuple(rows[-1]))
-    lowers: list[tuple[Any, ...] | None] = [None, *bounds]
-    uppers: list[tuple[Any, ...] | None] = [*bounds, None]
-    return tuple(KeyRange(lo, hi) for lo, hi in zip(lowers, uppers, strict=True))
+
+    def first_keys(after: tuple[Any, ...] | None) -> list[Any]:
+        where = f"WHERE ({cols}) > ({marks}) " if after is not None else ""
+        return conn.execute(f"SELECT {cols} FROM {quote_sqlite(table)} {where}ORDER BY {cols} LIMIT ?",
+                            (*(after or ()), rows_per_range)).fetchall()
+
+    return split_keys(first_keys, rows_per_range)
 
 
 def read_range(read: RangeRead, index: int) -> TableSnapshot:
