@@ -92,6 +92,44 @@ def test_the_cli_command_from_the_readme_captures_and_merges_on_the_first_run(tm
         for table in ("customers", "orders", "order_items"):
             event = instance.get_latest_materialization_event(dg.AssetKey(["shop", table]))
             assert event is not None, table
+        [run] = instance.get_runs()
+        events = [e for e in instance.all_logs(run.run_id) if e.dagster_event is not None]
+    # One source: its steps form a chain, so the whole run is the command's own process.
+    assert any((e.message or "").startswith("Executing steps in process") for e in events)
+    assert not any("multiprocess executor" in (e.message or "") for e in events)
+    started = step_pids(events)
+    assert set(started) == {"shop_sync_step", "shop_reconciliation"} and len(set(started.values())) == 1
+
+
+def step_pids(events: list) -> dict[str, int]:
+    return {e.step_key: e.dagster_event.pid for e in events
+            if e.dagster_event.event_type == dg.DagsterEventType.STEP_START}
+
+
+def test_a_run_over_two_sources_runs_their_steps_in_parallel_processes(tmp_path: Path) -> None:
+    for name in ("east", "west"):
+        create_shop(tmp_path / f"{name}.db")
+        ShopWorkload(tmp_path / f"{name}.db", seed=5).run(10)
+    path = tmp_path / "databus.yaml"
+    path.write_text(json.dumps({"lake": "lake", "merge": {"engine": "local"}, "sources": [
+        {"name": name, "kind": "sqlite", "path": f"{name}.db", "tables": [{"name": "orders", "primary_key": ["id"]}]}
+        for name in ("east", "west")]}))
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    env = {**os.environ, "DATABUS_CONFIG": str(path), "DAGSTER_HOME": str(home)}
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m", "dagster_databus.definitions",
+         "--select", "*"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert_snapshots_match(load_config(path))
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        [run] = instance.get_runs()
+        events = [e for e in instance.all_logs(run.run_id) if e.dagster_event is not None]
+    assert any("multiprocess executor" in (e.message or "") for e in events)
+    started = step_pids(events)
+    assert set(started) == {"east_sync_step", "west_sync_step", "east_reconciliation", "west_reconciliation"}
+    assert started["east_sync_step"] != started["west_sync_step"], "each source's step ran in a process of its own"
 
 
 def test_a_failed_run_shows_the_capture_layers_message(tmp_path: Path) -> None:
@@ -114,10 +152,15 @@ def test_schedules_jobs_and_graph_shape(tmp_path: Path) -> None:
     job = defs.resolve_job_def("shop_sync")
     keys = {k.to_user_string() for k in job.asset_layer.selected_asset_keys}
     assert keys == {"shop/capture", "shop/changelog", "shop/customers", "shop/orders", "shop/order_items"}
-    # All snapshots of a source are produced by one step, so a run starts Spark once.
-    snapshot_nodes = {defs.resolve_assets_def(dg.AssetKey(["shop", t])).node_def.name
-                      for t in ("customers", "orders", "order_items")}
-    assert snapshot_nodes == {"shop_snapshots"}
+    # A source's assets and cheap checks are produced by one step, so a sync run starts Python and Spark
+    # once; the full reconciliation is a step of its own.
+    nodes = {defs.resolve_assets_def(dg.AssetKey(["shop", t])).node_def.name
+             for t in ("capture", "changelog", "customers", "orders", "order_items")}
+    assert nodes == {"shop_sync_step"}
+    sync = defs.resolve_assets_def(dg.AssetKey(["shop", "orders"]))
+    assert {(k.asset_key.to_user_string(), k.name) for k in sync.check_keys} >= {
+        ("shop/capture", "capture_verified"), ("shop/changelog", "capture_lag"), ("shop/orders", "freshness")}
+    assert not any(k.name == "reconciled" for k in sync.check_keys)
     graph = defs.resolve_asset_graph()
     assert graph.get(dg.AssetKey(["shop", "orders"])).parent_keys == {dg.AssetKey(["shop", "changelog"])}
 

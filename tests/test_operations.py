@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 from dagster_databus.cli import main as cli
 from dagster_databus.config import load_config
 from dagster_databus.consumer.pull import MetaManager, PullConsumer
-from dagster_databus.defs.assets import MAX_RETRIES, clear_errors
+from dagster_databus.defs.common import MAX_RETRIES, clear_errors
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.errors import ConfigError, SourceUnavailableError
@@ -107,8 +107,8 @@ def test_assets_carry_pools_owners_tags_and_descriptions(tmp_path: Path) -> None
     graph = defs.resolve_asset_graph()
     changelog = graph.get(dg.AssetKey(["shop", "changelog"]))
     orders = graph.get(dg.AssetKey(["shop", "orders"]))
-    assert defs.resolve_assets_def(dg.AssetKey(["shop", "changelog"])).op.pool == "databus_shop_capture"
-    assert defs.resolve_assets_def(dg.AssetKey(["shop", "orders"])).op.pool == "databus_shop_merge"
+    assert defs.resolve_assets_def(dg.AssetKey(["shop", "changelog"])).op.pool == "databus_shop_sync"
+    assert defs.resolve_assets_def(dg.AssetKey(["shop", "orders"])).op.pool == "databus_shop_sync"
     assert orders.owners == ["team:data-platform"] and orders.tags["tier"] == "gold"
     assert "Delta snapshot" in (orders.description or "") and changelog.description
     assert orders.automation_condition is not None
@@ -247,7 +247,7 @@ def test_bootstrap_and_rebuild_runs_with_typed_run_config(tmp_path: Path, spark)
         orders = DeltaSnapshot(tmp_path / "lake", "shop", "orders")
         customers = DeltaSnapshot(tmp_path / "lake", "shop", "customers")
         boot_orders, boot_customers = orders.bootstrap_scn(), customers.bootstrap_scn()
-        config = {"ops": {"shop_snapshots": {"config": {"mode": "bootstrap", "tables": ["orders"]}}}}
+        config = {"ops": {"shop_sync_step": {"config": {"mode": "bootstrap", "tables": ["orders"]}}}}
         result = run(defs, instance, "shop_bootstrap", run_config=config)
         meta = {e.asset_key.to_user_string(): e.materialization.metadata for e in
                 result.get_asset_materialization_events()}
@@ -257,7 +257,7 @@ def test_bootstrap_and_rebuild_runs_with_typed_run_config(tmp_path: Path, spark)
 
         DeltaTable(str(customers.path)).delete("id % 2 = 0")  # damage, then rebuild from the log
         rebuilt = run(defs, instance, "shop_rebuild",
-                      run_config={"ops": {"shop_snapshots": {"config": {"mode": "rebuild", "tables": ["customers"]}}}})
+                      run_config={"ops": {"shop_sync_step": {"config": {"mode": "rebuild", "tables": ["customers"]}}}})
         assert rebuilt.success
         assert_snapshots_match(load_config(path))
         workload.run(10)
@@ -265,7 +265,7 @@ def test_bootstrap_and_rebuild_runs_with_typed_run_config(tmp_path: Path, spark)
         assert_snapshots_match(load_config(path))
 
         bad = run(defs, instance, "shop_bootstrap", raise_on_error=False,
-                  run_config={"ops": {"shop_snapshots": {"config": {"mode": "bootstrap", "tables": ["invoices"]}}}})
+                  run_config={"ops": {"shop_sync_step": {"config": {"mode": "bootstrap", "tables": ["invoices"]}}}})
     assert not bad.success
     failure = next(e for e in bad.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE)
     assert "invoices" in failure.step_failure_data.error.message
@@ -280,7 +280,7 @@ def test_rebuild_is_refused_when_the_log_no_longer_reaches_the_bootstrap(tmp_pat
             workload.run(10)
             run(defs, instance)
         result = run(defs, instance, "shop_rebuild", raise_on_error=False,
-                     run_config={"ops": {"shop_snapshots": {"config": {"mode": "rebuild", "tables": ["orders"]}}}})
+                     run_config={"ops": {"shop_sync_step": {"config": {"mode": "rebuild", "tables": ["orders"]}}}})
     assert not result.success
     message = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE
                    ).step_failure_data.error.message

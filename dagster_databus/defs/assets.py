@@ -1,28 +1,30 @@
-"""Per source: a capture-install asset, a change-log asset and one multi-asset of snapshots.
+"""Per source, one multi-asset: install/verify capture, poll the change log, merge the snapshots, and
+run the cheap checks, all in one step.
 
-The snapshots of a source are one multi-asset so that a run over the source's graph starts
-Spark once (Dagster's default executor runs each step in its own process).
+One step per source, so a sync run costs what its work costs: one process (with ``databus_executor``,
+the run's own) starts Python and Spark once, rather than a process per asset and check. Each asset
+and check still shows and can be selected on its own (the step runs only what is selected); several
+sources' steps run in parallel processes.
 """
 
-import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Literal
 
 import dagster as dg
 from dagster import AssetExecutionContext
 from pydantic import Field
 
 from dagster_databus import pipeline
-from dagster_databus.config import SourceConfig
+from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.schema import TableSchema
-from dagster_databus.errors import ConcurrentRunError, DatabusError, SourceUnavailableError
+from dagster_databus.defs.checks import sync_check, sync_check_specs
+from dagster_databus.defs.common import RESOURCE, capture_key, changelog_key, clear_errors, pool, snapshot_key
 from dagster_databus.log.store import ChangeLog, Manifest
 from dagster_databus.pipeline import CaptureResult
 from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot
 from dagster_databus.snapshot.merge import TableSyncResult, engine_for, sync_table
 
-RESOURCE = "databus"
 INSTALL_DESCRIPTIONS = {
     "sqlite": "Installs and verifies change capture in SQLite source `{name}`: the txlog, epoch counter and "
               "per-table triggers. Re-running changes nothing.",
@@ -34,25 +36,8 @@ INSTALL_DESCRIPTIONS = {
 }
 
 
-def capture_key(source: str) -> dg.AssetKey:
-    return dg.AssetKey([source, "capture"])
-
-
-def changelog_key(source: str) -> dg.AssetKey:
-    return dg.AssetKey([source, "changelog"])
-
-
-def snapshot_key(source: str, table: str) -> dg.AssetKey:
-    return dg.AssetKey([source, table])
-
-
-TRANSIENT = (SourceUnavailableError, ConcurrentRunError)
-MAX_RETRIES = 3
-BASE_BACKOFF_S = 5
-
-
-class SnapshotRunConfig(dg.Config):
-    """Run config of a source's snapshot step (typed in the launchpad)."""
+class SyncRunConfig(dg.Config):
+    """Run config of a source's sync step (typed in the launchpad); it applies to the snapshots."""
 
     mode: Literal["merge", "bootstrap", "rebuild"] = Field(
         default="merge", description="merge: apply the log; bootstrap: re-read the tables from the source first; "
@@ -60,23 +45,8 @@ class SnapshotRunConfig(dg.Config):
     tables: list[str] = Field(default_factory=list, description="limit to these tables (default: all selected)")
 
 
-def pool(source: str, step: str) -> str:
-    return f"databus_{source}_{step}"
-
-
-@contextlib.contextmanager
-def clear_errors(context: Any = None) -> Iterator[None]:
-    """Show the capture layer's own message at the top of a failed run, not a traceback; retry
-    transient source errors (unreachable server, a concurrent run) with exponential backoff."""
-    try:
-        yield
-    except TRANSIENT as exc:
-        attempt = getattr(context, "retry_number", MAX_RETRIES) if context is not None else MAX_RETRIES
-        if attempt < MAX_RETRIES:
-            raise dg.RetryRequested(max_retries=MAX_RETRIES, seconds_to_wait=BASE_BACKOFF_S * 2 ** attempt) from exc
-        raise dg.Failure(description=str(exc), metadata={"problem": exc.problem, "fix": exc.fix}) from exc
-    except DatabusError as exc:
-        raise dg.Failure(description=str(exc), metadata={"problem": exc.problem, "fix": exc.fix}) from exc
+def sync_op_name(source: str) -> str:
+    return f"{source}_sync_step"
 
 
 def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
@@ -84,92 +54,113 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
     kinds = {source.kind}
     owners = list(source.owners)
     tags = {"databus/source": name, "databus/kind": source.kind, **source.tags}
-
-    @dg.asset(
-        key=capture_key(name), group_name=name, kinds=kinds, required_resource_keys={RESOURCE},
-        description=INSTALL_DESCRIPTIONS[source.kind].format(name=name),
-        tags={**tags, "databus/role": "install"}, owners=owners, pool=pool(name, "capture"),
-    )
-    def capture_install(context: AssetExecutionContext) -> dg.MaterializeResult:
-        databus = getattr(context.resources, RESOURCE)
-        with clear_errors(context):
-            report = pipeline.install(databus.config(), name)
-        context.log.info(f"capture in {name}: updated {list(report.changed)}, unchanged {list(report.unchanged)}")
-        return dg.MaterializeResult(metadata={
-            "epoch": report.epoch, "capture_version": report.version,
-            "tables_updated": dg.MetadataValue.json(list(report.changed)),
-            "tables_unchanged": dg.MetadataValue.json(list(report.unchanged)),
-        })
-
-    @dg.asset(
-        key=changelog_key(name), group_name=name, kinds={"avro"}, deps=[capture_key(name)],
-        required_resource_keys={RESOURCE},
-        description=f"The durable change log of `{name}`: whole transaction windows since the last "
-                    "checkpoint, as Avro segments under <lake>/log/. Each run polls up to the source's "
-                    "position at its start.",
-        tags={**tags, "databus/role": "capture"}, owners=owners, pool=pool(name, "capture"),
-    )
-    def changelog(context: AssetExecutionContext) -> dg.MaterializeResult:
-        databus = getattr(context.resources, RESOURCE)
-        with clear_errors(context):
-            result = pipeline.capture(databus.config(), name, progress=context.log.info)
-            manifest = ChangeLog(databus.config().lake, name).manifest()
-        now_ms = int(time.time() * 1000)
-        return dg.MaterializeResult(metadata={
-            "scn_range": f"{result.since}..{result.until}",
-            "scn_from": dg.MetadataValue.text(str(result.since)),
-            "scn_to": dg.MetadataValue.text(str(result.until)),
-            "source_scn": dg.MetadataValue.text(str(result.source_hwm)),
-            "windows": result.windows, "events": result.events, "segments_written": result.segments,
-            "inserts": result.events_by_op.get("i", 0), "updates": result.events_by_op.get("u", 0),
-            "deletes": result.events_by_op.get("d", 0),
-            "events_by_table": dg.MetadataValue.json(result.events_by_table),
-            "lag_scn": result.lag_scn,
-            **_capture_lag_seconds(result, now_ms),
-            "log_segments": len(manifest.segments),
-            "log_bytes": sum(s.bytes for s in manifest.segments),
-            "epoch": result.epoch, "duration_s": round(result.duration_s, 3),
-            **_failover_metadata(result, manifest),
-        })
-
+    table_keys = {snapshot_key(name, t.name): t.name for t in source.tables}
     specs = [
-        dg.AssetSpec(
-            snapshot_key(name, t.name), group_name=name, kinds={"delta", "spark"}, deps=[changelog_key(name)],
-            description=f"Delta snapshot of `{name}.{t.name}` (key {', '.join(t.primary_key)}): the latest row "
-                        "per key with `__scn`, `__op`, `__commit_ts`; the bootstrap store for consumers.",
-            tags={**tags, "databus/role": "snapshot", "databus/table": t.name}, owners=owners,
+        dg.AssetSpec(capture_key(name), group_name=name, kinds=kinds,
+                     description=INSTALL_DESCRIPTIONS[source.kind].format(name=name),
+                     tags={**tags, "databus/role": "install"}, owners=owners),
+        dg.AssetSpec(changelog_key(name), group_name=name, kinds={"avro"}, deps=[capture_key(name)],
+                     description=f"The durable change log of `{name}`: whole transaction windows since the last "
+                                 "checkpoint, as Avro segments under <lake>/log/. Each run polls up to the source's "
+                                 "position at its start.",
+                     tags={**tags, "databus/role": "capture"}, owners=owners),
+        *[dg.AssetSpec(
+            key, group_name=name, kinds={"delta", "spark"}, deps=[changelog_key(name)],
+            description=f"Delta snapshot of `{name}.{table}` (key {', '.join(source.table(table).primary_key)}): "
+                        "the latest row per key with `__scn`, `__op`, `__commit_ts`; the bootstrap store for "
+                        "consumers.",
+            tags={**tags, "databus/role": "snapshot", "databus/table": table}, owners=owners,
             automation_condition=dg.AutomationCondition.eager(),
-        )
-        for t in source.tables
+        ) for key, table in table_keys.items()],
     ]
 
-    @dg.multi_asset(name=f"{name}_snapshots", specs=specs, can_subset=True, required_resource_keys={RESOURCE},
-                    pool=pool(name, "merge"))
-    def snapshots(context: AssetExecutionContext, config: SnapshotRunConfig) -> Iterator[dg.MaterializeResult]:
+    @dg.multi_asset(name=sync_op_name(name), specs=specs, check_specs=sync_check_specs(source), can_subset=True,
+                    required_resource_keys={RESOURCE}, pool=pool(name, "sync"), op_tags={"databus/source": name})
+    def sync(context: AssetExecutionContext, config: SyncRunConfig) -> Iterator[dg.MaterializeResult |
+                                                                                   dg.AssetCheckResult]:
         databus = getattr(context.resources, RESOURCE)
-        lake_config = databus.config()
-        unknown = [t for t in config.tables if t not in {t.name for t in source.tables}]
-        if unknown:
-            raise dg.Failure(description=f"run config names tables {unknown} that source {name!r} does not "
-                                         f"capture; use some of: {[t.name for t in source.tables]}")
-        tables = [t.name for t in source.tables if snapshot_key(name, t.name) in context.selected_asset_keys
-                  and (not config.tables or t.name in config.tables)]
-        with clear_errors(context):
-            # databus.spark starts Spark only if the engine runs a job (not the local engine).
-            engine = engine_for(databus.spark, lake_config)
-            for table in tables:
-                result = sync_table(lake_config, source, table, engine, progress=context.log.info, mode=config.mode)
-                yield dg.MaterializeResult(asset_key=snapshot_key(name, table), metadata={
-                    **_snapshot_metadata(result),
-                    "dagster/column_schema": column_schema(DeltaSnapshot(lake_config.lake, name, table),
-                                                           ChangeLog(lake_config.lake, name).schemas.latest(table))})
-            retention = pipeline.enforce_retention(lake_config, name)
-            if retention is not None and retention.removed_segments:
-                context.log.info(f"{name}: retention removed {retention.removed_segments} segments "
-                                 f"({retention.removed_bytes} bytes); the log now starts after SCN "
-                                 f"{retention.start_scn}")
+        lake_config: DatabusConfig = databus.config()
+        selected = context.selected_asset_keys
+        checks = context.selected_asset_check_keys
 
-    return [capture_install, changelog, snapshots]
+        def checks_of(key: dg.AssetKey) -> Iterator[dg.AssetCheckResult]:
+            for check in sorted(checks, key=str):
+                if check.asset_key == key:
+                    yield sync_check(lake_config, source, check)
+
+        tables = _tables(config, source, [table_keys[k] for k in table_keys if k in selected])
+        with clear_errors(context):
+            if capture_key(name) in selected:
+                yield _install(context, lake_config, name)
+            yield from checks_of(capture_key(name))
+            if changelog_key(name) in selected:
+                yield _capture(context, lake_config, name)
+            yield from checks_of(changelog_key(name))
+            # databus.spark starts Spark only if the engine runs a job (not the local engine).
+            engine = engine_for(databus.spark, lake_config) if tables else None
+            for table in table_keys.values():
+                if engine is not None and table in tables:
+                    result = sync_table(lake_config, source, table, engine, progress=context.log.info,
+                                        mode=config.mode)
+                    yield _snapshot_result(lake_config, name, table, result)
+                yield from checks_of(snapshot_key(name, table))
+            if tables:
+                _enforce_retention(context, lake_config, name)
+
+    return [sync]
+
+
+def _tables(config: SyncRunConfig, source: SourceConfig, selected: list[str]) -> list[str]:
+    unknown = [t for t in config.tables if t not in {t.name for t in source.tables}]
+    if unknown:
+        raise dg.Failure(description=f"run config names tables {unknown} that source {source.name!r} does not "
+                                     f"capture; use some of: {[t.name for t in source.tables]}")
+    return [t for t in selected if not config.tables or t in config.tables]
+
+
+def _install(context: AssetExecutionContext, config: DatabusConfig, name: str) -> dg.MaterializeResult:
+    report = pipeline.install(config, name)
+    context.log.info(f"capture in {name}: updated {list(report.changed)}, unchanged {list(report.unchanged)}")
+    return dg.MaterializeResult(asset_key=capture_key(name), metadata={
+        "epoch": report.epoch, "capture_version": report.version,
+        "tables_updated": dg.MetadataValue.json(list(report.changed)),
+        "tables_unchanged": dg.MetadataValue.json(list(report.unchanged)),
+    })
+
+
+def _capture(context: AssetExecutionContext, config: DatabusConfig, name: str) -> dg.MaterializeResult:
+    result = pipeline.capture(config, name, progress=context.log.info)
+    manifest = ChangeLog(config.lake, name).manifest()
+    now_ms = int(time.time() * 1000)
+    return dg.MaterializeResult(asset_key=changelog_key(name), metadata={
+        "scn_range": f"{result.since}..{result.until}",
+        "scn_from": dg.MetadataValue.text(str(result.since)),
+        "scn_to": dg.MetadataValue.text(str(result.until)),
+        "source_scn": dg.MetadataValue.text(str(result.source_hwm)),
+        "windows": result.windows, "events": result.events, "segments_written": result.segments,
+        "inserts": result.events_by_op.get("i", 0), "updates": result.events_by_op.get("u", 0),
+        "deletes": result.events_by_op.get("d", 0),
+        "events_by_table": dg.MetadataValue.json(result.events_by_table),
+        "lag_scn": result.lag_scn,
+        **_capture_lag_seconds(result, now_ms),
+        "log_segments": len(manifest.segments),
+        "log_bytes": sum(s.bytes for s in manifest.segments),
+        "epoch": result.epoch, "duration_s": round(result.duration_s, 3),
+        **_failover_metadata(result, manifest),
+    })
+
+
+def _snapshot_result(config: DatabusConfig, name: str, table: str, result: TableSyncResult) -> dg.MaterializeResult:
+    schema = column_schema(DeltaSnapshot(config.lake, name, table), ChangeLog(config.lake, name).schemas.latest(table))
+    return dg.MaterializeResult(asset_key=snapshot_key(name, table),
+                                metadata={**_snapshot_metadata(result), "dagster/column_schema": schema})
+
+
+def _enforce_retention(context: AssetExecutionContext, config: DatabusConfig, name: str) -> None:
+    retention = pipeline.enforce_retention(config, name)
+    if retention is not None and retention.removed_segments:
+        context.log.info(f"{name}: retention removed {retention.removed_segments} segments "
+                         f"({retention.removed_bytes} bytes); the log now starts after SCN {retention.start_scn}")
 
 
 def _capture_lag_seconds(result: CaptureResult, now_ms: int) -> dict[str, float]:

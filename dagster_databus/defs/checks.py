@@ -1,5 +1,5 @@
 """Asset checks per source: capture verified, capture lag, log continuity, consumers within
-retention, and per table: reconciliation with the source at one SCN and schema drift.
+retention, and per table: freshness, schema drift, and reconciliation with the source at one SCN.
 
 The logic lives in the core packages; these functions only turn its findings into results."""
 
@@ -11,7 +11,7 @@ from dagster import AssetCheckExecutionContext
 
 from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.consumer.pull import MetaManager
-from dagster_databus.defs.assets import RESOURCE, capture_key, changelog_key, snapshot_key
+from dagster_databus.defs.common import RESOURCE, capture_key, changelog_key, snapshot_key
 from dagster_databus.errors import DatabusError
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
@@ -20,97 +20,112 @@ from dagster_databus.snapshot.reconcile import Reconciliation, reconcile_table, 
 from dagster_databus.sources import open_source
 
 
-def _problems_result(problems: list[str], **metadata: object) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(passed=not problems,
+def _problems_result(key: dg.AssetCheckKey, problems: list[str], **metadata: object) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(asset_key=key.asset_key, check_name=key.name, passed=not problems,
                                metadata={"problems": dg.MetadataValue.json(problems), **metadata})
 
 
-def build_source_checks(source: SourceConfig) -> list[dg.AssetChecksDefinition]:
-    name = source.name
+CAPTURE_CHECKS = {
+    "capture_verified": "Capture objects present and healthy (missing or INVALID objects, disabled triggers, broken "
+                        "scheduler jobs, binlog settings and privileges).",
+}
+CHANGELOG_CHECKS = {
+    "capture_lag": "How far the source's current position is ahead of the change log's checkpoint (fails beyond "
+                   "sources[].poll.max_lag_scn).",
+    "log_continuity": "Segments in SCN order with no overlap, each present with the size and SCN range the manifest "
+                      "records; no stray files; the checkpoint not behind the log.",
+    "consumers_within_retention": "Pull consumers whose cursor is older than the log still retains (they must "
+                                  "bootstrap from the snapshots).",
+}
+TABLE_CHECKS = {
+    "freshness": "How much older the snapshot's newest change is than the change log's, in source commit time "
+                 "(fails beyond sources[].poll.max_lag_seconds).",
+    "schema_drift": "Source columns and types against the snapshot's.",
+}
+RECONCILED = ("Source and snapshot at one SCN: row counts and order-independent hashes per key bucket; on a "
+              "mismatch, the first differing keys and columns.")
 
-    @dg.asset_check(asset=capture_key(name), name="capture_verified", required_resource_keys={RESOURCE},
-                    description="Capture objects present and healthy (missing or INVALID objects, disabled "
-                                "triggers, broken scheduler jobs, binlog settings and privileges).")
-    def capture_verified(context: AssetCheckExecutionContext) -> dg.AssetCheckResult:
+
+def sync_check_specs(source: SourceConfig) -> list[dg.AssetCheckSpec]:
+    """The checks cheap enough to run with every sync, in the sync's own step (``assets.build_source_sync``)."""
+    return [
+        *[dg.AssetCheckSpec(n, asset=capture_key(source.name), description=d) for n, d in CAPTURE_CHECKS.items()],
+        *[dg.AssetCheckSpec(n, asset=changelog_key(source.name), description=d) for n, d in CHANGELOG_CHECKS.items()],
+        *[dg.AssetCheckSpec(n, asset=snapshot_key(source.name, t.name), description=d)
+          for t in source.tables for n, d in TABLE_CHECKS.items()],
+    ]
+
+
+def sync_check(config: DatabusConfig, source: SourceConfig, key: dg.AssetCheckKey) -> dg.AssetCheckResult:
+    """The result of one of ``sync_check_specs``; the logic lives in the core packages."""
+    name = source.name
+    if key.name == "capture_verified":
         try:
-            problems = open_source(source, getattr(context.resources, RESOURCE).config().lake).verify()
+            problems = open_source(source, config.lake).verify()
         except DatabusError as exc:
             problems = [str(exc)]
-        return _problems_result(problems, kind=source.kind)
-
-    @dg.asset_check(asset=changelog_key(name), name="capture_lag", required_resource_keys={RESOURCE},
-                    description="How far the source's current position is ahead of the change log's checkpoint "
-                                "(fails beyond sources[].poll.max_lag_scn).")
-    def capture_lag(context: AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        config = getattr(context.resources, RESOURCE).config()
-        checkpoint = ChangeLog(config.lake, name).checkpoint()
-        try:
-            position = open_source(source, config.lake).high_water_mark()
-        except DatabusError as exc:
-            return dg.AssetCheckResult(passed=False, metadata={"error": str(exc)})
-        behind = max(0, position.value - (checkpoint.scn.value if checkpoint else 0))
-        limit, limit_s = source.poll.max_lag_scn, source.poll.max_lag_seconds
-        metadata: dict[str, object] = {
-            "lag_scn": behind, "source_scn": dg.MetadataValue.text(str(position)),
-            "checkpoint_scn": dg.MetadataValue.text(str(checkpoint.scn) if checkpoint else "none yet")}
-        # In time: nothing pending is no lag; else the source has commits newer than the log's newest.
-        newest = ChangeLog(config.lake, name).commit_ms_through(checkpoint.scn) if checkpoint else None
-        lag_s = 0.0 if not behind else (time.time() * 1000 - newest) / 1000 if newest else None
-        if lag_s is not None:
-            metadata["lag_seconds"] = round(max(0.0, lag_s), 3)
-        # Limits only when set: a placeholder such as -1 would show and plot as a real figure.
-        if limit is not None:
-            metadata["max_lag_scn"] = limit
-        if limit_s is not None:
-            metadata["max_lag_seconds"] = limit_s
-        passed = (limit is None or behind <= limit) and (limit_s is None or lag_s is None or lag_s <= limit_s)
-        return dg.AssetCheckResult(passed=passed, metadata=metadata)
-
-    @dg.asset_check(asset=changelog_key(name), name="log_continuity", required_resource_keys={RESOURCE},
-                    description="Segments in SCN order with no overlap, each present with the size and SCN range "
-                                "the manifest records; no stray files; the checkpoint not behind the log.")
-    def log_continuity(context: AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        config = getattr(context.resources, RESOURCE).config()
+        return _problems_result(key, problems, kind=source.kind)
+    if key.name == "capture_lag":
+        return _capture_lag(config, source)
+    if key.name == "log_continuity":
         log = ChangeLog(config.lake, name)
-        return _problems_result(log.continuity_problems(), segments=len(log.manifest().segments))
-
-    @dg.asset_check(asset=changelog_key(name), name="consumers_within_retention", required_resource_keys={RESOURCE},
-                    description="Pull consumers whose cursor is older than the log still retains (they must "
-                                "bootstrap from the snapshots).")
-    def consumers_within_retention(context: AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        config = getattr(context.resources, RESOURCE).config()
+        return _problems_result(key, log.continuity_problems(), segments=len(log.manifest().segments))
+    if key.name == "consumers_within_retention":
         start = ChangeLog(config.lake, name).manifest().start_scn
         cursors = MetaManager(config.lake, name).cursors()
         behind = [f"{client} at SCN {cursor or 0}, the log starts after {start}"
                   for client, cursor in cursors.items() if (cursor.value if cursor else 0) < start.value]
-        return _problems_result(behind, consumers=len(cursors), log_start_scn=dg.MetadataValue.text(str(start)))
+        return _problems_result(key, behind, consumers=len(cursors), log_start_scn=dg.MetadataValue.text(str(start)))
+    table = key.asset_key.path[-1]
+    if key.name == "freshness":
+        return _freshness(config, name, table, source.poll.max_lag_seconds)
+    assert key.name == "schema_drift", key
+    return _problems_result(key, schema_drift(config, source, table))
 
-    table_specs = [dg.AssetCheckSpec(check, asset=snapshot_key(name, t.name), description=text)
-                   for t in source.tables for check, text in (
-                       ("reconciled", "Source and snapshot at one SCN: row counts and order-independent hashes per "
-                                      "key bucket; on a mismatch, the first differing keys and columns."),
-                       ("freshness", "How much older the snapshot's newest change is than the change log's, in "
-                                     "source commit time (fails beyond sources[].poll.max_lag_seconds)."),
-                       ("schema_drift", "Source columns and types against the snapshot's."))]
 
-    @dg.multi_asset_check(specs=table_specs, name=f"{name}_table_checks", can_subset=True,
-                          required_resource_keys={RESOURCE})
-    def table_checks(context: AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
+def _capture_lag(config: DatabusConfig, source: SourceConfig) -> dg.AssetCheckResult:
+    key = changelog_key(source.name)
+    checkpoint = ChangeLog(config.lake, source.name).checkpoint()
+    try:
+        position = open_source(source, config.lake).high_water_mark()
+    except DatabusError as exc:
+        return dg.AssetCheckResult(asset_key=key, check_name="capture_lag", passed=False,
+                                   metadata={"error": str(exc)})
+    behind = max(0, position.value - (checkpoint.scn.value if checkpoint else 0))
+    limit, limit_s = source.poll.max_lag_scn, source.poll.max_lag_seconds
+    metadata: dict[str, object] = {
+        "lag_scn": behind, "source_scn": dg.MetadataValue.text(str(position)),
+        "checkpoint_scn": dg.MetadataValue.text(str(checkpoint.scn) if checkpoint else "none yet")}
+    # In time: nothing pending is no lag; else the source has commits newer than the log's newest.
+    newest = ChangeLog(config.lake, source.name).commit_ms_through(checkpoint.scn) if checkpoint else None
+    lag_s = 0.0 if not behind else (time.time() * 1000 - newest) / 1000 if newest else None
+    if lag_s is not None:
+        metadata["lag_seconds"] = round(max(0.0, lag_s), 3)
+    # Limits only when set: a placeholder such as -1 would show and plot as a real figure.
+    if limit is not None:
+        metadata["max_lag_scn"] = limit
+    if limit_s is not None:
+        metadata["max_lag_seconds"] = limit_s
+    passed = (limit is None or behind <= limit) and (limit_s is None or lag_s is None or lag_s <= limit_s)
+    return dg.AssetCheckResult(asset_key=key, check_name="capture_lag", passed=passed, metadata=metadata)
+
+
+def build_reconcile_checks(source: SourceConfig) -> dg.AssetChecksDefinition:
+    """The ``reconciled`` check of every snapshot: a full comparison with the source, too heavy for every
+    sync, so its own step (run by the ``<source>_reconcile`` job and its schedule)."""
+    name = source.name
+    specs = [dg.AssetCheckSpec("reconciled", asset=snapshot_key(name, t.name), description=RECONCILED)
+             for t in source.tables]
+
+    @dg.multi_asset_check(specs=specs, name=f"{name}_reconciliation", can_subset=True,
+                          required_resource_keys={RESOURCE}, op_tags={"databus/source": name})
+    def reconciliation(context: AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
         config = getattr(context.resources, RESOURCE).config()
         for check_key in context.selected_asset_check_keys:
-            table = check_key.asset_key.path[-1]
-            if check_key.name == "freshness":
-                yield _freshness(config, name, table, source.poll.max_lag_seconds)
-                continue
-            if check_key.name == "schema_drift":
-                problems = schema_drift(config, source, table)
-                yield dg.AssetCheckResult(asset_key=check_key.asset_key, check_name="schema_drift",
-                                          passed=not problems, metadata={"problems": dg.MetadataValue.json(problems)})
-                continue
-            r = reconcile_table(config, source, table, context.log.info)
+            r = reconcile_table(config, source, check_key.asset_key.path[-1], context.log.info)
             yield _reconciled_result(check_key.asset_key, r)
 
-    return [capture_verified, capture_lag, log_continuity, consumers_within_retention, table_checks]
+    return reconciliation
 
 
 def _reconciled_result(key: dg.AssetKey, r: Reconciliation) -> dg.AssetCheckResult:

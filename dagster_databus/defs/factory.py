@@ -7,8 +7,10 @@ from pathlib import Path
 import dagster as dg
 
 from dagster_databus.config import DatabusConfig
-from dagster_databus.defs.assets import RESOURCE, build_source_assets
-from dagster_databus.defs.checks import build_source_checks
+from dagster_databus.defs.assets import build_source_assets
+from dagster_databus.defs.checks import build_reconcile_checks
+from dagster_databus.defs.common import RESOURCE
+from dagster_databus.defs.executor import databus_executor
 from dagster_databus.defs.logical import build_logical_asset, build_logical_automation_sensor, build_logical_check
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.defs.schedules import (
@@ -26,7 +28,7 @@ def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definition
     assets, checks, jobs, schedules, sensors = [], [], [], [], []
     for source in config.sources:
         assets += build_source_assets(source)
-        checks += build_source_checks(source)
+        checks.append(build_reconcile_checks(source))
         job = build_source_job(source)
         reconcile = build_reconcile_job(source)
         jobs += [job, reconcile, *build_snapshot_jobs(source)]
@@ -44,4 +46,5 @@ def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definition
     return dg.Definitions(
         assets=assets, asset_checks=checks, jobs=jobs, schedules=schedules, sensors=sensors,
         resources={RESOURCE: DatabusResource(config_path=str(config_path.resolve()))},
+        executor=databus_executor,  # one process per run unless its steps can run side by side
     )

@@ -5,7 +5,8 @@ import dagster as dg
 from dagster import AssetExecutionContext
 
 from dagster_databus.config import LogicalTableConfig
-from dagster_databus.defs.assets import RESOURCE, clear_errors, column_schema, pool, snapshot_key
+from dagster_databus.defs.assets import column_schema
+from dagster_databus.defs.common import RESOURCE, clear_errors, pool, snapshot_key
 from dagster_databus.snapshot.logical import LogicalSnapshot, LogicalSyncResult, compare_parts, sync_logical
 
 GROUP = "logical"

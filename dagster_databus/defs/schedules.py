@@ -7,6 +7,7 @@ from __future__ import annotations
 import dagster as dg
 
 from dagster_databus.config import SourceConfig
+from dagster_databus.defs.assets import sync_op_name
 
 
 def sync_job_name(source: str) -> str:
@@ -47,7 +48,7 @@ def build_snapshot_jobs(source: SourceConfig) -> list[dg.UnresolvedAssetJobDefin
     return [
         dg.define_asset_job(
             name=f"{source.name}_{mode}", selection=selection, description=description,
-            config={"ops": {f"{source.name}_snapshots": {"config": {"mode": mode, "tables": []}}}},
+            config={"ops": {sync_op_name(source.name): {"config": {"mode": mode, "tables": []}}}},
             tags={"databus/source": source.name, "databus/run": mode})
         for mode, description in descriptions.items()
     ]

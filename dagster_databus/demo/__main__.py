@@ -45,7 +45,7 @@ def materialize_all(config_path: Path, dagster_home: Path) -> None:
 
 def spark_work(log: str) -> list[str]:
     """What the run's snapshot steps report of their Spark jobs: tasks per bootstrap, files per merge."""
-    said = re.compile(r" - INFO - .* - \w+_snapshots - (.*)$")
+    said = re.compile(r" - INFO - .* - \w+_sync_step - (.*)$")
     return [m.group(1) for m in map(said.search, log.splitlines())
             if m and re.search(r"Spark task|in Spark|^\w+: merged |^\w+: bootstrapped ", m.group(1))]
 

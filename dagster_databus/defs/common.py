@@ -1,0 +1,45 @@
+"""What the Dagster layer's modules share: the resource key, asset keys, pools and error handling."""
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import dagster as dg
+
+from dagster_databus.errors import ConcurrentRunError, DatabusError, SourceUnavailableError
+
+RESOURCE = "databus"
+TRANSIENT = (SourceUnavailableError, ConcurrentRunError)
+MAX_RETRIES = 3
+BASE_BACKOFF_S = 5
+
+
+def capture_key(source: str) -> dg.AssetKey:
+    return dg.AssetKey([source, "capture"])
+
+
+def changelog_key(source: str) -> dg.AssetKey:
+    return dg.AssetKey([source, "changelog"])
+
+
+def snapshot_key(source: str, table: str) -> dg.AssetKey:
+    return dg.AssetKey([source, table])
+
+
+def pool(source: str, step: str) -> str:
+    return f"databus_{source}_{step}"
+
+
+@contextlib.contextmanager
+def clear_errors(context: Any = None) -> Iterator[None]:
+    """Show the capture layer's own message at the top of a failed run, not a traceback; retry
+    transient source errors (unreachable server, a concurrent run) with exponential backoff."""
+    try:
+        yield
+    except TRANSIENT as exc:
+        attempt = getattr(context, "retry_number", MAX_RETRIES) if context is not None else MAX_RETRIES
+        if attempt < MAX_RETRIES:
+            raise dg.RetryRequested(max_retries=MAX_RETRIES, seconds_to_wait=BASE_BACKOFF_S * 2 ** attempt) from exc
+        raise dg.Failure(description=str(exc), metadata={"problem": exc.problem, "fix": exc.fix}) from exc
+    except DatabusError as exc:
+        raise dg.Failure(description=str(exc), metadata={"problem": exc.problem, "fix": exc.fix}) from exc
