@@ -7,6 +7,7 @@ from benchmarks import (
     bench_bootstrap,
     bench_capture,
     bench_consumer,
+    bench_dagster,
     bench_e2e,
     bench_failover,
     bench_lake,
@@ -32,6 +33,7 @@ if __name__ == "__main__":
     bench_pruning.main()
     bench_bootstrap.main()
     bench_e2e.main()
+    bench_dagster.main()
     bench_failover.main()
     bench_lake.main()
     bench_reconcile.main()
