@@ -212,10 +212,40 @@ SourceConfig = Annotated[SqliteSourceConfig | MysqlSourceConfig | OracleSourceCo
 
 class SparkConfig(_Strict):
     master: str = "local[2]"
+    # A Spark Connect server (sc://host:port[/;param=value...]): each run is a thin client of it instead of
+    # starting its own Spark driver. Excludes master (the server has its own) and delta_jars.
+    remote: str | None = None
+    # With remote: add this package to the session's Python path on the server (for a server whose Python
+    # lacks it; its dependencies must be installed there).
+    ship_package: bool = False
     # Folder holding delta-spark's jars (delta-spark_*.jar, delta-storage-*.jar), put on the session's
     # classpath (DATABUS_DELTA_JARS names one too): for merge.engine delta-spark (or auto).
     delta_jars: Path | None = None
     conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("remote")
+    @classmethod
+    def _remote_url(cls, value: str | None) -> str | None:
+        if value is not None and not (value.startswith("sc://") and len(value) > len("sc://")):
+            raise ValueError(f"{value!r} is not a Spark Connect URL; write sc://host:port (15002 when left out), "
+                             "for example sc://spark-connect.internal:15002")
+        return value
+
+    @model_validator(mode="after")
+    def _remote_or_master(self) -> SparkConfig:
+        if self.remote is None:
+            if self.ship_package:
+                raise ValueError("ship_package applies only with spark.remote (a Spark Connect server); remove it, "
+                                 "or set spark.remote")
+            return self
+        if "master" in self.model_fields_set:
+            raise ValueError(f"both master ({self.master!r}) and remote ({self.remote!r}) are set; a run either "
+                             "starts its own Spark driver (master) or is a client of a Spark Connect server "
+                             "(remote, whose own master applies): remove one of them")
+        if self.delta_jars is not None:
+            raise ValueError("delta_jars cannot be used with remote: a Spark Connect server's classpath is fixed "
+                             "when it starts; start the server with delta-spark's jars and remove delta_jars")
+        return self
 
 
 MergeEngineName = Literal["spark", "delta-spark", "local", "auto"]

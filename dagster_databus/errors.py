@@ -83,6 +83,14 @@ class ShardCollisionError(DatabusError):
     """Two parts of a logical table hold the same logical key: the shard column does not separate them."""
 
 
+class SparkUnavailableError(DatabusError):
+    """The Spark Connect server ``spark.remote`` names cannot be reached, or one could not be started."""
+
+
+class SparkEnvironmentError(DatabusError):
+    """The Python that Spark runs this package's tasks in lacks the package or one of its dependencies."""
+
+
 _TASK_MARK = "databus-error:"
 
 

@@ -19,10 +19,27 @@ def load(dialect: str, name: str) -> str:
     try:
         return path.read_text()
     except OSError as exc:
+        shipped = _from_archive(f"sql/{dialect}/{name}")
+        if shipped is not None:
+            return shipped
         raise FileNotFoundError(
             f"SQL file {path} is missing: the sql/ folder must sit beside the dagster_databus package "
             f"(install the project with 'pip install -e .')"
         ) from exc
+
+
+def _from_archive(member: str) -> str | None:
+    """``member`` of the zip this package was imported from, when it was (shipped to a Spark Connect server:
+    ``spark.ship_package``, whose zip holds ``sql/`` beside the package); else None."""
+    import zipimport
+
+    loader = globals().get("__loader__")
+    if not isinstance(loader, zipimport.zipimporter):
+        return None
+    try:
+        return loader.get_data(member).decode()
+    except OSError:
+        return None
 
 
 def render(dialect: str, name: str, **values: str) -> str:

@@ -1,21 +1,27 @@
-"""One lazily created Spark session per process (local, or a cluster's ``spark.master``), with the
-change-log data source registered; reading the log through it; progress of the jobs a step runs."""
+"""One lazily created Spark session per process (local, a cluster's ``spark.master``, or a thin client of a
+Spark Connect server, ``spark.remote``), with the change-log data source registered; reading the log through
+it; progress of the jobs a step runs; what differs between a classic and a Connect session."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from dagster_databus.config import DatabusConfig, SparkConfig
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import from_task
+from dagster_databus.errors import ConfigError, SparkEnvironmentError, SparkUnavailableError, from_task
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -23,6 +29,11 @@ if TYPE_CHECKING:
 DELTA_JARS_ENV = "DATABUS_DELTA_JARS"
 _lock = threading.Lock()
 _session: SparkSession | None = None
+_parallelism: dict[str, int] = {}  # per Spark Connect session id
+# Session settings every run needs, whatever the master; a Connect session sets them on the server's
+# session for this client.
+SESSION_CONF = {"spark.sql.shuffle.partitions": "4", "spark.sql.session.timeZone": "UTC",
+                "spark.sql.execution.arrow.pyspark.enabled": "true"}
 
 
 def delta_jar_dir(config: SparkConfig) -> Path | None:
@@ -35,11 +46,100 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     global _session
     with _lock:
         if _session is None:
-            _session = _build(config or SparkConfig())
+            _session = open_session(config or SparkConfig())
         return _session
 
 
-def _build(config: SparkConfig) -> SparkSession:
+def open_session(config: SparkConfig) -> SparkSession:
+    """A session as ``config`` describes it, with the change-log data source registered, not kept as the
+    process's: with ``remote``, a new Spark Connect session (which can live beside a classic one in one
+    process); else the process's classic session, started if needed."""
+    session = _connect(config) if config.remote else _classic(config)
+    from dagster_databus.spark.logsource import ChangeLogDataSource
+
+    session.dataSource.register(ChangeLogDataSource)
+    return session
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (a thin client: no SparkContext, no JVM here)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _connect(config: SparkConfig) -> SparkSession:
+    assert config.remote is not None
+    _require_reachable(config.remote)
+    # Not pyspark.sql.SparkSession.builder.remote(): that refuses to run beside a classic session and sets
+    # SPARK_CONNECT_MODE_ENABLED for the whole process, which would turn later classic sessions into clients.
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    session = ConnectSession.builder.remote(config.remote).create()
+    for key, value in {**SESSION_CONF, **config.conf}.items():
+        try:
+            session.conf.set(key, value)
+        except Exception as exc:
+            if key in SESSION_CONF:
+                continue  # the server fixed it at start; its own value stands
+            raise ConfigError(f"spark.conf.{key}", f"cannot be set over Spark Connect: {str(exc).splitlines()[0]}",
+                              "set it where the Spark Connect server is started (spark-submit --conf) and remove "
+                              "it from spark.conf; over Connect only session (SQL) settings apply") from None
+    if config.ship_package:
+        ship_package(session)
+    return session
+
+
+def _require_reachable(url: str) -> None:
+    """Fail at once, with the fix, when nothing listens at ``url``: the Connect client would otherwise retry
+    for minutes before its first query fails."""
+    import socket
+
+    parsed = urlparse(url.replace("sc://", "http://", 1))
+    host, port = parsed.hostname or "localhost", parsed.port or 15002
+    try:
+        with socket.create_connection((host, port), timeout=10):
+            return
+    except OSError as exc:
+        raise SparkUnavailableError(
+            f"the Spark Connect server at {host}:{port} (spark.remote) cannot be reached: {exc.strerror or exc}",
+            "start it (docs/deployment.md, \"Spark Connect\": python -m dagster_databus.spark.connect_server run), "
+            "or correct spark.remote", remote=f"{host}:{port}") from None
+
+
+def ship_package(spark: SparkSession) -> None:
+    """Add this package (and its ``sql/`` files) to the Connect session's Python path on the server, for a
+    server whose Python lacks it; its dependencies must be installed there (docs/deployment.md)."""
+    spark.addArtifacts(str(package_zip()), pyfile=True)  # type: ignore[attr-defined]
+
+
+_zip_lock = threading.Lock()
+_zip: Path | None = None
+
+
+def package_zip() -> Path:
+    """``dagster_databus.zip``: the package's files and the ``sql/`` folder beside it, as the repository lays
+    them out (``sources.sqlfiles`` finds them there); built once per process."""
+    import tempfile
+    import zipfile
+
+    import dagster_databus
+    from dagster_databus.sources.sqlfiles import SQL_ROOT
+
+    global _zip
+    with _zip_lock:
+        if _zip is None or not _zip.exists():
+            package = Path(dagster_databus.__file__).resolve().parent
+            out = Path(tempfile.mkdtemp(prefix="databus-ship-")) / "dagster_databus.zip"
+            with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+                for root, prefix in ((package, package.name), (SQL_ROOT, "sql")):
+                    for path in sorted(root.rglob("*")):
+                        if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".nbi",
+                                                                                                       ".nbc"):
+                            archive.write(path, f"{prefix}/{path.relative_to(root).as_posix()}")
+            _zip = out
+        return _zip
+
+
+def _classic(config: SparkConfig) -> SparkSession:
     # Python workers must run the interpreter that has fastavro and pyarrow installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -67,14 +167,49 @@ def _build(config: SparkConfig) -> SparkSession:
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    from dagster_databus.spark.logsource import ChangeLogDataSource
-
-    session.dataSource.register(ChangeLogDataSource)
     return session
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """The cores Spark schedules on (``SparkContext.defaultParallelism``), which sizes the merge's tasks. A
+    Connect session has no SparkContext: the partitions Spark gives a range with none asked for (the same
+    default), found by one tiny query, once per session."""
+    if not is_connect(spark):
+        return spark.sparkContext.defaultParallelism
+    key = str(spark.session_id)  # type: ignore[attr-defined]
+    if key not in _parallelism:
+        row = spark.sql("SELECT max(p) + 1 AS n FROM (SELECT spark_partition_id() AS p FROM range(65536))").first()
+        _parallelism[key] = max(int(row[0]) if row and row[0] is not None else 1, 1)
+    return _parallelism[key]
+
+
+def sql_functions(spark: SparkSession) -> ModuleType:
+    """``pyspark.sql.functions`` for ``spark``'s kind. PySpark picks classic or Connect functions by an
+    environment variable, not by session, and one process may hold one session of each kind."""
+    if is_connect(spark):
+        from pyspark.sql.connect import functions as connect_functions
+
+        return connect_functions
+    from pyspark.sql import functions
+
+    return functions
+
+
+def sql_window(spark: SparkSession) -> Any:
+    """``pyspark.sql.Window`` for ``spark``'s kind (see ``sql_functions``)."""
+    if is_connect(spark):
+        from pyspark.sql.connect.window import Window as ConnectWindow
+
+        return ConnectWindow
+    from pyspark.sql import Window
+
+    return Window
 
 
 def may_commit_with_delta_spark(config: SparkConfig) -> bool:
     """Whether delta-spark could be on the session's classpath; when not, merges need no Spark session."""
+    if config.remote:
+        return True  # the server's classpath is its own: delta_spark_available asks it
     if delta_jar_dir(config) is not None:
         return True
     return any("delta" in value.lower() for key, value in config.conf.items()
@@ -82,7 +217,14 @@ def may_commit_with_delta_spark(config: SparkConfig) -> bool:
 
 
 def delta_spark_available(spark: SparkSession) -> bool:
-    """True when delta-spark's classes load in this session's JVM."""
+    """True when delta-spark's classes load in this session's JVM; for a Connect session, when the server's
+    session names Delta's SQL extension (the client cannot load classes there)."""
+    if is_connect(spark):
+        try:
+            extensions = spark.conf.get("spark.sql.extensions", None) or ""
+        except Exception:
+            return False
+        return "delta" in extensions.lower()
     try:
         jvm = spark.sparkContext._jvm
         loader = jvm.Thread.currentThread().getContextClassLoader()
@@ -94,14 +236,37 @@ def delta_spark_available(spark: SparkSession) -> bool:
 
 @contextmanager
 def task_errors() -> Iterator[None]:
-    """Re-raise a typed error a Spark task raised (``errors.for_task``) as itself, not a PythonException."""
+    """Re-raise a typed error a Spark task raised (``errors.for_task``) as itself, not a PythonException; a
+    module Spark's Python could not import as ``SparkEnvironmentError``, with the fix."""
     try:
         yield
     except Exception as exc:
-        error = from_task(exc)
+        error = from_task(exc) or missing_module(exc)
         if error is None:
             raise
         raise error from None
+
+
+_MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
+def missing_module(exc: BaseException) -> SparkEnvironmentError | None:
+    """The module a Spark error says Spark's Python (a worker's, or a Connect server's) could not import."""
+    if not type(exc).__module__.startswith("pyspark"):
+        return None  # this process's own import failed: its traceback says so
+    found = _MISSING_MODULE.search(str(exc))
+    if found is None:
+        return None
+    module = found.group(1)
+    if module.split(".")[0] == "dagster_databus":
+        fix = ("install this package (the same version) into the Python the Spark workers run (PYSPARK_PYTHON on "
+               "the executors, or on the Spark Connect server), or, with spark.remote, set spark.ship_package: true "
+               "to send it with every session (docs/deployment.md)")
+    else:
+        fix = (f"install {module.split('.')[0]} into the Python the Spark workers run, with the rest of this "
+               "package's dependencies (pyproject.toml: pyarrow, numba, numpy, deltalake, obstore, fastavro...)")
+    return SparkEnvironmentError(f"Spark's Python cannot import {module!r}: the Spark tasks of this package "
+                                 "cannot run there", fix, module=module)
 
 
 def read_changes(spark: SparkSession, config: DatabusConfig, source: str, table: str, since: Scn,
@@ -122,6 +287,10 @@ def job_progress(spark: SparkSession, progress: Progress, what: str, every_s: fl
     from dagster_databus.core import progress as progress_module
 
     every_s = progress_module.EVERY_S if every_s is None else every_s
+    if is_connect(spark):
+        with _connect_progress(spark, progress, what, every_s):
+            yield
+        return
     context = spark.sparkContext
     group = f"databus-{uuid.uuid4().hex[:12]}"
     context.setJobGroup(group, what)
@@ -147,3 +316,43 @@ def job_progress(spark: SparkSession, progress: Progress, what: str, every_s: fl
     finally:
         stop.set()
         context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+
+
+@contextmanager
+def _connect_progress(spark: Any, progress: Progress, what: str, every_s: float) -> Iterator[None]:
+    """``job_progress`` over Spark Connect: the server streams each operation's stages to the client, which
+    hands them to registered handlers (in the thread that runs the operation). The block's operations carry
+    a tag; a block left by an interrupt (Ctrl-C, a run terminated) interrupts them, since the server would
+    otherwise finish work no client waits for."""
+    tag = f"databus-{uuid.uuid4().hex[:12]}"
+    owner = threading.get_ident()
+    seen: dict[tuple[str | None, int], tuple[int, int]] = {}  # (operation, stage) -> (done, tasks)
+    last = time.monotonic()
+
+    def handler(stages: Any, inflight_tasks: int, operation_id: str | None, done: bool) -> None:
+        nonlocal last
+        if threading.get_ident() != owner:
+            return  # another thread's operation on this session
+        for stage in stages or ():
+            seen[(operation_id, stage.stage_id)] = (stage.num_completed_tasks, stage.num_tasks)
+        now = time.monotonic()
+        if done or now - last < every_s:
+            return
+        total = sum(tasks for _, tasks in seen.values())
+        if total:
+            last = now
+            with contextlib.suppress(Exception):  # a failing reporter must not fail the Spark job
+                progress(f"{what}: {sum(d for d, _ in seen.values())} of {total} Spark tasks done")
+
+    spark.addTag(tag)
+    spark.registerProgressHandler(handler)
+    try:
+        yield
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # not for errors: an unreachable server would make this retry
+            with contextlib.suppress(Exception):
+                spark.interruptTag(tag)
+        raise
+    finally:
+        spark.removeProgressHandler(handler)
+        spark.removeTag(tag)

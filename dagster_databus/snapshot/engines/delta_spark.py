@@ -19,7 +19,15 @@ from dagster_databus.errors import ConfigError, SnapshotMissingError
 from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts, merge_clauses
 from dagster_databus.snapshot.engines import Bootstrapped, Merged, SparkProvider
 from dagster_databus.snapshot.reduce import ChangeStats
-from dagster_databus.spark.session import delta_spark_available, job_progress, read_changes, task_errors
+from dagster_databus.spark.session import (
+    delta_spark_available,
+    is_connect,
+    job_progress,
+    read_changes,
+    sql_functions,
+    sql_window,
+    task_errors,
+)
 from dagster_databus.spark.wire import pack
 
 if TYPE_CHECKING:
@@ -49,11 +57,11 @@ class DeltaSparkEngine:
 
     def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
         from pyspark import StorageLevel
-        from pyspark.sql import functions as F
 
         from dagster_databus.spark.tables import TableRangesSource
 
         spark = self.spark
+        F = sql_functions(spark)
         read = source.ranges(table, getattr(source.config, "bootstrap_chunk_rows", self.config.merge.file_rows))
         spark.dataSource.register(TableRangesSource)
         rows = (spark.read.format("databus_table").option("read", pack(read)).load()
@@ -78,9 +86,6 @@ class DeltaSparkEngine:
 
     def merge(self, snap: DeltaSnapshot, log: ChangeLog, schema: TableSchema, since: Scn, until: Scn,
               progress: Progress) -> Merged | None:
-        from delta.tables import DeltaTable as SparkDeltaTable
-        from pyspark.sql import functions as F
-
         applied = snap.applied_scn()
         if applied is None:
             raise SnapshotMissingError(
@@ -89,6 +94,7 @@ class DeltaSparkEngine:
         if until <= applied:
             return None
         spark = self.spark
+        F, SparkDeltaTable = sql_functions(spark), delta_table_class(spark)
         with task_errors(), job_progress(spark, progress, f"{schema.table}: merging"):
             read = read_changes(spark, self.config, snap.source, schema.table, max(since, applied), until).cache()
             stats = read.agg(*[F.count(F.when(F.col("__op") == op, 1)).alias(op) for op in "iud"],
@@ -132,11 +138,21 @@ class DeltaSparkEngine:
         return SparkEngine(self.config, self._spark).merge_logical(target, layout, ranges, progress)
 
 
+def delta_table_class(spark: SparkSession) -> type:
+    """delta-spark's ``DeltaTable`` for ``spark``'s kind: like PySpark, delta-spark picks its Connect client by
+    an environment variable, not by session."""
+    if is_connect(spark):
+        from delta.connect.tables import DeltaTable as ConnectDeltaTable
+
+        return ConnectDeltaTable
+    from delta.tables import DeltaTable
+
+    return DeltaTable
+
+
 def reduce_latest(changes: DataFrame, primary_key: Sequence[str]) -> DataFrame:
     """One row per key: the event with the highest (SCN, position in window)."""
-    from pyspark.sql import Window as SparkWindow
-    from pyspark.sql import functions as F
-
+    F, SparkWindow = sql_functions(changes.sparkSession), sql_window(changes.sparkSession)
     order = SparkWindow.partitionBy(*[F.col(f"`{k}`") for k in primary_key]).orderBy(
         F.col("__scn").desc(), F.col("__seq").desc())
     return changes.withColumn("__rank", F.row_number().over(order)).where("__rank = 1").drop("__rank")
@@ -144,7 +160,6 @@ def reduce_latest(changes: DataFrame, primary_key: Sequence[str]) -> DataFrame:
 
 def to_merge_frame(reduced: DataFrame, schema: TableSchema) -> DataFrame:
     """Reduced change rows in the snapshot's columns, still a distributed Spark DataFrame."""
-    from pyspark.sql import functions as F
-
+    F = sql_functions(reduced.sparkSession)
     return reduced.select(*[F.col(f"`{c}`") for c in schema.column_names], "__scn", "__op",
                           F.timestamp_millis("__commit_ts_ms").alias("__commit_ts"))

@@ -37,7 +37,7 @@ from dagster_databus.snapshot.engines import Bootstrapped, Merged, SparkProvider
 from dagster_databus.snapshot.files import TableFiles, TaskReport, run_prefix
 from dagster_databus.snapshot.reduce import ChangeStats
 from dagster_databus.spark.merge_tasks import count_windows
-from dagster_databus.spark.session import job_progress, read_changes, task_errors
+from dagster_databus.spark.session import default_parallelism, job_progress, read_changes, sql_functions, task_errors
 from dagster_databus.spark.wire import pack
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ class SparkEngine:
         prefix = run_prefix()
         merge = self.config.merge
         spark = self.spark()
-        partitions, slots = balanced_slots(files, spark.sparkContext.defaultParallelism)
+        partitions, slots = balanced_slots(files, default_parallelism(spark))
         plan = MergePlan(location(folder), target, changes, tuple(key), applied, files, merge.file_rows, prefix,
                          merge.memory_mb * 2**20, str(merge.spill_dir) if merge.spill_dir else None, part_column,
                          partitions, slots)
@@ -174,7 +174,7 @@ class SparkEngine:
     def _split_bytes(spark: Any, log: ChangeLog, since: Scn, until: Scn) -> int:
         """Read a segment in pieces of this size, so that even one large segment keeps every core busy."""
         total = sum(s.bytes for s in log.manifest().between(since, until))
-        return max(SPLIT_MIN_BYTES, -(-total // (2 * max(spark.sparkContext.defaultParallelism, 1))))
+        return max(SPLIT_MIN_BYTES, -(-total // (2 * default_parallelism(spark))))
 
     # -- logical tables ----------------------------------------------------------------------------
 
@@ -234,11 +234,11 @@ class SparkEngine:
         parts' changes are read by Spark tasks, matched on (part, key), so SCNs are only compared within
         one part's own log."""
         from deltalake import Transaction
-        from pyspark.sql import functions as F
 
         from dagster_databus.snapshot.logical import LAYOUT_KEY, PART_COLUMN
 
         spark = self.spark()
+        F = sql_functions(spark)
         schema = layout.arrow()
         log_meta = [name for name, _ in CHANGE_META]
         frames = []
@@ -274,13 +274,12 @@ class SparkEngine:
                            reduce_first: bool = False) -> None:
         """With a data shard column: no NULL shard, no logical key from two parts, and (for changes) no key
         arriving from one part while the table holds it from another; raises ``ShardCollisionError``."""
-        from pyspark.sql import functions as F
-
         from dagster_databus.snapshot.engines.delta_spark import reduce_latest
         from dagster_databus.snapshot.logical import PART_COLUMN, collision, null_shard
         from dagster_databus.spark.deltafiles import DeltaFilesSource, FileRead
 
         spark = self.spark()
+        F = sql_functions(spark)
         if reduce_first:
             rows = reduce_latest(rows, layout.match)
         keyed = rows.select(*[F.col(f"`{c}`") for c in [*layout.key, PART_COLUMN]])
