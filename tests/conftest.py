@@ -15,11 +15,13 @@ from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import TableSyncResult, sync_source
 from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.sources import open_source, read_rows
+from dagster_databus.spark.connect_server import ConnectServer
 from dagster_databus.storage.lake import Lake
 from tests.harness import ORACLE_ENV, ORACLE_SKIP, MysqlHarness, OracleHarness, SourceHarness, SqliteHarness
 from tests.mariadb import MariaDBServer
 from tests.s3server import S3Server
 from tests.sparkcluster import SparkCluster
+from tests.sparkconnect import start_connect_server
 
 SOURCE_KINDS = ["sqlite", "mysql", "oracle"]
 
@@ -110,3 +112,26 @@ def lake(request: pytest.FixtureRequest, tmp_path: Path) -> Path | Lake:
     if request.param == "local":
         return tmp_path / "lake"
     return s3_lake(request.getfixturevalue("s3"))
+
+
+@pytest.fixture(scope="session")
+def spark_connect_server() -> Iterator[ConnectServer]:
+    """A Spark Connect server (``local[2]``) whose Python lacks this package: sessions must ship it."""
+    server = start_connect_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_spark(spark_connect_server: ConnectServer) -> Iterator[object]:
+    """A Spark Connect session on that server, shipping the package. It is not the process's ``get_spark``
+    session (the classic one on the standalone cluster, which it lives beside): tests pass it explicitly."""
+    from dagster_databus.spark.session import open_session
+
+    session = open_session(SparkConfig(remote=spark_connect_server.url, ship_package=True))
+    try:
+        yield session
+    finally:
+        session.stop()
