@@ -26,6 +26,21 @@ from tests.sparkconnect import start_connect_server
 SOURCE_KINDS = ["sqlite", "mysql", "oracle"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def host_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This host's cache (the Spark Connect session runs share) in the test run's own folder, not the user's."""
+    from dagster_databus.spark.session import CACHE_ENV
+
+    folder = tmp_path_factory.mktemp("cache")
+    before = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = before
+
+
 @pytest.fixture(scope="session")
 def spark_cluster() -> Iterator[SparkCluster]:
     """A Spark standalone master with two one-core workers, each its own process with its own folder."""

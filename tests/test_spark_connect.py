@@ -6,6 +6,8 @@ session lives beside the process's classic one."""
 from __future__ import annotations
 
 import itertools
+import json
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -126,6 +128,40 @@ def test_a_typed_error_raised_in_a_task_arrives_as_its_own_type(tmp_path: Path, 
     log.require_intact()
     with pytest.raises(ChangeLogCorruptError, match=r"(?s)cannot be decoded.*restore the segment"):
         sync_source(connect_spark, config, "shop")
+
+
+def test_runs_attach_to_one_server_session_and_a_closed_one_is_replaced(tmp_path: Path, spark_connect_server,
+                                                                       monkeypatch) -> None:
+    """Two runs (clients) with the same spark.remote share one server session, so the second finds the first's
+    state (and Python workers); once the server has closed it, the next run starts another, and the runs
+    after that attach to the new one. A URL that names its own session_id gets exactly that session."""
+    from dagster_databus.spark.session import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    config = SparkConfig(remote=spark_connect_server.url)
+    first, second = open_session(config), open_session(config)
+    try:
+        assert first.session_id == second.session_id
+        first.conf.set("databus.test.marker", "seen")
+        assert second.conf.get("databus.test.marker") == "seen"
+    finally:
+        second.client.close()
+        first.stop()  # releases it: the server refuses its id from now on
+    third = open_session(config)
+    fourth = open_session(config)
+    try:
+        assert third.session_id != first.session_id and third.range(3).count() == 3
+        assert fourth.session_id == third.session_id
+        assert third.session_id in json.loads((tmp_path / "cache" / "spark-connect-sessions.json").read_text()).values()
+    finally:
+        fourth.client.close()
+        third.stop()
+    own_id = str(uuid.uuid4())
+    own = open_session(SparkConfig(remote=f"{spark_connect_server.url}/;session_id={own_id}"))
+    try:
+        assert own.session_id == own_id and own.range(2).count() == 2
+    finally:
+        own.stop()
 
 
 def test_a_server_without_the_package_is_named_with_the_fix(tmp_path: Path, spark_connect_server) -> None:

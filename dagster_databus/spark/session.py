@@ -5,17 +5,19 @@ it; progress of the jobs a step runs; what differs between a classic and a Conne
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import re
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 from dagster_databus.config import DatabusConfig, SparkConfig
@@ -27,6 +29,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 DELTA_JARS_ENV = "DATABUS_DELTA_JARS"
+CACHE_ENV = "DATABUS_CACHE_DIR"  # where SharedSessions keeps the Connect session runs attach to
+T = TypeVar("T")
+R = TypeVar("R")
 _lock = threading.Lock()
 _session: SparkSession | None = None
 _parallelism: dict[str, int] = {}  # per Spark Connect session id
@@ -55,10 +60,24 @@ def open_session(config: SparkConfig) -> SparkSession:
     process's: with ``remote``, a new Spark Connect session (which can live beside a classic one in one
     process); else the process's classic session, started if needed."""
     session = _connect(config) if config.remote else _classic(config)
-    from dagster_databus.spark.logsource import ChangeLogDataSource
-
-    session.dataSource.register(ChangeLogDataSource)
+    register_data_sources(session)
     return session
+
+
+def register_data_sources(spark: SparkSession) -> None:
+    """Register the package's Python data sources with ``spark``, once, before any job runs: Spark's check for
+    a name already taken races with a registration of the same name under way (tables sync in threads, and
+    runs in other processes share a Connect session), so a source already there is left as it is."""
+    from dagster_databus.spark.deltafiles import DeltaFilesSource
+    from dagster_databus.spark.logsource import ChangeLogDataSource
+    from dagster_databus.spark.tables import TableFilesSource, TableRangesSource
+
+    for source in (ChangeLogDataSource, TableFilesSource, TableRangesSource, DeltaFilesSource):
+        try:
+            spark.dataSource.register(source)
+        except Exception as exc:
+            if _condition(exc) != "DATA_SOURCE_ALREADY_EXISTS":
+                raise
 
 
 def is_connect(spark: Any) -> bool:
@@ -73,11 +92,28 @@ def _connect(config: SparkConfig) -> SparkSession:
     # SPARK_CONNECT_MODE_ENABLED for the whole process, which would turn later classic sessions into clients.
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    session = ConnectSession.builder.remote(config.remote).create()
+    if "session_id=" in config.remote:  # the user's own session
+        return _configured(ConnectSession.builder.remote(config.remote).create(), config)
+    shared = SharedSessions(config.remote, package_digest() if config.ship_package else "")
+    session = ConnectSession.builder.remote(shared.url(shared.current())).create()
+    try:
+        return _configured(session, config)
+    except Exception as exc:
+        if _condition(exc) != "INVALID_HANDLE.SESSION_CLOSED":
+            raise
+    # The server closed the shared session (idle past its timeout, or released) and keeps refusing its id:
+    # start another and tell the next runs.
+    return _configured(ConnectSession.builder.remote(shared.url(shared.renew())).create(), config)
+
+
+def _configured(session: SparkSession, config: SparkConfig) -> SparkSession:
+    """``session`` with the run's settings (its first requests to the server) and, if asked, the package."""
     for key, value in {**SESSION_CONF, **config.conf}.items():
         try:
             session.conf.set(key, value)
         except Exception as exc:
+            if _condition(exc).startswith("INVALID_HANDLE"):
+                raise
             if key in SESSION_CONF:
                 continue  # the server fixed it at start; its own value stands
             raise ConfigError(f"spark.conf.{key}", f"cannot be set over Spark Connect: {str(exc).splitlines()[0]}",
@@ -86,6 +122,54 @@ def _connect(config: SparkConfig) -> SparkSession:
     if config.ship_package:
         ship_package(session)
     return session
+
+
+def _condition(exc: BaseException) -> str:
+    """A Spark error's condition (``INVALID_HANDLE.SESSION_CLOSED``), or ``""``."""
+    get = getattr(exc, "getCondition", None)
+    return str(get() or "") if callable(get) else ""
+
+
+class SharedSessions:
+    """The server-side session that every run with the same ``remote`` (and shipped package) attaches to.
+
+    A Connect session's first Python tasks start the server's Python workers for it (a second or more per
+    data source on a small machine); later runs in the same session find them running. So runs do not
+    each open a new session: they attach to one by its id, first a fixed one derived from the server and
+    package (the same on every host), and, once the server has closed that one (it refuses a closed id
+    until it restarts), the id a run started instead, kept in a small file on this host
+    (``DATABUS_CACHE_DIR``, default ``~/.cache/dagster-databus``). Runs never release it; the server drops
+    it after ``spark.connect.session.manager.defaultSessionTimeout`` without use.
+    """
+
+    def __init__(self, remote: str, package: str) -> None:
+        self.remote = remote.rstrip("/")
+        # Hashed: the URL may carry a token, which has no place in a cache file.
+        self.key = hashlib.sha256(f"{self.remote}|{package}".encode()).hexdigest()[:32]
+        self.file = cache_dir() / "spark-connect-sessions.json"
+
+    def url(self, session_id: str) -> str:
+        return f"{self.remote}{'' if ';' in self.remote else '/'};session_id={session_id}"
+
+    def current(self) -> str:
+        return self._known().get(self.key) or str(uuid.uuid5(uuid.NAMESPACE_URL, f"dagster-databus|{self.key}"))
+
+    def renew(self) -> str:
+        session_id = str(uuid.uuid4())
+        known = {**self._known(), self.key: session_id}
+        with contextlib.suppress(OSError):  # no cache here: later runs start their own session
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            temp = self.file.with_name(f".{self.file.name}.{uuid.uuid4().hex}")
+            temp.write_text(json.dumps(known, indent=1, sort_keys=True))
+            temp.replace(self.file)
+        return session_id
+
+    def _known(self) -> dict[str, str]:
+        try:
+            known = json.loads(self.file.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in known.items()} if isinstance(known, dict) else {}
 
 
 def _require_reachable(url: str) -> None:
@@ -109,6 +193,19 @@ def ship_package(spark: SparkSession) -> None:
     """Add this package (and its ``sql/`` files) to the Connect session's Python path on the server, for a
     server whose Python lacks it; its dependencies must be installed there (docs/deployment.md)."""
     spark.addArtifacts(str(package_zip()), pyfile=True)  # type: ignore[attr-defined]
+
+
+def cache_dir() -> Path:
+    """This host's folder for what runs may share and lose without harm (``DATABUS_CACHE_DIR``)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dagster-databus"
+
+
+def package_digest() -> str:
+    """The shipped package's content hash: runs of another version of it get a session of their own (a
+    session's Python artifacts cannot be replaced)."""
+    return hashlib.sha256(package_zip().read_bytes()).hexdigest()[:16]
 
 
 _zip_lock = threading.Lock()
@@ -232,6 +329,23 @@ def delta_spark_available(spark: SparkSession) -> bool:
         return True
     except Exception:
         return False
+
+
+def with_spark_properties(fn: Callable[[T], R]) -> Callable[[T], R]:
+    """``fn`` to run in another thread with this thread's Spark local properties (job group, scheduler pool,
+    a test's fault point), which a classic session keeps per thread; as is when no classic Spark runs here
+    (a Connect block tags its own operations in the thread that runs them)."""
+    pyspark = sys.modules.get("pyspark")
+    context = pyspark.SparkContext._active_spark_context if pyspark is not None else None
+    if context is None:
+        return fn
+    properties = context._jsc.sc().getLocalProperties().clone()
+
+    def run(arg: T) -> R:
+        context._jsc.sc().setLocalProperties(properties)
+        return fn(arg)
+
+    return run
 
 
 @contextmanager

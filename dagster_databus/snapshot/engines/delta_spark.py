@@ -44,6 +44,7 @@ class DeltaSparkEngine:
 
     def __init__(self, config: DatabusConfig, spark: SparkProvider) -> None:
         self.config, self._spark = config, spark
+        self.tables_at_once = config.merge.parallel_tables
 
     @property
     def spark(self) -> SparkSession:
@@ -58,12 +59,9 @@ class DeltaSparkEngine:
     def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
         from pyspark import StorageLevel
 
-        from dagster_databus.spark.tables import TableRangesSource
-
         spark = self.spark
         F = sql_functions(spark)
         read = source.ranges(table, getattr(source.config, "bootstrap_chunk_rows", self.config.merge.file_rows))
-        spark.dataSource.register(TableRangesSource)
         rows = (spark.read.format("databus_table").option("read", pack(read)).load()
                 .withColumn("__op", F.lit("r"))
                 .withColumn("__commit_ts", F.timestamp_millis(F.lit(int(time.time() * 1000)))))

@@ -59,16 +59,16 @@ class SparkEngine:
 
     def __init__(self, config: DatabusConfig, spark: SparkProvider) -> None:
         self.config, self.spark = config, spark
+        self.tables_at_once = config.merge.parallel_tables
 
     def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
-        from dagster_databus.spark.tables import FilesSink, TableFilesSource
+        from dagster_databus.spark.tables import FilesSink
 
         rows_per_range = getattr(source.config, "bootstrap_chunk_rows", self.config.merge.file_rows)
         read = source.ranges(table, rows_per_range)
         progress(f"{table}: bootstrapping in {len(read.ranges)} Spark task(s), one per key range"
                  + (f", all as of SCN {read.scn}" if read.scn is not None else ""))
         spark = self.spark()
-        spark.dataSource.register(TableFilesSource)
         prefix = run_prefix()
         sink = FilesSink(location(snap), read.schema.arrow(with_meta=True), self.config.merge.file_rows, prefix,
                          int(time.time() * 1000))
@@ -185,7 +185,7 @@ class SparkEngine:
         from deltalake import CommitProperties, Transaction
 
         from dagster_databus.snapshot.logical import LAYOUT_KEY, PART_COLUMN
-        from dagster_databus.spark.deltafiles import DeltaFilesSource, FileRead
+        from dagster_databus.spark.deltafiles import FileRead
         from dagster_databus.spark.tables import FilesSink
 
         reads, txns, rows = [], [], {}
@@ -201,7 +201,6 @@ class SparkEngine:
             txns += [Transaction(app_id=target.app_id(part.label), version=applied),
                      Transaction(app_id=target.loaded_from_app_id(part.label), version=boot or 0)]
         spark = self.spark()
-        spark.dataSource.register(DeltaFilesSource)
         schema = layout.arrow()
         if not layout.shard_from_label:
             keys = pa.schema([schema.field(n) for n in [*layout.key, PART_COLUMN]])
@@ -276,7 +275,7 @@ class SparkEngine:
         arriving from one part while the table holds it from another; raises ``ShardCollisionError``."""
         from dagster_databus.snapshot.engines.delta_spark import reduce_latest
         from dagster_databus.snapshot.logical import PART_COLUMN, collision, null_shard
-        from dagster_databus.spark.deltafiles import DeltaFilesSource, FileRead
+        from dagster_databus.spark.deltafiles import FileRead
 
         spark = self.spark()
         F = sql_functions(spark)
@@ -295,7 +294,6 @@ class SparkEngine:
             table = target.existing()
             if not reduce_first or table is None:
                 return
-            spark.dataSource.register(DeltaFilesSource)
             schema = layout.arrow()
             keys = pa.schema([schema.field(n) for n in [*layout.key, PART_COLUMN]])
             held = (spark.read.format("databus_delta_files")
