@@ -269,6 +269,9 @@ class MergeConfig(_Strict):
     # every file that holds a changed key whole: smaller files rewrite less per change, larger ones
     # mean fewer files to list and open (docs/performance.md, "File size").
     file_rows: int = Field(default=1_000_000, ge=1)
+    # Tables of a source the Spark engines sync at once (each a driver thread that mostly waits on its
+    # jobs, which share the cluster); the local engine syncs one at a time, on this machine's cores.
+    parallel_tables: int = Field(default=4, ge=1)
 
 
 class LogicalPartConfig(_Strict):

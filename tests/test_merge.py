@@ -3,6 +3,7 @@ local: in process): idempotent, order-safe, deletes remove keys, the SCN committ
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 from dagster_databus import pipeline
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import SnapshotMissingError
+from dagster_databus.errors import ConcurrentRunError, SnapshotMissingError
 from dagster_databus.log.columns import change_schema
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.commit import location
@@ -184,3 +185,35 @@ def test_a_task_never_lets_an_older_change_replace_a_newer_row(tmp_path: Path, s
     data = location(snap).read(written).sort_by("id").to_pylist()
     assert [(r["id"], r["name"], r["__scn"]) for r in data] == [(1, "a", held[1]), (2, "newer", held[2] + 1)]
     assert np.all(np.diff([r["id"] for r in data]) > 0)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_tables_sync_side_by_side_and_one_that_fails_does_not_stop_the_others(tmp_path: Path, spark,
+                                                                               engine: str) -> None:
+    """The spark engine syncs a source's tables in threads (merge.parallel_tables), the local engine one at a
+    time; results come in table order either way. A table that fails (another run holds its snapshot) does
+    not stop the others: they are synced, and its error is raised once they are done."""
+    names = [f"t{i}" for i in range(1, 5)]
+    source = SqliteHarness(tmp_path / "shop.db")
+    source.execute([f"CREATE TABLE {name} (id INTEGER PRIMARY KEY, v TEXT)" for name in names]
+                   + [(f"INSERT INTO {name} VALUES (?, ?)", (i, f"{name}-{i}")) for name in names for i in range(20)])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [(name, ["id"]) for name in names]),
+                         merge={"engine": engine, "parallel_tables": 3})
+    threads: set[str] = set()
+
+    def progress(_: str) -> None:
+        threads.add(threading.current_thread().name)
+
+    pipeline.install(config, "shop")
+    pipeline.capture(config, "shop")
+    held = DeltaSnapshot(config.lake, "shop", "t2")
+    with held.lock("snapshot shop.t2 (the test)", ""), pytest.raises(ConcurrentRunError, match=r"shop\.t2 is locked"):
+        sync_source(spark, config, "shop", progress=progress)
+    assert [DeltaSnapshot(config.lake, "shop", name).exists() for name in names] == [True, False, True, True]
+    assert len(threads) > 1 if engine == "spark" else threads == {threading.current_thread().name}
+
+    source.execute([(f"UPDATE {name} SET v = 'changed' WHERE id < 5", ()) for name in names])
+    results = cycle(config, spark)
+    assert [r.table for r in results] == names
+    assert [r.bootstrapped_at is not None for r in results] == [False, True, False, False]
+    assert_snapshots_match(config)

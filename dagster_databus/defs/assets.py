@@ -23,7 +23,7 @@ from dagster_databus.defs.common import RESOURCE, capture_key, changelog_key, cl
 from dagster_databus.log.store import ChangeLog, Manifest
 from dagster_databus.pipeline import CaptureResult
 from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot
-from dagster_databus.snapshot.merge import TableSyncResult, engine_for, sync_table
+from dagster_databus.snapshot.merge import TableSyncResult, engine_for, sync_tables
 
 INSTALL_DESCRIPTIONS = {
     "sqlite": "Installs and verifies change capture in SQLite source `{name}`: the txlog, epoch counter and "
@@ -90,6 +90,8 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
 
         tables = _tables(config, source, [table_keys[k] for k in table_keys if k in selected])
         with clear_errors(context):
+            if tables:
+                databus.start_spark()  # meanwhile, install and capture
             if capture_key(name) in selected:
                 yield _install(context, lake_config, name)
             yield from checks_of(capture_key(name))
@@ -98,12 +100,19 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
             yield from checks_of(changelog_key(name))
             # databus.spark starts Spark only if the engine runs a job (not the local engine).
             engine = engine_for(databus.spark, lake_config) if tables else None
+            synced = sync_tables(lake_config, source, [t for t in table_keys.values() if t in tables], engine,
+                                 progress=context.log.info, mode=config.mode) if engine is not None else iter(())
+            failed: Exception | None = None
             for table in table_keys.values():
-                if engine is not None and table in tables:
-                    result = sync_table(lake_config, source, table, engine, progress=context.log.info,
-                                        mode=config.mode)
-                    yield _snapshot_result(lake_config, name, table, result)
+                if table in tables:
+                    outcome = next(synced)[1]
+                    if isinstance(outcome, Exception):  # reported once the other tables are done
+                        failed = failed or outcome
+                        continue
+                    yield _snapshot_result(lake_config, name, table, outcome)
                 yield from checks_of(snapshot_key(name, table))
+            if failed is not None:
+                raise failed
             if tables:
                 _enforce_retention(context, lake_config, name)
 

@@ -10,7 +10,8 @@ what the snapshot holds is ever applied. The engine ``merge.engine`` names does 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
@@ -23,7 +24,7 @@ from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts
 from dagster_databus.snapshot.engines import MergeEngine, SparkProvider, open_engine
 from dagster_databus.sources import open_source
-from dagster_databus.spark.session import task_errors
+from dagster_databus.spark.session import task_errors, with_spark_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -151,13 +152,51 @@ def applied_commit_ms(snap: DeltaSnapshot, log: ChangeLog, applied: Scn) -> int 
     return log.commit_ms_through(applied)
 
 
+def sync_tables(config: DatabusConfig, source_cfg: SourceConfig, tables: Sequence[str], engine: MergeEngine,
+                progress: Progress = lambda _: None,
+                mode: SyncMode = "merge") -> Iterator[tuple[str, TableSyncResult | Exception]]:
+    """``sync_table`` for each of ``tables``, ``engine.tables_at_once`` at a time, reported in ``tables``' order
+    as each is done: its result, or the error it failed with (a table that fails does not stop the others;
+    each table commits on its own)."""
+    at_once = min(engine.tables_at_once, len(tables))
+
+    def one(table: str) -> TableSyncResult | Exception:
+        try:
+            return sync_table(config, source_cfg, table, engine, progress, mode)
+        except Exception as exc:
+            return exc
+
+    if at_once <= 1:
+        for table in tables:
+            yield table, one(table)
+        return
+    pool = ThreadPoolExecutor(at_once, thread_name_prefix=f"databus-sync-{source_cfg.name}")
+    try:
+        # Wrapped here, in the caller's thread: each table's Spark jobs carry the caller's job properties.
+        futures = [(table, pool.submit(with_spark_properties(one), table)) for table in tables]
+        for table, future in futures:
+            yield table, future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def sync_source(spark: SparkLike, config: DatabusConfig, source: str, tables: Sequence[str] | None = None,
                 progress: Progress = lambda _: None, mode: SyncMode = "merge") -> list[TableSyncResult]:
+    """Every (or each named) table of ``source`` synced; the first table's error, in table order, is raised
+    once all are done."""
     source_cfg = config.source(source)
     engine = engine_for(spark, config)
     names = list(tables) if tables is not None else [t.name for t in source_cfg.tables]
     with task_errors():
-        return [sync_table(config, source_cfg, name, engine, progress, mode) for name in names]
+        results, failed = [], None
+        for _, outcome in sync_tables(config, source_cfg, names, engine, progress, mode):
+            if isinstance(outcome, Exception):
+                failed = failed or outcome
+            else:
+                results.append(outcome)
+        if failed is not None:
+            raise failed
+        return results
 
 
 def rebuild_from_bootstrap(snap: DeltaSnapshot, log: ChangeLog, progress: Progress) -> Scn:

@@ -52,6 +52,7 @@ class Merged:
 
 class MergeEngine(Protocol):
     name: str
+    tables_at_once: int  # how many tables of a source ``snapshot.merge.sync_tables`` syncs at a time
 
     def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str,
                   progress: Progress) -> Bootstrapped:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 class LocalEngine:
     name = "local"
+    tables_at_once = 1  # its reduce and MERGE use this machine's memory and cores: one table at a time
 
     def __init__(self, config: DatabusConfig) -> None:
         self.memory_bytes = config.merge.memory_mb * 2**20
