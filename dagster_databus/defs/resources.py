@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -29,3 +31,18 @@ class DatabusResource(dg.ConfigurableResource):
         from dagster_databus.spark.session import get_spark
 
         return get_spark(self.config().spark)
+
+    def start_spark(self) -> None:
+        """Start the Spark session (and learn its parallelism) in a background thread while the step does
+        other work, when the merge engine will use it; the engine's first call waits for it. A failure is
+        left for that call to raise, with its fix."""
+        if self.config().merge.engine == "local":
+            return
+
+        def start() -> None:
+            from dagster_databus.spark.session import default_parallelism
+
+            with contextlib.suppress(Exception):
+                default_parallelism(self.spark())
+
+        threading.Thread(target=start, name="databus-spark-start", daemon=True).start()
