@@ -6,6 +6,7 @@ from __future__ import annotations
 from benchmarks import (
     bench_bootstrap,
     bench_capture,
+    bench_connect,
     bench_consumer,
     bench_dagster,
     bench_e2e,
@@ -34,6 +35,7 @@ if __name__ == "__main__":
     bench_bootstrap.main()
     bench_e2e.main()
     bench_dagster.main()
+    bench_connect.main()
     bench_failover.main()
     bench_lake.main()
     bench_reconcile.main()

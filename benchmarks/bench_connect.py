@@ -1,0 +1,99 @@
+"""The demo's sync run as a thin client of a running Spark Connect server (``spark.remote``, the Spark merge
+included) beside the same run with the in-process ``local`` engine, which starts no Spark at all.
+
+Each side has its own copy of the demo (database, lake, Dagster instance); before each timed run its
+workload commits the same transactions (same seed), so both capture and merge the same changes. Runs are
+launched as a user launches them, ``dagster asset materialize --select '*'`` (a cold Python process each; the
+Connect server stays up between runs, as a deployment's does). A last run comes after a pause longer than
+the server keeps idle Python workers, as a schedule's next run does.
+
+Run alone: ``python -m benchmarks.bench_connect [rounds] [transactions]``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from dagster_databus.config import CONFIG_ENV
+from dagster_databus.demo.workload import ShopWorkload, create_shop
+from dagster_databus.spark.connect_server import ConnectServer, remote_config
+
+REPO = Path(__file__).resolve().parents[1]
+MATERIALIZE = [str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m",
+               "dagster_databus.definitions", "--select", "*"]
+
+
+class Demo:
+    """One copy of the demo: its database, its workload, a config and a Dagster instance of its own."""
+
+    def __init__(self, folder: Path, config: dict) -> None:
+        folder.mkdir(parents=True)
+        create_shop(folder / "shop.db")
+        self.workload = ShopWorkload(folder / "shop.db", seed=11)
+        (folder / "databus.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        (folder / "home").mkdir()
+        self.env = {**os.environ, CONFIG_ENV: str(folder / "databus.yaml"), "DAGSTER_HOME": str(folder / "home")}
+
+    def sync(self) -> float:
+        started = time.perf_counter()
+        proc = subprocess.run(MATERIALIZE, env=self.env, cwd=REPO, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"the sync run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+        return time.perf_counter() - started
+
+
+def main(rounds: int = 3, transactions: int = 200, idle_s: float = 70) -> dict[str, float]:
+    work = Path(tempfile.mkdtemp(prefix="bench-connect-"))
+    server = ConnectServer(master="local[2]")
+    try:
+        base = work / "demo.yaml"
+        base.write_text((REPO / "config" / "demo.yaml").read_text()
+                        .replace("../.demo/lake", "lake").replace("../.demo/shop.db", "shop.db"))
+        server.start()
+        remote = remote_config(base, server.url)
+        local = yaml.safe_load(base.read_text())
+        local["merge"] = {"engine": "local"}
+        demos = {}
+        for name, config in (("connect", remote), ("local", local)):
+            # Paths relative to each copy's own folder.
+            config = {**config, "lake": "lake",
+                      "sources": [{**s, "path": "shop.db"} for s in config["sources"]]}
+            demos[name] = Demo(work / name, config)
+        for demo in demos.values():
+            demo.workload.run(transactions)
+            demo.sync()  # install and bootstrap, and the server's first queries: not timed
+        runs: dict[str, list[float]] = {name: [] for name in demos}
+        for _ in range(rounds):  # interleaved: a slow moment of a shared machine does not fall on one side
+            for name, demo in demos.items():
+                demo.workload.run(transactions, rollback_every=10)
+                runs[name].append(demo.sync())
+        # A schedule's gap: the server's Python workers exit after a minute without tasks.
+        time.sleep(idle_s)
+        demos["connect"].workload.run(transactions, rollback_every=10)
+        after_idle = demos["connect"].sync()
+        ours, peer = min(runs["connect"]), min(runs["local"])
+        print(f"\nThe demo's sync run after its bootstrap ({transactions} transactions each, best of {rounds}, "
+              "dagster asset materialize --select '*')")
+        print(f"  spark.remote (Spark merge on a running server)    {ours:6.1f}s   "
+              f"(runs: {', '.join(f'{t:.1f}' for t in runs['connect'])})   target <= 5 s")
+        print(f"  merge.engine local (no Spark)                     {peer:6.1f}s   "
+              f"(runs: {', '.join(f'{t:.1f}' for t in runs['local'])})")
+        print(f"  over Spark Connect the run takes {ours / peer:4.2f}x the local engine's time (target <= 1.5x)")
+        print(f"  spark.remote, {idle_s:.0f} s after the last run (its Python workers started again) "
+              f"{after_idle:6.1f}s")
+        return {"connect": ours, "local": peer, "connect_after_idle": after_idle}
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3, int(sys.argv[2]) if len(sys.argv) > 2 else 200)
