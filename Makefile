@@ -35,6 +35,7 @@ bench: prereqs $(STAMP)
 # make dev CONNECT=1: the UI's runs are clients of a Spark Connect server started for them (stopped on exit),
 # through a copy of the config (.demo/connect.yaml) whose spark.remote names it.
 dev: prereqs $(STAMP)
+	mkdir -p $${DAGSTER_HOME:-$(CURDIR)/.demo/dagster_home}
 ifeq ($(CONNECT),1)
 	DAGSTER_HOME=$${DAGSTER_HOME:-$(CURDIR)/.demo/dagster_home} $(PY) -m dagster_databus.spark.connect_server run \
 	  --config $${DATABUS_CONFIG:-config/demo.yaml} --out .demo/connect.yaml -- $(VENV)/bin/dagster dev -w workspace.yaml

@@ -30,6 +30,7 @@ from dagster_databus.errors import SparkUnavailableError
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 REMOTE_ENV = "DATABUS_SPARK_REMOTE"  # set by ``run`` for the command it runs
+STOP_GRACE_S = 30  # how long ``run`` gives its command to stop before killing it
 
 
 def spark_home() -> Path:
@@ -181,11 +182,21 @@ def _run(args: argparse.Namespace) -> int:
 
     command: Sequence[str] = args.command[1:] if args.command[:1] == ["--"] else args.command
     child: subprocess.Popen[bytes] | None = None
+    deadline: float | None = None  # when a command asked to stop is killed
+
+    def stop_child() -> None:
+        """Ask the command's process group to stop as Ctrl-C does (``dagster dev`` shuts its processes down
+        on SIGINT, not on SIGTERM); it is killed if still running ``STOP_GRACE_S`` later."""
+        nonlocal deadline
+        if child is not None and child.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGINT)
+            deadline = deadline or time.monotonic() + STOP_GRACE_S
 
     def on_sigterm(*_: object) -> None:
-        """A supervisor stopping this: stop the command (then the server, below), as Ctrl-C would."""
+        """A supervisor stopping this: stop the command, then the server (below)."""
         if child is not None and child.poll() is None:
-            child.terminate()
+            stop_child()
         else:
             raise KeyboardInterrupt
 
@@ -208,19 +219,25 @@ def _run(args: argparse.Namespace) -> int:
             while server.process is not None and server.process.poll() is None:
                 time.sleep(1)
             return 1
-        child = subprocess.Popen(list(command), env=env)
+        # A process group of its own, so that stopping it reaches every process it started; Ctrl-C in the
+        # terminal reaches this process, which passes it on.
+        child = subprocess.Popen(list(command), env=env, process_group=0)
         while True:
             try:
-                return child.wait()
-            except KeyboardInterrupt:  # the terminal sent it to the child too: let it shut down first
-                continue
+                return child.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                if deadline is not None and time.monotonic() > deadline:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(child.pid, signal.SIGKILL)
+            except KeyboardInterrupt:
+                stop_child()
     except KeyboardInterrupt:
         return 130
     finally:
         if child is not None and child.poll() is None:
-            child.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.wait(30)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
         print("stopping the Spark Connect server", flush=True)
         server.stop()
 
