@@ -24,6 +24,7 @@ from dagster_databus.config import DatabusConfig, SparkConfig
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError, SparkEnvironmentError, SparkUnavailableError, from_task
+from dagster_databus.log.durable import write_json_atomic
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -156,12 +157,9 @@ class SharedSessions:
 
     def renew(self) -> str:
         session_id = str(uuid.uuid4())
-        known = {**self._known(), self.key: session_id}
         with contextlib.suppress(OSError):  # no cache here: later runs start their own session
             self.file.parent.mkdir(parents=True, exist_ok=True)
-            temp = self.file.with_name(f".{self.file.name}.{uuid.uuid4().hex}")
-            temp.write_text(json.dumps(known, indent=1, sort_keys=True))
-            temp.replace(self.file)
+            write_json_atomic(self.file, {**self._known(), self.key: session_id})
         return session_id
 
     def _known(self) -> dict[str, str]:
@@ -247,11 +245,9 @@ def _classic(config: SparkConfig) -> SparkSession:
         .master(config.master)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", "2g")
         .config("spark.sql.warehouse.dir", str(Path.cwd() / "spark-warehouse"))
+        .config(map=SESSION_CONF)
     )
     jars = delta_jar_dir(config)
     if jars is not None:
