@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -16,18 +15,14 @@ from typing import Any
 
 import pymysql
 
+from dagster_databus.spark.connect_server import free_port
+
 BINARIES = ("mariadbd", "mariadb-install-db")
 
 
 def find_binary(name: str) -> str | None:
     return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}") if os.path.exists(p)),
                                       None)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class MariaDBServer:

@@ -4,12 +4,13 @@ lake's commit relies on, and serves delta-rs as well as obstore."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 import uuid
+
+from dagster_databus.spark.connect_server import free_port
 
 
 class S3Server:
@@ -18,9 +19,7 @@ class S3Server:
     # every process from the start, Spark's Python workers included), named in the options by reference.
     SECRET_ENV = "S3_TEST_SECRET"
     def __init__(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
