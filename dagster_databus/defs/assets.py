@@ -100,8 +100,9 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
             yield from checks_of(changelog_key(name))
             # databus.spark starts Spark only if the engine runs a job (not the local engine).
             engine = engine_for(databus.spark, lake_config) if tables else None
-            synced = sync_tables(lake_config, source, [t for t in table_keys.values() if t in tables], engine,
-                                 progress=context.log.info, mode=config.mode) if engine is not None else iter(())
+            # ``tables`` is in ``table_keys``' order, which the loop below follows.
+            synced = sync_tables(lake_config, source, tables, engine, progress=context.log.info,
+                                 mode=config.mode) if engine is not None else iter(())
             failed: Exception | None = None
             for table in table_keys.values():
                 if table in tables:

@@ -47,7 +47,7 @@ RECONCILED = ("Source and snapshot at one SCN: row counts and order-independent 
 
 
 def sync_check_specs(source: SourceConfig) -> list[dg.AssetCheckSpec]:
-    """The checks cheap enough to run with every sync, in the sync's own step (``assets.build_source_sync``)."""
+    """The checks cheap enough to run with every sync, in the sync's own step (``assets.build_source_assets``)."""
     return [
         *[dg.AssetCheckSpec(n, asset=capture_key(source.name), description=d) for n, d in CAPTURE_CHECKS.items()],
         *[dg.AssetCheckSpec(n, asset=changelog_key(source.name), description=d) for n, d in CHANGELOG_CHECKS.items()],
