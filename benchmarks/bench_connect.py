@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,13 +21,10 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks.common import MATERIALIZE, demo_config, timed_command
 from dagster_databus.config import CONFIG_ENV
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.spark.connect_server import ConnectServer, remote_config
-
-REPO = Path(__file__).resolve().parents[1]
-MATERIALIZE = [str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m",
-               "dagster_databus.definitions", "--select", "*"]
 
 
 class Demo:
@@ -43,20 +39,14 @@ class Demo:
         self.env = {**os.environ, CONFIG_ENV: str(folder / "databus.yaml"), "DAGSTER_HOME": str(folder / "home")}
 
     def sync(self) -> float:
-        started = time.perf_counter()
-        proc = subprocess.run(MATERIALIZE, env=self.env, cwd=REPO, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise SystemExit(f"the sync run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
-        return time.perf_counter() - started
+        return timed_command(MATERIALIZE, self.env)
 
 
 def main(rounds: int = 3, transactions: int = 200, idle_s: float = 70) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix="bench-connect-"))
     server = ConnectServer(master="local[2]")
     try:
-        base = work / "demo.yaml"
-        base.write_text((REPO / "config" / "demo.yaml").read_text()
-                        .replace("../.demo/lake", "lake").replace("../.demo/shop.db", "shop.db"))
+        base = demo_config(work)
         server.start()
         remote = remote_config(base, server.url)
         local = yaml.safe_load(base.read_text())

@@ -12,48 +12,33 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from benchmarks.common import MATERIALIZE, demo_config, timed_command
 from dagster_databus.config import CONFIG_ENV
 from dagster_databus.demo.workload import ShopWorkload, create_shop
-
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-
-
-def _timed(cmd: list[str], env: dict[str, str]) -> float:
-    started = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{cmd[:4]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
-    return time.perf_counter() - started
 
 
 def main(rounds: int = 3, transactions: int = 200) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix="bench-dagster-"))
     try:
         create_shop(work / "shop.db")
-        config = work / "databus.yaml"
-        config.write_text((REPO / "config" / "demo.yaml").read_text()
-                          .replace("../.demo/lake", "lake").replace("../.demo/shop.db", "shop.db"))
+        config = demo_config(work)
         (work / "home").mkdir()
         env = {**os.environ, CONFIG_ENV: str(config), "DAGSTER_HOME": str(work / "home")}
         workload = ShopWorkload(work / "shop.db", seed=11)
-        dagster = [str(BIN / "dagster"), "asset", "materialize", "-m", "dagster_databus.definitions", "--select", "*"]
         shell = [[sys.executable, "jobs/capture.py", "--config", str(config), "--source", "shop"],
                  [sys.executable, "jobs/merge_snapshots.py", "--config", str(config), "--source", "shop"]]
         workload.run(transactions)
-        _timed(dagster, env)  # install and bootstrap: not timed, both sides then merge
+        timed_command(MATERIALIZE, env)  # install and bootstrap: not timed, both sides then merge
         runs: dict[str, list[float]] = {"dagster": [], "shell": []}
         for _ in range(rounds):  # interleaved: a slow moment of a shared machine does not fall on one side
             workload.run(transactions, rollback_every=10)
-            runs["dagster"].append(_timed(dagster, env))
+            runs["dagster"].append(timed_command(MATERIALIZE, env))
             workload.run(transactions, rollback_every=10)
-            runs["shell"].append(sum(_timed(cmd, env) for cmd in shell))
+            runs["shell"].append(sum(timed_command(cmd, env) for cmd in shell))
         ours, peer = min(runs["dagster"]), min(runs["shell"])
         print(f"\nThe demo's sync after its bootstrap ({transactions} transactions each, best of {rounds}, cold "
               "processes)")

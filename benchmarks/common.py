@@ -1,12 +1,21 @@
-"""Timing helpers for the benchmarks: best-of-N wall time and a ratio line."""
+"""What the benchmarks share: best-of-N wall time and a ratio line, memory growth, the demo's config and
+timed commands."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+# The demo's sync as a user launches it: every asset and check of the definitions, in a cold process.
+MATERIALIZE = [str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m",
+               "dagster_databus.definitions", "--select", "*"]
 
 
 def best_of(fn: Callable[[], object], repeat: int = 3, setup: Callable[[], object] | None = None) -> float:
@@ -66,3 +75,20 @@ def jvm_rss_growth(spark: Any, fn: Callable[[], object]) -> tuple[int, int]:
         python = peak_rss_growth(fn)
 
     return python, peak_rss_growth(measured, pid=jvm)
+
+
+def demo_config(folder: Path) -> Path:
+    """The demo's config (config/demo.yaml) in ``folder``, its database and lake in that folder too."""
+    config = folder / "databus.yaml"
+    config.write_text((REPO / "config" / "demo.yaml").read_text()
+                      .replace("../.demo/lake", "lake").replace("../.demo/shop.db", "shop.db"))
+    return config
+
+
+def timed_command(cmd: list[str], env: Mapping[str, str]) -> float:
+    """Run ``cmd`` in the repository (wall seconds); exit with its output if it fails."""
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, env=dict(env), cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd[:4]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return time.perf_counter() - started
