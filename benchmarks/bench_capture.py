@@ -15,7 +15,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
-from benchmarks.common import best_of, report
+from benchmarks.common import SQLITE_CUT, best_of, report
 from dagster_databus import pipeline
 from dagster_databus.config import parse_config
 
@@ -45,13 +45,13 @@ def measure(label: str, ddl: str, row: Callable[[int], tuple[object, ...]], rows
     pipeline.install(config, "b")
     with sqlite3.connect(db) as conn:
         for start in range(0, rows, 10_000):
-            conn.execute("UPDATE _databus_epoch SET epoch = epoch + 1")  # windows of 10k rows
+            conn.execute(SQLITE_CUT)  # windows of 10k rows
             conn.executemany("INSERT INTO items VALUES (?, ?, ?, ?, ?)",
                              [row(i) for i in range(start, min(rows, start + 10_000))])
 
     def bare() -> None:
         with sqlite3.connect(db) as conn:
-            conn.execute("SELECT scn, epoch, tbl, op, pk, row, ts FROM _databus_txlog ORDER BY scn").fetchall()
+            conn.execute("SELECT scn, tbl, op, row, ts FROM _databus_txlog ORDER BY scn").fetchall()
 
     def ours() -> None:
         pipeline.capture(config, "b")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from benchmarks.common import best_of, report
+from benchmarks.common import SQLITE_CUT, best_of, report
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.core.events import ChangeEvent, Op, Window
@@ -61,7 +61,7 @@ def capture(server: S3Server, rows: int) -> None:
     pipeline.install(configs[0][1], "b")
     with sqlite3.connect(db) as conn:
         for start in range(0, rows, 10_000):
-            conn.execute("UPDATE _databus_epoch SET epoch = epoch + 1")  # windows of 10k rows
+            conn.execute(SQLITE_CUT)  # windows of 10k rows
             conn.executemany("INSERT INTO items VALUES (?, ?, ?)",
                              [(i, f"item {i}", i * 0.5) for i in range(start, min(rows, start + 10_000))])
     timings = [(label, best_of(lambda c=config: pipeline.capture(c, "b"), setup=lambda c=config: _clear(c)))

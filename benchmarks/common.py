@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+# What a SQLite poll does first: the changes written so far become one window.
+SQLITE_CUT = (REPO / "sql" / "sqlite" / "cut.sql").read_text()
 # The demo's sync as a user launches it: every asset and check of the definitions, in a cold process.
 MATERIALIZE = [str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m",
                "dagster_databus.definitions", "--select", "*"]

@@ -24,6 +24,7 @@ from dagster_databus.demo.workload import (
     ShopWorkload,
     create_shop,
 )
+from dagster_databus.sources import sqlfiles
 from dagster_databus.storage.lake import Lake
 from tests.mariadb import MariaDBServer
 
@@ -126,6 +127,8 @@ class MysqlHarness:
         return ShopWorkload(lambda: MysqlDatabase(self.connect), seed=seed)
 
 
+# What a SQLite poll does first: the changes so far become a window (a test can put several in front of one poll).
+CUT = sqlfiles.load("sqlite", "cut.sql")
 ORACLE_ENV = ("DATABUS_TEST_ORACLE_DSN", "DATABUS_TEST_ORACLE_USER", "DATABUS_TEST_ORACLE_PASSWORD")
 ORACLE_SKIP = ("no Oracle server is configured: set DATABUS_TEST_ORACLE_DSN, DATABUS_TEST_ORACLE_USER and "
                "DATABUS_TEST_ORACLE_PASSWORD (a dedicated schema on Oracle Database Free; see docs/oracle.md)")

@@ -23,7 +23,7 @@ from dagster_databus.log.avro_columnar import Field, encode_blocks, encode_recor
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.sources import sqlite_batch
 from dagster_databus.sources.sqlite import SqliteSource, _decode_json
-from tests.harness import SqliteHarness, make_config
+from tests.harness import CUT, SqliteHarness, make_config
 
 UTC = dt.UTC
 # Per product type: edge values (range ends, sign boundaries of the two's complement, sub-normals,
@@ -178,7 +178,7 @@ FAST_VALUES: dict[str, list[object]] = {
 }
 
 
-NEXT_EPOCH = "UPDATE _databus_epoch SET epoch = epoch + 1"
+NEXT_EPOCH = CUT  # what a poll does first: the changes so far become a window
 
 
 @pytest.fixture()
@@ -193,7 +193,7 @@ def fast_table(tmp_path: Path):
     pipeline.install(config, "shop")
     rng = random.Random(5)
     rows = [(i, *(rng.choice([*FAST_VALUES[n], None]) for n in FAST)) for i in range(1, 3_001)]
-    # Each transaction in an epoch of its own (as polls between them would leave it): one window each.
+    # Each transaction in a window of its own (as polls between them would leave it).
     source.execute([("INSERT INTO fast VALUES (?, ?, ?, ?, ?, ?)", row) for row in rows])
     source.execute([NEXT_EPOCH, *(("UPDATE fast SET t = ?, r = ? WHERE id = ?", ("u", -0.5, i))
                                   for i in range(1, 3_001, 7))])
@@ -203,8 +203,7 @@ def fast_table(tmp_path: Path):
 
 def txlog_rows(path: Path) -> list[tuple[object, ...]]:
     with sqlite3.connect(path) as conn:
-        return conn.execute("SELECT scn, epoch, tbl, op, pk, row, ts, stale FROM _databus_txlog "
-                            "ORDER BY scn").fetchall()
+        return conn.execute("SELECT scn, tbl, op, row, ts FROM _databus_txlog ORDER BY scn").fetchall()
 
 
 def test_sqlite_images_parsed_by_column_equal_the_row_by_row_conversion(fast_table) -> None:
@@ -212,7 +211,7 @@ def test_sqlite_images_parsed_by_column_equal_the_row_by_row_conversion(fast_tab
     src = SqliteSource(config.sources[0])
     schema = src.schemas()["fast"]
     rows = txlog_rows(source.path)
-    texts = pa.array([r[5] for r in rows], pa.string())
+    texts = pa.array([r[3] for r in rows], pa.string())
     scns = [r[0] for r in rows]
     by_json = sqlite_batch._columns_by_json(schema, texts)  # raises _Fallback if any image misses the fast shape
     by_row = sqlite_batch._columns_by_row(schema, texts, scns, _decode_json)
@@ -286,7 +285,7 @@ def typed_images(tmp_path: Path, rows: list[tuple[object, ...]]) -> tuple[TableS
     source.execute([("INSERT INTO typed VALUES (?, ?, ?, ?, ?, ?)", row) for row in rows])
     logged = txlog_rows(source.path)
     schema = SqliteSource(config.sources[0]).schemas()["typed"]
-    return schema, pa.array([r[5] for r in logged], pa.string()), [r[0] for r in logged]
+    return schema, pa.array([r[3] for r in logged], pa.string()), [r[0] for r in logged]
 
 
 def test_sqlite_decimal_and_date_columns_parsed_by_column_equal_the_row_by_row_conversion(tmp_path: Path) -> None:

@@ -12,11 +12,12 @@ from dagster_databus.errors import (
     CaptureNotInstalledError,
     EpochMismatchError,
     LogGapError,
+    SchemaDriftError,
     SchemaMismatchError,
 )
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.sources.sqlite import SqliteSource
-from tests.harness import SqliteHarness, make_config
+from tests.harness import CUT, SqliteHarness, make_config
 
 TABLES = [("items", ["id"]), ("tags", ["item_id", "tag"])]
 
@@ -46,8 +47,8 @@ def test_install_is_idempotent(shop) -> None:
 
 
 def close_epoch(source: SqliteHarness) -> None:
-    """What a poll does first; lets a test put several closed windows in front of one poll."""
-    source.execute(["UPDATE _databus_epoch SET epoch = epoch + 1"])
+    """What a poll does first (a cut); lets a test put several closed windows in front of one poll."""
+    source.execute([CUT])
 
 
 def test_a_transaction_spanning_a_chunk_boundary_stays_whole(shop) -> None:
@@ -181,3 +182,77 @@ def test_key_ranges_split_the_table_by_keys_and_leave_the_last_open(tmp_path: Pa
         conn.executemany("INSERT INTO t VALUES (?, ?)", [(i, str(i)) for i in range(1, rows + 1)])
         ranges = key_ranges(conn, "t", ["id"], 5)
     assert [(r.after, r.through) for r in ranges] == expected
+
+
+V2_OBJECTS = Path(__file__).parent / "data" / "sqlite_capture_v2.sql"
+
+
+def installed_v2(tmp_path: Path) -> tuple[SqliteHarness, object]:
+    """A database whose ``items`` table capture version 2 has been capturing (its objects as it left them)."""
+    import sqlite3
+
+    source = SqliteHarness(tmp_path / "v2.db")
+    source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL, qty INTEGER)"])
+    with sqlite3.connect(source.path) as conn:
+        conn.executescript(V2_OBJECTS.read_text())
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])], poll={"chunk_rows": 3}))
+    return source, config
+
+
+def start_log_at(config, scn: int, epoch: str) -> None:
+    """The change log as capture version 2 left it: checkpoint at ``scn``."""
+    with ChangeLog(config.lake, "shop").writer() as writer:
+        writer.start_at(Scn(scn), epoch, {})
+
+
+def test_a_version_2_install_is_converted_keeping_every_uncaptured_change_and_its_scn(tmp_path: Path) -> None:
+    source, config = installed_v2(tmp_path)
+    source.execute([("INSERT INTO items VALUES (?, ?, ?, ?)", (i, f"v2-{i}", i + 0.1, i)) for i in range(1, 5)])
+    source.execute(["UPDATE _databus_epoch SET epoch = epoch + 1"])  # a version 2 poll closed an epoch here
+    source.execute([("UPDATE items SET price = ? WHERE id = ?", (0.1 + 0.2, 2)), "DELETE FROM items WHERE id = 3"])
+    # Version 2 captured and pruned the first two changes.
+    source.execute(["DELETE FROM _databus_txlog WHERE scn <= 2",
+                    "UPDATE _databus_settings SET value = '2' WHERE name = 'pruned_through'"])
+    epoch = source.query("SELECT value FROM _databus_settings WHERE name = 'epoch_id'")[0][0]
+    start_log_at(config, 2, epoch)
+    kept = source.query("SELECT scn, tbl, op, row, ts FROM _databus_txlog ORDER BY scn")
+
+    report = pipeline.install(config, "shop")
+    assert report.changed == ("items",) and report.epoch == epoch
+    assert source.query("SELECT scn, tbl, op, row, ts FROM _databus_txlog WHERE op != 'm' ORDER BY scn") == kept
+    tables = {r[0] for r in source.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "_databus_epoch" not in tables and "_databus_txlog_v2" not in tables
+    assert source.query("SELECT value FROM _databus_settings WHERE name = 'version'") == [("3",)]
+    source.execute([("INSERT INTO items VALUES (?, 'v3', 1.5, 1)", (9,))])
+    assert source.query("SELECT max(scn) FROM _databus_txlog")[0][0] == kept[-1][0] + 1  # SCNs go on, never back
+
+    pipeline.capture(config, "shop")
+    log = ChangeLog(config.lake, "shop")
+    windows = [[(e.op.value, e.key[0]) for e in w.events] for w in log.read_windows()]
+    # The epochs version 2 left are windows still; the change after the upgrade is one of its own.
+    assert windows == [[("i", 3), ("i", 4)], [("u", 2), ("d", 3)], [("i", 9)]]
+    assert [e.event.row["price"] for e in log.read() if e.event.key == (2,)] == [0.30000000000000004]
+    assert pipeline.install(config, "shop").changed == ()  # converted once
+
+
+def test_a_version_2_txlog_pruned_empty_keeps_its_highest_scn_as_the_floor(tmp_path: Path) -> None:
+    source, config = installed_v2(tmp_path)
+    source.execute([("INSERT INTO items VALUES (?, 'a', 1, 1)", (i,)) for i in range(1, 8)])
+    source.execute(["DELETE FROM _databus_txlog",
+                    "UPDATE _databus_settings SET value = '7' WHERE name = 'pruned_through'"])
+    start_log_at(config, 7, source.query("SELECT value FROM _databus_settings WHERE name = 'epoch_id'")[0][0])
+    pipeline.install(config, "shop")
+    source.execute(["UPDATE items SET name = 'b' WHERE id = 1"])
+    result = pipeline.capture(config, "shop")
+    # The marker row holding the floor sits at SCN 7, so the next change is 8, not 1.
+    assert result.since == Scn(7) and result.until == Scn(8)
+    assert [(e.event.scn, e.event.key) for e in ChangeLog(config.lake, "shop").read()] == [(Scn(8), (1,))]
+
+
+def test_changes_version_2_flagged_stale_stop_capture_after_the_upgrade(tmp_path: Path) -> None:
+    source, config = installed_v2(tmp_path)
+    source.execute(["ALTER TABLE items ADD COLUMN colour TEXT",
+                    ("INSERT INTO items VALUES (?, 'a', 1, 1, 'red')", (1,))])  # version 2 flags it stale
+    pipeline.install(config, "shop")
+    with pytest.raises(SchemaDriftError, match=r"(?s)'items'.*SCN 1\b.*databus bootstrap --source shop"):
+        pipeline.capture(config, "shop")

@@ -1,10 +1,13 @@
 """SQLite capture: Databus's trigger + txlog design ported to an embedded database.
 
-Triggers append every row change to ``_databus_txlog`` with an AUTOINCREMENT SCN and the
-current epoch. SQLite shows triggers no transaction id, but writers are serialized, so a
-poll that bumps the epoch in its own write transaction cuts the stream between whole
-transactions: rows of closed epochs are committed and complete. A window is one closed
-epoch: one or more whole source transactions, never part of one.
+Triggers append every row change to ``_databus_txlog``; its rowid is the SCN. SQLite shows
+triggers no transaction id, but writers are serialized, so a poll that takes the write lock and
+records the newest SCN as a *cut* divides the stream between whole transactions: the changes
+between two cuts are one window (one or more whole source transactions, never part of one).
+
+The triggers do nothing but write that row. Whether a table's columns still match the ones its
+triggers were rendered for is checked by the poll and by install against ``_databus_shapes``;
+the changes a mismatch may have touched are recorded as drift ranges, which the poll refuses.
 """
 
 from __future__ import annotations
@@ -48,13 +51,16 @@ from dagster_databus.sources.base import (
     streamed_fingerprint,
     table_schemas,
 )
-from dagster_databus.sources.sqlite_batch import TxlogChunk, chunk_batch
+from dagster_databus.sources.sqlite_batch import TxlogChunk, chunk_batch, joined_ints
 from dagster_databus.sources.sqlite_bootstrap import key_ranges
 from dagster_databus.sources.sqlite_types import sqlite_column_type, sqlite_value
 
-CAPTURE_VERSION = "2"  # 2: REAL values travel as exact text (SQLite's JSON keeps 15 digits)
-CORE_TABLES = ("_databus_settings", "_databus_epoch", "_databus_txlog")
-NOW_MS = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)"
+# 3: a plain rowid txlog, windows by cuts, drift found by the poll (2: the triggers read the epoch and
+# checked the columns per row; 2 also made REAL values travel as exact text).
+CAPTURE_VERSION = "3"
+CORE_TABLES = ("_databus_settings", "_databus_txlog", "_databus_cuts", "_databus_shapes", "_databus_drift")
+NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+_TEXT_AFFINITY = ("CHAR", "CLOB", "TEXT")  # SQLite stores numbers as text in these: never a REAL
 
 
 class SqliteSource:
@@ -149,50 +155,67 @@ class SqliteSource:
     def _trigger_names(self, table: str) -> dict[str, str]:
         return {f"trg_{kind}": f"_databus_{table}_{kind}" for kind in ("insert", "update", "rekey", "delete")}
 
-    def _render_triggers(self, schema: TableSchema) -> str:
+    def _render_triggers(self, schema: TableSchema, rowid_key: str | None) -> str:
+        """The table's triggers; ``rowid_key`` names its INTEGER PRIMARY KEY rowid alias, if it has one."""
+        def value(alias: str, column: Column) -> str:
+            ref = f"{alias}.{quote_sqlite(column.name)}"
+            if column.name == rowid_key:  # always an integer: SQLite refuses anything else
+                return ref
+            blob = f"WHEN 'blob' THEN json_object('$b', hex({ref}))"
+            declared = column.source_type.upper()
+            if "INT" not in declared and any(a in declared for a in _TEXT_AFFINITY):
+                return f"CASE typeof({ref}) {blob} ELSE {ref} END"
+            real = f"WHEN 'real' THEN json_object('$r', printf('%!.20e', {ref}))"
+            return f"CASE typeof({ref}) {blob} {real} ELSE {ref} END"
+
         def row(alias: str) -> str:
-            return ", ".join(
-                f"{quote_literal(c.name)}, CASE typeof({alias}.{quote_sqlite(c.name)}) WHEN 'blob' "
-                f"THEN json_object('$b', hex({alias}.{quote_sqlite(c.name)})) "
-                f"WHEN 'real' THEN json_object('$r', printf('%!.20e', {alias}.{quote_sqlite(c.name)})) "
-                f"ELSE {alias}.{quote_sqlite(c.name)} END"
-                for c in schema.columns
-            )
+            return ", ".join(f"{quote_literal(c.name)}, {value(alias, c)}" for c in schema.columns)
 
-        def key(alias: str) -> str:
-            return ", ".join(f"{alias}.{quote_sqlite(k)}" for k in schema.primary_key)
-
-        shape = ",".join(c.name for c in schema.columns)
-        stale = (f"CASE WHEN (SELECT group_concat(name, ',') FROM (SELECT name FROM "
-                 f"pragma_table_info({quote_literal(schema.table)}) ORDER BY cid)) = '{shape}' THEN 0 ELSE 1 END")
         unchanged = " AND ".join(f"OLD.{quote_sqlite(k)} IS NEW.{quote_sqlite(k)}" for k in schema.primary_key)
         names = {k: quote_sqlite(v) for k, v in self._trigger_names(schema.table).items()}
         return sqlfiles.render(
             "sqlite", "table_triggers.sql", table=quote_sqlite(schema.table),
-            table_literal=quote_literal(schema.table), new_key=key("NEW"), old_key=key("OLD"),
-            new_row=row("NEW"), old_row=row("OLD"), key_unchanged=unchanged, now_ms=NOW_MS, stale=stale, **names,
+            table_literal=quote_literal(schema.table), new_row=row("NEW"), old_row=row("OLD"),
+            key_unchanged=unchanged, now_ms=NOW_MS, **names,
         )
 
+    def _wanted_triggers(self, conn: sqlite3.Connection, schema: TableSchema) -> tuple[str, set[str]]:
+        """The table's trigger script and the CREATE TRIGGER statements in it."""
+        script = self._render_triggers(schema, _rowid_alias(conn, schema.table))
+        return script, {stmt for stmt in _split(script) if stmt.upper().startswith("CREATE TRIGGER")}
+
     def install(self) -> InstallReport:
+        """Create or update the capture objects in one write transaction. A version 2 install is
+        converted in place; a table whose columns changed (or whose triggers went missing) since its
+        triggers were rendered gets a drift range over the changes that may be wrong, then new triggers."""
         schemas = self.preflight()
         changed, unchanged = [], []
         with closing(self._connect()) as conn:
-            existing_sql = self._trigger_sql(conn)
             conn.execute("BEGIN IMMEDIATE")
             try:
+                existing_sql = self._trigger_sql(conn)
+                migrate = "epoch" in _column_names(conn, "_databus_txlog")
+                if migrate:
+                    for statement in _split(sqlfiles.load("sqlite", "migrate_v2.sql")):
+                        conn.execute(statement)
                 core = sqlfiles.render("sqlite", "install.sql", epoch_id=uuid.uuid4().hex,
                                        version=CAPTURE_VERSION)
                 for statement in _split(core):
                     conn.execute(statement)
-                for table, schema in schemas.items():
-                    script = self._render_triggers(schema)
-                    wanted = {stmt for stmt in _split(script) if stmt.upper().startswith("CREATE TRIGGER")}
-                    if wanted == {existing_sql.get(name) for name in self._trigger_names(table).values()}:
-                        unchanged.append(table)
-                        continue
-                    for statement in _split(script):
+                if migrate:
+                    for statement in _split(sqlfiles.load("sqlite", "migrate_v2_rows.sql")):
                         conn.execute(statement)
-                    changed.append(table)
+                self._note_drift(conn, schemas, existing_sql, mark_lost=True)
+                for table, schema in schemas.items():
+                    script, wanted = self._wanted_triggers(conn, schema)
+                    if wanted != {existing_sql.get(name) for name in self._trigger_names(table).values()}:
+                        for statement in _split(script):
+                            conn.execute(statement)
+                        changed.append(table)
+                    else:
+                        unchanged.append(table)
+                    conn.execute(sqlfiles.load("sqlite", "set_shape.sql"),
+                                 {"tbl": table, "columns": json.dumps(_shape(conn, table))})
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -200,6 +223,32 @@ class SqliteSource:
             epoch = self._settings(conn)["epoch_id"]
         return InstallReport(epoch=epoch, version=CAPTURE_VERSION, changed=tuple(changed),
                              unchanged=tuple(unchanged))
+
+    def _note_drift(self, conn: sqlite3.Connection, schemas: Mapping[str, TableSchema],
+                    triggers: Mapping[str, str], mark_lost: bool) -> None:
+        """Holding the write lock: record a drift range for each captured table whose columns differ from
+        those its triggers were rendered for, over the changes since the last check, and move the check
+        to the newest SCN. With ``mark_lost`` (install), a table whose triggers are missing gets a marker
+        row that places the changes that may be lost, and a range over it."""
+        checked = int(self._settings(conn).get("checked_scn", "0"))
+        shapes = dict(conn.execute("SELECT tbl, columns FROM _databus_shapes").fetchall())
+        hwm = conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0]
+        for table in schemas:
+            if table not in shapes:
+                continue  # never captured here: nothing to compare with
+            now = _shape(conn, table)
+            lost = any(name not in triggers for name in self._trigger_names(table).values())
+            through, reason = hwm, None
+            if lost and mark_lost:
+                through = conn.execute(sqlfiles.load("sqlite", "mark_lost.sql"), {"tbl": table}).fetchone()[0]
+                reason = "triggers"
+            elif json.loads(shapes[table]) != now:
+                reason = "columns"
+            if reason is not None and through > checked:
+                conn.execute(sqlfiles.load("sqlite", "record_drift.sql"), {
+                    "tbl": table, "after_scn": checked, "through_scn": through, "columns": json.dumps(now),
+                    "reason": reason})
+        conn.execute(sqlfiles.load("sqlite", "set_checked.sql"), {"scn": hwm})
 
     def uninstall(self) -> None:
         with closing(self._connect()) as conn:
@@ -234,7 +283,7 @@ class SqliteSource:
             problems += [f"capture table {t} is missing" for t in CORE_TABLES if t not in present]
             triggers = self._trigger_sql(conn)
             for table, schema in schemas.items():
-                wanted = {s for s in _split(self._render_triggers(schema)) if s.upper().startswith("CREATE TRIGGER")}
+                _, wanted = self._wanted_triggers(conn, schema)
                 names = list(self._trigger_names(table).values())
                 missing = [n for n in names if n not in triggers]
                 if missing:
@@ -280,29 +329,32 @@ class SqliteSource:
             self._check_lineage(settings, since, epoch, conn)
             conn.execute("BEGIN IMMEDIATE")
             try:
-                closed = conn.execute(sqlfiles.load("sqlite", "close_epoch.sql")).fetchone()[0]
+                conn.execute(sqlfiles.load("sqlite", "cut.sql"))
+                self._note_drift(conn, schemas, self._trigger_sql(conn), mark_lost=False)
+                cut = conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0]
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-            stats.source_hwm = Scn(conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0])
+            stats.source_hwm = Scn(cut)
+            cuts = joined_ints(conn.execute(sqlfiles.load("sqlite", "window_cuts.sql"),
+                                      {"since_scn": since.value, "cut_scn": cut}).fetchone()[0])
             chunk_sql = sqlfiles.load("sqlite", "poll_chunk.sql")
-            rest_sql = sqlfiles.load("sqlite", "poll_epoch_rest.sql")
+            rest_sql = sqlfiles.load("sqlite", "poll_window_rest.sql")
             last = since
             while True:
-                chunk = TxlogChunk.parse(conn.execute(chunk_sql, {"since_scn": last.value, "closed_epoch": closed,
-                                                                  "chunk_rows": chunk_rows}).fetchone())
+                chunk = TxlogChunk.parse(conn.execute(chunk_sql, {"since_scn": last.value, "cut_scn": cut,
+                                                                  "chunk_rows": chunk_rows}).fetchone(), cuts)
                 if chunk is None:
                     break
                 full = len(chunk) == chunk_rows
-                if full:
-                    rest = TxlogChunk.parse(conn.execute(rest_sql, {"epoch": int(chunk.epochs[-1]),
-                                                                    "after_scn": int(chunk.scns[-1])}).fetchone())
+                if full and chunk.windows[-1] > chunk.scns[-1]:
+                    rest = TxlogChunk.parse(conn.execute(rest_sql, {"window_scn": int(chunk.windows[-1]),
+                                                                    "after_scn": int(chunk.scns[-1])}).fetchone(), cuts)
                     chunk = chunk + rest if rest is not None else chunk
-                if chunk.stale:
-                    self._refuse_stale(conn, schemas, last, Scn(int(chunk.scns[-1])))
+                self._refuse_drift(conn, schemas, last, Scn(int(chunk.scns[-1])))
                 batch = chunk_batch(chunk, schemas, _decode_json)
-                last = Scn(int(chunk.scns[-1]))  # whole epochs: the chunk's rows up to here are all read
+                last = Scn(int(chunk.scns[-1]))  # whole windows: the chunk's rows up to here are all read
                 stats.until = last
                 stats.chunks += 1
                 if batch is not None:
@@ -310,12 +362,12 @@ class SqliteSource:
                 if not full:
                     break
 
-    def _refuse_stale(self, conn: sqlite3.Connection, schemas: Mapping[str, Any], since: Scn, until: Scn) -> None:
-        """Raise for the first change of a captured table in (since, until] that out-of-date triggers wrote."""
+    def _refuse_drift(self, conn: sqlite3.Connection, schemas: Mapping[str, Any], since: Scn, until: Scn) -> None:
+        """Raise for the first change of a captured table in (since, until] that a drift range covers."""
         first = conn.execute(sqlfiles.load("sqlite", "first_stale.sql"), {
             "since_scn": since.value, "until_scn": until.value, "tables": json.dumps(list(schemas))}).fetchone()
         if first is not None:
-            raise self._stale_error(first[0], first[1])
+            raise self._stale_error(first[0], first[1], first[3])
 
     def _check_lineage(self, settings: dict[str, str], since: Scn, epoch: str | None,
                        conn: sqlite3.Connection) -> None:
@@ -344,11 +396,14 @@ class SqliteSource:
                 source=self.name,
             )
 
-    def _stale_error(self, table: str, scn: int) -> SchemaDriftError:
+    def _stale_error(self, table: str, scn: int, reason: str) -> SchemaDriftError:
+        problem = (f"table {table!r} of source {self.name!r} changed its columns while its capture triggers "
+                   f"still had the old ones: the change at SCN {scn} (and any after it until the triggers were "
+                   "re-installed) may lack the new columns" if reason == "columns" else
+                   f"the capture triggers of table {table!r} of source {self.name!r} were missing until install "
+                   f"put them back (SCN {scn}): the table's changes meanwhile never reached the txlog")
         return SchemaDriftError(
-            f"table {table!r} of source {self.name!r} changed its columns while its capture triggers "
-            f"still had the old ones: the change at SCN {scn} (and any after it until the triggers were "
-            "re-installed) may lack the new columns",
+            problem,
             f"re-install capture (materialize '{self.name}/capture'), then run "
             f"`databus bootstrap --source {self.name}` so the snapshots are read afresh from the source",
             source=self.name, table=table, scn=scn,
@@ -415,6 +470,24 @@ def _tagged(obj: dict[str, Any]) -> Any:
 
 
 _decode_json = json.JSONDecoder(object_hook=_tagged).decode  # one decoder for every row image
+
+
+def _column_names(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [row[1] for row in conn.execute(f"PRAGMA table_info({quote_sqlite(table)})")]
+
+
+def _shape(conn: sqlite3.Connection, table: str) -> list[list[str]]:
+    """The table's columns as [name, declared type] in column order: what its triggers depend on."""
+    return [[row[1], row[2] or ""] for row in conn.execute(f"PRAGMA table_info({quote_sqlite(table)})")]
+
+
+def _rowid_alias(conn: sqlite3.Connection, table: str) -> str | None:
+    """The table's INTEGER PRIMARY KEY column when it is the rowid (which only ever holds an integer)."""
+    keys = [row for row in conn.execute(f"PRAGMA table_info({quote_sqlite(table)})") if row[5]]
+    listed = conn.execute("SELECT wr FROM pragma_table_list WHERE name = ? AND schema = 'main'", (table,)).fetchone()
+    if len(keys) == 1 and (keys[0][2] or "").upper() == "INTEGER" and listed is not None and not listed[0]:
+        return str(keys[0][1])
+    return None
 
 
 def _split(script: str) -> list[str]:

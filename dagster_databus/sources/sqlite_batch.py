@@ -48,70 +48,75 @@ class TxlogChunk:
     """Txlog rows by column, in SCN order: what ``poll_chunk.sql`` returns as one row of joined values."""
 
     scns: np.ndarray  # int64
-    epochs: np.ndarray  # int64
+    windows: np.ndarray  # int64: the cut that ends each change's window (the first cut at or above it)
     tables: pa.Array  # string
-    ops: pa.Array  # string: i, u or d
+    ops: pa.Array  # string: i, u, d, or m (a marker, not a change)
     images: pa.Array  # string: each change's row image as the trigger wrote it (JSON)
     commits: np.ndarray  # int64: the trigger's commit-time stamp (ms)
-    stale: bool  # some row was written by out-of-date triggers
 
     def __len__(self) -> int:
         return len(self.scns)
 
     @classmethod
-    def parse(cls, row: Sequence[Any]) -> TxlogChunk | None:
-        """One result row of ``poll_chunk.sql`` / ``poll_epoch_rest.sql``; None for no changes."""
-        count, scns, epochs, tables, ops, images, commits, stale = row
+    def parse(cls, row: Sequence[Any], cuts: np.ndarray) -> TxlogChunk | None:
+        """One result row of ``poll_chunk.sql`` / ``poll_window_rest.sql``, its changes placed in windows by
+        ``cuts`` (ascending, the last at or above every change); None for no changes."""
+        count, scns, tables, ops, images, commits = row
         if not count:
             return None
         op_bytes = ops.encode()
-        chunk = cls(scns=_ints(scns), epochs=_ints(epochs), tables=_split(tables, ","),
+        scn_values = joined_ints(scns)
+        at = np.searchsorted(cuts, scn_values, side="left")
+        if len(cuts) == 0 or at.max() >= len(cuts):
+            raise ValueError(f"txlog changes up to SCN {scn_values.max()} lie beyond the poll's last cut "
+                             f"{cuts[-1] if len(cuts) else 0}: the cuts must cover every change read")
+        chunk = cls(scns=scn_values, windows=cuts[at], tables=_split(tables, ","),
                     ops=pa.StringArray.from_buffers(count, pa.py_buffer(np.arange(count + 1, dtype=np.int32)),
                                                     pa.py_buffer(op_bytes)),
-                    images=_split(images, "\n"), commits=_ints(commits), stale=bool(stale))
-        lengths = {len(chunk.scns), len(chunk.epochs), len(chunk.tables), len(op_bytes), len(chunk.images),
-                   len(chunk.commits)}
+                    images=_split(images, "\n"), commits=joined_ints(commits))
+        lengths = {len(chunk.scns), len(chunk.tables), len(op_bytes), len(chunk.images), len(chunk.commits)}
         if lengths != {count}:
             raise ValueError(f"a txlog chunk of {count} rows split into columns of {sorted(lengths)} values: "
                              "a value holds a separator the capture triggers never write")
-        if not (np.all(np.diff(chunk.scns) > 0) and np.all(np.diff(chunk.epochs) >= 0)):
+        if not np.all(np.diff(chunk.scns) > 0):
             # SQLite joined the rows out of SCN order: put every column in order.
             order = np.argsort(chunk.scns, kind="stable")
-            chunk = cls(chunk.scns[order], chunk.epochs[order], chunk.tables.take(order), chunk.ops.take(order),
-                        chunk.images.take(order), chunk.commits[order], chunk.stale)
+            chunk = cls(chunk.scns[order], chunk.windows[order], chunk.tables.take(order), chunk.ops.take(order),
+                        chunk.images.take(order), chunk.commits[order])
         return chunk
 
     def __add__(self, other: TxlogChunk) -> TxlogChunk:
-        return TxlogChunk(np.concatenate([self.scns, other.scns]), np.concatenate([self.epochs, other.epochs]),
+        return TxlogChunk(np.concatenate([self.scns, other.scns]), np.concatenate([self.windows, other.windows]),
                           pa.concat_arrays([self.tables, other.tables]), pa.concat_arrays([self.ops, other.ops]),
                           pa.concat_arrays([self.images, other.images]),
-                          np.concatenate([self.commits, other.commits]), self.stale or other.stale)
+                          np.concatenate([self.commits, other.commits]))
 
 
 def chunk_batch(chunk: TxlogChunk, schemas: Mapping[str, TableSchema],
                 decode_row: Callable[[str], dict[str, Any]]) -> ChangeBatch | None:
-    """The changes of configured tables in a chunk of txlog rows (whole epochs, in SCN order) as a change
-    batch; None when none of them is a configured table's. The caller has refused stale rows.
+    """The changes of configured tables in a chunk of txlog rows (whole windows, in SCN order) as a change
+    batch; None when none of them is a configured table's. The caller has refused changes in drift ranges.
 
     ``decode_row`` parses one row image (the value-by-value path's JSON decoder).
     """
     tables = chunk.tables
     keep = np.asarray(pc.is_in(tables, value_set=pa.array(list(schemas), pa.string())))
+    keep &= np.asarray(pc.not_equal(chunk.ops, "m"))  # markers place a loss in the stream; they change nothing
     kept: np.ndarray | None = None
     if not keep.all():
         if not keep.any():
             return None
         kept = np.flatnonzero(keep)
     scns = chunk.scns if kept is None else chunk.scns[kept]
-    epochs = chunk.epochs if kept is None else chunk.epochs[kept]
+    windows = chunk.windows if kept is None else chunk.windows[kept]
     tables = tables if kept is None else tables.take(kept)
     ops = chunk.ops if kept is None else chunk.ops.take(kept)
     if not pc.all(pc.is_in(ops, value_set=_OPS)).as_py():
         bad = ops.filter(pc.invert(pc.is_in(ops, value_set=_OPS)))[0].as_py()
         raise ValueError(f"the txlog holds an operation {bad!r}; the capture triggers write only i, u and d")
-    # A window is one epoch; its SCN is its last event's, and seq numbers its events from 0.
+    # A window is the changes up to one cut; its SCN is its last event's, and seq numbers its events from 0.
     count = len(scns)
-    last_of_window = np.flatnonzero(np.append(epochs[1:] != epochs[:-1], True))
+    last_of_window = np.flatnonzero(np.append(windows[1:] != windows[:-1], True))
     starts = np.concatenate([[0], last_of_window[:-1] + 1])
     sizes = last_of_window - starts + 1
     window_scn = np.repeat(scns[last_of_window], sizes)
@@ -141,8 +146,9 @@ def chunk_batch(chunk: TxlogChunk, schemas: Mapping[str, TableSchema],
     return ChangeBatch(out)
 
 
-def _ints(text: str) -> np.ndarray:
-    return np.array(text.split(","), dtype=np.int64)
+def joined_ints(text: str | None) -> np.ndarray:
+    """Integers SQLite joined with commas (group_concat), as int64; empty for none."""
+    return np.array(text.split(","), dtype=np.int64) if text else np.zeros(0, np.int64)
 
 
 def _split(text: str, separator: str) -> pa.Array:

@@ -1,2 +1,3 @@
--- The highest SCN ever allocated by the txlog (committed), or 0 before the first change.
-SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = '_databus_txlog'), 0) AS hwm;
+-- The highest SCN ever given to a change (committed), or 0 before the first change. Pruning keeps the
+-- newest txlog row, so this never goes back.
+SELECT COALESCE(max(scn), 0) AS hwm FROM _databus_txlog;

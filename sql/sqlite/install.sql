@@ -1,38 +1,54 @@
 -- Databus capture objects for SQLite (the port of sy$txlog / sync_core_settings).
 -- Re-runnable without harm: every statement is IF NOT EXISTS, OR IGNORE or an upsert.
 -- Rendered by dagster_databus.sources.sqlfiles; the epoch id and version are literals
--- produced by Python, never values from config.
+-- produced by Python, never values from config. An install of capture version 2 is first
+-- converted by migrate_v2.sql, in the same transaction.
 
--- Settings: the install's epoch (lineage id), the capture version, the prune watermark.
+-- Settings: the install's epoch (lineage id), the capture version, the prune watermark, and
+-- checked_scn: every change at or below it was written by triggers that matched their table's columns.
 CREATE TABLE IF NOT EXISTS _databus_settings (
     name  TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
 INSERT OR IGNORE INTO _databus_settings (name, value) VALUES ('epoch_id', '{epoch_id}');
 INSERT OR IGNORE INTO _databus_settings (name, value) VALUES ('pruned_through', '0');
+INSERT OR IGNORE INTO _databus_settings (name, value) VALUES ('checked_scn', '0');
 INSERT INTO _databus_settings (name, value) VALUES ('version', '{version}')
     ON CONFLICT (name) DO UPDATE SET value = excluded.value;
 
--- The epoch counter. Triggers stamp each txlog row with the current value; the poller
--- bumps it in its own short write transaction, which cuts the stream between whole
--- transactions because SQLite serializes writers.
-CREATE TABLE IF NOT EXISTS _databus_epoch (
-    id    INTEGER PRIMARY KEY CHECK (id = 1),
-    epoch INTEGER NOT NULL
-);
-INSERT OR IGNORE INTO _databus_epoch (id, epoch) VALUES (1, 1);
-
--- The transaction log. AUTOINCREMENT makes scn strictly increasing in write order (and
--- so in commit order) and never reused, even after rows are pruned.
+-- The transaction log, written by the capture triggers and nothing else on the application's
+-- path: one plain row per change, so a write costs one more row (docs/performance.md).
+-- scn is the rowid: SQLite gives each insert the largest rowid plus one, so SCNs increase in write
+-- order, which is commit order because SQLite serializes writers. Pruning always keeps the newest
+-- row, so the largest rowid, and with it the SCN, never goes back. op 'm' marks a row that only
+-- holds that floor (written by a migration); it belongs to no table.
 CREATE TABLE IF NOT EXISTS _databus_txlog (
-    scn   INTEGER PRIMARY KEY AUTOINCREMENT,
-    epoch INTEGER NOT NULL,
-    tbl   TEXT    NOT NULL,
-    op    TEXT    NOT NULL CHECK (op IN ('i', 'u', 'd')),
-    pk    TEXT    NOT NULL,
-    row   TEXT    NOT NULL,
-    ts    INTEGER NOT NULL,
-    -- 1 when the table's columns differed from those the trigger was rendered for: the row
-    -- image may lack columns, so the poller refuses it (SchemaDriftError) instead of guessing.
-    stale INTEGER NOT NULL DEFAULT 0
+    scn INTEGER PRIMARY KEY,
+    tbl TEXT    NOT NULL,
+    op  TEXT    NOT NULL CHECK (op IN ('i', 'u', 'd', 'm')),
+    row TEXT    NOT NULL,
+    ts  INTEGER NOT NULL
+);
+
+-- Cuts: the newest SCN each poll saw while holding the write lock (cut.sql). No transaction is
+-- open then, so the changes between two cuts are whole transactions: one window. The triggers
+-- never read this table.
+CREATE TABLE IF NOT EXISTS _databus_cuts (
+    scn INTEGER PRIMARY KEY
+);
+
+-- The column list each table's triggers were rendered for, and the SCN ranges of changes that
+-- triggers may have written after their table's columns changed (drift): the poll applies the
+-- source's schema_changes policy to those instead of trusting their images.
+CREATE TABLE IF NOT EXISTS _databus_shapes (
+    tbl     TEXT PRIMARY KEY,
+    columns TEXT NOT NULL  -- JSON [[name, declared type], ...] in column order
+);
+CREATE TABLE IF NOT EXISTS _databus_drift (
+    tbl         TEXT    NOT NULL,
+    after_scn   INTEGER NOT NULL,
+    through_scn INTEGER NOT NULL,
+    columns     TEXT    NOT NULL,  -- the table's columns when the drift was seen (JSON [[name, type], ...])
+    reason      TEXT    NOT NULL CHECK (reason IN ('columns', 'triggers')),  -- triggers: they were missing
+    PRIMARY KEY (tbl, after_scn)
 );
