@@ -19,9 +19,11 @@ from benchmarks import (
     bench_pruning,
     bench_reconcile,
     bench_scaleout,
+    bench_triggers,
 )
 
 if __name__ == "__main__":
+    bench_triggers.main()
     bench_capture.main()
     bench_mysql.main()
     bench_log_write.main()

@@ -60,7 +60,7 @@ from dagster_databus.sources.sqlite_types import sqlite_column_type, sqlite_valu
 CAPTURE_VERSION = "3"
 CORE_TABLES = ("_databus_settings", "_databus_txlog", "_databus_cuts", "_databus_shapes", "_databus_drift")
 NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
-_TEXT_AFFINITY = ("CHAR", "CLOB", "TEXT")  # SQLite stores numbers as text in these: never a REAL
+_TEXT_AFFINITY = ("CHAR", "CLOB", "TEXT")
 
 
 class SqliteSource:
@@ -163,7 +163,9 @@ class SqliteSource:
                 return ref
             blob = f"WHEN 'blob' THEN json_object('$b', hex({ref}))"
             declared = column.source_type.upper()
-            if "INT" not in declared and any(a in declared for a in _TEXT_AFFINITY):
+            # TEXT affinity stores no REAL; INTEGER affinity stores one only if it is not a whole number
+            # (or beyond 64 bits), which a long column refuses whatever its digits.
+            if "INT" in declared or any(a in declared for a in _TEXT_AFFINITY):
                 return f"CASE typeof({ref}) {blob} ELSE {ref} END"
             real = f"WHEN 'real' THEN json_object('$r', printf('%!.20e', {ref}))"
             return f"CASE typeof({ref}) {blob} {real} ELSE {ref} END"
