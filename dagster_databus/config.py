@@ -47,9 +47,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# What a change to a captured table's columns does (docs/types.md, "Schema changes"): evolve the
+# snapshot in place where the change keeps every value exact (columns added, types widened), else
+# read the table again; resnapshot: always read it again; stop: hold the snapshot at the change.
+SchemaChanges = Literal["evolve", "resnapshot", "stop"]
+
+
 class TableConfig(_Strict):
     name: str
     primary_key: tuple[str, ...] = Field(min_length=1)
+    schema_changes: SchemaChanges | None = None  # None: the source's policy
 
     _check_name = field_validator("name")(lambda cls, v: _plain(v))
 
@@ -112,6 +119,7 @@ class _SourceBase(_Strict):
     poll: PollConfig = PollConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
     retention: RetentionConfig = RetentionConfig()
+    schema_changes: SchemaChanges = "evolve"
     owners: tuple[str, ...] = ()  # Dagster asset owners: emails or team:<name>
     tags: dict[str, str] = Field(default_factory=dict)  # extra Dagster asset tags
 
@@ -123,6 +131,9 @@ class _SourceBase(_Strict):
             if t.name == name:
                 return t
         raise KeyError(name)
+
+    def schema_policy(self, table: str) -> SchemaChanges:
+        return self.table(table).schema_changes or self.schema_changes
 
 
 class _ServerSourceBase(_SourceBase):

@@ -63,6 +63,8 @@ class SchemaRegistry:
                     "column_types": {c.name: str(c.type) for c in schema.columns},
                     "primary_key": list(schema.primary_key),
                     "source_types": {c.name: c.source_type for c in schema.columns},
+                    # SQL defaults as the source reported them: whether an added column can evolve in place.
+                    "defaults": {c.name: c.default for c in schema.columns if c.default is not None},
                     "fingerprint": schema.fingerprint(),
                 },
             }
@@ -168,7 +170,7 @@ def _load(doc: dict[str, Any], where: str, source: str) -> TableSchema:
     types = meta["column_types"]
     columns = tuple(
         Column(name=f["name"], type=ColumnType.parse(types[f["name"]]),
-               source_type=meta["source_types"].get(f["name"], ""))
+               source_type=meta["source_types"].get(f["name"], ""), default=meta.get("defaults", {}).get(f["name"]))
         for f in doc["fields"]
     )
     return TableSchema(source=source, table=doc["name"], columns=columns, primary_key=tuple(meta["primary_key"]))

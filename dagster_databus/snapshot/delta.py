@@ -102,6 +102,10 @@ class DeltaFolder:
             return {}
         return {f.name: str(getattr(f.type, "type", f.type)) for f in table.schema().fields}
 
+    def arrow_schema(self) -> pa.Schema:
+        """The table's columns (metadata columns included) as Arrow types."""
+        return pa.schema(self.delta().schema().to_arrow())
+
     def type_differences(self, schema: TableSchema) -> list[str]:
         """Columns of ``schema`` the table holds in another type (a snapshot written before typed columns,
         or a column whose declared type changed)."""
@@ -139,6 +143,20 @@ class DeltaSnapshot(DeltaFolder):
         table = self._table()
         version = table.transaction_version(self.bootstrap_app_id) if table is not None else None
         return Scn(version) if version is not None else None
+
+    @property
+    def evolved_app_id(self) -> str:
+        return f"{self.app_id}#evolved"
+
+    def absorbed_ddl_scn(self) -> Scn:
+        """Schema changes at or below this SCN are in the snapshot: it was read from the source after them,
+        or evolved in place to them."""
+        table = self._table()
+        if table is None:
+            return Scn.BEGINNING
+        found = [v for v in (table.transaction_version(self.bootstrap_app_id),
+                             table.transaction_version(self.evolved_app_id)) if v is not None]
+        return Scn(max(found)) if found else Scn.BEGINNING
 
 
     def bootstrapped_ms(self) -> int | None:

@@ -249,12 +249,12 @@ def _require_snapshot(logical: LogicalTableConfig, part: LogicalPart) -> None:
             f"{part.config.source}.{part.config.table}, which has not been bootstrapped ({part.snap.uri})",
             f"materialize the {part.asset} asset first, then this logical table", asset=part.asset)
     ddl = part.log.ddl.last_for(part.config.table)
-    if ddl is not None and ddl.scn > (part.snap.bootstrap_scn() or Scn.BEGINNING):
+    if ddl is not None and ddl.scn > part.snap.absorbed_ddl_scn():
         # The rows changed without row events (or the columns did): only the physical snapshot's
-        # re-read can carry the part past that point, and it has not happened yet.
+        # re-read (or its evolution in place) can carry the part past that point, and it has not happened yet.
         raise SnapshotMissingError(
             f"logical table {logical.name}: table {part.config.source}.{part.config.table} was altered at SCN "
-            f"{ddl.scn} ({ddl.statement[:120]}) and its snapshot has not been read again since",
+            f"{ddl.scn} ({ddl.statement[:120]}) and its snapshot has not followed the change yet",
             f"materialize the {part.asset} asset first (it re-reads the table), then this logical table; it "
             "reloads the part", asset=part.asset)
 

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import SnapshotMissingError
+from dagster_databus.errors import SchemaDriftError, SnapshotMissingError
 from dagster_databus.log.durable import disk_errors
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts
 from dagster_databus.snapshot.engines import MergeEngine, SparkProvider, open_engine
+from dagster_databus.snapshot.evolve import plan
 from dagster_databus.sources import open_source
 from dagster_databus.spark.session import task_errors, with_spark_properties
 
@@ -56,6 +57,7 @@ class TableSyncResult:
     log_commit_ms: int | None = None
     # Data files (spark engine): how many the table had, read, rewrote, added; bytes and rows rewritten.
     files: dict[str, int] = field(default_factory=dict)
+    evolved: str | None = None  # the schema change applied in place this run, described
 
     @property
     def lag_scn(self) -> int:
@@ -103,12 +105,9 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
             bootstrapped_at = rebuild_from_bootstrap(snap, log, progress)
             bootstrap_rows = snap.row_count()
         applied = snap.applied_scn() if mode != "bootstrap" else None
-        ddl = log.ddl.last_for(table)
-        if applied is not None and ddl is not None and ddl.scn > (snap.bootstrap_scn() or Scn.BEGINNING):
-            # The table was altered or truncated: its rows changed without row events, or its
-            # columns no longer fit the snapshot. Read it afresh.
-            progress(f"{table}: re-bootstrapping after DDL at SCN {ddl.scn}: {ddl.statement[:120]}")
-            applied = None
+        evolved = None
+        if applied is not None:
+            applied, evolved = apply_schema_changes(snap, log, source_cfg, table, engine, progress)
         registered = log.schemas.latest(table)
         retyped = snap.type_differences(registered[1]) if applied is not None and registered is not None else []
         if retyped:
@@ -140,8 +139,44 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
             snapshot_rows=snap.row_count(), log_scn=until, delta_version=snap.version(),
             duration_s=time.monotonic() - started,
             applied_commit_ms=applied_commit_ms(snap, log, to_scn), log_commit_ms=log.commit_ms_through(until),
-            files=files,
+            files=files, evolved=evolved,
         )
+
+
+def apply_schema_changes(snap: DeltaSnapshot, log: ChangeLog, source_cfg: SourceConfig, table: str,
+                         engine: MergeEngine, progress: Progress) -> tuple[Scn | None, str | None]:
+    """Schema changes the log recorded since the snapshot last absorbed one, under the table's
+    ``schema_changes`` policy (``snapshot.evolve``): (the applied SCN, None for "read the table again";
+    what was evolved in place, if anything). ``stop`` raises, holding the snapshot where it is."""
+    applied = snap.applied_scn()
+    pending = [r for r in log.ddl.records() if r.table == table and r.scn > snap.absorbed_ddl_scn()]
+    if not pending:
+        return applied, None
+    policy = source_cfg.schema_policy(table)
+    latest = log.schemas.latest(table)
+    last = pending[-1]
+    statements = "; ".join(r.statement.strip()[:120] for r in pending)
+    if policy == "stop":
+        raise SchemaDriftError(
+            f"table {table!r} of source {source_cfg.name!r} changed at SCN {pending[0].scn} ({statements}) and its "
+            "schema_changes policy is stop: the snapshot stays at SCN "
+            f"{applied} (the change log keeps capturing)",
+            f"set schema_changes: evolve or resnapshot for the table (or the source) and run again, or read the "
+            f"table afresh with a bootstrap materialization of {source_cfg.name}/{table}",
+            source=source_cfg.name, table=table, scn=pending[0].scn.value)
+    if policy == "evolve" and latest is not None:
+        versions = log.schemas.versions(table)
+        before = log.schemas.load(table, versions[-2]) if len(versions) > 1 else latest[1]
+        change = plan(snap.arrow_schema(), latest[1], before.primary_key, pending)
+        if change.in_place:
+            rows = engine.evolve(snap, latest[1], last.scn, progress)
+            progress(f"{table}: evolved in place at SCN {last.scn} ({change.describe()}; {rows:,} rows rewritten)")
+            return applied, change.describe()
+        progress(f"{table}: reading the table again: the change at SCN {last.scn} cannot evolve in place: "
+                 f"{'; '.join(change.refused)}")
+        return None, None
+    progress(f"{table}: reading the table again after the change at SCN {last.scn} ({policy}): {statements}")
+    return None, None
 
 
 def applied_commit_ms(snap: DeltaSnapshot, log: ChangeLog, applied: Scn) -> int | None:

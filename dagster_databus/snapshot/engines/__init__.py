@@ -67,6 +67,10 @@ class MergeEngine(Protocol):
         ``until`` is not past the applied SCN (a replay): nothing is committed."""
 
 
+    def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
+        """Rewrite every row of the snapshot in ``schema``'s columns (added ones null, widened ones cast), with
+        ``scn`` as the schema change it absorbed, in one commit; the applied SCN stays. Rows rewritten."""
+
     def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
                      progress: Progress) -> dict[str, int]:
         """Overwrite logical table ``target`` with every part's physical snapshot, each at its own applied SCN

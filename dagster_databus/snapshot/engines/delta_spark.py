@@ -56,6 +56,11 @@ class DeltaSparkEngine:
                               "merge.engine: spark")
         return session
 
+    def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
+        from dagster_databus.snapshot.engines.spark import SparkEngine
+
+        return SparkEngine(self.config, self._spark).evolve(snap, schema, scn, progress)  # the same table layout
+
     def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
         from pyspark import StorageLevel
 

@@ -62,6 +62,21 @@ class LocalEngine:
         return None if counts is None else Merged(counts, stats)
 
 
+    def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
+        """The table read whole, conformed and overwritten in this process (the engine for small tables)."""
+        from dagster_databus.snapshot.commit import OPERATION_KEY
+        from dagster_databus.snapshot.delta import conform_rows
+
+        table = snap.delta()
+        rows = conform_rows(table.to_pyarrow_table(), schema.arrow(with_meta=True))
+        crash_point("delta_commit")
+        with disk_errors(f"evolving {snap.source}.{schema.table} in Delta", snap.path):
+            write_deltalake(table, rows, mode="overwrite", schema_mode="overwrite",
+                            commit_properties=CommitProperties(
+                                app_transactions=[Transaction(app_id=snap.evolved_app_id, version=scn.value)],
+                                custom_metadata={OPERATION_KEY: "evolve", "engine": self.name}))
+        return rows.num_rows
+
     def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
                      progress: Progress) -> dict[str, int]:
         from dagster_databus.snapshot.logical import load_in_process

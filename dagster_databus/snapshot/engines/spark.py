@@ -91,6 +91,37 @@ class SparkEngine:
         progress(f"{table}: bootstrapped {rows:,} rows in {len(report.added)} file(s) at SCN {scn}")
         return Bootstrapped(scn, read.schema, rows, len(report.added))
 
+    def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
+        """One task per data file reads it in the new columns and writes it back; one overwrite commit."""
+        from deltalake import CommitProperties, Transaction
+
+        from dagster_databus.spark.deltafiles import FileRead
+        from dagster_databus.spark.tables import FilesSink
+
+        table = snap.delta()
+        target = schema.arrow(with_meta=True)
+        paths = pa.table(table.get_add_actions(flatten=True))["path"].to_pylist()
+        reads = [FileRead(location(snap), path) for path in paths]
+        spark = self.spark()
+        prefix = run_prefix()
+        sink = FilesSink(location(snap), target, self.config.merge.file_rows, prefix, 0)
+        committed = False
+        report = None
+        try:
+            with task_errors(), job_progress(spark, progress, f"{schema.table}: evolving"):
+                report = TaskReport.of(spark.read.format("databus_delta_files").option("files", pack(reads))
+                                       .option("schema", pack(target)).option("sink", pack(sink)).load().toArrow())
+            props = CommitProperties(app_transactions=[Transaction(app_id=snap.evolved_app_id, version=scn.value)],
+                                     custom_metadata={OPERATION_KEY: "evolve", "engine": self.name,
+                                                      "databus.schema_change_scn": str(scn)})
+            crash_point("delta_commit")
+            with disk_errors(f"evolving {snap.source}.{schema.table} in Delta", snap.path):
+                commit_files(snap, target, report.added, props, f"databus snapshot of {snap.source}.{schema.table}")
+            committed = True
+        finally:
+            remove_uncommitted(snap, prefix, report.added if committed and report is not None else ())
+        return report.total("rows")
+
     def merge(self, snap: DeltaSnapshot, log: ChangeLog, schema: TableSchema, since: Scn, until: Scn,
               progress: Progress) -> Merged | None:
         from deltalake import Transaction
