@@ -218,6 +218,7 @@ def _snapshot_metadata(r: TableSyncResult) -> dict[str, object]:
         "rows_inserted": r.counts.inserted, "rows_updated": r.counts.updated, "rows_deleted": r.counts.deleted,
         "bootstrapped_at_scn": dg.MetadataValue.text(str(r.bootstrapped_at) if r.bootstrapped_at else "-"),
         "bootstrap_rows": r.bootstrap_rows,
+        **({"schema_evolved": r.evolved} if r.evolved else {}),
         "dagster/row_count": r.snapshot_rows,
         **({"delta_version": r.delta_version} if r.delta_version is not None else {}),
         "engine": r.engine, "duration_s": round(r.duration_s, 3),

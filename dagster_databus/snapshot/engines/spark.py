@@ -96,31 +96,41 @@ class SparkEngine:
         from deltalake import CommitProperties, Transaction
 
         from dagster_databus.spark.deltafiles import FileRead
-        from dagster_databus.spark.tables import FilesSink
 
         table = snap.delta()
-        target = schema.arrow(with_meta=True)
         paths = pa.table(table.get_add_actions(flatten=True))["path"].to_pylist()
-        reads = [FileRead(location(snap), path) for path in paths]
+        props = CommitProperties(app_transactions=[Transaction(app_id=snap.evolved_app_id, version=scn.value)],
+                                 custom_metadata={OPERATION_KEY: "evolve", "engine": self.name,
+                                                  "databus.schema_change_scn": str(scn)})
+        report = self._copy_files(snap, [FileRead(location(snap), path) for path in paths],
+                                  schema.arrow(with_meta=True), props, f"{snap.source}.{schema.table}", "evolving",
+                                  f"databus snapshot of {snap.source}.{schema.table}", "delta", progress)
+        return report.total("rows")
+
+    def _copy_files(self, folder: DeltaFolder, reads: Sequence[Any], schema: pa.Schema, props: Any, what: str,
+                    doing: str, description: str, crash: str, progress: Progress) -> TaskReport:
+        """Tasks read ``reads`` (``spark.deltafiles.FileRead``) in ``schema`` and write them into ``folder``,
+        whose rows the files then replace in one commit (fault tests stop at ``<crash>_commit(ted)``)."""
+        from dagster_databus.spark.tables import FilesSink
+
         spark = self.spark()
         prefix = run_prefix()
-        sink = FilesSink(location(snap), target, self.config.merge.file_rows, prefix, 0)
+        sink = FilesSink(location(folder), schema, self.config.merge.file_rows, prefix, 0)
         committed = False
         report = None
         try:
-            with task_errors(), job_progress(spark, progress, f"{schema.table}: evolving"):
+            with task_errors(), job_progress(spark, progress, f"{what}: {doing}"):
                 report = TaskReport.of(spark.read.format("databus_delta_files").option("files", pack(reads))
-                                       .option("schema", pack(target)).option("sink", pack(sink)).load().toArrow())
-            props = CommitProperties(app_transactions=[Transaction(app_id=snap.evolved_app_id, version=scn.value)],
-                                     custom_metadata={OPERATION_KEY: "evolve", "engine": self.name,
-                                                      "databus.schema_change_scn": str(scn)})
-            crash_point("delta_commit")
-            with disk_errors(f"evolving {snap.source}.{schema.table} in Delta", snap.path):
-                commit_files(snap, target, report.added, props, f"databus snapshot of {snap.source}.{schema.table}")
+                                       .option("schema", pack(schema)).option("sink", pack(sink)).load().toArrow())
+            folder.prepare()
+            crash_point(f"{crash}_commit")
+            with disk_errors(f"{doing} {what} in Delta", folder.path):
+                commit_files(folder, schema, report.added, props, description)
             committed = True
+            crash_point(f"{crash}_committed")
         finally:
-            remove_uncommitted(snap, prefix, report.added if committed and report is not None else ())
-        return report.total("rows")
+            remove_uncommitted(folder, prefix, report.added if committed and report is not None else ())
+        return report
 
     def merge(self, snap: DeltaSnapshot, log: ChangeLog, schema: TableSchema, since: Scn, until: Scn,
               progress: Progress) -> Merged | None:
@@ -217,7 +227,6 @@ class SparkEngine:
 
         from dagster_databus.snapshot.logical import LAYOUT_KEY, PART_COLUMN
         from dagster_databus.spark.deltafiles import FileRead
-        from dagster_databus.spark.tables import FilesSink
 
         reads, txns, rows = [], [], {}
         for part in parts:
@@ -237,24 +246,10 @@ class SparkEngine:
             keys = pa.schema([schema.field(n) for n in [*layout.key, PART_COLUMN]])
             self._refuse_collisions(spark.read.format("databus_delta_files").option("files", pack(reads))
                                     .option("schema", pack(keys)).load(), layout, target)
-        prefix = run_prefix()
-        sink = FilesSink(location(target), schema, self.config.merge.file_rows, prefix, 0)
-        committed = False
-        report = None
-        try:
-            with task_errors(), job_progress(spark, progress, f"logical {target.name}: loading"):
-                report = TaskReport.of(spark.read.format("databus_delta_files").option("files", pack(reads))
-                                       .option("schema", pack(schema)).option("sink", pack(sink)).load().toArrow())
-            props = CommitProperties(app_transactions=txns, custom_metadata={
-                LAYOUT_KEY: layout.document(), OPERATION_KEY: "load", "engine": self.name})
-            target.prepare()
-            crash_point("logical_commit")
-            with disk_errors(f"loading logical table {target.name} into Delta", target.path):
-                commit_files(target, schema, report.added, props, f"databus logical table {target.name}")
-            committed = True
-            crash_point("logical_committed")
-        finally:
-            remove_uncommitted(target, prefix, report.added if committed and report is not None else ())
+        props = CommitProperties(app_transactions=txns, custom_metadata={
+            LAYOUT_KEY: layout.document(), OPERATION_KEY: "load", "engine": self.name})
+        self._copy_files(target, reads, schema, props, f"logical {target.name}", "loading",
+                         f"databus logical table {target.name}", "logical", progress)
         return rows
 
     def merge_logical(self, target: LogicalSnapshot, layout: LogicalLayout,
