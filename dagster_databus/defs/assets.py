@@ -219,6 +219,7 @@ def _snapshot_metadata(r: TableSyncResult) -> dict[str, object]:
         "bootstrapped_at_scn": dg.MetadataValue.text(str(r.bootstrapped_at) if r.bootstrapped_at else "-"),
         "bootstrap_rows": r.bootstrap_rows,
         **({"schema_evolved": r.evolved} if r.evolved else {}),
+        **{f"bootstrap_{name}": value for name, value in r.bootstrap_ranges.items()},
         "dagster/row_count": r.snapshot_rows,
         **({"delta_version": r.delta_version} if r.delta_version is not None else {}),
         "engine": r.engine, "duration_s": round(r.duration_s, 3),

@@ -58,6 +58,7 @@ class TableSyncResult:
     # Data files (spark engine): how many the table had, read, rewrote, added; bytes and rows rewritten.
     files: dict[str, int] = field(default_factory=dict)
     evolved: str | None = None  # the schema change applied in place this run, described
+    bootstrap_ranges: dict[str, int] = field(default_factory=dict)  # Bootstrapped.ranges
 
     @property
     def lag_scn(self) -> int:
@@ -100,7 +101,7 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
     lock = snap.lock(f"snapshot {source_cfg.name}.{table}", "wait for the other merge of this table to finish")
     with lock:
         log.require_intact()
-        bootstrapped_at, bootstrap_rows = None, 0
+        bootstrapped_at, bootstrap_rows, ranges = None, 0, {}
         if mode == "rebuild":
             bootstrapped_at = rebuild_from_bootstrap(snap, log, progress)
             bootstrap_rows = snap.row_count()
@@ -120,7 +121,7 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
                 done = engine.bootstrap(snap, source, table, progress)
             log.schemas.register(done.schema)
             applied = bootstrapped_at = done.scn
-            bootstrap_rows = done.rows
+            bootstrap_rows, ranges = done.rows, done.ranges
         latest = log.schemas.latest(table)
         until = log.committed_scn()
         events, windows, by_op, counts, files = 0, 0, {}, MergeCounts(), {}
@@ -139,7 +140,7 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
             snapshot_rows=snap.row_count(), log_scn=until, delta_version=snap.version(),
             duration_s=time.monotonic() - started,
             applied_commit_ms=applied_commit_ms(snap, log, to_scn), log_commit_ms=log.commit_ms_through(until),
-            files=files, evolved=evolved,
+            files=files, evolved=evolved, bootstrap_ranges=ranges,
         )
 
 

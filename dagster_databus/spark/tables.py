@@ -31,6 +31,7 @@ class FilesSink:
     file_rows: int
     prefix: str
     read_at_ms: int
+    progress: Any = None  # snapshot.resume.ProgressSpec: where each range records that it started and finished
 
 
 def _spark_type(kind: str) -> str:
@@ -44,6 +45,9 @@ class _RangesReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[InputPartition]:
+        # ``only``: the ranges still to read (a resumed bootstrap), by their index in the whole plan.
+        if "only" in self.options:
+            return [InputPartition(i) for i in unpack(self.options["only"])]
         return [InputPartition(i) for i in range(len(unpack(self.options["read"]).ranges))]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -105,10 +109,15 @@ class _FilesReader(_RangesReader):
 
         sink: FilesSink = unpack(self.options["sink"])
         started = time.monotonic()
+        if sink.progress is not None:
+            sink.progress.started(index)
         snapshot = read_range(read, index)
         writer = FileWriter(sink.location, sink.schema, sink.file_rows, f"{sink.prefix}-r{index:05d}")
         files = writer.write(with_meta(b, snapshot.scn, "r", sink.read_at_ms) for b in snapshot.batches)
         task_fault("bootstrap_files_written")
-        yield actions_batch(files, facts=[{"range": index, "scn": snapshot.scn.value,
-                                           "rows": sum(f.rows for f in files),
-                                           "seconds": round(time.monotonic() - started, 3)}])
+        actions = actions_batch(files, facts=[{"range": index, "scn": snapshot.scn.value,
+                                               "rows": sum(f.rows for f in files),
+                                               "seconds": round(time.monotonic() - started, 3)}])
+        if sink.progress is not None:
+            sink.progress.done(index, actions)
+        yield actions

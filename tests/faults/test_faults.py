@@ -8,6 +8,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,7 @@ from dagster_databus.errors import ChangeLogCorruptError, ConfigError, DiskFullE
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import engine_for, sync_source
+from dagster_databus.snapshot.resume import BootstrapProgress
 from dagster_databus.storage.lake import Lake
 from tests.faults.loadgen import DDL, TABLE, LoadGenerator, check
 from tests.harness import MysqlHarness, SourceHarness, SqliteHarness, config_document, make_config
@@ -249,3 +251,51 @@ def test_a_database_that_disappears_mid_run_is_a_clear_error_and_writes_nothing(
         pipeline.capture(config, "faults")
     assert err.value.field == field and "Fix:" in str(err.value)
     assert log.manifest() == manifest and log.checkpoint() == checkpoint
+
+
+def test_a_bootstrap_killed_mid_table_resumes_and_reads_each_range_at_most_twice(kind: str, lake: Path | Lake,
+                                                                                 tmp_path: Path, request,
+                                                                                 spark) -> None:
+    harness = harness_for(kind, tmp_path, request)
+    harness.execute([DDL])
+    small = {"bootstrap_chunk_rows": 40} if kind == "mysql" else {}  # SQLite ranges follow merge.file_rows
+    source = harness.source_config("faults", [(TABLE, ["k"])], **small)
+    config = make_config(lake, source, merge={"file_rows": 40})
+    config_file = tmp_path / "databus.json"
+    config_file.write_text(json.dumps({**config_document(config, [source]), "merge": {"file_rows": 40}}))
+    pipeline.install(config, "faults")
+    generator = LoadGenerator(harness, keys=6000, seed=4)
+    generator.run(300, per_txn=10)
+    pipeline.capture(config, "faults")
+
+    store = BootstrapProgress(config.lake, "faults", TABLE)
+    run = subprocess.Popen([sys.executable, "jobs/merge_snapshots.py", "--config", str(config_file), "--source",
+                            "faults"], cwd=REPO, start_new_session=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    want = random.Random(kind).randrange(3, 12)  # killed after a random number of finished ranges
+    deadline = time.monotonic() + 240
+    while run.poll() is None and time.monotonic() < deadline:
+        plan = store.plan()
+        if plan is not None and want <= len(store.done()) < len(plan.ranges):
+            break
+        time.sleep(0.02)
+    os.killpg(run.pid, signal.SIGKILL)
+    output = run.communicate()[0]
+    assert run.returncode == -9, output
+    plan, first = store.plan(), store.done()
+    assert plan is not None and want <= len(first) < len(plan.ranges), output
+    assert DeltaSnapshot(config.lake, "faults", TABLE).applied_scn() is None  # nothing was committed
+
+    generator.run(30, per_txn=10)  # the table changes between the two runs
+    pipeline.capture(config, "faults")
+    [result] = sync_source(spark, config, "faults")
+    assert result.bootstrap_ranges["ranges"] == len(plan.ranges)
+    assert result.bootstrap_ranges["resumed"] >= len(first)
+    assert result.bootstrap_ranges["most_reads"] <= 2
+    assert store.plan() is None and not config.lake.objects.list(store.key)  # progress cleared once committed
+    assert_clean(config, generator)
+    snap = DeltaSnapshot(config.lake, "faults", TABLE)
+    prefix = f"{snap.key}/{plan.prefix}"
+    named = set(snap.delta(version=0).get_add_actions(flatten=True)["path"].to_pylist())  # the bootstrap's commit
+    stray = [o.key for o in config.lake.objects.list(prefix) if o.key.rpartition("/")[2] not in named]
+    assert not stray, "the killed run's partial files are deleted once the bootstrap commits"

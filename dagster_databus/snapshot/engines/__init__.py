@@ -40,6 +40,9 @@ class Bootstrapped:
     schema: TableSchema  # the columns the table was read with
     rows: int
     files: int = 0  # data files written (0: the engine does not count them)
+    # Key ranges (chunks): how many, how many an earlier killed run had finished, and the most times any one
+    # was read (a resumed bootstrap: at most 2). Empty for an engine that reads the table in one go.
+    ranges: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,34 +62,67 @@ class SparkEngine:
         self.tables_at_once = config.merge.parallel_tables
 
     def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
+        from dataclasses import replace
+
+        from dagster_databus.log.store import ChangeLog
+        from dagster_databus.snapshot.resume import BootstrapProgress
         from dagster_databus.spark.tables import FilesSink
 
         rows_per_range = getattr(source.config, "bootstrap_chunk_rows", self.config.merge.file_rows)
         read = source.ranges(table, rows_per_range)
-        progress(f"{table}: bootstrapping in {len(read.ranges)} Spark task(s), one per key range"
-                 + (f", all as of SCN {read.scn}" if read.scn is not None else ""))
+        store = BootstrapProgress(self.config.lake, snap.source, table)
+        plan, done = store.plan(), {}
+        if plan is not None and plan.fingerprint == read.schema.fingerprint() and not _committed(snap, plan.prefix):
+            done = store.done()
+            log_start = ChangeLog(self.config.lake, snap.source).manifest().start_scn
+            if any(int(f["scn"]) < log_start.value for r in done.values() for f in r.facts):
+                plan, done = None, {}  # the change log no longer reaches back to those reads: start over
+        else:
+            plan = None
+        if plan is None:
+            plan = store.start(read.ranges, read.schema.fingerprint())
+        else:
+            read = replace(read, ranges=plan.ranges)
+        remaining = [i for i in range(len(read.ranges)) if i not in done]
+        progress(f"{table}: bootstrapping in {len(read.ranges)} key range(s), one Spark task each"
+                 + (f", all as of SCN {read.scn}" if read.scn is not None else "")
+                 + (f"; resuming: {len(done)} already read" if done else ""))
         spark = self.spark()
-        prefix = run_prefix()
-        sink = FilesSink(location(snap), read.schema.arrow(with_meta=True), self.config.merge.file_rows, prefix,
-                         int(time.time() * 1000))
+        sink = FilesSink(location(snap), read.schema.arrow(with_meta=True), self.config.merge.file_rows, plan.prefix,
+                         int(time.time() * 1000), store.spec)
         committed = False
         report = None
         try:
-            with task_errors(), job_progress(spark, progress, f"{table}: bootstrapping"):
-                actions = (spark.read.format("databus_table_files").option("read", pack(read))
-                           .option("sink", pack(sink)).load().toArrow())
-            report = TaskReport.of(actions)
-            scn = read.scn if read.scn is not None else Scn(min(int(f["scn"]) for f in report.facts))
+            if remaining:
+                with task_errors(), job_progress(spark, progress, f"{table}: bootstrapping"):
+                    (spark.read.format("databus_table_files").option("read", pack(read)).option("sink", pack(sink))
+                     .option("only", pack(remaining)).load().toArrow())
+            # The ranges' own records are the bootstrap's account, this run's and any earlier one's alike.
+            done = store.done()
+            missing = [i for i in range(len(read.ranges)) if i not in done]
+            if missing:
+                raise RuntimeError(f"bootstrap of {snap.source}.{table}: key range(s) {missing} finished without "
+                                   "recording their files")
+            report = TaskReport(tuple(f for i in sorted(done) for f in done[i].added), (),
+                                tuple(f for i in sorted(done) for f in done[i].facts))
+            scn = Scn(min(int(f["scn"]) for f in report.facts))
             crash_point("delta_commit")
             with disk_errors(f"bootstrapping {snap.source}.{table} into Delta", snap.path):
                 commit_bootstrap(snap, sink.schema, report.added, scn, self.name)
             committed = True
             crash_point("delta_committed")
+            starts = store.starts()
+            store.clear()
         finally:
-            remove_uncommitted(snap, prefix, report.added if committed and report is not None else ())
+            # A failed run keeps the files its finished ranges recorded: the next run resumes with them.
+            keep = report.added if committed and report is not None else [
+                f for r in store.done().values() for f in r.added]
+            remove_uncommitted(snap, plan.prefix, keep)
         rows = report.total("rows")
         progress(f"{table}: bootstrapped {rows:,} rows in {len(report.added)} file(s) at SCN {scn}")
-        return Bootstrapped(scn, read.schema, rows, len(report.added))
+        ranges = {"ranges": len(read.ranges), "resumed": len(read.ranges) - len(remaining),
+                  "most_reads": max(starts.values(), default=0)}
+        return Bootstrapped(scn, read.schema, rows, len(report.added), ranges)
 
     def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
         """One task per data file reads it in the new columns and writes it back; one overwrite commit."""
@@ -339,6 +372,15 @@ class Rewritten:
     read: dict[str, dict[str, int]]  # events read, by part ("" when the rows have no part) and operation
     counts: MergeCounts
     files: dict[str, int]
+
+
+def _committed(snap: DeltaSnapshot, prefix: str) -> bool:
+    """Whether the table names files of this prefix: a bootstrap that committed but was stopped before it
+    cleared its progress (merges may since have replaced those files; its records are stale)."""
+    table = snap.existing()
+    if table is None:
+        return False
+    return any(p.startswith(prefix) for p in pa.table(table.get_add_actions(flatten=True))["path"].to_pylist())
 
 
 def with_columns(folder: DeltaFolder, table: DeltaTable, target: pa.Schema, progress: Progress,
