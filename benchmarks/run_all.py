@@ -16,6 +16,7 @@ from benchmarks import (
     bench_manifest,
     bench_merge,
     bench_mysql,
+    bench_online,
     bench_pruning,
     bench_reconcile,
     bench_scaleout,
@@ -35,6 +36,7 @@ if __name__ == "__main__":
     bench_scaleout.main()
     bench_pruning.main()
     bench_bootstrap.main()
+    bench_online.main()
     bench_e2e.main()
     bench_dagster.main()
     bench_connect.main()
