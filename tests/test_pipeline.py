@@ -21,9 +21,10 @@ SHOP_TABLES = [{"name": "customers", "primary_key": ["id"]}, {"name": "orders", 
                {"name": "order_items", "primary_key": ["order_id", "line_no"]}]
 
 
-def shop_config(tmp_path: Path, tables=SHOP_TABLES, chunk_rows: int = 7):
+def shop_config(tmp_path: Path, tables=SHOP_TABLES, chunk_rows: int = 7, schema_changes: str = "evolve"):
     return make_config(tmp_path / "lake", {"name": "shop", "kind": "sqlite", "path": str(tmp_path / "shop.db"),
-                                           "poll": {"chunk_rows": chunk_rows}, "tables": tables})
+                                           "poll": {"chunk_rows": chunk_rows}, "tables": tables,
+                                           "schema_changes": schema_changes})
 
 
 def test_random_workload_over_several_rounds_ends_equal_to_the_source(tmp_path: Path, spark) -> None:
@@ -80,10 +81,10 @@ def test_bootstrap_of_a_table_added_later_is_consistent(tmp_path: Path, spark) -
     assert boot.applied_scn() == ChangeLog(full.lake, "shop").committed_scn()
 
 
-def synced_shop(tmp_path: Path, spark) -> tuple[DatabusConfig, ShopWorkload]:
+def synced_shop(tmp_path: Path, spark, schema_changes: str = "evolve") -> tuple[DatabusConfig, ShopWorkload]:
     """A shop database with some history, captured and merged once."""
     create_shop(tmp_path / "shop.db")
-    config = shop_config(tmp_path)
+    config = shop_config(tmp_path, schema_changes=schema_changes)
     workload = ShopWorkload(tmp_path / "shop.db", seed=8)
     workload.run(20)
     cycle(config, spark)
@@ -109,7 +110,7 @@ def test_a_column_added_mid_stream_reaches_the_snapshot(tmp_path: Path, spark) -
 
 
 def test_writes_between_a_schema_change_and_reinstall_stop_capture_until_bootstrap(tmp_path: Path, spark) -> None:
-    config, workload = synced_shop(tmp_path, spark)
+    config, workload = synced_shop(tmp_path, spark, schema_changes="stop")
     with sqlite3.connect(tmp_path / "shop.db") as conn:
         conn.execute("ALTER TABLE customers ADD COLUMN tier TEXT")
         conn.execute("UPDATE customers SET tier = 'gold' WHERE id % 2 = 0")  # old triggers: images lack tier
@@ -129,17 +130,47 @@ def test_writes_between_a_schema_change_and_reinstall_stop_capture_until_bootstr
     assert_snapshots_match(config)
 
 
-def test_a_column_added_with_a_default_stops_capture_until_bootstrap(tmp_path: Path, spark) -> None:
-    config, workload = synced_shop(tmp_path, spark)
+def test_writes_between_a_column_added_and_reinstall_are_repaired_and_the_snapshot_evolves(tmp_path: Path,
+                                                                                          spark) -> None:
+    config, workload = synced_shop(tmp_path, spark)  # schema_changes: evolve
+    workload.run(10)
+    with sqlite3.connect(tmp_path / "shop.db") as conn:
+        conn.execute("ALTER TABLE customers ADD COLUMN tier TEXT")
+        conn.execute("UPDATE customers SET tier = 'gold' WHERE id % 2 = 0")  # old triggers: images lack tier
+        conn.execute("UPDATE customers SET name = name || '!' WHERE id % 3 = 0")
+        conn.execute("DELETE FROM customers WHERE id = (SELECT max(id) FROM customers) "
+                     "AND id NOT IN (SELECT customer_id FROM orders)")
+    results = {r.table: r for r in cycle(config, spark)}  # install writes the repairs, capture, merge
+    [ddl] = ChangeLog(config.lake, "shop").ddl.records()
+    assert ddl.table == "customers" and ddl.statement == "ALTER TABLE customers ADD COLUMN tier TEXT"
+    assert results["customers"].bootstrapped_at is None and results["customers"].evolved == "added tier"
+    assert_snapshots_match(config)  # every row holds its tier though the changes that set it lacked it
+    with sqlite3.connect(tmp_path / "shop.db") as conn:
+        conn.execute("UPDATE customers SET tier = 'silver' WHERE id % 5 = 0")
+    workload.run(10)
+    assert all(r.evolved is None and r.bootstrapped_at is None for r in cycle(config, spark))
+    assert_snapshots_match(config)
+
+
+@pytest.mark.parametrize("policy", ["evolve", "stop"])
+def test_a_column_added_with_a_default_is_read_again_or_stops_as_the_policy_says(tmp_path: Path, spark,
+                                                                                  policy: str) -> None:
+    config, workload = synced_shop(tmp_path, spark, schema_changes=policy)
     with sqlite3.connect(tmp_path / "shop.db") as conn:
         conn.execute("ALTER TABLE orders ADD COLUMN channel TEXT DEFAULT 'web'")
     pipeline.install(config, "shop")
     workload.run(5)
-    before = ChangeLog(config.lake, "shop").manifest()
-    with pytest.raises(SchemaDriftError, match=r"(?s)channel DEFAULT 'web'.*databus bootstrap --source shop"):
-        pipeline.capture(config, "shop")
-    assert ChangeLog(config.lake, "shop").manifest() == before
-    pipeline.bootstrap(config, "shop")
-    workload.run(5)
-    cycle(config, spark)
+    pipeline.capture(config, "shop")
+    [ddl] = ChangeLog(config.lake, "shop").ddl.records()
+    assert ddl.statement == "ALTER TABLE orders ADD COLUMN channel TEXT DEFAULT 'web'"
+    if policy == "stop":
+        before = DeltaSnapshot(config.lake, "shop", "orders").applied_scn()
+        with pytest.raises(SchemaDriftError, match=r"(?s)'orders'.*DEFAULT 'web'.*policy is stop"):
+            sync_source(spark, config, "shop")
+        assert DeltaSnapshot(config.lake, "shop", "orders").applied_scn() == before
+        return
+    # Every existing row now holds 'web' without a change event: only a read of the table can follow.
+    results = {r.table: r for r in sync_source(spark, config, "shop")}
+    assert results["orders"].bootstrapped_at is not None and results["customers"].bootstrapped_at is None
+    assert set(DeltaSnapshot(config.lake, "shop", "orders").read()["channel"].to_pylist()) == {"web"}
     assert_snapshots_match(config)

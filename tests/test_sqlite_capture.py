@@ -249,10 +249,16 @@ def test_a_version_2_txlog_pruned_empty_keeps_its_highest_scn_as_the_floor(tmp_p
     assert [(e.event.scn, e.event.key) for e in ChangeLog(config.lake, "shop").read()] == [(Scn(8), (1,))]
 
 
-def test_changes_version_2_flagged_stale_stop_capture_after_the_upgrade(tmp_path: Path) -> None:
+def test_changes_version_2_flagged_stale_follow_the_schema_changes_policy_after_the_upgrade(tmp_path: Path) -> None:
     source, config = installed_v2(tmp_path)
     source.execute(["ALTER TABLE items ADD COLUMN colour TEXT",
                     ("INSERT INTO items VALUES (?, 'a', 1, 1, 'red')", (1,))])  # version 2 flags it stale
-    pipeline.install(config, "shop")
+    stop = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])], schema_changes="stop"))
+    pipeline.install(stop, "shop")
     with pytest.raises(SchemaDriftError, match=r"(?s)'items'.*SCN 1\b.*databus bootstrap --source shop"):
-        pipeline.capture(config, "shop")
+        pipeline.capture(stop, "shop")
+    # Under evolve (the default) capture goes on and records the change, which the merge cannot evolve
+    # in place: nothing can repair those changes now, so the table is read again.
+    pipeline.capture(config, "shop")
+    [ddl] = ChangeLog(config.lake, "shop").ddl.records()
+    assert ddl.table == "items" and "not repaired" in ddl.statement

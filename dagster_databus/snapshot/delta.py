@@ -152,8 +152,10 @@ class DeltaSnapshot(DeltaFolder):
         """Schema changes at or below this SCN are in the snapshot: it was read from the source after them,
         or evolved in place to them."""
         table = self._table()
-        if table is None:
-            return Scn.BEGINNING
+        return self.absorbed_in(table) if table is not None else Scn.BEGINNING
+
+    def absorbed_in(self, table: DeltaTable) -> Scn:
+        """``absorbed_ddl_scn`` of one version of the table."""
         found = [v for v in (table.transaction_version(self.bootstrap_app_id),
                              table.transaction_version(self.evolved_app_id)) if v is not None]
         return Scn(max(found)) if found else Scn.BEGINNING
@@ -168,18 +170,18 @@ class DeltaSnapshot(DeltaFolder):
                      if (h.get("operationParameters") or {}).get("mode") == "Overwrite"
                      or h.get("operation") == "RESTORE"), None)
 
-    def read_pinned(self, with_meta: bool = False) -> tuple[pa.Table, Scn, Scn | None]:
-        """(rows, applied SCN, bootstrap SCN) from one version of the table, so a merge committing
-        meanwhile cannot pair rows of one version with the SCN of another."""
+    def read_pinned(self, with_meta: bool = False) -> tuple[pa.Table, Scn, Scn]:
+        """(rows, applied SCN, the last schema change it absorbed: ``absorbed_in``) from one version of the
+        table, so a merge committing meanwhile cannot pair rows of one version with the SCN of another."""
         table = self._table()
         applied = table.transaction_version(self.app_id) if table is not None else None
         if table is None or applied is None:
             raise FileNotFoundError(self.uri)
-        boot = table.transaction_version(self.bootstrap_app_id)
+        absorbed = self.absorbed_in(table)
         data = table.to_pyarrow_table()
         if not with_meta:
             data = data.select([n for n in data.column_names if not n.startswith("__")])
-        return data, Scn(applied), Scn(boot) if boot is not None else None
+        return data, Scn(applied), absorbed
 
     def pinned_dataset(self) -> tuple[Scn, ds.Dataset] | None:
         """(applied SCN, the rows of that one version as a dataset to scan a batch at a time); None before

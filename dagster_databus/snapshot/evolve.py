@@ -21,8 +21,10 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.log.ddl import DdlRecord
 
 # Statements that change rows or names without row events: never evolved in place, whatever the columns say
-# (a column dropped and added again under its name has lost its values).
-_NOT_IN_PLACE = re.compile(r"\b(DROP|RENAME|CHANGE|TRUNCATE)\b", re.IGNORECASE)
+# (a column dropped and added again under its name has lost its values). SQLite's install reports missing
+# triggers and changes it could not repair in its own words.
+_NOT_IN_PLACE = re.compile(r"\b(DROP|RENAME|CHANGE|TRUNCATE)\b|triggers .* were missing|not repaired",
+                           re.IGNORECASE)
 # A column added with anything that fills existing rows: a default (other than NULL), NOT NULL (MySQL fills the
 # type's implicit default), a generated or auto-increment value. Capture may not know the column's default
 # (a binlog's table map has none), so the statement itself is read.

@@ -308,10 +308,12 @@ def _load_reason(target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence
         applied = target.applied_scn(part.label)
         if applied is None:
             return f"part {part.label} has not been loaded yet"
-        boot = part.snap.bootstrap_scn() or Scn.BEGINNING
-        if target.loaded_from(part.label) != boot:
-            # A re-read (DDL, TRUNCATE, `databus bootstrap`) changed rows without row events.
-            return f"the snapshot of {part.config.source}.{part.config.table} was bootstrapped again (SCN {boot})"
+        absorbed = part.snap.absorbed_ddl_scn()
+        if target.loaded_from(part.label) != absorbed:
+            # A re-read (DDL, TRUNCATE, `databus bootstrap`) changed rows without row events, or the snapshot
+            # evolved in place to a new schema: either way the part is loaded again from it.
+            return (f"the snapshot of {part.config.source}.{part.config.table} was bootstrapped again or evolved "
+                    f"(SCN {absorbed})")
         start = part.log.manifest().start_scn
         if start > applied:
             return (f"the change log of source {part.config.source!r} now starts after SCN {start}, past part "
@@ -331,11 +333,11 @@ def load_in_process(target: LogicalSnapshot, layout: LogicalLayout, parts: Seque
     (the local engine)."""
     pieces, txns, rows = [], [], {}
     for part in parts:
-        data, applied, boot = part.snap.read_pinned(with_meta=True)
+        data, applied, absorbed = part.snap.read_pinned(with_meta=True)
         pieces.append(_conform_snapshot(data, layout, part.label))
         rows[part.label] = data.num_rows
         txns += [Transaction(app_id=target.app_id(part.label), version=applied.value),
-                 Transaction(app_id=target.loaded_from_app_id(part.label), version=(boot or Scn.BEGINNING).value)]
+                 Transaction(app_id=target.loaded_from_app_id(part.label), version=absorbed.value)]
     data = pa.concat_tables(pieces)
     if not layout.shard_from_label:
         _refuse_nulls(layout, data)

@@ -17,11 +17,14 @@ import sqlite3
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dagster_databus.config import SqliteSourceConfig
 from dagster_databus.core.batch import ChangeBatch
@@ -65,7 +68,9 @@ _TEXT_AFFINITY = ("CHAR", "CLOB", "TEXT")
 
 class SqliteSource:
     kind = "sqlite"
-    sees_ddl = False  # triggers see rows only; schema changes are checked by shape
+    # Triggers see rows only, but install compares each table's columns with its triggers' and puts a
+    # marker in the stream where they changed; the poll reports it as a DDL record.
+    sees_ddl = True
 
     def __init__(self, config: SqliteSourceConfig) -> None:
         self.config = config
@@ -157,21 +162,8 @@ class SqliteSource:
 
     def _render_triggers(self, schema: TableSchema, rowid_key: str | None) -> str:
         """The table's triggers; ``rowid_key`` names its INTEGER PRIMARY KEY rowid alias, if it has one."""
-        def value(alias: str, column: Column) -> str:
-            ref = f"{alias}.{quote_sqlite(column.name)}"
-            if column.name == rowid_key:  # always an integer: SQLite refuses anything else
-                return ref
-            blob = f"WHEN 'blob' THEN json_object('$b', hex({ref}))"
-            declared = column.source_type.upper()
-            # TEXT affinity stores no REAL; INTEGER affinity stores one only if it is not a whole number
-            # (or beyond 64 bits), which a long column refuses whatever its digits.
-            if "INT" in declared or any(a in declared for a in _TEXT_AFFINITY):
-                return f"CASE typeof({ref}) {blob} ELSE {ref} END"
-            real = f"WHEN 'real' THEN json_object('$r', printf('%!.20e', {ref}))"
-            return f"CASE typeof({ref}) {blob} {real} ELSE {ref} END"
-
         def row(alias: str) -> str:
-            return ", ".join(f"{quote_literal(c.name)}, {value(alias, c)}" for c in schema.columns)
+            return ", ".join(f"{quote_literal(c.name)}, {_image_value(alias, c, rowid_key)}" for c in schema.columns)
 
         unchanged = " AND ".join(f"OLD.{quote_sqlite(k)} IS NEW.{quote_sqlite(k)}" for k in schema.primary_key)
         names = {k: quote_sqlite(v) for k, v in self._trigger_names(schema.table).items()}
@@ -207,7 +199,7 @@ class SqliteSource:
                 if migrate:
                     for statement in _split(sqlfiles.load("sqlite", "migrate_v2_rows.sql")):
                         conn.execute(statement)
-                self._note_drift(conn, schemas, existing_sql, mark_lost=True)
+                changes = {c.table: c for c in self._note_changes(conn, schemas, existing_sql)}
                 for table, schema in schemas.items():
                     script, wanted = self._wanted_triggers(conn, schema)
                     if wanted != {existing_sql.get(name) for name in self._trigger_names(table).values()}:
@@ -218,6 +210,10 @@ class SqliteSource:
                         unchanged.append(table)
                     conn.execute(sqlfiles.load("sqlite", "set_shape.sql"),
                                  {"tbl": table, "columns": json.dumps(_shape(conn, table))})
+                    change = changes.get(table)
+                    if (change is not None and change.reason == "columns" and change.through > change.after
+                            and self.config.schema_policy(table) != "stop" and not self._repair(conn, schema, change)):
+                        self._note_unrepaired(conn, change)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -226,30 +222,63 @@ class SqliteSource:
         return InstallReport(epoch=epoch, version=CAPTURE_VERSION, changed=tuple(changed),
                              unchanged=tuple(unchanged))
 
-    def _note_drift(self, conn: sqlite3.Connection, schemas: Mapping[str, TableSchema],
-                    triggers: Mapping[str, str], mark_lost: bool) -> None:
-        """Holding the write lock: record a drift range for each captured table whose columns differ from
-        those its triggers were rendered for, over the changes since the last check, and move the check
-        to the newest SCN. With ``mark_lost`` (install), a table whose triggers are missing gets a marker
-        row that places the changes that may be lost, and a range over it."""
+    def _note_changes(self, conn: sqlite3.Connection, schemas: Mapping[str, TableSchema],
+                      triggers: Mapping[str, str]) -> list[_Change]:
+        """Holding the write lock (install, before it renders triggers): for each captured table whose columns
+        differ from those its triggers were rendered for, or whose triggers are missing, a marker row placing
+        the change in the stream and a drift range over the changes since the last check, which old
+        triggers may have written wrong (or, triggers missing, not at all). The check moves to the newest SCN."""
         checked = int(self._settings(conn).get("checked_scn", "0"))
-        shapes = dict(conn.execute("SELECT tbl, columns FROM _databus_shapes").fetchall())
+        shapes = {t: json.loads(c) for t, c in conn.execute("SELECT tbl, columns FROM _databus_shapes").fetchall()}
         hwm = conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0]
+        changes = []
         for table in schemas:
             if table not in shapes:
                 continue  # never captured here: nothing to compare with
             now = _shape(conn, table)
             lost = any(name not in triggers for name in self._trigger_names(table).values())
-            through, reason = hwm, None
-            if lost and mark_lost:
-                through = conn.execute(sqlfiles.load("sqlite", "mark_lost.sql"), {"tbl": table}).fetchone()[0]
-                reason = "triggers"
-            elif json.loads(shapes[table]) != now:
-                reason = "columns"
-            if reason is not None and through > checked:
-                conn.execute(sqlfiles.load("sqlite", "record_drift.sql"), {
-                    "tbl": table, "after_scn": checked, "through_scn": through, "columns": json.dumps(now),
-                    "reason": reason})
+            if not lost and _names_and_types(shapes[table]) == _names_and_types(now):
+                continue
+            reason = "triggers" if lost else "columns"
+            statement = (f"capture triggers of {table} were missing: changes made meanwhile were never captured"
+                         if lost else _describe_change(table, shapes[table], now))
+            marker = conn.execute(sqlfiles.load("sqlite", "mark_change.sql"), {
+                "tbl": table, "change": json.dumps({"statement": statement, "reason": reason})}).fetchone()[0]
+            conn.execute(sqlfiles.load("sqlite", "record_drift.sql"), {
+                "tbl": table, "after_scn": checked, "through_scn": marker, "columns": json.dumps(now),
+                "reason": reason})
+            changes.append(_Change(table, checked, hwm, reason, shapes[table]))
+        conn.execute(sqlfiles.load("sqlite", "set_checked.sql"), {"scn": hwm})
+        return changes
+
+    def _repair(self, conn: sqlite3.Connection, schema: TableSchema, change: _Change) -> bool:
+        """After new triggers: each key the changes in the drift range touched, written again as the table
+        holds it now (``repair_rows.sql``). False when the key cannot be matched in the old images (a key
+        column renamed, or one whose images tag its values): the table must then be read again."""
+        old_names = {c[0] for c in change.before}
+        if any(k not in old_names or _tagged_affinity(schema.column(k).source_type) for k in schema.primary_key):
+            return False
+        rowid = _rowid_alias(conn, schema.table)
+        image = ", ".join(f"{quote_literal(c.name)}, {_image_value('cur', c, rowid)}" for c in schema.columns)
+        script = sqlfiles.render(
+            "sqlite", "repair_rows.sql", table=quote_sqlite(schema.table), table_literal=quote_literal(schema.table),
+            image=image, now_ms=NOW_MS, key=", ".join(f"cur.{quote_sqlite(k)}" for k in schema.primary_key),
+            extracted=", ".join(f"json_extract(row, '$.{k}')" for k in schema.primary_key),
+            extracted_t=", ".join(f"json_extract(t.row, '$.{k}')" for k in schema.primary_key))
+        for statement in _split(script):
+            conn.execute(statement, {"after_scn": change.after, "through_scn": change.through})
+        return True
+
+    def _require_current(self, conn: sqlite3.Connection, schemas: Mapping[str, TableSchema]) -> None:
+        """Holding the poll's write lock: every captured table still has the triggers and columns install
+        rendered them for (install checked just before; this closes the gap), so the check moves up."""
+        shapes = {t: json.loads(c) for t, c in conn.execute("SELECT tbl, columns FROM _databus_shapes").fetchall()}
+        triggers = self._trigger_sql(conn)
+        for table in schemas:
+            lost = any(name not in triggers for name in self._trigger_names(table).values())
+            if lost or table not in shapes or _names_and_types(shapes[table]) != _names_and_types(_shape(conn, table)):
+                raise self._install_error([f"table {table}: its columns or triggers changed while capture started"])
+        hwm = conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0]
         conn.execute(sqlfiles.load("sqlite", "set_checked.sql"), {"scn": hwm})
 
     def uninstall(self) -> None:
@@ -297,12 +326,19 @@ class SqliteSource:
     def require_installed(self) -> None:
         problems = self.verify()
         if problems:
-            raise CaptureNotInstalledError(
-                f"capture is not installed correctly in source {self.name!r} ({self.config.path}): "
-                + "; ".join(problems),
-                f"materialize the '{self.name}/capture' asset (or run `databus install --source {self.name}`) "
-                "to install or update the txlog and triggers",
-            )
+            raise self._install_error(problems)
+
+    def _install_error(self, problems: Sequence[str]) -> CaptureNotInstalledError:
+        return CaptureNotInstalledError(
+            f"capture is not installed correctly in source {self.name!r} ({self.config.path}): " + "; ".join(problems),
+            f"materialize the '{self.name}/capture' asset (or run `databus install --source {self.name}`) "
+            "to install or update the txlog and triggers",
+        )
+
+    @staticmethod
+    def _note_unrepaired(conn: sqlite3.Connection, change: _Change) -> None:
+        """The marker says the stale changes were not repaired, so the schema_changes policy reads the table again."""
+        conn.execute(sqlfiles.load("sqlite", "mark_unrepaired.sql"), {"tbl": change.table, "after_scn": change.after})
 
     def epoch(self) -> str:
         with closing(self._connect()) as conn:
@@ -332,7 +368,7 @@ class SqliteSource:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute(sqlfiles.load("sqlite", "cut.sql"))
-                self._note_drift(conn, schemas, self._trigger_sql(conn), mark_lost=False)
+                self._require_current(conn, schemas)
                 cut = conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0]
                 conn.execute("COMMIT")
             except BaseException:
@@ -354,7 +390,9 @@ class SqliteSource:
                     rest = TxlogChunk.parse(conn.execute(rest_sql, {"window_scn": int(chunk.windows[-1]),
                                                                     "after_scn": int(chunk.scns[-1])}).fetchone(), cuts)
                     chunk = chunk + rest if rest is not None else chunk
-                self._refuse_drift(conn, schemas, last, Scn(int(chunk.scns[-1])))
+                self._refuse_drift(conn, [t for t in schemas if self.config.schema_policy(t) == "stop"], last,
+                                   Scn(int(chunk.scns[-1])))
+                stats.ddl += _changes_in(chunk, schemas)
                 batch = chunk_batch(chunk, schemas, _decode_json)
                 last = Scn(int(chunk.scns[-1]))  # whole windows: the chunk's rows up to here are all read
                 stats.until = last
@@ -364,10 +402,14 @@ class SqliteSource:
                 if not full:
                     break
 
-    def _refuse_drift(self, conn: sqlite3.Connection, schemas: Mapping[str, Any], since: Scn, until: Scn) -> None:
-        """Raise for the first change of a captured table in (since, until] that a drift range covers."""
+    def _refuse_drift(self, conn: sqlite3.Connection, tables: Sequence[str], since: Scn, until: Scn) -> None:
+        """Raise for the first change of ``tables`` (those whose schema_changes policy is stop) in (since, until]
+        that a drift range covers. Other tables' stale changes go on into the log: install wrote their
+        repairs after them, and the marker between makes the merge apply the policy."""
+        if not tables:
+            return
         first = conn.execute(sqlfiles.load("sqlite", "first_stale.sql"), {
-            "since_scn": since.value, "until_scn": until.value, "tables": json.dumps(list(schemas))}).fetchone()
+            "since_scn": since.value, "until_scn": until.value, "tables": json.dumps(list(tables))}).fetchone()
         if first is not None:
             raise self._stale_error(first[0], first[1], first[3])
 
@@ -474,13 +516,79 @@ def _tagged(obj: dict[str, Any]) -> Any:
 _decode_json = json.JSONDecoder(object_hook=_tagged).decode  # one decoder for every row image
 
 
+def _changes_in(chunk: TxlogChunk, schemas: Mapping[str, TableSchema]) -> list[tuple[Scn, str, str]]:
+    """The schema-change markers of captured tables in a chunk, as DDL records (SCN, table, statement)."""
+    marks = np.flatnonzero(np.asarray(pc.equal(chunk.ops, "m")))
+    found = []
+    for i in marks:
+        table = chunk.tables[int(i)].as_py()
+        if table in schemas:
+            found.append((Scn(int(chunk.scns[i])), table, json.loads(chunk.images[int(i)].as_py())["statement"]))
+    return found
+
+
+def _image_value(alias: str, column: Column, rowid_key: str | None) -> str:
+    """The column's value in a row image: as it is, but a BLOB as {"$b": hex} (JSON cannot hold one, and the
+    application's write must not fail) and a REAL as {"$r": exact text} where the affinity can store one."""
+    ref = f"{alias}.{quote_sqlite(column.name)}"
+    if column.name == rowid_key:  # always an integer: SQLite refuses anything else
+        return ref
+    blob = f"WHEN 'blob' THEN json_object('$b', hex({ref}))"
+    if not _tagged_affinity(column.source_type):
+        return f"CASE typeof({ref}) {blob} ELSE {ref} END"
+    real = f"WHEN 'real' THEN json_object('$r', printf('%!.20e', {ref}))"
+    return f"CASE typeof({ref}) {blob} {real} ELSE {ref} END"
+
+
+def _tagged_affinity(declared: str) -> bool:
+    """Whether the images tag this column's REALs: not for TEXT affinity (stores no REAL), nor INTEGER (stores
+    one only if it is not a whole number, which a long column refuses whatever its digits)."""
+    upper = declared.upper()
+    return "INT" not in upper and not any(a in upper for a in _TEXT_AFFINITY)
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    """A captured table's columns (or triggers) found changed by install: stale changes in (after, through]."""
+
+    table: str
+    after: int
+    through: int
+    reason: str  # columns | triggers
+    before: list[list[Any]]  # the shape the old triggers were rendered for
+
+
+def _names_and_types(shape: Sequence[Sequence[Any]]) -> list[tuple[str, str]]:
+    return [(c[0], c[1]) for c in shape]
+
+
+def _describe_change(table: str, before: Sequence[Sequence[Any]], after: Sequence[Sequence[Any]]) -> str:
+    """The change as the ALTER statements that make ``after`` of ``before`` (SQLite reports no DDL): what a
+    DDL record holds and ``snapshot.evolve`` reads."""
+    parts = []
+    for i in range(max(len(before), len(after))):
+        old, new = (before[i] if i < len(before) else None), (after[i] if i < len(after) else None)
+        if old is not None and new is not None and old[0] != new[0]:
+            parts.append(f"RENAME COLUMN {old[0]} TO {new[0]}")
+        elif old is not None and new is not None and old[1] != new[1]:
+            parts.append(f"CHANGE COLUMN {old[0]} {old[1]} TO {new[1]}")
+        elif new is None and old is not None:
+            parts.append(f"DROP COLUMN {old[0]}")
+        elif old is None and new is not None:
+            extra = (" NOT NULL" if len(new) > 2 and new[2] else "") + (
+                f" DEFAULT {new[3]}" if len(new) > 3 and new[3] is not None and str(new[3]).upper() != "NULL" else "")
+            parts.append(f"ADD COLUMN {new[0]} {new[1]}{extra}")
+    return f"ALTER TABLE {table} " + ", ".join(parts)
+
+
 def _column_names(conn: sqlite3.Connection, table: str) -> list[str]:
     return [row[1] for row in conn.execute(f"PRAGMA table_info({quote_sqlite(table)})")]
 
 
-def _shape(conn: sqlite3.Connection, table: str) -> list[list[str]]:
-    """The table's columns as [name, declared type] in column order: what its triggers depend on."""
-    return [[row[1], row[2] or ""] for row in conn.execute(f"PRAGMA table_info({quote_sqlite(table)})")]
+def _shape(conn: sqlite3.Connection, table: str) -> list[list[Any]]:
+    """The table's columns as [name, declared type, not null, default] in column order: what its triggers
+    depend on (name and type) and what an added column gives existing rows."""
+    return [[row[1], row[2] or "", row[3], row[4]] for row in conn.execute(f"PRAGMA table_info({quote_sqlite(table)})")]
 
 
 def _rowid_alias(conn: sqlite3.Connection, table: str) -> str | None:

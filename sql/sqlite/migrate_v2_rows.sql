@@ -7,8 +7,16 @@ INSERT OR IGNORE INTO _databus_txlog (scn, tbl, op, row, ts)
 -- Each epoch was a window; the open one is complete too, since this runs holding the write lock.
 INSERT OR IGNORE INTO _databus_cuts (scn) SELECT max(scn) FROM _databus_txlog_v2 GROUP BY epoch;
 INSERT OR IGNORE INTO _databus_cuts (scn) SELECT max(scn) FROM _databus_txlog HAVING max(scn) IS NOT NULL;
--- Rows version 2 flagged stale become drift ranges, which the poll treats as it treated the flag.
+-- Rows version 2 flagged stale were written after their table's columns changed: a marker after them
+-- and a drift range over them, so the table's schema_changes policy decides (stop refuses them as the
+-- flag did; otherwise the table is read again, since nothing can repair them now).
+INSERT INTO _databus_txlog (tbl, op, row, ts)
+    SELECT tbl, 'm', json_object('statement', 'capture version 2 wrote changes of ' || tbl || ' after its columns '
+                                 || 'changed (stale changes not repaired)', 'reason', 'columns'), 0
+    FROM _databus_txlog_v2 WHERE stale GROUP BY tbl ORDER BY tbl;
 INSERT OR IGNORE INTO _databus_drift (tbl, after_scn, through_scn, columns, reason)
-    SELECT tbl, min(scn) - 1, max(scn), '[]', 'columns' FROM _databus_txlog_v2 WHERE stale GROUP BY tbl;
+    SELECT v.tbl, min(v.scn) - 1, (SELECT max(t.scn) FROM _databus_txlog AS t WHERE t.tbl = v.tbl AND t.op = 'm'),
+           '[]', 'columns'
+    FROM _databus_txlog_v2 AS v WHERE v.stale GROUP BY v.tbl;
 DROP TABLE _databus_txlog_v2;
 DROP TABLE IF EXISTS _databus_epoch;

@@ -265,14 +265,14 @@ class SparkEngine:
         for part in parts:
             table = part.snap.delta()  # one version: its files, applied SCN and bootstrap SCN together
             applied = table.transaction_version(part.snap.app_id)
-            boot = table.transaction_version(part.snap.bootstrap_app_id)
+            absorbed = part.snap.absorbed_in(table)
             actions = pa.table(table.get_add_actions(flatten=True))
             constants = {PART_COLUMN: part.label, **({layout.shard_column: part.label} if layout.shard_from_label
                                                     else {})}
             reads += [FileRead(location(part.snap), path, constants) for path in actions["path"].to_pylist()]
             rows[part.label] = sum(n or 0 for n in actions["num_records"].to_pylist())
             txns += [Transaction(app_id=target.app_id(part.label), version=applied),
-                     Transaction(app_id=target.loaded_from_app_id(part.label), version=boot or 0)]
+                     Transaction(app_id=target.loaded_from_app_id(part.label), version=absorbed.value)]
         spark = self.spark()
         schema = layout.arrow()
         if not layout.shard_from_label:
