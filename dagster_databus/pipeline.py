@@ -127,7 +127,8 @@ def bootstrap(config: DatabusConfig, source: str) -> str | None:
     objects = config.lake.objects
     with log.writer(refuse_damage=False) as writer:  # a damaged log is exactly what this sets aside
         moved = False
-        for folder, name in ((f"log/{source}/", "log"), (f"snapshot/{source}/", "snapshot")):
+        for folder, name in ((f"log/{source}/", "log"), (f"snapshot/{source}/", "snapshot"),
+                             (f"bootstrap/{source}/", "bootstrap")):
             if config.lake.path is not None:  # a local lake: one rename per entry
                 path = config.lake.path / folder
                 if path.exists() and any(p.name != ".lock" for p in path.iterdir()):

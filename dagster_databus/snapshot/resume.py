@@ -2,11 +2,13 @@
 
 A bootstrap reads its table in key ranges (chunks), each in its own short consistent read at a
 position it reports, and writes each range's rows as data files into the snapshot's folder; nothing
-is visible until one commit at the end names them all. ``<lake>/snapshot/<source>/_bootstrap/<table>/``
-holds what lets a later run finish the job instead of starting over:
+is visible until one commit at the end names them all. ``<lake>/bootstrap/<source>/<table>/`` (beside
+the snapshots, not among them: their folder's entries are tables) holds what lets a later run finish the
+job instead of starting over:
 
 - ``plan.json``: the ranges (fixed when the bootstrap starts, so a resumed run cuts the table the
-  same way), the file-name prefix, and the column list the files are written in;
+  same way), the file-name prefix, the column list the files are written in, and the change log's
+  epoch (positions of another lineage cannot be compared);
 - ``started/<range>-<attempt>``: one marker each time a task starts reading a range;
 - ``done/<range>.json``: written by the task once its files are written: the files, with their
   statistics, and the position the range was read at.
@@ -38,6 +40,7 @@ class BootstrapPlan:
     prefix: str  # the data files' name prefix (snapshot.files.run_prefix)
     ranges: tuple[KeyRange, ...]
     fingerprint: str  # the column list (TableSchema.fingerprint) the files are written in
+    epoch: str | None  # the change log's epoch when the bootstrap started
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +66,7 @@ class ProgressSpec:
 class BootstrapProgress:
     def __init__(self, lake: Lake, source: str, table: str) -> None:
         self.lake = lake
-        self.key = f"snapshot/{source}/_bootstrap/{table}/"
+        self.key = f"bootstrap/{source}/{table}/"
 
     @property
     def spec(self) -> ProgressSpec:
@@ -74,14 +77,14 @@ class BootstrapProgress:
         if data is None:
             return None
         doc = json.loads(data)
-        return BootstrapPlan(doc["prefix"], unpack(doc["ranges"]), doc["fingerprint"])
+        return BootstrapPlan(doc["prefix"], unpack(doc["ranges"]), doc["fingerprint"], doc.get("epoch"))
 
-    def start(self, ranges: tuple[KeyRange, ...], fingerprint: str) -> BootstrapPlan:
+    def start(self, ranges: tuple[KeyRange, ...], fingerprint: str, epoch: str | None) -> BootstrapPlan:
         """A new plan, replacing any earlier one (its records go with it)."""
         self.clear()
-        plan = BootstrapPlan(run_prefix(), ranges, fingerprint)
+        plan = BootstrapPlan(run_prefix(), ranges, fingerprint, epoch)
         self.lake.objects.write(f"{self.key}plan.json", json.dumps({
-            "prefix": plan.prefix, "ranges": pack(ranges), "fingerprint": fingerprint,
+            "prefix": plan.prefix, "ranges": pack(ranges), "fingerprint": fingerprint, "epoch": epoch,
             "range_count": len(ranges)}).encode())
         return plan
 

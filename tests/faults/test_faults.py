@@ -285,6 +285,7 @@ def test_a_bootstrap_killed_mid_table_resumes_and_reads_each_range_at_most_twice
     plan, first = store.plan(), store.done()
     assert plan is not None and want <= len(first) < len(plan.ranges), output
     assert DeltaSnapshot(config.lake, "faults", TABLE).applied_scn() is None  # nothing was committed
+    assert config.lake.objects.folders("snapshot/faults/") in ([], [TABLE])  # progress lives beside the tables
 
     generator.run(30, per_txn=10)  # the table changes between the two runs
     pipeline.capture(config, "faults")

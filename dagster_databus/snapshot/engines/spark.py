@@ -71,16 +71,17 @@ class SparkEngine:
         rows_per_range = getattr(source.config, "bootstrap_chunk_rows", self.config.merge.file_rows)
         read = source.ranges(table, rows_per_range)
         store = BootstrapProgress(self.config.lake, snap.source, table)
+        manifest = ChangeLog(self.config.lake, snap.source).manifest()
         plan, done = store.plan(), {}
-        if plan is not None and plan.fingerprint == read.schema.fingerprint() and not _committed(snap, plan.prefix):
+        if (plan is not None and plan.fingerprint == read.schema.fingerprint() and plan.epoch == manifest.epoch
+                and not _committed(snap, plan.prefix)):
             done = store.done()
-            log_start = ChangeLog(self.config.lake, snap.source).manifest().start_scn
-            if any(int(f["scn"]) < log_start.value for r in done.values() for f in r.facts):
+            if any(int(f["scn"]) < manifest.start_scn.value for r in done.values() for f in r.facts):
                 plan, done = None, {}  # the change log no longer reaches back to those reads: start over
         else:
             plan = None
         if plan is None:
-            plan = store.start(read.ranges, read.schema.fingerprint())
+            plan = store.start(read.ranges, read.schema.fingerprint(), manifest.epoch)
         else:
             read = replace(read, ranges=plan.ranges)
         remaining = [i for i in range(len(read.ranges)) if i not in done]
