@@ -7,10 +7,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dagster_databus import pipeline
+from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
 from dagster_databus.errors import (
     CaptureNotInstalledError,
     ConfigError,
@@ -349,3 +351,49 @@ def test_schema_changes_evolve_in_place_or_hold_as_each_tables_policy_says(maria
     workload.run(5)
     assert all(r.bootstrapped_at is None and r.evolved is None for r in cycle(config, spark))
     assert_snapshots_match(config)
+
+
+class ShapeRecorder(DatabusConsumer):
+    """Each table's rows in delivery order, with the schema changes announced between them."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, Any]] = []  # ("schema", table, column names) or ("row", table, row)
+
+    def on_schema_change(self, table: str, version: int, schema: Any) -> None:
+        self.seen.append(("schema", table, tuple(schema.column_names)))
+
+    def on_data_event(self, event: Any) -> None:
+        self.seen.append(("row", event.table, dict(event.row)))
+
+
+def test_a_consumer_lagging_across_schema_changes_is_told_each_shape_before_its_rows(mariadb: MariaDBServer,
+                                                                                    tmp_path: Path) -> None:
+    harness = MysqlHarness(mariadb)
+    config = shop(harness, tmp_path)
+    pipeline.install(config, "shop")  # the log starts here
+    harness.workload(seed=12).run(10)
+    pipeline.capture(config, "shop")
+    recorder = ShapeRecorder()
+    client = DatabusClient(config.lake, "shop", recorder, bootstrap=False)
+    client.run()  # caught up: each table's shape comes before its first row
+    first = [s for s in recorder.seen if s[0] == "schema"]
+    assert {s[1] for s in first} == {"customers", "orders", "order_items"}
+    for table in ("customers", "orders"):
+        kinds = [s[0] for s in recorder.seen if s[1] == table]
+        assert kinds[0] == "schema" and kinds.count("schema") == 1
+    recorder.seen.clear()
+    harness.execute([("UPDATE orders SET status = ? WHERE id = 1", ("before",))])
+    harness.execute(["ALTER TABLE orders ADD COLUMN channel VARCHAR(10)"])
+    harness.execute([("UPDATE orders SET channel = ?, status = ? WHERE id = 1", ("web", "after-add"))])
+    harness.execute(["ALTER TABLE orders RENAME COLUMN status TO state"])
+    harness.execute([("UPDATE orders SET state = ? WHERE id = 1", ("after-rename",))])
+    pipeline.capture(config, "shop")
+    client.run()  # lagging across both changes
+    orders = [s for s in recorder.seen if s[1] == "orders"]
+    assert [s[0] for s in orders] == ["row", "schema", "row", "schema", "row"]
+    before, add, after_add, rename, after_rename = orders
+    assert before[2]["status"] == "before" and "channel" not in before[2]
+    assert "channel" in add[2] and "status" in add[2]
+    assert after_add[2]["channel"] == "web" and after_add[2]["status"] == "after-add"
+    assert "state" in rename[2] and "status" not in rename[2]
+    assert after_rename[2]["state"] == "after-rename" and after_rename[2]["channel"] == "web"

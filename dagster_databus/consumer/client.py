@@ -3,7 +3,9 @@
 Callbacks (seed 000 → here): onStartDataEventSequence → ``on_start_data_event_sequence``,
 onStartSource → ``on_start_source``, onDataEvent → ``on_data_event``, onEndSource →
 ``on_end_source``, onEndDataEventSequence → ``on_end_data_event_sequence``, onCheckpoint →
-``on_checkpoint``, onRollback → ``on_rollback``, onError → ``on_error``.
+``on_checkpoint``, onRollback → ``on_rollback``, onError → ``on_error``. Before a table's first event
+in a run, and before its first event in a new schema version (a column added, a type widened),
+``on_schema_change(table, version, schema)`` says the shape of the rows that follow.
 
 Events arrive in SCN order, one consistency window at a time, grouped per table in the
 subscription order. A callback that raises (or returns False) rolls the window back:
@@ -29,7 +31,8 @@ from typing import Any, Protocol
 from dagster_databus.consumer.checkpoints import CheckpointStore, ConsumerCheckpoint, MemoryCheckpointStore
 from dagster_databus.consumer.filters import PartitionFilter
 from dagster_databus.consumer.ordering import Change, GroupMember, IdempotentSink, KeyRouter, log_lineage
-from dagster_databus.core.events import ChangeEvent, Op
+from dagster_databus.core.events import ChangeEvent, Op, Window
+from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import DatabusError, SnapshotMissingError
 from dagster_databus.log.store import ChangeLog
@@ -51,6 +54,7 @@ class DatabusConsumer:
     def on_end_bootstrap(self, scn: Scn) -> Any: ...
     def on_start_data_event_sequence(self, scn: Scn) -> Any: ...
     def on_start_source(self, table: str) -> Any: ...
+    def on_schema_change(self, table: str, version: int, schema: TableSchema) -> Any: ...
     def on_data_event(self, event: ChangeEvent) -> Any: ...
     def on_end_source(self, table: str) -> Any: ...
     def on_end_data_event_sequence(self, scn: Scn) -> Any: ...
@@ -97,7 +101,7 @@ class ParallelDispatcher:
     ====================  ===========  =============
     """
 
-    AFTER = {"on_start_data_event_sequence", "on_checkpoint", "on_error", "on_end_source",
+    AFTER = {"on_start_data_event_sequence", "on_checkpoint", "on_error", "on_end_source", "on_schema_change",
              "on_end_data_event_sequence", "on_rollback", "on_start_bootstrap", "on_end_bootstrap"}
 
     def __init__(self, consumers: Sequence[DatabusConsumer]) -> None:
@@ -146,16 +150,44 @@ class WindowStats(Protocol):
     discarded: int
 
 
+class SchemaAnnouncer:
+    """Tells consumers the shape of a table's rows before the first row in it: ``on_schema_change`` (table,
+    schema version, ``TableSchema``) once per table per run, and again whenever the columns change (two
+    versions with the same columns, which a capture restart can register, are one shape)."""
+
+    def __init__(self, log: ChangeLog) -> None:
+        self.log = log
+        self.told: dict[str, str] = {}  # table -> fingerprint of the shape last announced
+        self.last: dict[str, int] = {}  # table -> the version of its last event (the common case: unchanged)
+        self.versions: dict[int, int] = {}  # id(event) -> its schema version, for the window being delivered
+
+    def window(self, window: Window) -> None:
+        self.versions = ({id(e): v for e, v in zip(window.events, window.schema_versions, strict=True)}
+                         if window.schema_versions else {})
+
+    def before(self, dispatcher: Any, event: Change) -> None:
+        version = self.versions.get(id(event))
+        if version is None or self.last.get(event.table) == version:
+            return
+        self.last[event.table] = version
+        schema = self.log.schemas.load(event.table, version)
+        if self.told.get(event.table) != schema.fingerprint():
+            dispatcher.broadcast("on_schema_change", event.table, version, schema)
+            self.told[event.table] = schema.fingerprint()
+
+
 def deliver_window(dispatcher: Any, sink: IdempotentSink | None, lineage: str, scn: Scn, start: Scn,
                    events: Sequence[Change], order: Callable[[list[str]], list[str]], max_retries: int,
-                   stats: WindowStats, failure: Callable[[Exception, int], ConsumerError]) -> None:
+                   stats: WindowStats, failure: Callable[[Exception, int], ConsumerError],
+                   shapes: SchemaAnnouncer | None = None) -> None:
     """Deliver one window, grouped per table in ``order``, with the rollback-and-retry protocol.
 
     A callback that raises rolls the window back (``on_rollback``) and it is delivered again from
     its start, up to ``max_retries`` times; then ``on_error`` and the error ``failure`` builds. With
     a dedupe ``sink``, events are admitted afresh on every attempt (a rollback forgets the failed
     one's) and held only once ``on_end_data_event_sequence`` succeeded, before the checkpoint moves:
-    a crash in between redelivers a window the sink then discards.
+    a crash in between redelivers a window the sink then discards. With ``shapes``, a table's events in a
+    schema version the consumer was not told of yet are preceded by ``on_schema_change``.
     """
     for attempt in range(max_retries + 1):
         admitted = list(events) if sink is None else [e for e in events if sink.admit(e, lineage)]
@@ -170,6 +202,8 @@ def deliver_window(dispatcher: Any, sink: IdempotentSink | None, lineage: str, s
             for table in order(list(by_table)):
                 dispatcher.broadcast("on_start_source", table)
                 for event in by_table[table]:
+                    if shapes is not None:
+                        shapes.before(dispatcher, event)
                     dispatcher.data(event)
                 dispatcher.broadcast("on_end_source", table)
             dispatcher.broadcast("on_end_data_event_sequence", scn)
@@ -218,6 +252,7 @@ class DatabusClient:
         self.lake = as_lake(lake)
         self.source = source
         self.log = ChangeLog(self.lake, source)
+        self._shapes = SchemaAnnouncer(self.log)
         self.tables = list(tables) if tables else None
         self.filter = PartitionFilter.parse(partition_filter) if isinstance(partition_filter, str) else partition_filter
         self.checkpoints = checkpoints or MemoryCheckpointStore()
@@ -288,8 +323,9 @@ class DatabusClient:
         for window in self.log.read_windows(since, bound, keep=self._keep):
             events = [e for e in window.events if e.scn.value > checkpoint.table_floors.get(e.table, -1)]
             if events:
+                self._shapes.window(window)
                 try:
-                    self._deliver(window.scn, since, events, stats)
+                    self._deliver(window.scn, since, events, stats, self._shapes)
                 except ConsumerError:
                     if checkpoint is not saved:  # every window before this one was delivered in full
                         self._commit(checkpoint, stats)
@@ -329,7 +365,8 @@ class DatabusClient:
         self.dispatcher.broadcast("on_checkpoint", checkpoint.scn)
         stats.checkpoint = checkpoint.scn
 
-    def _deliver(self, scn: Scn, start: Scn, events: list[ChangeEvent], stats: RunStats) -> None:
+    def _deliver(self, scn: Scn, start: Scn, events: list[ChangeEvent], stats: RunStats,
+                 shapes: SchemaAnnouncer | None = None) -> None:
         def failure(exc: Exception, attempts: int) -> ConsumerError:
             return ConsumerError(
                 f"window {scn} of source {self.source!r} failed {attempts} times in the consumer: {exc}",
@@ -337,7 +374,7 @@ class DatabusClient:
                 f"(the checkpoint is still {start})", source=self.source)
 
         deliver_window(self.dispatcher, self.sink, self.lineage, scn, start, events, self._order,
-                       self.max_retries, stats, failure)
+                       self.max_retries, stats, failure, shapes)
 
     # -- bootstrap ---------------------------------------------------------------------
 

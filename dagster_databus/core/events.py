@@ -62,6 +62,8 @@ class Window:
 
     scn: Scn
     events: tuple[ChangeEvent, ...]
+    # The schema version each event's row was written in, when read back from the change log (else empty).
+    schema_versions: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.events:

@@ -541,15 +541,17 @@ class ChangeLog:
         """Whole windows after ``since`` (as far as the filters leave them); ``until`` must be a window
         boundary (or None). A window the filters empty entirely is not yielded."""
         current: list[ChangeEvent] = []
+        versions: list[int] = []
         current_scn: Scn | None = None
         for item in self.read(since, until, tables, keep):
             if current_scn is not None and item.window_scn is not current_scn:  # one Scn object per window
-                yield Window(scn=current_scn, events=tuple(current))
-                current = []
+                yield Window(scn=current_scn, events=tuple(current), schema_versions=tuple(versions))
+                current, versions = [], []
             current_scn = item.window_scn
             current.append(item.event)
+            versions.append(item.schema_version)
         if current_scn is not None:
-            yield Window(scn=current_scn, events=tuple(current))
+            yield Window(scn=current_scn, events=tuple(current), schema_versions=tuple(versions))
 
     def _read_segment(self, segment: SegmentInfo, since: Scn, until: Scn | None,
                       tables: set[str] | None, keep: KeyFilter | None = None) -> Iterator[LogEvent]:
