@@ -9,7 +9,7 @@ import os
 import sys
 
 from dagster_databus import pipeline
-from dagster_databus.config import DatabusConfig, load_config
+from dagster_databus.config import DatabusConfig, SourceConfig, load_config
 from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
 from dagster_databus.consumer.pull import MetaManager
 from dagster_databus.core.events import ChangeEvent
@@ -37,17 +37,23 @@ def _validate(config: DatabusConfig, _: argparse.Namespace) -> int:
     return 2
 
 
+def _tables(source: SourceConfig, named: list[str] | None) -> list[str]:
+    """The tables a command names (all of the source's by default); an unknown one is refused."""
+    tables = named or [t.name for t in source.tables]
+    unknown = [t for t in tables if t not in {t.name for t in source.tables}]
+    if unknown:
+        raise DatabusError(f"source {source.name!r} captures no table named {', '.join(unknown)}",
+                           f"name tables from the config: {', '.join(t.name for t in source.tables)}")
+    return tables
+
+
 def _reconcile(config: DatabusConfig, args: argparse.Namespace) -> int:
     """The ``reconciled`` check from the command line: progress on stderr, one result line per table on
     stdout; exit 0 when every table matches, 1 when one differs or could not be compared."""
     from dagster_databus.snapshot.reconcile import reconcile_table
 
     source = config.source(args.source)
-    tables = args.tables or [t.name for t in source.tables]
-    unknown = [t for t in tables if t not in {t.name for t in source.tables}]
-    if unknown:
-        raise DatabusError(f"source {args.source!r} captures no table named {', '.join(unknown)}",
-                           f"name tables from the config: {', '.join(t.name for t in source.tables)}")
+    tables = _tables(source, args.tables)
     worst = 0
     for table in tables:
         r = reconcile_table(config, source, table, lambda line: print(line, file=sys.stderr, flush=True))
@@ -78,6 +84,23 @@ def _bootstrap(config: DatabusConfig, args: argparse.Namespace) -> int:
     moved = f"; previous log and snapshots moved to {trash}" if trash else ""
     print(f"{args.source}: change log restarted at SCN {checkpoint.scn if checkpoint else '?'}; "
           f"the next run bootstraps every snapshot{moved}")
+    return 0
+
+
+def _snapshot(config: DatabusConfig, args: argparse.Namespace) -> int:
+    """Read tables afresh from the source into their snapshots, keeping the change log: online (key ranges,
+    each its own short read, capture may run meanwhile) and resumable (a killed run's finished ranges are kept)."""
+    from dagster_databus.snapshot.merge import sync_source
+    from dagster_databus.spark.session import get_spark
+
+    source = config.source(args.source)
+    tables = _tables(source, args.tables)
+    for r in sync_source(lambda: get_spark(config.spark), config, source.name, tables,
+                         progress=lambda m: print(m, flush=True), mode="bootstrap"):
+        print(f"{r.source}.{r.table}: read {r.bootstrap_rows:,} rows at SCN {r.bootstrapped_at}"
+              + (f" ({r.bootstrap_ranges['ranges']} key ranges, {r.bootstrap_ranges['resumed']} from an earlier run)"
+                 if r.bootstrap_ranges else "")
+              + f", then merged to SCN {r.to_scn}")
     return 0
 
 
@@ -228,6 +251,10 @@ def _main(argv: list[str] | None) -> int:
     boot = sub.add_parser("bootstrap", parents=[common],
                           help="restart a source's change log and snapshots from its current position")
     boot.add_argument("--source", required=True)
+    snapshot = sub.add_parser("snapshot", parents=[common],
+                              help="read tables afresh into their snapshots, online and resumable; the log is kept")
+    snapshot.add_argument("--source", required=True)
+    snapshot.add_argument("--tables", nargs="*", help="tables to read (default: all of the source's)")
     sub.add_parser("status", parents=[common], help="checkpoint, snapshot SCN and lag per source and table")
     reconcile = sub.add_parser("reconcile", parents=[common],
                                help="compare snapshots with the source at one SCN; name the keys that differ")
@@ -251,7 +278,7 @@ def _main(argv: list[str] | None) -> int:
                       help="also save it when T seconds passed since the last save")
     args = parser.parse_args(argv)
     commands = {"validate": _validate, "install": _install, "bootstrap": _bootstrap, "status": _status,
-                "tail": _tail, "reconcile": _reconcile}
+                "tail": _tail, "reconcile": _reconcile, "snapshot": _snapshot}
     try:
         return commands[args.command](load_config(args.config), args)
     except DatabusError as exc:

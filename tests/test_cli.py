@@ -251,3 +251,20 @@ def test_tail_keeps_a_named_consumers_checkpoint_in_an_object_store_lake(
     later = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert later and min(int(e["scn"]) for e in later) > max(int(e["scn"]) for e in first)
     assert main([*tail[:-1], "bad name"]) == 2 and "--consumer" in capsys.readouterr().err
+
+
+def test_snapshot_reads_tables_afresh_keeping_the_log(config_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     spark) -> None:
+    config = load_config(config_path)
+    assert main(["--config", str(config_path), "install"]) == 0
+    sync_source(spark, config, "shop")
+    checkpoint = ChangeLog(config.lake, "shop").checkpoint()
+    first = min(r["id"] for r in DeltaSnapshot(config.lake, "shop", "orders").read().to_pylist())
+    DeltaTable(str(DeltaSnapshot(config.lake, "shop", "orders").path)).delete(f"id = {first}")  # drift to repair
+    capsys.readouterr()
+    assert main(["--config", str(config_path), "snapshot", "--source", "shop", "--tables", "orders"]) == 0
+    assert "shop.orders: read " in capsys.readouterr().out
+    assert ChangeLog(config.lake, "shop").checkpoint() == checkpoint  # the log is kept as it was
+    assert main(["--config", str(config_path), "reconcile", "--source", "shop"]) == 0
+    assert main(["--config", str(config_path), "snapshot", "--source", "shop", "--tables", "nope"]) == 2
+    assert "captures no table named nope" in capsys.readouterr().err
