@@ -397,3 +397,17 @@ def test_a_consumer_lagging_across_schema_changes_is_told_each_shape_before_its_
     assert after_add[2]["channel"] == "web" and after_add[2]["status"] == "after-add"
     assert "state" in rename[2] and "status" not in rename[2]
     assert after_rename[2]["state"] == "after-rename" and after_rename[2]["channel"] == "web"
+
+
+def test_a_change_that_leaves_the_columns_alone_holds_nothing(mariadb: MariaDBServer, tmp_path: Path, spark) -> None:
+    harness = MysqlHarness(mariadb)
+    config = shop(harness, tmp_path, schema_changes="stop")
+    workload = harness.workload(seed=13)
+    workload.run(10)
+    cycle(config, spark)
+    harness.execute(["ALTER TABLE customers ADD INDEX by_city (city)"])
+    workload.run(10)
+    results = {r.table: r for r in cycle(config, spark)}  # under stop, still no error: nothing to follow
+    assert [r.table for r in ChangeLog(config.lake, "shop").ddl.records()] == ["customers"]
+    assert results["customers"].bootstrapped_at is None and results["customers"].evolved is None
+    assert_snapshots_match(config)

@@ -43,6 +43,12 @@ class Evolution:
     def in_place(self) -> bool:
         return not self.refused
 
+    @property
+    def changes_nothing(self) -> bool:
+        """No column added, widened or otherwise changed, and no statement that changes rows (an index added,
+        a table option): the snapshot has nothing to follow."""
+        return not (self.added or self.widened or self.refused)
+
     def describe(self) -> str:
         parts = [f"added {', '.join(self.added)}"] if self.added else []
         parts += [f"widened {', '.join(self.widened)}"] if self.widened else []

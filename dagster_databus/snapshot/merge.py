@@ -157,6 +157,13 @@ def apply_schema_changes(snap: DeltaSnapshot, log: ChangeLog, source_cfg: Source
     latest = log.schemas.latest(table)
     last = pending[-1]
     statements = "; ".join(r.statement.strip()[:120] for r in pending)
+    change = None
+    if latest is not None:
+        versions = log.schemas.versions(table)
+        before = log.schemas.load(table, versions[-2]) if len(versions) > 1 else latest[1]
+        change = plan(snap.arrow_schema(), latest[1], before.primary_key, pending)
+        if change.changes_nothing:
+            return applied, None  # e.g. an index added: nothing for the snapshot to follow, whatever the policy
     if policy == "stop":
         raise SchemaDriftError(
             f"table {table!r} of source {source_cfg.name!r} changed at SCN {pending[0].scn} ({statements}) and its "
@@ -165,10 +172,7 @@ def apply_schema_changes(snap: DeltaSnapshot, log: ChangeLog, source_cfg: Source
             f"set schema_changes: evolve or resnapshot for the table (or the source) and run again, or read the "
             f"table afresh with a bootstrap materialization of {source_cfg.name}/{table}",
             source=source_cfg.name, table=table, scn=pending[0].scn.value)
-    if policy == "evolve" and latest is not None:
-        versions = log.schemas.versions(table)
-        before = log.schemas.load(table, versions[-2]) if len(versions) > 1 else latest[1]
-        change = plan(snap.arrow_schema(), latest[1], before.primary_key, pending)
+    if policy == "evolve" and change is not None:
         if change.in_place:
             rows = engine.evolve(snap, latest[1], last.scn, progress)
             progress(f"{table}: evolved in place at SCN {last.scn} ({change.describe()}; {rows:,} rows rewritten)")
