@@ -241,7 +241,7 @@ def test_spark_steps_report_the_tasks_done(tmp_path: Path, monkeypatch: pytest.M
     pipeline.install(config, "shop")
     lines: list[str] = []
     sync_source(spark, config, "shop", progress=lines.append)
-    assert "items: bootstrapping in 10 Spark task(s), one per key range" in lines
+    assert "items: bootstrapping in 10 key range(s), one Spark task each" in lines
     done = [line for line in lines if re.fullmatch(r"items: bootstrapping: \d+ of \d+ Spark tasks done", line)]
     assert done, lines
     assert any(re.fullmatch(r"items: bootstrapped 20,000 rows in 10 file\(s\) at SCN \d+", line) for line in lines)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -62,8 +62,9 @@ class Window:
 
     scn: Scn
     events: tuple[ChangeEvent, ...]
-    # The schema version each event's row was written in, when read back from the change log (else empty).
-    schema_versions: tuple[int, ...] = ()
+    # The schema version each event's row was written in, when read back from the change log (else empty):
+    # where it was read from, not what the window is, so it takes no part in comparing windows.
+    schema_versions: tuple[int, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         if not self.events:
