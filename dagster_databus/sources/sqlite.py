@@ -6,8 +6,9 @@ records the newest SCN as a *cut* divides the stream between whole transactions:
 between two cuts are one window (one or more whole source transactions, never part of one).
 
 The triggers do nothing but write that row. Whether a table's columns still match the ones its
-triggers were rendered for is checked by the poll and by install against ``_databus_shapes``;
-the changes a mismatch may have touched are recorded as drift ranges, which the poll refuses.
+triggers were rendered for is checked by install (and, for the moment between, by the poll) against
+``_databus_shapes``; the changes a mismatch may have touched are recorded as drift ranges, which the
+table's ``schema_changes`` policy acts on.
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ class SqliteSource:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 existing_sql = self._trigger_sql(conn)
-                migrate = "epoch" in _column_names(conn, "_databus_txlog")
+                migrate = "epoch" in (c[0] for c in _shape(conn, "_databus_txlog"))
                 if migrate:
                     for statement in _split(sqlfiles.load("sqlite", "migrate_v2.sql")):
                         conn.execute(statement)
@@ -229,16 +230,12 @@ class SqliteSource:
         the change in the stream and a drift range over the changes since the last check, which old
         triggers may have written wrong (or, triggers missing, not at all). The check moves to the newest SCN."""
         checked = int(self._settings(conn).get("checked_scn", "0"))
-        shapes = {t: json.loads(c) for t, c in conn.execute("SELECT tbl, columns FROM _databus_shapes").fetchall()}
+        shapes = _shapes(conn)
         hwm = conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0]
         changes = []
-        for table in schemas:
+        for table, (lost, now) in self._stale(conn, schemas, shapes, triggers).items():
             if table not in shapes:
                 continue  # never captured here: nothing to compare with
-            now = _shape(conn, table)
-            lost = any(name not in triggers for name in self._trigger_names(table).values())
-            if not lost and _names_and_types(shapes[table]) == _names_and_types(now):
-                continue
             reason = "triggers" if lost else "columns"
             statement = (f"capture triggers of {table} were missing: changes made meanwhile were never captured"
                          if lost else _describe_change(table, shapes[table], now))
@@ -250,6 +247,19 @@ class SqliteSource:
             changes.append(_Change(table, checked, hwm, reason, shapes[table]))
         conn.execute(sqlfiles.load("sqlite", "set_checked.sql"), {"scn": hwm})
         return changes
+
+    def _stale(self, conn: sqlite3.Connection, schemas: Mapping[str, TableSchema], shapes: Mapping[str, Any],
+               triggers: Mapping[str, str]) -> dict[str, tuple[bool, list[list[Any]]]]:
+        """The captured tables whose triggers are missing or whose columns are not those (``shapes``) the
+        triggers were rendered for (a table without a recorded shape counts as changed), each with
+        (triggers missing, its columns now)."""
+        stale = {}
+        for table in schemas:
+            now = _shape(conn, table)
+            lost = any(name not in triggers for name in self._trigger_names(table).values())
+            if lost or table not in shapes or _names_and_types(shapes[table]) != _names_and_types(now):
+                stale[table] = (lost, now)
+        return stale
 
     def _repair(self, conn: sqlite3.Connection, schema: TableSchema, change: _Change) -> bool:
         """After new triggers: each key the changes in the drift range touched, written again as the table
@@ -272,12 +282,10 @@ class SqliteSource:
     def _require_current(self, conn: sqlite3.Connection, schemas: Mapping[str, TableSchema]) -> None:
         """Holding the poll's write lock: every captured table still has the triggers and columns install
         rendered them for (install checked just before; this closes the gap), so the check moves up."""
-        shapes = {t: json.loads(c) for t, c in conn.execute("SELECT tbl, columns FROM _databus_shapes").fetchall()}
-        triggers = self._trigger_sql(conn)
-        for table in schemas:
-            lost = any(name not in triggers for name in self._trigger_names(table).values())
-            if lost or table not in shapes or _names_and_types(shapes[table]) != _names_and_types(_shape(conn, table)):
-                raise self._install_error([f"table {table}: its columns or triggers changed while capture started"])
+        stale = self._stale(conn, schemas, _shapes(conn), self._trigger_sql(conn))
+        if stale:
+            raise self._install_error([f"table {table}: its columns or triggers changed while capture started"
+                                       for table in stale])
         hwm = conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0]
         conn.execute(sqlfiles.load("sqlite", "set_checked.sql"), {"scn": hwm})
 
@@ -379,6 +387,7 @@ class SqliteSource:
                                       {"since_scn": since.value, "cut_scn": cut}).fetchone()[0])
             chunk_sql = sqlfiles.load("sqlite", "poll_chunk.sql")
             rest_sql = sqlfiles.load("sqlite", "poll_window_rest.sql")
+            stop = [t for t in schemas if self.config.schema_policy(t) == "stop"]
             last = since
             while True:
                 chunk = TxlogChunk.parse(conn.execute(chunk_sql, {"since_scn": last.value, "cut_scn": cut,
@@ -390,8 +399,7 @@ class SqliteSource:
                     rest = TxlogChunk.parse(conn.execute(rest_sql, {"window_scn": int(chunk.windows[-1]),
                                                                     "after_scn": int(chunk.scns[-1])}).fetchone(), cuts)
                     chunk = chunk + rest if rest is not None else chunk
-                self._refuse_drift(conn, [t for t in schemas if self.config.schema_policy(t) == "stop"], last,
-                                   Scn(int(chunk.scns[-1])))
+                self._refuse_drift(conn, stop, last, Scn(int(chunk.scns[-1])))
                 stats.ddl += _changes_in(chunk, schemas)
                 batch = chunk_batch(chunk, schemas, _decode_json)
                 last = Scn(int(chunk.scns[-1]))  # whole windows: the chunk's rows up to here are all read
@@ -581,8 +589,9 @@ def _describe_change(table: str, before: Sequence[Sequence[Any]], after: Sequenc
     return f"ALTER TABLE {table} " + ", ".join(parts)
 
 
-def _column_names(conn: sqlite3.Connection, table: str) -> list[str]:
-    return [row[1] for row in conn.execute(f"PRAGMA table_info({quote_sqlite(table)})")]
+def _shapes(conn: sqlite3.Connection) -> dict[str, list[list[Any]]]:
+    """Each table's columns as its triggers were last rendered for them (``_shape``), from ``_databus_shapes``."""
+    return {t: json.loads(c) for t, c in conn.execute("SELECT tbl, columns FROM _databus_shapes").fetchall()}
 
 
 def _shape(conn: sqlite3.Connection, table: str) -> list[list[Any]]:

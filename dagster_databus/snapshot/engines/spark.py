@@ -132,7 +132,7 @@ class SparkEngine:
         from dagster_databus.spark.deltafiles import FileRead
 
         table = snap.delta()
-        paths = pa.table(table.get_add_actions(flatten=True))["path"].to_pylist()
+        paths = _paths(table)
         props = CommitProperties(app_transactions=[Transaction(app_id=snap.evolved_app_id, version=scn.value)],
                                  custom_metadata={OPERATION_KEY: "evolve", "engine": self.name,
                                                   "databus.schema_change_scn": str(scn)})
@@ -357,8 +357,7 @@ class SparkEngine:
             schema = layout.arrow()
             keys = pa.schema([schema.field(n) for n in [*layout.key, PART_COLUMN]])
             held = (spark.read.format("databus_delta_files")
-                    .option("files", pack([FileRead(location(target), p) for p in
-                                           pa.table(table.get_add_actions(flatten=True))["path"].to_pylist()]))
+                    .option("files", pack([FileRead(location(target), p) for p in _paths(table)]))
                     .option("schema", pack(keys)).load().withColumnRenamed(PART_COLUMN, "__held"))
             clashes = (keyed.join(held, on=list(layout.key)).where(F.col(PART_COLUMN) != F.col("__held"))
                        .limit(3).collect())
@@ -381,7 +380,12 @@ def _committed(snap: DeltaSnapshot, prefix: str) -> bool:
     table = snap.existing()
     if table is None:
         return False
-    return any(p.startswith(prefix) for p in pa.table(table.get_add_actions(flatten=True))["path"].to_pylist())
+    return any(p.startswith(prefix) for p in _paths(table))
+
+
+def _paths(table: DeltaTable) -> list[str]:
+    """The data files one version of a table names, as its log spells them."""
+    return pa.table(table.get_add_actions(flatten=True))["path"].to_pylist()
 
 
 def with_columns(folder: DeltaFolder, table: DeltaTable, target: pa.Schema, progress: Progress,
