@@ -183,63 +183,64 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
     src = open_source(config.source(source))
     log = ChangeLog(config.lake, source)
     _resume(src, log, progress)
-    src.require_installed()  # checks the database and the config's tables first; writes nothing
-    schemas = src.schemas()
-    epoch = src.epoch()
-    with log.writer() as writer:
-        manifest = log.manifest()  # one version: the checkpoint, epoch and lineage read together
-        if manifest.checkpoint is None:
-            start, state = src.start_position()
-            if not start.is_beginning:
-                writer.start_at(start, epoch, state)
-                manifest = log.manifest()
-        checkpoint = manifest.checkpoint
-        since = checkpoint.scn if checkpoint else Scn.BEGINNING
-        guard = not src.sees_ddl
-        versions = writer.register_schemas(schemas.values(), guard)
-        stats = PollStats(until=since)
-        result = CaptureResult(source=source, epoch=epoch, since=since, until=since, source_hwm=since,
-                               schema_versions=versions)
-        start_state = checkpoint.state if checkpoint else {}
-        lineage = manifest.lineage
-        if "switched_ms" in start_state and lineage:
-            result.failover = lineage[-1]
-        # After a switch by commit time, windows up to the last commit captured before it are re-reads.
-        reread_ms = int(start_state["reread_through"]) * 1000 if "reread_through" in start_state else None
-        ddl = log.ddl
-        poll_epoch = checkpoint.epoch if checkpoint else manifest.epoch
-        for chunk in src.poll(since, poll_epoch, stats, checkpoint.state if checkpoint else {}):
-            # A chunk may follow a schema change: register what its events were written with.
-            versions = writer.register_schemas(src.schemas().values(), guard)
-            ddl.record(stats.ddl)  # before the checkpoint passes them
-            batch = chunk if isinstance(chunk, ChangeBatch) else ChangeBatch.from_windows(chunk, writer.schemas())
-            info = writer.append_batch(batch, epoch, dict(stats.state))
-            window_scns, window_commits = batch.window_ends()
-            result.segments += 1
-            result.windows += len(window_scns)
-            result.events += info.events
-            if reread_ms is not None:
-                result.reread_windows += int((window_commits <= reread_ms).sum())
-            for op, count in batch.op_counts().items():
-                result.events_by_op[op] = result.events_by_op.get(op, 0) + count
-            for table, count in info.tables.items():
-                result.events_by_table[table] = result.events_by_table.get(table, 0) + count
-            result.newest_commit_ms = int(window_commits[-1])
-            elapsed = max(time.monotonic() - started, 1e-9)
-            ahead = f", the source is at SCN {stats.source_hwm}" if stats.source_hwm.value > info.last_scn else ""
-            progress(f"{source}: appended SCN {info.first_scn}..{info.last_scn} ({len(window_scns)} windows, "
-                     f"{info.events} events); {result.events:,} events in {elapsed:.1f}s, "
-                     f"{result.events / elapsed:,.0f} events/s{ahead}")
-        ddl.record(stats.ddl)
-        current = log.checkpoint()
-        if current is None or stats.until > current.scn:
-            # The poll read past its last window (other tables' transactions, DDL): don't read them again.
-            writer.advance(stats.until, epoch, dict(stats.state))
-        result.until = stats.until
-        result.schema_versions = versions
-        result.source_hwm = max(stats.source_hwm, stats.until)
-        result.chunks = stats.chunks
-    src.release(result.until)
+    with src.reading():  # a MySQL binlog serves one reader per replica server id: a second run is turned away
+        src.require_installed()  # checks the database and the config's tables first; writes nothing
+        schemas = src.schemas()
+        epoch = src.epoch()
+        with log.writer() as writer:
+            manifest = log.manifest()  # one version: the checkpoint, epoch and lineage read together
+            if manifest.checkpoint is None:
+                start, state = src.start_position()
+                if not start.is_beginning:
+                    writer.start_at(start, epoch, state)
+                    manifest = log.manifest()
+            checkpoint = manifest.checkpoint
+            since = checkpoint.scn if checkpoint else Scn.BEGINNING
+            guard = not src.sees_ddl
+            versions = writer.register_schemas(schemas.values(), guard)
+            stats = PollStats(until=since)
+            result = CaptureResult(source=source, epoch=epoch, since=since, until=since, source_hwm=since,
+                                   schema_versions=versions)
+            start_state = checkpoint.state if checkpoint else {}
+            lineage = manifest.lineage
+            if "switched_ms" in start_state and lineage:
+                result.failover = lineage[-1]
+            # After a switch by commit time, windows up to the last commit captured before it are re-reads.
+            reread_ms = int(start_state["reread_through"]) * 1000 if "reread_through" in start_state else None
+            ddl = log.ddl
+            poll_epoch = checkpoint.epoch if checkpoint else manifest.epoch
+            for chunk in src.poll(since, poll_epoch, stats, checkpoint.state if checkpoint else {}):
+                # A chunk may follow a schema change: register what its events were written with.
+                versions = writer.register_schemas(src.schemas().values(), guard)
+                ddl.record(stats.ddl)  # before the checkpoint passes them
+                batch = chunk if isinstance(chunk, ChangeBatch) else ChangeBatch.from_windows(chunk, writer.schemas())
+                info = writer.append_batch(batch, epoch, dict(stats.state))
+                window_scns, window_commits = batch.window_ends()
+                result.segments += 1
+                result.windows += len(window_scns)
+                result.events += info.events
+                if reread_ms is not None:
+                    result.reread_windows += int((window_commits <= reread_ms).sum())
+                for op, count in batch.op_counts().items():
+                    result.events_by_op[op] = result.events_by_op.get(op, 0) + count
+                for table, count in info.tables.items():
+                    result.events_by_table[table] = result.events_by_table.get(table, 0) + count
+                result.newest_commit_ms = int(window_commits[-1])
+                elapsed = max(time.monotonic() - started, 1e-9)
+                ahead = f", the source is at SCN {stats.source_hwm}" if stats.source_hwm.value > info.last_scn else ""
+                progress(f"{source}: appended SCN {info.first_scn}..{info.last_scn} ({len(window_scns)} windows, "
+                         f"{info.events} events); {result.events:,} events in {elapsed:.1f}s, "
+                         f"{result.events / elapsed:,.0f} events/s{ahead}")
+            ddl.record(stats.ddl)
+            current = log.checkpoint()
+            if current is None or stats.until > current.scn:
+                # The poll read past its last window (other tables' transactions, DDL): don't read them again.
+                writer.advance(stats.until, epoch, dict(stats.state))
+            result.until = stats.until
+            result.schema_versions = versions
+            result.source_hwm = max(stats.source_hwm, stats.until)
+            result.chunks = stats.chunks
+        src.release(result.until)
     result.duration_s = time.monotonic() - started
     return result
 

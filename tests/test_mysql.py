@@ -299,6 +299,28 @@ def test_a_second_binlog_reader_with_the_capture_server_id_is_named_a_concurrent
     source._refuse_second_reader(pymysql.err.OperationalError(1236, "Could not find first log file name"))  # a gap
 
 
+def test_a_run_of_a_source_whose_binlog_another_run_reads_is_turned_away_up_front(mariadb: MariaDBServer,
+                                                                                  tmp_path: Path) -> None:
+    """The lock is the server's, so runs sharing nothing else (an object-store lake, other hosts) still
+    see each other; it lives with its connection, so a run that dies frees it."""
+    from dagster_databus.errors import ConcurrentRunError
+    from dagster_databus.sources import open_source
+
+    harness = MysqlHarness(mariadb)
+    config = shop(harness, tmp_path)
+    pipeline.install(config, "shop")
+    harness.workload(seed=9).run(10)
+    before = ChangeLog(config.lake, "shop").checkpoint()
+    holder = open_source(config.source("shop"))
+    with holder.reading():
+        with pytest.raises(ConcurrentRunError, match=r"the binlog of source 'shop' is locked by another run "
+                                                     r"\(lock 'databus\.binlog\.\d+' held by connection \d+") as err:
+            pipeline.capture(config, "shop")
+        assert "must not overlap" in err.value.fix
+        assert ChangeLog(config.lake, "shop").checkpoint() == before  # turned away before reading anything
+    assert pipeline.capture(config, "shop").events > 0  # the holder gone, the next run reads what was held back
+
+
 def with_table_policy(config, table: str, policy: str):
     source = config.sources[0]
     tables = tuple(t.model_copy(update={"schema_changes": policy}) if t.name == table else t for t in source.tables)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -269,6 +270,10 @@ class CaptureSource(Protocol):
 
     def schemas(self) -> Mapping[str, TableSchema]:
         """Table schemas in effect for the chunk the poll yielded last (before polling: the current ones)."""
+
+    def reading(self) -> AbstractContextManager[None]:
+        """Held for a whole capture run: where the source itself cannot serve two readers (a binlog per
+        replica server id), turns a second run away up front with ``ConcurrentRunError``."""
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
              state: Mapping[str, str] | None = None) -> Iterator[list[Window] | ChangeBatch]:

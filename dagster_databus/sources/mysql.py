@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import closing
+from contextlib import closing, contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -369,6 +369,28 @@ class MysqlSource:
         finally:
             stream.close()
         return ""
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """A server-side named lock per replica server id, held on its own connection for the run (a crash
+        frees it with the connection). Without it two runs can each open the binlog while the other is
+        between reads, and the server turns both away (``_refuse_second_reader``)."""
+        name = f"databus.binlog.{self.config.replica_server_id()}"
+        conn = self.connect(database=False)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT GET_LOCK(%s, 0), IS_USED_LOCK(%s)", (name, name))
+                got, holder = cur.fetchone()
+            if got != 1:
+                raise ConcurrentRunError(
+                    f"the binlog of source {self.name!r} is locked by another run (lock {name!r} held by "
+                    f"connection {holder} on {self.describe()})",
+                    "runs of one source must not overlap (one schedule or sensor per source); nothing was "
+                    "committed by this run, and the next run continues from the log as the other left it",
+                    source=self.name)
+            yield
+        finally:
+            conn.close()
 
     def _refuse_second_reader(self, exc: pymysql.err.OperationalError) -> None:
         """The server allows one binlog reader per replica server id: another capture of this source is

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import closing
+from contextlib import AbstractContextManager, closing, nullcontext
 from functools import partial
 from typing import Any
 
@@ -465,6 +465,11 @@ class OracleSource:
 
     def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot:
         return in_buckets(self.snapshot(table), buckets)
+
+    def reading(self) -> AbstractContextManager[None]:
+        """LogMiner and shadow-table reads serve any number of sessions; the change log's commit fences
+        the loser."""
+        return nullcontext()
 
     def release(self, through: Scn) -> None:
         if through.is_beginning:

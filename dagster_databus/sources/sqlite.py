@@ -17,7 +17,7 @@ import json
 import sqlite3
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import closing
+from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -499,6 +499,10 @@ class SqliteSource:
 
     def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot:
         return in_buckets(self.snapshot(table), buckets)
+
+    def reading(self) -> AbstractContextManager[None]:
+        """Two polls of one txlog do not disturb each other; the change log's commit fences the loser."""
+        return nullcontext()
 
     def release(self, through: Scn) -> None:
         if not self.config.prune_txlog or through.is_beginning:
