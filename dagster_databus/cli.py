@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Any
 
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, SourceConfig, load_config
@@ -89,13 +90,29 @@ def _bootstrap(config: DatabusConfig, args: argparse.Namespace) -> int:
 
 def _snapshot(config: DatabusConfig, args: argparse.Namespace) -> int:
     """Read tables afresh from the source into their snapshots, keeping the change log: online (key ranges,
-    each its own short read, capture may run meanwhile) and resumable (a killed run's finished ranges are kept)."""
+    each its own short read, capture may run meanwhile) and resumable (a killed run's finished ranges are kept).
+    With a key range or a filter, only those rows of one table are read again and folded in."""
     from dagster_databus.snapshot.merge import sync_source
     from dagster_databus.spark.session import get_spark
 
     source = config.source(args.source)
     tables = _tables(source, args.tables)
-    for r in sync_source(lambda: get_spark(config.spark), config, source.name, tables,
+    rows = pipeline.row_selection(config, source.name, tables, args.after, args.through, args.where)
+
+    def spark() -> Any:
+        return get_spark(config.spark)
+
+    if not rows.whole:
+        for r in sync_source(spark, config, source.name, tables, progress=lambda m: print(m, flush=True),
+                             mode="refresh", rows=rows):
+            f = r.refreshed
+            print(f"{r.source}.{r.table}: merged to SCN {r.to_scn}" + (
+                f"; read {f.rows_read:,} rows again ({rows.describe()}, {f.ranges} key ranges): "
+                f"{f.counts.inserted:,} inserted, {f.counts.updated:,} updated, {f.counts.deleted:,} deleted"
+                + ("" if f.deletes_checked else "; deletes at the source not looked for (a filter, or a text key)")
+                if f is not None else ""))
+        return 0
+    for r in sync_source(spark, config, source.name, tables,
                          progress=lambda m: print(m, flush=True), mode="bootstrap"):
         print(f"{r.source}.{r.table}: read {r.bootstrap_rows:,} rows at SCN {r.bootstrapped_at}"
               + (f" ({r.bootstrap_ranges['ranges']} key ranges, {r.bootstrap_ranges['resumed']} from an earlier run)"
@@ -255,6 +272,12 @@ def _main(argv: list[str] | None) -> int:
                               help="read tables afresh into their snapshots, online and resumable; the log is kept")
     snapshot.add_argument("--source", required=True)
     snapshot.add_argument("--tables", nargs="*", help="tables to read (default: all of the source's)")
+    snapshot.add_argument("--after", nargs="+", metavar="KEY",
+                          help="read only keys after this one (one value per key column, in key order; one table): "
+                               "the rows read are folded into the snapshot, which is kept")
+    snapshot.add_argument("--through", nargs="+", metavar="KEY", help="read only keys up to and including this one")
+    snapshot.add_argument("--where", metavar="CONDITION",
+                          help="read only rows matching this condition, in the source's SQL (one table)")
     sub.add_parser("status", parents=[common], help="checkpoint, snapshot SCN and lag per source and table")
     reconcile = sub.add_parser("reconcile", parents=[common],
                                help="compare snapshots with the source at one SCN; name the keys that differ")

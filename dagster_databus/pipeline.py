@@ -7,19 +7,19 @@ call these functions.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import DatabusError, LogGapError, SourceUnavailableError
+from dagster_databus.errors import ConfigError, DatabusError, LogGapError, SourceUnavailableError
 from dagster_databus.log.durable import lake_problem, require_writable_lake
 from dagster_databus.log.retention import RetentionResult
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.sources import open_source
-from dagster_databus.sources.base import InstallReport, PollStats
+from dagster_databus.sources.base import ALL_ROWS, InstallReport, PollStats, RowSelection, selection_for
 
 Progress = Callable[[str], None]
 
@@ -243,6 +243,19 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
         src.release(result.until)
     result.duration_s = time.monotonic() - started
     return result
+
+
+def row_selection(config: DatabusConfig, source: str, tables: Sequence[str], after: Sequence[Any] | None = None,
+                  through: Sequence[Any] | None = None, where: str | None = None) -> RowSelection:
+    """The rows an on-demand snapshot reads again, from what a user typed: key bounds (one value per key
+    column, in key order) and a filter in the source's SQL. Either needs exactly one table."""
+    if after is None and through is None and not (where or "").strip():
+        return ALL_ROWS
+    if len(tables) != 1:
+        raise ConfigError("snapshot.tables", f"a key range or a filter names rows of one table, but {len(tables)} "
+                          f"tables were chosen ({', '.join(tables) or 'all of them'})", "choose exactly one table")
+    schema = open_source(config.source(source)).schemas()[tables[0]]
+    return selection_for(schema, after, through, where)
 
 
 def enforce_retention(config: DatabusConfig, source: str) -> RetentionResult | None:

@@ -210,18 +210,21 @@ def with_meta(batch: pa.RecordBatch | pa.Table, scn: Scn, op: str, commit_ts_ms:
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-def merge_clauses(key: Sequence[str], columns: Sequence[str]) -> tuple[str, dict[str, str], str, str]:
+def merge_clauses(key: Sequence[str], columns: Sequence[str], reads: bool = False
+                  ) -> tuple[str, dict[str, str], str, str]:
     """The MERGE's text for source ``s`` into target ``t``: (match predicate on ``key``, assignments of
-    every column, ``newer`` guard, ``is_delete`` test). Names are validated plain identifiers."""
+    every column, ``newer`` guard, ``is_delete`` test). Names are validated plain identifiers. ``reads``:
+    the changes are the source's rows read at their SCN (``snapshot.refresh``), which replace a row of the
+    same SCN too (the same row, when the snapshot is sound; the source's, when it is not)."""
     predicate = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in key)
     assignments = {_q(c): f"s.{_q(c)}" for c in columns}
-    newer = f"s.{_q('__scn')} > t.{_q('__scn')}"
+    newer = f"s.{_q('__scn')} {'>=' if reads else '>'} t.{_q('__scn')}"
     is_delete = f"s.{_q('__op')} = 'd'"
     return predicate, assignments, newer, is_delete
 
 
 def merge_with_delta_rs(target: DeltaFolder, key: Sequence[str], changes: pa.Table | pa.RecordBatchReader,
-                        props: CommitProperties) -> MergeCounts:
+                        props: CommitProperties, reads: bool = False) -> MergeCounts:
     """Apply reduced changes (one row per ``key``) with delta-rs in one commit carrying ``props``.
 
     SCD type 1 with ``apply_as_deletes``: a newer delete removes the key, a newer image replaces
@@ -235,7 +238,7 @@ def merge_with_delta_rs(target: DeltaFolder, key: Sequence[str], changes: pa.Tab
         write_deltalake(table, pa.schema(table.schema().to_arrow()).empty_table(), mode="append",
                         commit_properties=props)
         return MergeCounts()
-    predicate, assignments, newer, is_delete = merge_clauses(key, source.schema.names)
+    predicate, assignments, newer, is_delete = merge_clauses(key, source.schema.names, reads)
     metrics = (
         table.merge(source, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
                     streamed_exec=isinstance(source, pa.RecordBatchReader), commit_properties=props)

@@ -22,9 +22,10 @@ from dagster_databus.errors import SchemaDriftError, SnapshotMissingError
 from dagster_databus.log.durable import disk_errors
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts
-from dagster_databus.snapshot.engines import MergeEngine, SparkProvider, open_engine
+from dagster_databus.snapshot.engines import MergeEngine, Refreshed, SparkProvider, open_engine
 from dagster_databus.snapshot.evolve import plan
 from dagster_databus.sources import open_source
+from dagster_databus.sources.base import ALL_ROWS, RowSelection
 from dagster_databus.spark.session import task_errors, with_spark_properties
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class TableSyncResult:
     files: dict[str, int] = field(default_factory=dict)
     evolved: str | None = None  # the schema change applied in place this run, described
     bootstrap_ranges: dict[str, int] = field(default_factory=dict)  # Bootstrapped.ranges
+    refreshed: Refreshed | None = None  # mode refresh: what reading the chosen rows again found and changed
 
     @property
     def lag_scn(self) -> int:
@@ -83,21 +85,26 @@ def provider(spark: SparkLike) -> SparkProvider:
     return spark if callable(spark) else (lambda: spark)  # type: ignore[return-value]
 
 
-SyncMode = Literal["merge", "bootstrap", "rebuild"]
+SyncMode = Literal["merge", "bootstrap", "rebuild", "refresh"]
 
 
 def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engine: MergeEngine,
-               progress: Progress = lambda _: None, mode: SyncMode = "merge") -> TableSyncResult:
+               progress: Progress = lambda _: None, mode: SyncMode = "merge",
+               rows: RowSelection = ALL_ROWS) -> TableSyncResult:
     """Bring ``table``'s snapshot up to the log's high watermark.
 
     ``merge``: bootstrap if there is no snapshot (or DDL since the last bootstrap), then merge.
     ``bootstrap``: read the table afresh from the source first, whatever the snapshot holds.
     ``rebuild``: restore the snapshot as its last bootstrap left it (Delta time travel) and replay
     the retained log from there; refused if the log no longer reaches back that far.
+    ``refresh``: merge, then read ``rows`` again from the source and fold them in (``snapshot.refresh``):
+    repairs rows without replacing the table.
     """
     started = time.monotonic()
     log = ChangeLog(config.lake, source_cfg.name)
     snap = DeltaSnapshot(config.lake, source_cfg.name, table)
+    if mode == "refresh":  # a bad filter is refused before anything is read or written
+        open_source(source_cfg, config.lake).check_selection(table, rows)
     lock = snap.lock(f"snapshot {source_cfg.name}.{table}", "wait for the other merge of this table to finish")
     with lock:
         log.require_intact()
@@ -133,6 +140,12 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
                 counts, files = merged.counts, merged.files
                 by_op, events, windows = merged.stats.events_by_op, merged.stats.events, merged.stats.windows
             to_scn = until
+        refreshed = None
+        if mode == "refresh" and bootstrapped_at is not None:
+            progress(f"{table}: not reading {rows.describe()} again: the table was just read whole")
+        elif mode == "refresh":
+            with disk_errors(f"reading rows of {source_cfg.name}.{table} again into Delta", snap.path):
+                refreshed = engine.refresh(snap, open_source(source_cfg, config.lake), table, rows, progress)
         return TableSyncResult(
             source=source_cfg.name, table=table, engine=engine.name, bootstrapped_at=bootstrapped_at,
             bootstrap_rows=bootstrap_rows, from_scn=applied,
@@ -140,7 +153,7 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
             snapshot_rows=snap.row_count(), log_scn=until, delta_version=snap.version(),
             duration_s=time.monotonic() - started,
             applied_commit_ms=applied_commit_ms(snap, log, to_scn), log_commit_ms=log.commit_ms_through(until),
-            files=files, evolved=evolved, bootstrap_ranges=ranges,
+            files=files, evolved=evolved, bootstrap_ranges=ranges, refreshed=refreshed,
         )
 
 
@@ -193,8 +206,8 @@ def applied_commit_ms(snap: DeltaSnapshot, log: ChangeLog, applied: Scn) -> int 
 
 
 def sync_tables(config: DatabusConfig, source_cfg: SourceConfig, tables: Sequence[str], engine: MergeEngine,
-                progress: Progress = lambda _: None,
-                mode: SyncMode = "merge") -> Iterator[tuple[str, TableSyncResult | Exception]]:
+                progress: Progress = lambda _: None, mode: SyncMode = "merge",
+                rows: RowSelection = ALL_ROWS) -> Iterator[tuple[str, TableSyncResult | Exception]]:
     """``sync_table`` for each of ``tables``, ``engine.tables_at_once`` at a time, reported in ``tables``' order
     as each is done: its result, or the error it failed with (a table that fails does not stop the others;
     each table commits on its own)."""
@@ -202,7 +215,7 @@ def sync_tables(config: DatabusConfig, source_cfg: SourceConfig, tables: Sequenc
 
     def one(table: str) -> TableSyncResult | Exception:
         try:
-            return sync_table(config, source_cfg, table, engine, progress, mode)
+            return sync_table(config, source_cfg, table, engine, progress, mode, rows)
         except Exception as exc:
             return exc
 
@@ -221,7 +234,8 @@ def sync_tables(config: DatabusConfig, source_cfg: SourceConfig, tables: Sequenc
 
 
 def sync_source(spark: SparkLike, config: DatabusConfig, source: str, tables: Sequence[str] | None = None,
-                progress: Progress = lambda _: None, mode: SyncMode = "merge") -> list[TableSyncResult]:
+                progress: Progress = lambda _: None, mode: SyncMode = "merge",
+                rows: RowSelection = ALL_ROWS) -> list[TableSyncResult]:
     """Every (or each named) table of ``source`` synced; the first table's error, in table order, is raised
     once all are done."""
     source_cfg = config.source(source)
@@ -229,7 +243,7 @@ def sync_source(spark: SparkLike, config: DatabusConfig, source: str, tables: Se
     names = list(tables) if tables is not None else [t.name for t in source_cfg.tables]
     with task_errors():
         results, failed = [], None
-        for _, outcome in sync_tables(config, source_cfg, names, engine, progress, mode):
+        for _, outcome in sync_tables(config, source_cfg, names, engine, progress, mode, rows):
             if isinstance(outcome, Exception):
                 failed = failed or outcome
             else:

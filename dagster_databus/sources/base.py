@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -120,44 +121,138 @@ class KeyRange:
     through: tuple[Any, ...] | None
 
 
-def split_keys(first_keys: Callable[[tuple[Any, ...] | None], list[Any]], rows_per_range: int
-               ) -> tuple[KeyRange, ...]:
-    """Ranges of about ``rows_per_range`` rows, by keyset pagination over the key alone:
+ALL_KEYS = KeyRange(None, None)
+
+
+@dataclass(frozen=True, slots=True)
+class RowSelection:
+    """The rows an on-demand snapshot reads again: keys in ``keys`` and, when ``where`` is set, only rows it
+    matches (a predicate in the source's own SQL, checked by the source before anything is read)."""
+
+    keys: KeyRange = ALL_KEYS
+    where: str | None = None
+
+    @property
+    def whole(self) -> bool:
+        return self.keys == ALL_KEYS and self.where is None
+
+    def describe(self) -> str:
+        parts = [f"keys after {list(self.keys.after)}" if self.keys.after is not None else "",
+                 f"keys through {list(self.keys.through)}" if self.keys.through is not None else "",
+                 f"rows where {self.where}" if self.where is not None else ""]
+        return ", ".join(p for p in parts if p) or "every row"
+
+
+ALL_ROWS = RowSelection()
+
+_INTEGERS = {"byte", "short", "integer", "long"}
+
+
+def selection_for(schema: TableSchema, after: Sequence[Any] | None, through: Sequence[Any] | None,
+                  where: str | None) -> RowSelection:
+    """A ``RowSelection`` from what a user typed (CLI, Dagster run config): key values in key order, one per
+    key column, made the key columns' types (integers, decimals; anything else as text, which every
+    database compares with its dates and strings); ``where`` checked to be one predicate."""
+    def key(values: Sequence[Any] | None, what: str) -> tuple[Any, ...] | None:
+        if values is None:
+            return None
+        if len(values) != len(schema.primary_key):
+            raise ConfigError(f"snapshot.{what}", f"{len(values)} value(s) for table {schema.table!r}, whose key is "
+                              f"({', '.join(schema.primary_key)})", "give one value per key column, in key order")
+        out = []
+        for name, value in zip(schema.primary_key, values, strict=True):
+            kind = schema.column(name).type.kind
+            try:
+                out.append(int(value) if kind in _INTEGERS else decimal.Decimal(str(value)) if kind == "decimal"
+                           else str(value))
+            except (ValueError, decimal.InvalidOperation):
+                raise ConfigError(f"snapshot.{what}", f"{value!r} is not a value of key column {name!r} ({kind})",
+                                  f"give {name} as a {kind}") from None
+        return tuple(out)
+
+    rows = RowSelection(KeyRange(key(after, "after"), key(through, "through")), (where or "").strip() or None)
+    if rows.where is not None:
+        problem = _predicate_problem(rows.where)
+        if problem:
+            raise ConfigError("snapshot.where", f"{rows.where!r} {problem}",
+                              "give one boolean condition on the table's columns, as a WHERE clause would hold it")
+    return rows
+
+
+def _predicate_problem(text: str) -> str | None:
+    """Why ``text`` is not a single predicate to put in parentheses after WHERE, or None."""
+    depth, quote = 0, ""
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote:
+                quote = ""
+            continue
+        if ch in "'\"`":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                return "closes a parenthesis it did not open"
+        elif ch == ";":
+            return "holds a ';' (one condition, not statements)"
+        elif text.startswith(("--", "/*", "#"), i):
+            return "holds a comment"
+    if quote:
+        return f"leaves a {quote} quote open"
+    if depth:
+        return "leaves a parenthesis open"
+    return None
+
+
+def split_keys(first_keys: Callable[[tuple[Any, ...] | None], list[Any]], rows_per_range: int,
+               bounds: KeyRange = ALL_KEYS) -> tuple[KeyRange, ...]:
+    """Ranges of about ``rows_per_range`` rows within ``bounds``, by keyset pagination over the key alone:
     ``first_keys(after)`` returns the first ``rows_per_range`` keys after ``after`` (None: from the
-    start) in key order. The last range is open-ended, so keys inserted later land somewhere."""
-    bounds: list[tuple[Any, ...]] = []
-    while len(rows := first_keys(bounds[-1] if bounds else None)) == rows_per_range:
-        bounds.append(tuple(rows[-1]))
-    if not rows and bounds:
-        bounds.pop()  # the last full range reached the end: it takes the open end itself
-    lowers: list[tuple[Any, ...] | None] = [None, *bounds]
-    uppers: list[tuple[Any, ...] | None] = [*bounds, None]
+    start) and through ``bounds.through``, in key order. The last range ends where ``bounds`` does (open-ended
+    when unbounded, so keys inserted later land somewhere)."""
+    bounds_list: list[tuple[Any, ...]] = []
+    while len(rows := first_keys(bounds_list[-1] if bounds_list else bounds.after)) == rows_per_range:
+        bounds_list.append(tuple(rows[-1]))
+    if not rows and bounds_list:
+        bounds_list.pop()  # the last full range reached the end: it takes the open end itself
+    lowers: list[tuple[Any, ...] | None] = [bounds.after, *bounds_list]
+    uppers: list[tuple[Any, ...] | None] = [*bounds_list, bounds.through]
     return tuple(KeyRange(lo, hi) for lo, hi in zip(lowers, uppers, strict=True))
 
 
 def range_pages(fetch: Callable[[str, list[Any]], list[Any]], cols: str, marks: str, where: KeyRange,
-                key_index: Sequence[int], page: int) -> Iterator[list[Any]]:
-    """The rows of key range ``where`` a page at a time, by keyset pagination: ``fetch(clause, params)``
-    runs the page query (``page`` rows in key order) with ``clause`` ("WHERE ... " or "") and its
-    parameters appended; ``cols`` are the key columns as SQL, ``marks`` their placeholders, and
-    ``key_index`` their positions in a fetched row."""
+                key_index: Sequence[int], page: int, predicate: str | None = None) -> Iterator[list[Any]]:
+    """The rows of key range ``where`` (and, if given, matching ``predicate``) a page at a time, by keyset
+    pagination: ``fetch(clause, params)`` runs the page query (``page`` rows in key order) with ``clause``
+    ("WHERE ... " or "") and its parameters appended; ``cols`` are the key columns as SQL, ``marks`` their
+    placeholders, and ``key_index`` their positions in a fetched row."""
     after = where.after
     while True:
-        clauses: list[str] = []
-        params: list[Any] = []
-        if after is not None:
-            clauses.append(f"({cols}) > ({marks})")
-            params += after
-        if where.through is not None:
-            clauses.append(f"({cols}) <= ({marks})")
-            params += where.through
-        rows = fetch(f"WHERE {' AND '.join(clauses)} " if clauses else "", params)
+        clause, params = key_clause(cols, marks, KeyRange(after, where.through), predicate)
+        rows = fetch(clause, params)
         if not rows:
             return
         yield rows
         if len(rows) < page:
             return
         after = tuple(rows[-1][i] for i in key_index)
+
+
+def key_clause(cols: str, marks: str, keys: KeyRange, predicate: str | None = None) -> tuple[str, list[Any]]:
+    """"WHERE ... " (or "") selecting ``keys`` by row-value comparison, and ``predicate``; its parameters."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if keys.after is not None:
+        clauses.append(f"({cols}) > ({marks})")
+        params += keys.after
+    if keys.through is not None:
+        clauses.append(f"({cols}) <= ({marks})")
+        params += keys.through
+    if predicate is not None:
+        clauses.append(f"({predicate})")
+    return (f"WHERE {' AND '.join(clauses)} " if clauses else ""), params
 
 
 @dataclass(frozen=True)
@@ -177,6 +272,7 @@ class RangeRead:
     spec: Mapping[str, Any] = field(repr=False)  # connection and query settings; may hold a password
     ranges: tuple[KeyRange, ...]
     scn: Scn | None
+    where: str | None = None  # only rows matching this predicate (``RowSelection.where``)
 
 
 @dataclass(frozen=True)
@@ -287,9 +383,14 @@ class CaptureSource(Protocol):
         """A consistent, chunked read of one table at a known SCN, in this process (the local engine's
         bootstrap, reconciliation, tests)."""
 
-    def ranges(self, table: str, rows_per_range: int) -> RangeRead:
-        """The table cut into primary-key ranges of about ``rows_per_range`` rows, for tasks to read
-        (``sources.read_range``) and write in parallel: the spark engine's bootstrap."""
+    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
+        """The table (or the ``rows`` selected: ``check_selection`` first) cut into primary-key ranges of about
+        ``rows_per_range`` rows, for tasks to read (``sources.read_range``) and write in parallel: the spark
+        engine's bootstrap and on-demand snapshots."""
+
+    def check_selection(self, table: str, rows: RowSelection) -> None:
+        """Raise ``ConfigError`` naming the problem if the database cannot select ``rows`` of ``table`` (a bad
+        predicate, key values of the wrong arity or type); reads no rows."""
 
     def fingerprint(self, table: str, progress: Progress = quiet) -> SourceFingerprint:
         """The table's reconciliation fingerprint at one SCN, computed by the database where it can, in the

@@ -38,10 +38,11 @@ from dagster_databus.errors import (
 )
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import (
+    ALL_ROWS,
     InstallReport,
-    KeyRange,
     PollStats,
     RangeRead,
+    RowSelection,
     SourceFingerprint,
     TableSnapshot,
     check_column_name,
@@ -51,7 +52,7 @@ from dagster_databus.sources.base import (
     resolve_key,
     table_schemas,
 )
-from dagster_databus.sources.mysql_bootstrap import key_ranges, snapshot_position
+from dagster_databus.sources.mysql_bootstrap import check_selection, key_ranges, snapshot_position
 from dagster_databus.sources.mysql_connect import Connection
 from dagster_databus.sources.mysql_types import (
     EMPTY_SET_SOURCE,
@@ -732,21 +733,26 @@ class MysqlSource:
             columns=", ".join(select_expression(c) for c in schema.columns),
             buckets=", ".join(str(int(b)) for b in buckets) or "NULL")
 
-    def ranges(self, table: str, rows_per_range: int) -> RangeRead:
+    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
         """Key ranges each read in its own consistent snapshot (MariaDB reports each one's binlog position);
         on MySQL proper, which does not, the whole table is one range pinned under a brief read lock."""
         schema = self.preflight()[table]
         with closing(self.connect()) as conn, conn.cursor() as cur:
             cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
-            ranges = (key_ranges(cur, table, schema.primary_key, rows_per_range) if cur.fetchone() is not None
-                      else (KeyRange(None, None),))
+            ranges = (key_ranges(cur, table, schema.primary_key, rows_per_range, rows) if cur.fetchone() is not None
+                      else (rows.keys,))
         c = self.config
         host, port = self.address()
         connection = {"host": host, "port": port, "user": c.user, "password": c.resolved_password(),
                       "database": c.database, "connect_timeout": c.connect_timeout_s}
         spec = {"connection": connection, "zero_dates": c.zero_dates, "era": self.era,
                 "page_rows": min(rows_per_range, 10_000)}
-        return RangeRead("mysql", self.name, schema, spec, ranges, scn=None)
+        return RangeRead("mysql", self.name, schema, spec, ranges, scn=None, where=rows.where)
+
+    def check_selection(self, table: str, rows: RowSelection) -> None:
+        schema = self.preflight()[table]
+        with closing(self.connect()) as conn, conn.cursor() as cur:
+            check_selection(cur, table, schema.primary_key, rows)
 
     def _consistent_snapshot(self, cur: Any) -> Scn:
         return snapshot_position(cur, self.era, self.name)

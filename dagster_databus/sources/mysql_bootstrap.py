@@ -16,22 +16,51 @@ from typing import Any
 import pyarrow as pa
 
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import CaptureNotInstalledError
-from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot, range_pages, split_keys
+from dagster_databus.errors import CaptureNotInstalledError, ConfigError
+from dagster_databus.sources.base import (
+    ALL_ROWS,
+    KeyRange,
+    RangeRead,
+    RowSelection,
+    TableSnapshot,
+    key_clause,
+    range_pages,
+    split_keys,
+)
 
 
-def key_ranges(cursor: Any, table: str, key: Sequence[str], rows_per_range: int) -> tuple[KeyRange, ...]:
-    """Ranges of about ``rows_per_range`` rows (``base.split_keys``)."""
+def key_ranges(cursor: Any, table: str, key: Sequence[str], rows_per_range: int,
+               rows: RowSelection = ALL_ROWS) -> tuple[KeyRange, ...]:
+    """Ranges of about ``rows_per_range`` of the selected rows (``base.split_keys``)."""
     cols = ", ".join(f"`{k}`" for k in key)
     marks = ", ".join(["%s"] * len(key))
 
     def first_keys(after: tuple[Any, ...] | None) -> list[Any]:
-        where = f"WHERE ({cols}) > ({marks}) " if after is not None else ""
-        cursor.execute(f"SELECT {cols} FROM `{table}` {where}ORDER BY {cols} LIMIT %s",
-                       (*(after or ()), rows_per_range))
+        where, params = key_clause(cols, marks, KeyRange(after, rows.keys.through), _escaped(rows.where))
+        cursor.execute(f"SELECT {cols} FROM `{table}` {where}ORDER BY {cols} LIMIT %s", (*params, rows_per_range))
         return list(cursor.fetchall())
 
-    return split_keys(first_keys, rows_per_range)
+    return split_keys(first_keys, rows_per_range, rows.keys)
+
+
+def _escaped(predicate: str | None) -> str | None:
+    """A predicate as pymysql's parameter formatting reads it: a literal ``%`` (in LIKE, say) doubled."""
+    return predicate.replace("%", "%%") if predicate is not None else None
+
+
+def check_selection(cursor: Any, table: str, key: Sequence[str], rows: RowSelection) -> None:
+    """Run the selection's query on no rows: the server names an unknown column or a syntax error."""
+    import pymysql
+
+    where, params = key_clause(", ".join(f"`{k}`" for k in key), ", ".join(["%s"] * len(key)), rows.keys,
+                               _escaped(rows.where))
+    try:
+        cursor.execute(f"SELECT 1 FROM `{table}` {where}LIMIT 0", params)
+        cursor.fetchall()
+    except pymysql.err.MySQLError as exc:
+        raise ConfigError("snapshot.where", f"MySQL cannot select {rows.describe()} of {table!r}: "
+                          f"{exc.args[-1] if exc.args else exc}",
+                          "write the condition in MySQL's SQL, naming the table's columns") from None
 
 
 def snapshot_position(cur: Any, era: int, source: str) -> Scn:
@@ -86,7 +115,7 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
-            for rows in range_pages(fetch, kcols, marks, where, key_index, page):
+            for rows in range_pages(fetch, kcols, marks, where, key_index, page, _escaped(read.where)):
                 yield convert(rows)
             cur.execute("COMMIT")
         finally:

@@ -31,9 +31,11 @@ from dagster_databus.errors import (
 )
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import (
+    ALL_ROWS,
     InstallReport,
     PollStats,
     RangeRead,
+    RowSelection,
     SourceFingerprint,
     TableSnapshot,
     check_column_name,
@@ -44,7 +46,7 @@ from dagster_databus.sources.base import (
     streamed_fingerprint,
     table_schemas,
 )
-from dagster_databus.sources.oracle_bootstrap import key_ranges
+from dagster_databus.sources.oracle_bootstrap import check_selection, key_ranges
 from dagster_databus.sources.oracle_sql import (
     Statement,
     TableObjects,
@@ -445,7 +447,7 @@ class OracleSource:
 
         return TableSnapshot(scn=scn, schema=schema, batches=batches())
 
-    def ranges(self, table: str, rows_per_range: int) -> RangeRead:
+    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
         """Key ranges of the table as of the database SCN now; every range is read as of that SCN."""
         schema = self.preflight()[table]
         mapping = self._columns[table]
@@ -453,12 +455,18 @@ class OracleSource:
         keys = [quote(mapping[k]) for k in schema.primary_key]
         with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
             scn = self._current_scn(cur)
-            ranges = key_ranges(cur, actual, keys, scn.value, rows_per_range)
+            ranges = key_ranges(cur, actual, keys, scn.value, rows_per_range, rows)
         c = self.config
         spec = {"connection": {"user": c.user, "password": c.resolved_password(), "dsn": c.dsn},
                 "table": actual, "key": keys, "page_rows": min(rows_per_range, 10_000),
                 "columns": [[quote(mapping[col.name]), col.source_type] for col in schema.columns]}
-        return RangeRead("oracle", self.name, schema, spec, ranges, scn=scn)
+        return RangeRead("oracle", self.name, schema, spec, ranges, scn=scn, where=rows.where)
+
+    def check_selection(self, table: str, rows: RowSelection) -> None:
+        schema = self.preflight()[table]
+        keys = [quote(self._columns[table][k]) for k in schema.primary_key]
+        with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
+            check_selection(cur, quote(self._actual[table]), keys, rows)
 
     def fingerprint(self, table: str, progress: Progress = quiet) -> SourceFingerprint:
         return streamed_fingerprint(self.snapshot(table), progress)

@@ -8,21 +8,52 @@ from typing import Any
 
 import pyarrow as pa
 
-from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot, split_keys
+from dagster_databus.errors import ConfigError
+from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot, split_keys
 from dagster_databus.sources.oracle_sql import after_clause, through_clause
 
 
-def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_range: int) -> tuple[KeyRange, ...]:
-    """Ranges of about ``rows_per_range`` rows of the table as of ``scn`` (``base.split_keys``)."""
+def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_range: int,
+               rows: RowSelection = ALL_ROWS) -> tuple[KeyRange, ...]:
+    """Ranges of about ``rows_per_range`` of the selected rows of the table as of ``scn`` (``base.split_keys``)."""
     order = ", ".join(keys)
 
     def first_keys(after: tuple[Any, ...] | None) -> list[Any]:
-        where = f"WHERE {after_clause(keys, 'a')} " if after is not None else ""
-        cursor.execute(f"SELECT {order} FROM {table} AS OF SCN :scn {where}ORDER BY {order} FETCH FIRST :n ROWS ONLY",
-                       scn=scn, n=rows_per_range, **{f"a{i}": v for i, v in enumerate(after or ())})
+        where, binds = selection_clause(keys, KeyRange(after, rows.keys.through), rows.where)
+        cursor.execute(f"SELECT {order} FROM {table} AS OF SCN :scn{where} ORDER BY {order} FETCH FIRST :n ROWS ONLY",
+                       scn=scn, n=rows_per_range, **binds)
         return list(cursor.fetchall())
 
-    return split_keys(first_keys, rows_per_range)
+    return split_keys(first_keys, rows_per_range, rows.keys)
+
+
+def selection_clause(keys: Sequence[str], where: KeyRange, predicate: str | None) -> tuple[str, dict[str, Any]]:
+    """" WHERE ..." (or "") selecting the key range and ``predicate``, with its binds (Oracle has no row-value
+    comparison: ``oracle_sql.after_clause``)."""
+    clauses, binds = [], {}
+    if where.after is not None:
+        clauses.append(f"({after_clause(keys, 'a')})")
+        binds |= {f"a{i}": v for i, v in enumerate(where.after)}
+    if where.through is not None:
+        clauses.append(through_clause(keys, "t"))
+        binds |= {f"t{i}": v for i, v in enumerate(where.through)}
+    if predicate is not None:
+        clauses.append(f"({predicate})")
+    return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), binds
+
+
+def check_selection(cursor: Any, table: str, keys: Sequence[str], rows: RowSelection) -> None:
+    """Run the selection's query on no rows: the database names an unknown column or a syntax error."""
+    import oracledb
+
+    where, binds = selection_clause(keys, rows.keys, rows.where)
+    try:
+        cursor.execute(f"SELECT 1 FROM {table}{where} FETCH FIRST 0 ROWS ONLY", **binds)
+        cursor.fetchall()
+    except oracledb.DatabaseError as exc:
+        raise ConfigError("snapshot.where", f"Oracle cannot select {rows.describe()} of {table}: {exc}",
+                          "write the condition in Oracle's SQL, naming the table's columns as Oracle knows them") \
+            from None
 
 
 def read_range(read: RangeRead, index: int) -> TableSnapshot:
@@ -50,16 +81,9 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
         try:
             with conn.cursor() as cur:
                 while True:
-                    clauses, binds = [], {"scn": scn, "n": page}
-                    if after is not None:
-                        clauses.append(f"({after_clause(keys, 'a')})")
-                        binds |= {f"a{i}": v for i, v in enumerate(after)}
-                    if where.through is not None:
-                        clauses.append(through_clause(keys, "t"))
-                        binds |= {f"t{i}": v for i, v in enumerate(where.through)}
-                    clause = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+                    clause, binds = selection_clause(keys, KeyRange(after, where.through), read.where)
                     cur.execute(f"SELECT {select} FROM {table} AS OF SCN :scn{clause} ORDER BY {', '.join(keys)} "
-                                "FETCH FIRST :n ROWS ONLY", binds)
+                                "FETCH FIRST :n ROWS ONLY", {"scn": scn, "n": page, **binds})
                     rows = cur.fetchall()
                     if not rows:
                         break

@@ -42,9 +42,11 @@ from dagster_databus.errors import (
 )
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import (
+    ALL_ROWS,
     InstallReport,
     PollStats,
     RangeRead,
+    RowSelection,
     SourceFingerprint,
     TableSnapshot,
     check_column_name,
@@ -56,7 +58,7 @@ from dagster_databus.sources.base import (
     table_schemas,
 )
 from dagster_databus.sources.sqlite_batch import TxlogChunk, chunk_batch, joined_ints
-from dagster_databus.sources.sqlite_bootstrap import key_ranges
+from dagster_databus.sources.sqlite_bootstrap import check_selection, key_ranges
 from dagster_databus.sources.sqlite_types import sqlite_column_type, sqlite_value
 
 # 3: a plain rowid txlog, windows by cuts, drift found by the poll (2: the triggers read the epoch and
@@ -463,14 +465,18 @@ class SqliteSource:
 
     # -- bootstrap ---------------------------------------------------------------------
 
-    def ranges(self, table: str, rows_per_range: int) -> RangeRead:
+    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
         """Key ranges each read in its own read transaction with the txlog high-water mark it sees."""
         schema = self.schemas()[table]
         with closing(self._connect()) as conn:
-            ranges = key_ranges(conn, table, schema.primary_key, rows_per_range)
+            ranges = key_ranges(conn, table, schema.primary_key, rows_per_range, rows)
         spec = {"path": str(Path(self.config.path).resolve()), "busy_timeout_s": self.config.busy_timeout_ms / 1000,
                 "page_rows": min(rows_per_range, 10_000)}
-        return RangeRead("sqlite", self.name, schema, spec, ranges, scn=None)
+        return RangeRead("sqlite", self.name, schema, spec, ranges, scn=None, where=rows.where)
+
+    def check_selection(self, table: str, rows: RowSelection) -> None:
+        with closing(self._connect()) as conn:
+            check_selection(conn, table, self.schemas()[table].primary_key, rows)
 
     def snapshot(self, table: str, batch_rows: int = 50_000) -> TableSnapshot:
         schema = self.schemas()[table]

@@ -16,22 +16,43 @@ import pyarrow as pa
 
 from dagster_databus.core.identifiers import quote_sqlite
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import SourceUnavailableError
+from dagster_databus.errors import ConfigError, SourceUnavailableError
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.base import KeyRange, RangeRead, TableSnapshot, range_pages, split_keys
+from dagster_databus.sources.base import (
+    ALL_ROWS,
+    KeyRange,
+    RangeRead,
+    RowSelection,
+    TableSnapshot,
+    key_clause,
+    range_pages,
+    split_keys,
+)
 
 
-def key_ranges(conn: sqlite3.Connection, table: str, key: Sequence[str], rows_per_range: int) -> tuple[KeyRange, ...]:
-    """Ranges of about ``rows_per_range`` rows (``base.split_keys``)."""
+def key_ranges(conn: sqlite3.Connection, table: str, key: Sequence[str], rows_per_range: int,
+               rows: RowSelection = ALL_ROWS) -> tuple[KeyRange, ...]:
+    """Ranges of about ``rows_per_range`` of the selected rows (``base.split_keys``)."""
     cols = ", ".join(quote_sqlite(k) for k in key)
     marks = ", ".join("?" * len(key))
 
     def first_keys(after: tuple[Any, ...] | None) -> list[Any]:
-        where = f"WHERE ({cols}) > ({marks}) " if after is not None else ""
+        where, params = key_clause(cols, marks, KeyRange(after, rows.keys.through), rows.where)
         return conn.execute(f"SELECT {cols} FROM {quote_sqlite(table)} {where}ORDER BY {cols} LIMIT ?",
-                            (*(after or ()), rows_per_range)).fetchall()
+                            (*params, rows_per_range)).fetchall()
 
-    return split_keys(first_keys, rows_per_range)
+    return split_keys(first_keys, rows_per_range, rows.keys)
+
+
+def check_selection(conn: sqlite3.Connection, table: str, key: Sequence[str], rows: RowSelection) -> None:
+    """Prepare the selection's query (no row is read): SQLite names an unknown column or a syntax error."""
+    where, params = key_clause(", ".join(quote_sqlite(k) for k in key), ", ".join("?" * len(key)), rows.keys,
+                               rows.where)
+    try:
+        conn.execute(f"SELECT 1 FROM {quote_sqlite(table)} {where}LIMIT 0", params).fetchall()
+    except sqlite3.Error as exc:
+        raise ConfigError("snapshot.where", f"SQLite cannot select {rows.describe()} of {table!r}: {exc}",
+                          "write the condition in SQLite's SQL, naming the table's columns") from None
 
 
 def read_range(read: RangeRead, index: int) -> TableSnapshot:
@@ -62,7 +83,7 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
-            for rows in range_pages(page, cols, marks, where, key_index, page_rows):
+            for rows in range_pages(page, cols, marks, where, key_index, page_rows, read.where):
                 yield convert(rows)
         finally:
             conn.close()

@@ -61,6 +61,7 @@ class MergePlan:
     # (``balanced_slots``): Spark hash-partitions by that column.
     partitions: int = 1
     group_slots: tuple[int, ...] = ()
+    reads: bool = False  # the changes are rows read at their SCN: they replace a row of the same SCN too
 
     def route(self, batches: Iterator[pa.RecordBatch],
               origin: tuple[str, int] | None = None) -> Iterator[pa.RecordBatch]:
@@ -163,7 +164,8 @@ class MergePlan:
             if not len(r):
                 continue
             held[c] = True
-            newer = changes.column("__scn").to_numpy()[c] > keys.column("__scn").to_numpy()[r]
+            incoming_scn, held_scn = changes.column("__scn").to_numpy()[c], keys.column("__scn").to_numpy()[r]
+            newer = incoming_scn >= held_scn if self.reads else incoming_scn > held_scn
             if newer.any():
                 replaced[index] = (r[newer], c[newer])
         new = np.flatnonzero(~held & ~deleting)

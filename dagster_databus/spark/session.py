@@ -71,9 +71,9 @@ def register_data_sources(spark: SparkSession) -> None:
     runs in other processes share a Connect session), so a source already there is left as it is."""
     from dagster_databus.spark.deltafiles import DeltaFilesSource
     from dagster_databus.spark.logsource import ChangeLogDataSource
-    from dagster_databus.spark.tables import TableFilesSource, TableRangesSource
+    from dagster_databus.spark.tables import TableFilesSource, TableRangesSource, TableRefreshSource
 
-    for source in (ChangeLogDataSource, TableFilesSource, TableRangesSource, DeltaFilesSource):
+    for source in (ChangeLogDataSource, TableFilesSource, TableRangesSource, TableRefreshSource, DeltaFilesSource):
         try:
             spark.dataSource.register(source)
         except Exception as exc:

@@ -4,7 +4,9 @@ partition, so one Spark task, per range; each task opens its own connection to t
 ``databus_table_files`` is the spark engine's bootstrap: each task writes its range's rows as Parquet
 straight into the snapshot's folder and yields only what the driver commits, the files it wrote and
 the SCN its range was read at. ``databus_table`` yields the rows themselves (with ``__scn``) for an
-engine that writes through Spark (delta-spark).
+engine that writes through Spark (delta-spark). ``databus_table_refresh`` is an on-demand snapshot of
+chosen rows: each task turns its range into changes (``snapshot.refresh``) and routes them as the merge
+routes the log's (``spark.merge_tasks``).
 """
 
 from __future__ import annotations
@@ -121,3 +123,27 @@ class _FilesReader(_RangesReader):
         if sink.progress is not None:
             sink.progress.done(index, actions)
         yield actions
+
+
+class TableRefreshSource(DataSource):
+    """Options: ``read`` (a packed ``RangeRead``), ``changes`` (a packed ``snapshot.refresh.RangeChanges``),
+    ``route`` (a packed ``spark.merge_tasks.MergePlan``). Rows: the merge's routed changes (``ROUTED``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "databus_table_refresh"
+
+    def schema(self) -> str:
+        from dagster_databus.spark.merge_tasks import ROUTED_SPARK
+
+        return ROUTED_SPARK
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _RefreshReader(dict(self.options))
+
+
+class _RefreshReader(_RangesReader):
+    def _read(self, read: Any, index: int) -> Iterator[Any]:
+        changes = unpack(self.options["changes"])
+        plan = unpack(self.options["route"])
+        yield from plan.route(changes.of(read, index, plan.location, plan.files), origin=(f"range-{index}", 0))

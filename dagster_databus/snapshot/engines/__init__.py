@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
     from dagster_databus.log.store import ChangeLog
     from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
-    from dagster_databus.sources.base import CaptureSource
+    from dagster_databus.sources.base import CaptureSource, RowSelection
 
 # Starts (or returns) the process's Spark session: engines call it only when they run a Spark job.
 SparkProvider: TypeAlias = "Callable[[], SparkSession]"
@@ -53,6 +53,18 @@ class Merged:
     files: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Refreshed:
+    """What an on-demand snapshot of chosen rows (``snapshot.refresh``) read and changed."""
+
+    rows_read: int
+    deletes_found: int  # keys the snapshot held in the ranges that the source no longer has
+    deletes_checked: bool  # False: the selection or the key's type let no deletes be found
+    ranges: int
+    counts: MergeCounts
+    files: dict[str, int] = field(default_factory=dict)
+
+
 class MergeEngine(Protocol):
     name: str
     tables_at_once: int  # how many tables of a source ``snapshot.merge.sync_tables`` syncs at a time
@@ -69,6 +81,11 @@ class MergeEngine(Protocol):
         change (SCN, then position in its window) applies, and only over an older row. None when
         ``until`` is not past the applied SCN (a replay): nothing is committed."""
 
+
+    def refresh(self, snap: DeltaSnapshot, source: CaptureSource, table: str, rows: RowSelection,
+                progress: Progress) -> Refreshed:
+        """Read ``rows`` of ``table`` again from ``source`` (key ranges, each its own consistent read) and fold
+        them into the snapshot (``snapshot.refresh``) in one commit; the applied SCN stays."""
 
     def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
         """Rewrite every row of the snapshot in ``schema``'s columns (added ones null, widened ones cast), with

@@ -17,7 +17,7 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError, SnapshotMissingError
 from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts, merge_clauses
-from dagster_databus.snapshot.engines import Bootstrapped, Merged, SparkProvider
+from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, SparkProvider
 from dagster_databus.snapshot.reduce import ChangeStats
 from dagster_databus.spark.session import (
     delta_spark_available,
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
     from dagster_databus.log.store import ChangeLog
     from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
-    from dagster_databus.sources.base import CaptureSource
+    from dagster_databus.sources.base import CaptureSource, RowSelection
 
 
 class DeltaSparkEngine:
@@ -60,6 +60,12 @@ class DeltaSparkEngine:
         from dagster_databus.snapshot.engines.spark import SparkEngine
 
         return SparkEngine(self.config, self._spark).evolve(snap, schema, scn, progress)  # the same table layout
+
+    def refresh(self, snap: DeltaSnapshot, source: CaptureSource, table: str, rows: RowSelection,
+                progress: Progress) -> Refreshed:
+        from dagster_databus.snapshot.engines.spark import SparkEngine
+
+        return SparkEngine(self.config, self._spark).refresh(snap, source, table, rows, progress)  # same layout
 
     def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
         from pyspark import StorageLevel

@@ -24,14 +24,14 @@ from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.log.columns import change_schema, table_changes
 from dagster_databus.log.durable import crash_point, disk_errors
 from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts, conform_changes, merge_with_delta_rs, with_meta
-from dagster_databus.snapshot.engines import Bootstrapped, Merged
+from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed
 from dagster_databus.snapshot.reduce import ChangeStats, NewestPerKey
 
 if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
     from dagster_databus.log.store import ChangeLog
     from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
-    from dagster_databus.sources.base import CaptureSource
+    from dagster_databus.sources.base import CaptureSource, RowSelection
 
 
 class LocalEngine:
@@ -61,6 +61,38 @@ class LocalEngine:
             counts = apply_changes(snap, schema, rows, until)
         return None if counts is None else Merged(counts, stats)
 
+
+    def refresh(self, snap: DeltaSnapshot, source: CaptureSource, table: str, rows: RowSelection,
+                progress: Progress) -> Refreshed:
+        """The key ranges read one after another in this process, their changes MERGEd in one delta-rs commit."""
+        from dagster_databus.snapshot.commit import OPERATION_KEY, location
+        from dagster_databus.snapshot.files import TableFiles
+        from dagster_databus.snapshot.refresh import RangeChanges, finds_deletes
+
+        require_bootstrapped(snap)
+        read = source.ranges(table, 50_000, rows)
+        schema = read.schema
+        target = schema.arrow(with_meta=True)
+        deletes = finds_deletes(schema, rows)
+        changes = RangeChanges(change_schema(schema), target, schema.primary_key, deletes)
+        files, where = TableFiles.of(snap.delta(), schema.primary_key, target), location(snap)
+        progress(f"{table}: reading {rows.describe()} again in {len(read.ranges)} key range(s), in this process")
+        ops = {"r": 0, "d": 0}
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for index in range(len(read.ranges)):
+                for batch in changes.of(read, index, where, files):
+                    ops[batch.column("__op")[0].as_py()] += batch.num_rows
+                    yield from conform_changes(batch, target).to_batches()
+
+        props = CommitProperties(custom_metadata={OPERATION_KEY: "refresh", "engine": self.name,
+                                                  "databus.rows": rows.describe()})
+        crash_point("delta_commit")
+        with disk_errors(f"committing {snap.source}.{table} to Delta", snap.path):
+            # Read here, not as delta-rs pulls: its threads may not use the source's connections (SQLite's).
+            counts = merge_with_delta_rs(snap, schema.primary_key, pa.Table.from_batches(list(batches()), target),
+                                         props, reads=True)
+        return Refreshed(ops["r"], ops["d"], deletes, len(read.ranges), counts)
 
     def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
         """The table read whole, conformed and overwritten in this process (the engine for small tables)."""

@@ -33,7 +33,7 @@ from dagster_databus.snapshot.commit import (
     remove_uncommitted,
 )
 from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot, MergeCounts
-from dagster_databus.snapshot.engines import Bootstrapped, Merged, SparkProvider
+from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, SparkProvider
 from dagster_databus.snapshot.files import TableFiles, TaskReport, run_prefix
 from dagster_databus.snapshot.reduce import ChangeStats
 from dagster_databus.spark.merge_tasks import count_windows
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
     from dagster_databus.log.store import ChangeLog
     from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
-    from dagster_databus.sources.base import CaptureSource
+    from dagster_databus.sources.base import CaptureSource, RowSelection
     from dagster_databus.spark.merge_tasks import MergePlan
 
 
@@ -125,6 +125,37 @@ class SparkEngine:
                   "most_reads": max(starts.values(), default=0)}
         return Bootstrapped(scn, read.schema, rows, len(report.added), ranges)
 
+    def refresh(self, snap: DeltaSnapshot, source: CaptureSource, table: str, rows: RowSelection,
+                progress: Progress) -> Refreshed:
+        """One task per key range reads it, turns it into changes and routes them to the files that may hold
+        their keys; the merge's apply tasks rewrite those files (``_rewrite``)."""
+        from dagster_databus.snapshot.refresh import RangeChanges, finds_deletes
+
+        current = snap.existing()
+        if current is None or current.transaction_version(snap.app_id) is None:
+            raise SnapshotMissingError(f"snapshot {snap.source}.{table} has not been bootstrapped ({snap.uri})",
+                                       f"materialize the {snap.source}/{table} asset first, which bootstraps it")
+        read = source.ranges(table, getattr(source.config, "bootstrap_chunk_rows", self.config.merge.file_rows), rows)
+        schema = read.schema
+        target = schema.arrow(with_meta=True)
+        current = with_columns(snap, current, target, progress)
+        deletes = finds_deletes(schema, rows)
+        changes = RangeChanges(change_schema(schema), target, schema.primary_key, deletes)
+        progress(f"{table}: reading {rows.describe()} again in {len(read.ranges)} key range(s), one Spark task each"
+                 + ("" if deletes else "; deletes are not looked for (a filter, or keys the lake orders otherwise)"))
+        spark = self.spark()
+        done = self._rewrite(snap, current, target, schema.primary_key, changes.changes,
+                             lambda plan: (spark.read.format("databus_table_refresh").option("read", pack(read))
+                                           .option("changes", pack(changes)).option("route", pack(plan)).load()),
+                             0, [], {OPERATION_KEY: "refresh", "engine": self.name, "databus.rows": rows.describe()},
+                             table, progress, reads=True)
+        read_ops = done.read.get("", {})
+        result = Refreshed(read_ops.get("r", 0), read_ops.get("d", 0), deletes, len(read.ranges), done.counts,
+                           done.files)
+        progress(f"{table}: read {result.rows_read:,} rows again ({result.deletes_found:,} keys gone at the source): "
+                 f"{done.counts.inserted:,} inserted, {done.counts.updated:,} updated, {done.counts.deleted:,} deleted")
+        return result
+
     def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
         """One task per data file reads it in the new columns and writes it back; one overwrite commit."""
         from deltalake import CommitProperties, Transaction
@@ -201,7 +232,7 @@ class SparkEngine:
     def _rewrite(self, folder: DeltaFolder, table: DeltaTable, target: pa.Schema, key: Sequence[str],
                  changes: pa.Schema, routed_by: Callable[[MergePlan], DataFrame], applied: int,
                  txns: Sequence[Transaction], metadata: dict[str, str], what: str, progress: Progress,
-                 part_column: str | None = None) -> Rewritten:
+                 part_column: str | None = None, reads: bool = False) -> Rewritten:
         """Apply changes to ``folder`` at the version ``table`` was read: ``routed_by(plan)`` is the Spark
         frame of the changes reduced and routed by ``plan.route`` (per log segment) to the files that may
         hold their keys; tasks then reduce them per ``key`` and rewrite the files that do, and the driver
@@ -215,7 +246,7 @@ class SparkEngine:
         partitions, slots = balanced_slots(files, default_parallelism(spark))
         plan = MergePlan(location(folder), target, changes, tuple(key), applied, files, merge.file_rows, prefix,
                          merge.memory_mb * 2**20, str(merge.spill_dir) if merge.spill_dir else None, part_column,
-                         partitions, slots)
+                         partitions, slots, reads)
         routed = routed_by(plan)
         committed = False
         report = None
