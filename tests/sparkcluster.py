@@ -79,7 +79,7 @@ class SparkCluster:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as response:
                 return json.loads(response.read())
-        except OSError:
+        except (OSError, ValueError):  # not up yet; a UI still starting may answer with an empty page
             return None
 
     def alive_workers(self) -> int:

@@ -222,3 +222,35 @@ def test_capture_check_passes_when_healthy_and_names_a_dropped_trigger(tmp_path:
         [bad] = broken.get_asset_check_evaluations()
         assert not bad.passed
         assert bad.metadata["problems"].value == ["table orders: trigger(s) _databus_orders_delete missing"]
+
+
+def test_the_refresh_job_reads_a_key_range_again_with_typed_run_config(tmp_path: Path, spark) -> None:
+    """The ad-hoc job a user launches from the launchpad: mode refresh, one table, a key range; the
+    snapshot's damage inside the range is repaired, and the metadata says what was read."""
+    from deltalake import DeltaTable
+
+    config_path = write_config(tmp_path)
+    ShopWorkload(tmp_path / "shop.db", seed=6).run(30)
+    config = load_config(config_path)
+    with dg.instance_for_test() as instance:
+        assert materialize(config_path, instance).success
+        snap = DeltaSnapshot(config.lake, "shop", "orders")
+        DeltaTable(snap.uri).update(updates={"total": "-1"})
+        defs = build_definitions(config, config_path)
+        job = defs.resolve_job_def("shop_refresh")
+        run_config = {"ops": {"shop_sync_step": {"config": {"mode": "refresh", "tables": ["orders"],
+                                                            "key_through": ["5"]}}}}
+        result = job.execute_in_process(instance=instance, run_config=run_config)
+        assert result.success
+        orders = metadata(result, ["shop", "orders"])
+        held = sum(1 for k in snap.read().column("id").to_pylist() if k <= 5)
+        assert orders["refresh_rows_read"] == held > 0 and orders["refresh_deletes_checked"] is True
+        assert orders["refresh_updated"] == held
+        totals = {r["id"]: r["total"] for r in snap.read().to_pylist()}
+        assert all(t != -1 for k, t in totals.items() if k <= 5)
+        assert all(t == -1 for k, t in totals.items() if k > 5)
+        # Rows chosen for any other mode are refused with the fix.
+        bad = {"ops": {"shop_sync_step": {"config": {"mode": "merge", "where": "id = 1"}}}}
+        failed = job.execute_in_process(instance=instance, run_config=bad, raise_on_error=False)
+        assert not failed.success
+        assert "set mode: refresh" in str(failed.get_step_failure_events()[0].event_specific_data.error)

@@ -23,7 +23,9 @@ from dagster_databus.defs.common import RESOURCE, capture_key, changelog_key, cl
 from dagster_databus.log.store import ChangeLog, Manifest
 from dagster_databus.pipeline import CaptureResult
 from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot
+from dagster_databus.snapshot.engines import Refreshed
 from dagster_databus.snapshot.merge import TableSyncResult, engine_for, sync_tables
+from dagster_databus.sources.base import ALL_ROWS, RowSelection
 
 INSTALL_DESCRIPTIONS = {
     "sqlite": "Installs and verifies change capture in SQLite source `{name}`: the txlog, epoch counter and "
@@ -39,10 +41,19 @@ INSTALL_DESCRIPTIONS = {
 class SyncRunConfig(dg.Config):
     """Run config of a source's sync step (typed in the launchpad); it applies to the snapshots."""
 
-    mode: Literal["merge", "bootstrap", "rebuild"] = Field(
+    mode: Literal["merge", "bootstrap", "rebuild", "refresh"] = Field(
         default="merge", description="merge: apply the log; bootstrap: re-read the tables from the source first; "
-                                     "rebuild: restore each snapshot to its last bootstrap and replay the log")
+                                     "rebuild: restore each snapshot to its last bootstrap and replay the log; "
+                                     "refresh: merge, then read chosen rows (key_after, key_through, where) again "
+                                     "and fold them into the kept snapshot")
     tables: list[str] = Field(default_factory=list, description="limit to these tables (default: all selected)")
+    key_after: list[str] | None = Field(
+        default=None, description="refresh: only keys after this one (one value per key column, in key order); "
+                                  "one table")
+    key_through: list[str] | None = Field(
+        default=None, description="refresh: only keys up to and including this one; one table")
+    where: str | None = Field(
+        default=None, description="refresh: only rows matching this condition, in the source's SQL; one table")
 
 
 def sync_op_name(source: str) -> str:
@@ -99,10 +110,11 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
                 yield _capture(context, lake_config, name)
             yield from checks_of(changelog_key(name))
             # databus.spark starts Spark only if the engine runs a job (not the local engine).
+            rows = _rows(config, lake_config, name, tables)
             engine = engine_for(databus.spark, lake_config) if tables else None
             # ``tables`` is in ``table_keys``' order, which the loop below follows.
             synced = sync_tables(lake_config, source, tables, engine, progress=context.log.info,
-                                 mode=config.mode) if engine is not None else iter(())
+                                 mode=config.mode, rows=rows) if engine is not None else iter(())
             failed: Exception | None = None
             for table in table_keys.values():
                 if table in tables:
@@ -126,6 +138,16 @@ def _tables(config: SyncRunConfig, source: SourceConfig, selected: list[str]) ->
         raise dg.Failure(description=f"run config names tables {unknown} that source {source.name!r} does not "
                                      f"capture; use some of: {[t.name for t in source.tables]}")
     return [t for t in selected if not config.tables or t in config.tables]
+
+
+def _rows(config: SyncRunConfig, lake_config: DatabusConfig, source: str, tables: list[str]) -> RowSelection:
+    chosen = config.key_after is not None or config.key_through is not None or bool(config.where)
+    if chosen and config.mode != "refresh":
+        raise dg.Failure(description=f"run config chooses rows (key_after, key_through, where) but mode is "
+                                     f"{config.mode!r}: set mode: refresh to read those rows again")
+    if config.mode != "refresh" or not tables:
+        return ALL_ROWS
+    return pipeline.row_selection(lake_config, source, tables, config.key_after, config.key_through, config.where)
 
 
 def _install(context: AssetExecutionContext, config: DatabusConfig, name: str) -> dg.MaterializeResult:
@@ -199,6 +221,13 @@ def _failover_metadata(result: CaptureResult, manifest: Manifest) -> dict[str, o
     return out
 
 
+def _refreshed(f: Refreshed) -> dict[str, object]:
+    return {"refresh_rows_read": f.rows_read, "refresh_ranges": f.ranges,
+            "refresh_deletes_found": f.deletes_found, "refresh_deletes_checked": f.deletes_checked,
+            "refresh_inserted": f.counts.inserted, "refresh_updated": f.counts.updated,
+            "refresh_deleted": f.counts.deleted}
+
+
 def column_schema(snap: DeltaFolder, registered: tuple[int, TableSchema] | None = None) -> dg.TableSchema:
     """The snapshot's Delta columns, each described by the type the source declares (when known)."""
     declared = {c.name: c.source_type for c in registered[1].columns} if registered is not None else {}
@@ -220,6 +249,7 @@ def _snapshot_metadata(r: TableSyncResult) -> dict[str, object]:
         "bootstrap_rows": r.bootstrap_rows,
         **({"schema_evolved": r.evolved} if r.evolved else {}),
         **{f"bootstrap_{name}": value for name, value in r.bootstrap_ranges.items()},
+        **(_refreshed(r.refreshed) if r.refreshed is not None else {}),
         "dagster/row_count": r.snapshot_rows,
         **({"delta_version": r.delta_version} if r.delta_version is not None else {}),
         "engine": r.engine, "duration_s": round(r.duration_s, 3),

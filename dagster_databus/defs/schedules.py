@@ -37,13 +37,16 @@ def build_poll_schedule(source: SourceConfig, job: dg.UnresolvedAssetJobDefiniti
 
 
 def build_snapshot_jobs(source: SourceConfig) -> list[dg.UnresolvedAssetJobDefinition]:
-    """Ad-hoc bootstrap and rebuild runs of a source's snapshots, launched with typed run config."""
+    """Ad-hoc bootstrap, rebuild and refresh runs of a source's snapshots, launched with typed run config."""
     selection = dg.AssetSelection.assets(*[dg.AssetKey([source.name, t.name]) for t in source.tables])
     descriptions = {
         "bootstrap": f"Re-read chosen tables of `{source.name}` from the source (run config `tables`; empty = "
                      "all) into fresh snapshots; capture continues from its own checkpoint.",
         "rebuild": f"Rebuild snapshots of `{source.name}` from their last bootstrap by replaying the retained "
                    "change log (refused when the log no longer reaches back that far).",
+        "refresh": f"Read chosen rows of one table of `{source.name}` again (run config `tables`, and `key_after`, "
+                   "`key_through` (one value per key column) and/or `where` (a condition in the source's SQL)) and "
+                   "fold them into the kept snapshot: repairs those rows; the log and the rest are untouched.",
     }
     return [
         dg.define_asset_job(
