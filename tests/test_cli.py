@@ -268,3 +268,23 @@ def test_snapshot_reads_tables_afresh_keeping_the_log(config_path: Path, capsys:
     assert main(["--config", str(config_path), "reconcile", "--source", "shop"]) == 0
     assert main(["--config", str(config_path), "snapshot", "--source", "shop", "--tables", "nope"]) == 2
     assert "captures no table named nope" in capsys.readouterr().err
+
+
+def test_snapshot_of_a_key_range_repairs_only_that_range(config_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          spark) -> None:
+    config = load_config(config_path)
+    assert main(["--config", str(config_path), "install"]) == 0
+    sync_source(spark, config, "shop")
+    snap = DeltaSnapshot(config.lake, "shop", "orders")
+    keys = sorted(snap.read().column("id").to_pylist())
+    DeltaTable(str(snap.path)).delete(f"id = {keys[0]} OR id = {keys[-1]}")  # drift at both ends
+    capsys.readouterr()
+    assert main(["--config", str(config_path), "snapshot", "--source", "shop", "--tables", "orders",
+                 "--through", str(keys[0])]) == 0
+    out = capsys.readouterr().out
+    assert f"read 1 rows again (keys through [{keys[0]}], 1 key ranges): 1 inserted" in out
+    held = set(snap.read().column("id").to_pylist())
+    assert keys[0] in held and keys[-1] not in held
+    assert main(["--config", str(config_path), "snapshot", "--source", "shop", "--tables", "orders",
+                 "--where", "id = 'x' OR"]) == 2
+    assert "SQLite cannot select rows where id = 'x' OR of 'orders'" in capsys.readouterr().err
