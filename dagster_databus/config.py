@@ -197,6 +197,12 @@ class MysqlSourceConfig(_ServerSourceBase):
     zero_dates: Literal["error", "null"] = "error"
     standby: StandbyConfig | None = None
     failover: FailoverConfig = FailoverConfig()
+    # How a bootstrap's key range is pinned to a binlog position (docs/architecture.md, "Online snapshots"):
+    # snapshot: the position MariaDB reports for a consistent snapshot; watermark: a write to the signal
+    # table _databus_signal (install creates it) that orders the read after every commit before the
+    # position; lock: the whole table as one range under a brief global read lock. auto: snapshot where the
+    # server reports the position (MariaDB), else watermark (MySQL).
+    bootstrap_reads: Literal["auto", "snapshot", "watermark", "lock"] = "auto"
 
     _check_database = field_validator("database")(lambda cls, v: _plain(v))
 

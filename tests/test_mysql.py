@@ -240,11 +240,18 @@ def test_reset_master_is_an_epoch_change(own_server: MariaDBServer, tmp_path: Pa
     assert_snapshots_match(config)
 
 
-def test_bootstrap_of_a_table_under_concurrent_writes(mariadb: MariaDBServer, tmp_path: Path, spark) -> None:
+@pytest.mark.parametrize("reads", ["auto", "watermark"])
+def test_bootstrap_of_a_table_under_concurrent_writes(mariadb: MariaDBServer, tmp_path: Path, spark,
+                                                      reads: str) -> None:
+    """auto: MariaDB's snapshot positions; watermark: MySQL's way (no such positions), run here on MariaDB,
+    which commits in binlog order as MySQL does with binlog_order_commits: a write to the signal table
+    before each range, and no lock (FLUSH counted)."""
     harness = MysqlHarness(mariadb)
-    config = shop(harness, tmp_path, bootstrap_chunk_rows=7)  # many keyset pages while writers run
+    config = shop(harness, tmp_path, bootstrap_chunk_rows=7, bootstrap_reads=reads)  # many ranges and pages
     harness.workload(seed=12).run(80)
-    pipeline.install(config, "shop")
+    report = pipeline.install(config, "shop")
+    assert ("_databus_signal" in report.changed) == (reads == "watermark")
+    flushes = int(mariadb.query("SHOW GLOBAL STATUS LIKE 'Com_flush'")[0][1])
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -269,8 +276,23 @@ def test_bootstrap_of_a_table_under_concurrent_writes(mariadb: MariaDBServer, tm
     positions = {r["__scn"] for r in DeltaSnapshot(config.lake, "shop", "order_items").read(with_meta=True)
                  .to_pylist() if r["__op"] == "r"}
     assert len(positions) > 1
+    assert int(mariadb.query("SHOW GLOBAL STATUS LIKE 'Com_flush'")[0][1]) == flushes  # no read lock taken
+    if reads == "watermark":
+        [(position,)] = harness.query("SELECT position FROM _databus_signal WHERE source = 'shop'")
+        assert position.startswith("mysql-bin.") or ":" in position
     cycle(config, spark)
     assert_snapshots_match(config)
+
+
+def test_watermark_reads_without_their_signal_table_say_how_to_create_it(mariadb: MariaDBServer,
+                                                                         tmp_path: Path, spark) -> None:
+    from dagster_databus.errors import CaptureNotInstalledError
+
+    harness = MysqlHarness(mariadb)
+    config = shop(harness, tmp_path, bootstrap_reads="watermark")
+    with pytest.raises(CaptureNotInstalledError, match=r"signal table .*_databus_signal .* does not exist") as err:
+        sync_source(spark, config, "shop", ["customers"])
+    assert "databus install --source shop" in err.value.fix
 
 
 @pytest.mark.parametrize("error", [

@@ -52,7 +52,7 @@ from dagster_databus.sources.base import (
     resolve_key,
     table_schemas,
 )
-from dagster_databus.sources.mysql_bootstrap import check_selection, key_ranges, snapshot_position
+from dagster_databus.sources.mysql_bootstrap import SIGNAL_TABLE, check_selection, key_ranges, snapshot_position
 from dagster_databus.sources.mysql_connect import Connection
 from dagster_databus.sources.mysql_types import (
     EMPTY_SET_SOURCE,
@@ -322,8 +322,26 @@ class MysqlSource:
             )
 
     def install(self) -> InstallReport:
+        """Nothing to create for capture; for watermark reads, the signal table (``sql/mysql/signal.sql``)."""
         self.require_installed()
-        return InstallReport(epoch=self.epoch(), version="binlog", changed=(),
+        changed: tuple[str, ...] = ()
+        with closing(self.connect()) as conn, conn.cursor() as cur:
+            cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
+            reports = cur.fetchone() is not None
+            wanted = self.config.bootstrap_reads == "watermark" or (self.config.bootstrap_reads == "auto"
+                                                                     and not reports)
+            if wanted and self._signal_problem(cur):
+                try:
+                    cur.execute(sqlfiles.load("mysql", "signal.sql"))
+                except pymysql.err.MySQLError as exc:
+                    grant = (f"GRANT CREATE, INSERT, DELETE ON `{self.config.database}`.`{SIGNAL_TABLE}` TO "
+                             f"'{self.config.user}'")
+                    raise CaptureNotInstalledError(
+                        f"cannot create the signal table {self.config.database}.{SIGNAL_TABLE} for watermark "
+                        f"reads: {exc.args[-1] if exc.args else exc}",
+                        f"as an administrator: {grant}; or set bootstrap_reads: lock", source=self.name) from None
+                changed = (SIGNAL_TABLE,)
+        return InstallReport(epoch=self.epoch(), version="binlog", changed=changed,
                              unchanged=tuple(t.name for t in self.config.tables))
 
     # -- positions ---------------------------------------------------------------------
@@ -734,20 +752,54 @@ class MysqlSource:
             buckets=", ".join(str(int(b)) for b in buckets) or "NULL")
 
     def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
-        """Key ranges each read in its own consistent snapshot (MariaDB reports each one's binlog position);
-        on MySQL proper, which does not, the whole table is one range pinned under a brief read lock."""
+        """Key ranges each read in its own consistent snapshot, pinned to a binlog position as
+        ``bootstrap_reads`` says (``mysql_bootstrap.snapshot_position``); with ``lock`` the whole table is one
+        range pinned under a brief global read lock."""
         schema = self.preflight()[table]
         with closing(self.connect()) as conn, conn.cursor() as cur:
-            cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
-            ranges = (key_ranges(cur, table, schema.primary_key, rows_per_range, rows) if cur.fetchone() is not None
+            reads = self._bootstrap_reads(cur)
+            ranges = (key_ranges(cur, table, schema.primary_key, rows_per_range, rows) if reads != "lock"
                       else (rows.keys,))
         c = self.config
         host, port = self.address()
         connection = {"host": host, "port": port, "user": c.user, "password": c.resolved_password(),
                       "database": c.database, "connect_timeout": c.connect_timeout_s}
         spec = {"connection": connection, "zero_dates": c.zero_dates, "era": self.era,
-                "page_rows": min(rows_per_range, 10_000)}
+                "page_rows": min(rows_per_range, 10_000), "reads": reads}
         return RangeRead("mysql", self.name, schema, spec, ranges, scn=None, where=rows.where)
+
+    def _bootstrap_reads(self, cur: Any) -> str:
+        """``bootstrap_reads`` resolved for this server; a watermark read's signal table checked first."""
+        cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
+        reports = cur.fetchone() is not None
+        reads = self.config.bootstrap_reads
+        if reads == "auto":
+            reads = "snapshot" if reports else "watermark"
+        if reads == "snapshot" and not reports:
+            raise ConfigError(self._field("bootstrap_reads"), f"{self.describe()} reports no binlog position for a "
+                              "consistent snapshot (binlog_snapshot_file is MariaDB's)",
+                              "set bootstrap_reads: watermark (or auto), or lock")
+        if reads == "watermark":
+            cur.execute("SHOW GLOBAL VARIABLES LIKE 'binlog_order_commits'")
+            order = cur.fetchone()  # MySQL's; MariaDB always commits in binlog order
+            if order is not None and str(order[1]).upper() == "OFF":
+                raise ConfigError(self._field("bootstrap_reads"), f"{self.describe()} has binlog_order_commits OFF, "
+                                  "so a committed watermark does not show that earlier transactions are visible",
+                                  "SET GLOBAL binlog_order_commits = ON (and in my.cnf), or set bootstrap_reads: lock")
+            problem = self._signal_problem(cur)
+            if problem:
+                raise CaptureNotInstalledError(problem, f"run `databus install --source {self.name}`, or set "
+                                               "bootstrap_reads: lock", source=self.name)
+        return reads
+
+    def _signal_problem(self, cur: Any) -> str | None:
+        """Why watermark reads cannot write their signal row here, or None."""
+        cur.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                    (self.config.database, SIGNAL_TABLE))
+        if cur.fetchone() is None:
+            return (f"the signal table {self.config.database}.{SIGNAL_TABLE} that watermark reads write to does not "
+                    "exist")
+        return None
 
     def check_selection(self, table: str, rows: RowSelection) -> None:
         schema = self.preflight()[table]

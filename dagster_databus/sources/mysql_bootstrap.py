@@ -63,8 +63,25 @@ def check_selection(cursor: Any, table: str, key: Sequence[str], rows: RowSelect
                           "write the condition in MySQL's SQL, naming the table's columns") from None
 
 
-def snapshot_position(cur: Any, era: int, source: str) -> Scn:
-    """Start a consistent-snapshot transaction on ``cur`` and return the binlog position it sees."""
+SIGNAL_TABLE = "_databus_signal"
+
+
+def snapshot_position(cur: Any, era: int, source: str, watermark: bool = False) -> Scn:
+    """Start a consistent-snapshot transaction on ``cur`` and return a binlog position such that the
+    snapshot holds every transaction up to it, and the log after it holds the rest of the table's story.
+
+    The position is the snapshot's own where MariaDB reports it, or one pinned under a brief global read
+    lock. With ``watermark`` (an autocommit ``cur``) the position is noted first, then a row is written
+    to the signal table (``sql/mysql/signal.sql``): commits reach InnoDB in binlog order, so when that
+    write has committed, every transaction up to the position is visible to the snapshot started after
+    it. The snapshot may hold later transactions too; the merge replays them from the log over its rows
+    (an event applies only over an older row), so no lock is needed."""
+    if watermark:
+        file, offset = _binlog_end(cur, source)
+        cur.execute(f"REPLACE INTO `{SIGNAL_TABLE}` (source, written_at, position) VALUES (%s, NOW(6), %s)",
+                    (source, f"{file}:{offset}"))
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        return Scn.from_binlog(int(file.rsplit(".", 1)[1]), offset, era)
     cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
     cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
     status = {k.lower(): v for k, v in cur.fetchall()}
@@ -77,14 +94,19 @@ def snapshot_position(cur: Any, era: int, source: str) -> Scn:
     cur.execute("FLUSH TABLES WITH READ LOCK")
     try:
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
+        file, offset = _binlog_end(cur, source)
     finally:
         cur.execute("UNLOCK TABLES")
+    return Scn.from_binlog(int(file.rsplit(".", 1)[1]), offset, era)
+
+
+def _binlog_end(cur: Any, source: str) -> tuple[str, int]:
+    cur.execute("SHOW MASTER STATUS")
+    row = cur.fetchone()
     if not row:
         raise CaptureNotInstalledError(f"MySQL source {source!r} has binary logging off",
                                        "enable log_bin under [mysqld] and restart the server", source=source)
-    return Scn.from_binlog(int(row[0].rsplit(".", 1)[1]), int(row[1]), era)
+    return str(row[0]), int(row[1])
 
 
 def read_range(read: RangeRead, index: int) -> TableSnapshot:
@@ -104,7 +126,7 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
         cur = conn.cursor()
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP read in UTC, as the binlog has it
-        position = snapshot_position(cur, int(spec["era"]), read.source)
+        position = snapshot_position(cur, int(spec["era"]), read.source, spec.get("reads") == "watermark")
     except BaseException:
         conn.close()
         raise
