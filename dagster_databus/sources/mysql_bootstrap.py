@@ -4,8 +4,9 @@ The driver cuts the key space into ranges by walking the key index (keys only, k
 On MariaDB each range opens its own ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, reads the
 binlog position of that snapshot (``binlog_snapshot_file/position``) and reads its range by keyset
 pages: the range's rows are the table at that position (``RangeRead`` says why the union is exact).
-MySQL proper reports no such position, so its table is one range whose position is pinned under a
-brief global read lock.
+MySQL proper reports no such position: each range pins one with a watermark written to the signal
+table (``snapshot_position``), or, with ``bootstrap_reads: lock``, the table is one range whose position
+is pinned under a brief global read lock.
 """
 
 from __future__ import annotations
