@@ -110,3 +110,36 @@ def test_a_filter_reads_only_matching_rows_and_a_bad_one_is_refused_before_anyth
     with pytest.raises(ConfigError, match=r"'x' is not a value of key column 'id'"):
         pipeline.row_selection(config, "shop", ["orders"], through=["x"])
     assert snap.version() == version
+
+
+def test_the_keys_held_in_a_range_follow_key_order_over_every_key_column(tmp_path: Path) -> None:
+    """Which of the snapshot's keys a range holds decides which become deletes: (after, through] in the
+    order of (order_id, line_no), as the source's row-value comparison orders them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dagster_databus.snapshot.files import TableFile, TableFiles, TableLocation
+    from dagster_databus.snapshot.refresh import RangeChanges
+    from dagster_databus.sources.base import KeyRange
+    from dagster_databus.storage.lake import Lake
+
+    keys = [(1, 1), (1, 2), (2, 1), (2, 2), (2, 3), (3, 1), (4, 0)]
+    target = pa.schema([("order_id", pa.int64()), ("line_no", pa.int64()), ("__scn", pa.int64())])
+    folder = tmp_path / "t"
+    folder.mkdir()
+    pq.write_table(pa.table({"order_id": [k[0] for k in keys], "line_no": [k[1] for k in keys],
+                             "__scn": [1] * len(keys)}), folder / "a.parquet")
+    files = TableFiles([TableFile("a.parquet", 1, len(keys), (1, 0), (4, 3))], ["order_id", "line_no"],
+                       [pa.int64(), pa.int64()])
+    changes = RangeChanges(target, target, ("order_id", "line_no"), True)
+    location = TableLocation(Lake.parse(str(tmp_path)).spec(), "t")
+
+    def held(after, through) -> list[tuple[int, int]]:
+        table = changes.held(KeyRange(after, through), location, files)
+        return list(zip(table.column("order_id").to_pylist(), table.column("line_no").to_pylist(), strict=True))
+
+    assert held((1, 2), (2, 3)) == [(2, 1), (2, 2), (2, 3)]
+    assert held((2, 1), (3, 1)) == [(2, 2), (2, 3), (3, 1)]
+    assert held(None, (1, 2)) == [(1, 1), (1, 2)]
+    assert held((3, 1), None) == [(4, 0)]
+    assert held((5, 0), None) == []
