@@ -206,19 +206,20 @@ def _predicate_problem(text: str) -> str | None:
     return None
 
 
-def split_keys(first_keys: Callable[[tuple[Any, ...] | None], list[Any]], rows_per_range: int,
+def split_keys(key_at: Callable[[tuple[Any, ...] | None, int], tuple[Any, ...] | None], rows_per_range: int,
                bounds: KeyRange = ALL_KEYS) -> tuple[KeyRange, ...]:
-    """Ranges of about ``rows_per_range`` rows within ``bounds``, by keyset pagination over the key alone:
-    ``first_keys(after)`` returns the first ``rows_per_range`` keys after ``after`` (None: from the
-    start) and through ``bounds.through``, in key order. The last range ends where ``bounds`` does (open-ended
-    when unbounded, so keys inserted later land somewhere)."""
-    bounds_list: list[tuple[Any, ...]] = []
-    while len(rows := first_keys(bounds_list[-1] if bounds_list else bounds.after)) == rows_per_range:
-        bounds_list.append(tuple(rows[-1]))
-    if not rows and bounds_list:
-        bounds_list.pop()  # the last full range reached the end: it takes the open end itself
-    lowers: list[tuple[Any, ...] | None] = [bounds.after, *bounds_list]
-    uppers: list[tuple[Any, ...] | None] = [*bounds_list, bounds.through]
+    """Ranges of about ``rows_per_range`` rows within ``bounds``: ``key_at(after, n)`` is the key ``n`` places
+    (0: the first) after ``after`` (None: from the start) and at or before ``bounds.through``, in key order,
+    or None when there is none. Only the ranges' boundary keys leave the database: the index is skipped
+    through where it lives. The last range ends where ``bounds`` does (open-ended when unbounded, so keys
+    inserted later land somewhere)."""
+    cuts: list[tuple[Any, ...]] = []
+    while (key := key_at(cuts[-1] if cuts else bounds.after, rows_per_range - 1)) is not None:
+        cuts.append(tuple(key))
+    if cuts and key_at(cuts[-1], 0) is None:
+        cuts.pop()  # the last full range reached the end: it takes the open end itself
+    lowers: list[tuple[Any, ...] | None] = [bounds.after, *cuts]
+    uppers: list[tuple[Any, ...] | None] = [*cuts, bounds.through]
     return tuple(KeyRange(lo, hi) for lo, hi in zip(lowers, uppers, strict=True))
 
 

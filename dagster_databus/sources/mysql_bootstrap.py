@@ -36,12 +36,12 @@ def key_ranges(cursor: Any, table: str, key: Sequence[str], rows_per_range: int,
     cols = ", ".join(f"`{k}`" for k in key)
     marks = ", ".join(["%s"] * len(key))
 
-    def first_keys(after: tuple[Any, ...] | None) -> list[Any]:
+    def key_at(after: tuple[Any, ...] | None, n: int) -> tuple[Any, ...] | None:
         where, params = key_clause(cols, marks, KeyRange(after, rows.keys.through), _escaped(rows.where))
-        cursor.execute(f"SELECT {cols} FROM `{table}` {where}ORDER BY {cols} LIMIT %s", (*params, rows_per_range))
-        return list(cursor.fetchall())
+        cursor.execute(f"SELECT {cols} FROM `{table}` {where}ORDER BY {cols} LIMIT 1 OFFSET %s", (*params, n))
+        return cursor.fetchone()
 
-    return split_keys(first_keys, rows_per_range, rows.keys)
+    return split_keys(key_at, rows_per_range, rows.keys)
 
 
 def _escaped(predicate: str | None) -> str | None:

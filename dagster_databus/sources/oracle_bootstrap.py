@@ -18,13 +18,13 @@ def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_
     """Ranges of about ``rows_per_range`` of the selected rows of the table as of ``scn`` (``base.split_keys``)."""
     order = ", ".join(keys)
 
-    def first_keys(after: tuple[Any, ...] | None) -> list[Any]:
+    def key_at(after: tuple[Any, ...] | None, n: int) -> tuple[Any, ...] | None:
         where, binds = selection_clause(keys, KeyRange(after, rows.keys.through), rows.where)
-        cursor.execute(f"SELECT {order} FROM {table} AS OF SCN :scn{where} ORDER BY {order} FETCH FIRST :n ROWS ONLY",
-                       scn=scn, n=rows_per_range, **binds)
-        return list(cursor.fetchall())
+        cursor.execute(f"SELECT {order} FROM {table} AS OF SCN :scn{where} ORDER BY {order} "
+                       "OFFSET :n ROWS FETCH NEXT 1 ROWS ONLY", scn=scn, n=n, **binds)
+        return cursor.fetchone()
 
-    return split_keys(first_keys, rows_per_range, rows.keys)
+    return split_keys(key_at, rows_per_range, rows.keys)
 
 
 def selection_clause(keys: Sequence[str], where: KeyRange, predicate: str | None) -> tuple[str, dict[str, Any]]:

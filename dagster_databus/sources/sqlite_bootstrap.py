@@ -36,12 +36,12 @@ def key_ranges(conn: sqlite3.Connection, table: str, key: Sequence[str], rows_pe
     cols = ", ".join(quote_sqlite(k) for k in key)
     marks = ", ".join("?" * len(key))
 
-    def first_keys(after: tuple[Any, ...] | None) -> list[Any]:
+    def key_at(after: tuple[Any, ...] | None, n: int) -> tuple[Any, ...] | None:
         where, params = key_clause(cols, marks, KeyRange(after, rows.keys.through), rows.where)
-        return conn.execute(f"SELECT {cols} FROM {quote_sqlite(table)} {where}ORDER BY {cols} LIMIT ?",
-                            (*params, rows_per_range)).fetchall()
+        return conn.execute(f"SELECT {cols} FROM {quote_sqlite(table)} {where}ORDER BY {cols} LIMIT 1 OFFSET ?",
+                            (*params, n)).fetchone()
 
-    return split_keys(first_keys, rows_per_range, rows.keys)
+    return split_keys(key_at, rows_per_range, rows.keys)
 
 
 def check_selection(conn: sqlite3.Connection, table: str, key: Sequence[str], rows: RowSelection) -> None:
