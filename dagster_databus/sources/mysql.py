@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -407,7 +407,13 @@ class MysqlSource:
                     "runs of one source must not overlap (one schedule or sensor per source); nothing was "
                     "committed by this run, and the next run continues from the log as the other left it",
                     source=self.name)
-            yield
+            try:
+                yield
+            finally:
+                # Released here rather than with the connection: the server frees a closed connection's
+                # locks a moment after the close, when the next run of this process may be asking already.
+                with suppress(pymysql.err.MySQLError), conn.cursor() as cur:
+                    cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
         finally:
             conn.close()
 
