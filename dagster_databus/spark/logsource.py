@@ -1,6 +1,7 @@
 """A PySpark Python data source over the change log: ``spark.read.format("databus_log")``.
 
-One input partition per committed segment overlapping (since, until]. Tasks decode the
+One input partition per committed segment overlapping (since, until], or, with ``split_bytes``, per
+group of small segments or piece of a large one (``ChangeLogReader.partitions``). Tasks decode the
 Avro segments with ``log.columns`` and yield its Arrow record batches: the table's latest
 schema, each column in its snapshot (Delta) type (columns an older schema version lacks are
 null; dropped columns are left out).
@@ -63,8 +64,10 @@ class ChangeLogReader(DataSourceReader):
         self.columns = columns
 
     def partitions(self) -> list[InputPartition]:
-        """One per segment; with ``split_bytes``, a segment larger than that is read by several tasks, each
-        the blocks that begin in its byte range (``log.avro_decode.read_container``)."""
+        """With ``split_bytes``, whole segments smaller than that share a task up to that size (a capture run
+        that polls often writes many small segments, and a task apiece would cost more than reading them),
+        and a segment larger than that is read by several tasks, each the blocks that begin in its byte
+        range (``log.avro_decode.read_container``). Without it, one task per segment."""
         from dagster_databus.core.scn import Scn
         from dagster_databus.log.store import ChangeLog
 
@@ -72,15 +75,26 @@ class ChangeLogReader(DataSourceReader):
         until = Scn.parse(self.options["until"]) if self.options.get("until") else None
         table = self.options["table"]
         split = int(self.options.get("split_bytes") or 0)
-        out = []
+        out: list[dict[str, Any]] = []
+        pack: list[dict[str, Any]] = []
+        packed = 0
         for segment in log.manifest().between(Scn.parse(self.options.get("since", "0")), until):
             if table not in segment.tables:
+                continue
+            if split and segment.bytes <= split:
+                if pack and packed + segment.bytes > split:
+                    out.append({"segments": pack})
+                    pack, packed = [], 0
+                pack.append(segment.to_json())
+                packed += segment.bytes
                 continue
             pieces = -(-segment.bytes // split) if split else 1
             for piece in range(pieces):
                 span = [piece * split, (piece + 1) * split if piece + 1 < pieces else None] if pieces > 1 else None
-                out.append(InputPartition(json.dumps({"segment": segment.to_json(), "piece": piece, "span": span})))
-        return out or [InputPartition("{}")]
+                out.append({"segments": [segment.to_json()], "piece": piece, "span": span})
+        if pack:
+            out.append({"segments": pack})
+        return [InputPartition(json.dumps(spec)) for spec in out] or [InputPartition("{}")]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         try:
@@ -88,7 +102,9 @@ class ChangeLogReader(DataSourceReader):
             if "route" in self.options:
                 from dagster_databus.spark.wire import unpack
 
-                origin = (spec["segment"]["file"], spec["piece"]) if spec else None
+                # Windows never span segments, and a packed task's segments are read by no other task: its
+                # first segment names it.
+                origin = (spec["segments"][0]["file"], spec.get("piece", 0)) if spec else None
                 yield from unpack(self.options["route"]).route(self._read(spec), origin)
             else:
                 yield from self._read(spec)
@@ -111,7 +127,9 @@ class ChangeLogReader(DataSourceReader):
                               tuple(Column(name, ColumnType.parse(kind)) for name, kind in self.columns), ())
         until = Scn.parse(opts["until"]) if opts.get("until") else None
         names = [*(name for name, _ in self.columns), *META_NAMES]
-        span = (spec["span"][0], spec["span"][1] if spec["span"][1] is not None else 2**62) if spec["span"] else None
-        for batch in segment_changes(log, SegmentInfo(**spec["segment"]), planned, Scn.parse(opts.get("since", "0")),
-                                     until, byte_range=span):
-            yield batch.select(names)
+        cut = spec.get("span")
+        span = (cut[0], cut[1] if cut[1] is not None else 2**62) if cut else None
+        for segment in spec["segments"]:
+            for batch in segment_changes(log, SegmentInfo(**segment), planned, Scn.parse(opts.get("since", "0")),
+                                         until, byte_range=span):
+                yield batch.select(names)

@@ -382,8 +382,8 @@ def missing_module(exc: BaseException) -> SparkEnvironmentError | None:
 def read_changes(spark: SparkSession, config: DatabusConfig, source: str, table: str, since: Scn,
                  until: Scn, route: str | None = None, split_bytes: int = 0) -> DataFrame:
     """The table's changes in (since, until], one input partition per log segment (``spark.logsource``;
-    segments over ``split_bytes`` in pieces); with ``route`` (a packed merge plan), reduced per segment
-    and tagged with their file groups."""
+    segments over ``split_bytes`` in pieces, smaller ones together up to that size); with ``route`` (a packed
+    merge plan), reduced per task and tagged with their file groups."""
     reader = (spark.read.format("databus_log")
               .option("lake", config.lake.spec()).option("source", source).option("table", table)
               .option("since", str(since)).option("until", str(until)).option("split_bytes", str(split_bytes)))
