@@ -165,14 +165,18 @@ class SqliteSource:
 
     def _render_triggers(self, schema: TableSchema, rowid_key: str | None) -> str:
         """The table's triggers; ``rowid_key`` names its INTEGER PRIMARY KEY rowid alias, if it has one."""
-        def row(alias: str) -> str:
-            return ", ".join(f"{quote_literal(c.name)}, {_image_value(alias, c, rowid_key)}" for c in schema.columns)
+        def row(alias: str, columns: Sequence[Column] = schema.columns) -> str:
+            return ", ".join(f"{quote_literal(c.name)}, {_image_value(alias, c, rowid_key)}" for c in columns)
+
+        key = [schema.column(k) for k in schema.primary_key]
 
         unchanged = " AND ".join(f"OLD.{quote_sqlite(k)} IS NEW.{quote_sqlite(k)}" for k in schema.primary_key)
         names = {k: quote_sqlite(v) for k, v in self._trigger_names(schema.table).items()}
         return sqlfiles.render(
             "sqlite", "table_triggers.sql", table=quote_sqlite(schema.table),
-            table_literal=quote_literal(schema.table), new_row=row("NEW"), old_row=row("OLD"),
+            table_literal=quote_literal(schema.table), new_row=row("NEW"), old_key=row("OLD", key),
+            key_names=", ".join([*(quote_sqlite(k) for k in schema.primary_key),
+                                 *(("rowid", "_rowid_", "oid") if rowid_key is not None else ())]),
             key_unchanged=unchanged, now_ms=NOW_MS, **names,
         )
 
