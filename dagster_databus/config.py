@@ -111,6 +111,24 @@ class ReconcileConfig(_Strict):
         return value
 
 
+class UpkeepConfig(_Strict):
+    """Upkeep of the source's snapshot tables (``snapshot.upkeep``): small files joined, old files vacuumed,
+    the Delta log checkpointed, on a schedule of its own."""
+
+    cron: str | None = "0 4 * * *"  # daily at 04:00 (the schedule starts stopped); null: no schedule
+    # VACUUM keeps files the tables stopped naming less than this long ago (time travel reaches that far),
+    # and always those of the last bootstrap's version (what rebuild restores).
+    retain_hours: int = Field(default=168, ge=0)
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        problem = cron_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(f"{problem}; for example '0 4 * * *' (daily at 04:00), or null for no schedule")
+        return value
+
+
 class _SourceBase(_Strict):
     """What every source kind has: a name, its tables, polling, retention and Dagster labels."""
 
@@ -118,6 +136,7 @@ class _SourceBase(_Strict):
     tables: tuple[TableConfig, ...] = Field(min_length=1)
     poll: PollConfig = PollConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
+    upkeep: UpkeepConfig = UpkeepConfig()
     retention: RetentionConfig = RetentionConfig()
     schema_changes: SchemaChanges = "evolve"
     owners: tuple[str, ...] = ()  # Dagster asset owners: emails or team:<name>

@@ -32,9 +32,9 @@ def location(folder: DeltaFolder) -> TableLocation:
     return TableLocation(folder.lake.spec(), folder.key)
 
 
-def add_actions(files: Sequence[DataFile]) -> list[AddAction]:
+def add_actions(files: Sequence[DataFile], data_change: bool = True) -> list[AddAction]:
     now = int(time.time() * 1000)
-    return [AddAction(f.path, f.size, {}, now, True, f.stats) for f in files]
+    return [AddAction(f.path, f.size, {}, now, data_change, f.stats) for f in files]
 
 
 def commit_bootstrap(snap: DeltaSnapshot, schema: pa.Schema, files: Sequence[DataFile], scn: Scn,
@@ -64,11 +64,13 @@ def commit_files(folder: DeltaFolder, schema: pa.Schema, files: Sequence[DataFil
 
 
 def commit_merge(folder: DeltaFolder, table: DeltaTable, schema: pa.Schema, added: Sequence[DataFile],
-                 removed: Sequence[TableFile], txns: Sequence[Transaction], metadata: dict[str, Any]) -> None:
-    """Swap ``removed`` for ``added`` and record ``txns``, against the version ``table`` was read at."""
+                 removed: Sequence[TableFile], txns: Sequence[Transaction], metadata: dict[str, Any],
+                 data_change: bool = True) -> None:
+    """Swap ``removed`` for ``added`` and record ``txns``, against the version ``table`` was read at;
+    ``data_change`` False: the same rows in other files (a compaction)."""
     now = int(time.time() * 1000)
-    actions: list[AddAction | RemoveAction] = [*add_actions(added), *(
-        RemoveAction(path=f.path, size=f.size, partition_values={}, deletion_timestamp=now, data_change=True)
+    actions: list[AddAction | RemoveAction] = [*add_actions(added, data_change), *(
+        RemoveAction(path=f.path, size=f.size, partition_values={}, deletion_timestamp=now, data_change=data_change)
         for f in removed)]
     try:
         table.create_write_transaction(actions, mode="append", schema=schema,

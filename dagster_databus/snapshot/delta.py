@@ -144,6 +144,21 @@ class DeltaSnapshot(DeltaFolder):
         version = table.transaction_version(self.bootstrap_app_id) if table is not None else None
         return Scn(version) if version is not None else None
 
+    def bootstrap_version(self) -> int | None:
+        """The table version its last bootstrap committed (the first that records the current bootstrap SCN):
+        what ``rebuild`` restores, so what VACUUM must keep."""
+        boot = self.bootstrap_scn()
+        if boot is None:
+            return None
+        lo, hi = 0, self.delta().version()
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.delta(version=mid).transaction_version(self.bootstrap_app_id) == boot.value:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
     @property
     def evolved_app_id(self) -> str:
         return f"{self.app_id}#evolved"

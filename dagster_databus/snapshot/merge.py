@@ -269,13 +269,7 @@ def rebuild_from_bootstrap(snap: DeltaSnapshot, log: ChangeLog, progress: Progre
             f"snapshot's last bootstrap was at SCN {boot}, so the changes in between are gone",
             "run a bootstrap of the table instead (mode: bootstrap)")
     current = snap.delta()
-    lo, hi = 0, current.version()
-    while lo < hi:  # the first version whose bootstrap transaction is the current one
-        mid = (lo + hi) // 2
-        if snap.delta(version=mid).transaction_version(snap.bootstrap_app_id) == boot.value:
-            hi = mid
-        else:
-            lo = mid + 1
+    lo = snap.bootstrap_version()
     txns = [Transaction(app_id=snap.app_id, version=boot.value),
             Transaction(app_id=snap.bootstrap_app_id, version=boot.value)]
     try:

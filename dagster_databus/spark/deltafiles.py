@@ -24,6 +24,22 @@ class FileRead:
     location: Any  # snapshot.files.TableLocation of the table the file belongs to
     path: str
     constants: Mapping[str, str] = field(default_factory=dict)  # string columns added to every row
+    # More files of the same table read with this one and written with it, in ``order_by`` order (compaction).
+    then: tuple[str, ...] = ()
+    order_by: tuple[str, ...] = ()
+
+    def read(self, schema: pa.Schema | None = None) -> pa.Table:
+        """The file's rows (with ``then``: the files' rows, joined), each file conformed to ``schema`` if given
+        (files other writers wrote may hold other physical types: delta-rs's MERGE writes string views)."""
+        from dagster_databus.snapshot.delta import conform_rows
+
+        parts = [self.location.read(p, columns=None) for p in (self.path, *self.then)]
+        if schema is not None:
+            parts = [conform_rows(p.select([n for n in schema.names if n in p.column_names]), schema) for p in parts]
+        if not self.then:
+            return parts[0]
+        joined = pa.concat_tables(parts)
+        return joined.sort_by([(k, "ascending") for k in self.order_by]) if self.order_by else joined
 
 
 def spark_schema(schema: pa.Schema) -> Any:
@@ -72,7 +88,7 @@ class _FilesReader(DataSourceReader):
         file: FileRead = unpack(self.options["files"])[index]
         schema: pa.Schema = unpack(self.options["schema"])
         wanted = [f.name for f in schema if f.name not in file.constants]
-        held = file.location.read(file.path, columns=None)
+        held = file.read(schema if file.then else None)  # a compaction's files joined in one type per column
         data = held.select([n for n in wanted if n in held.column_names])
         for name, value in file.constants.items():
             data = data.append_column(name, pa.array([value] * data.num_rows, pa.string()))

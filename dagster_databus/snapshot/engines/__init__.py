@@ -23,10 +23,12 @@ from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts
 from dagster_databus.snapshot.reduce import ChangeStats
 
 if TYPE_CHECKING:
+    from deltalake import DeltaTable
     from pyspark.sql import SparkSession
 
     from dagster_databus.config import DatabusConfig
     from dagster_databus.log.store import ChangeLog
+    from dagster_databus.snapshot.files import TableFile
     from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource, RowSelection
 
@@ -86,6 +88,12 @@ class MergeEngine(Protocol):
                 progress: Progress) -> Refreshed:
         """Read ``rows`` of ``table`` again from ``source`` (key ranges, each its own consistent read) and fold
         them into the snapshot (``snapshot.refresh``) in one commit; the applied SCN stays."""
+
+    def compact(self, snap: DeltaSnapshot, table: DeltaTable, key: Sequence[str], groups: Sequence[Sequence[TableFile]],
+                progress: Progress) -> int:
+        """Join each group of neighbouring files (``snapshot.upkeep.compaction_groups``) into files of about
+        ``merge.file_rows`` rows in key order, in one commit against ``table``'s version that changes no data;
+        files written."""
 
     def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
         """Rewrite every row of the snapshot in ``schema``'s columns (added ones null, widened ones cast), with

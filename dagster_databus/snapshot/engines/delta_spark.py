@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import TableSchema
@@ -60,6 +60,12 @@ class DeltaSparkEngine:
         from dagster_databus.snapshot.engines.spark import SparkEngine
 
         return SparkEngine(self.config, self._spark).evolve(snap, schema, scn, progress)  # the same table layout
+
+    def compact(self, snap: DeltaSnapshot, table: Any, key: Sequence[str], groups: Sequence[Sequence[Any]],
+                progress: Progress) -> int:
+        from dagster_databus.snapshot.engines.spark import SparkEngine
+
+        return SparkEngine(self.config, self._spark).compact(snap, table, key, groups, progress)  # same layout
 
     def refresh(self, snap: DeltaSnapshot, source: CaptureSource, table: str, rows: RowSelection,
                 progress: Progress) -> Refreshed:

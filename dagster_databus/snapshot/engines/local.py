@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,6 +41,7 @@ class LocalEngine:
     def __init__(self, config: DatabusConfig) -> None:
         self.memory_bytes = config.merge.memory_mb * 2**20
         self.spill_dir = config.merge.spill_dir
+        self.file_rows = config.merge.file_rows
 
     def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
         read = source.snapshot(table)
@@ -93,6 +94,30 @@ class LocalEngine:
             counts = merge_with_delta_rs(snap, schema.primary_key, pa.Table.from_batches(list(batches()), target),
                                          props, reads=True)
         return Refreshed(ops["r"], ops["d"], deletes, len(read.ranges), counts)
+
+    def compact(self, snap: DeltaSnapshot, table: Any, key: Sequence[str], groups: Sequence[Sequence[Any]],
+                progress: Progress) -> int:
+        """The groups read and written one after another in this process; one commit."""
+        from dagster_databus.snapshot.commit import OPERATION_KEY, commit_merge, location, remove_uncommitted
+        from dagster_databus.snapshot.files import FileWriter, run_prefix
+        from dagster_databus.spark.deltafiles import FileRead
+
+        schema = pa.schema(table.schema().to_arrow())
+        prefix, added, committed = run_prefix(), [], False
+        try:
+            for index, group in enumerate(groups):
+                read = FileRead(location(snap), group[0].path, then=tuple(f.path for f in group[1:]),
+                                order_by=tuple(key))
+                writer = FileWriter(location(snap), schema, self.file_rows, f"{prefix}-c{index:05d}")
+                added += writer.write(read.read(schema).to_batches())
+            crash_point("compact_commit")
+            with disk_errors(f"compacting {snap.source}.{snap.table} in Delta", snap.path):
+                commit_merge(snap, table, schema, added, [f for g in groups for f in g], [],
+                             {OPERATION_KEY: "compact", "engine": self.name}, data_change=False)
+            committed = True
+        finally:
+            remove_uncommitted(snap, prefix, added if committed else ())
+        return len(added)
 
     def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
         """The table read whole, conformed and overwritten in this process (the engine for small tables)."""

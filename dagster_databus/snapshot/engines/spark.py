@@ -156,6 +156,33 @@ class SparkEngine:
                  f"{done.counts.inserted:,} inserted, {done.counts.updated:,} updated, {done.counts.deleted:,} deleted")
         return result
 
+    def compact(self, snap: DeltaSnapshot, table: DeltaTable, key: Sequence[str], groups: Sequence[Sequence[Any]],
+                progress: Progress) -> int:
+        """One task per group reads its files in key order and writes them as files of ``merge.file_rows`` rows;
+        the driver swaps them in one commit that changes no data."""
+        from dagster_databus.spark.deltafiles import FileRead
+        from dagster_databus.spark.tables import FilesSink
+
+        schema = pa.schema(table.schema().to_arrow())
+        reads = [FileRead(location(snap), g[0].path, then=tuple(f.path for f in g[1:]), order_by=tuple(key))
+                 for g in groups]
+        spark = self.spark()
+        prefix = run_prefix()
+        sink = FilesSink(location(snap), schema, self.config.merge.file_rows, prefix, 0)
+        committed, report = False, None
+        try:
+            with task_errors(), job_progress(spark, progress, f"{snap.table}: compacting"):
+                report = TaskReport.of(spark.read.format("databus_delta_files").option("files", pack(reads))
+                                       .option("schema", pack(schema)).option("sink", pack(sink)).load().toArrow())
+            crash_point("compact_commit")
+            with disk_errors(f"compacting {snap.source}.{snap.table} in Delta", snap.path):
+                commit_merge(snap, table, schema, report.added, [f for g in groups for f in g], [],
+                             {OPERATION_KEY: "compact", "engine": self.name}, data_change=False)
+            committed = True
+        finally:
+            remove_uncommitted(snap, prefix, report.added if committed and report is not None else ())
+        return len(report.added)
+
     def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
         """One task per data file reads it in the new columns and writes it back; one overwrite commit."""
         from deltalake import CommitProperties, Transaction

@@ -1,0 +1,120 @@
+"""Upkeep of a snapshot table under frequent merges: small files compacted, old files vacuumed, the Delta log
+checkpointed.
+
+Every merge adds files (new keys, rewritten groups) and a log version; nothing else removes them, so over
+thousands of merges reads slow down and storage grows. Compaction joins runs of small neighbouring files in
+key order into files of about ``merge.file_rows`` rows, so the table keeps what merges route by: files in
+key order whose key bounds do not overlap (``snapshot.files.TableFiles``). Its commit changes no data
+(``dataChange`` false) and moves no transaction id. VACUUM then deletes files the table stopped naming more
+than ``retain_hours`` ago (time travel reaches back that far), but never one its last bootstrap's version
+names: ``rebuild`` restores that version (``snapshot.merge.rebuild_from_bootstrap``), so its files stay
+as long as it is the last.
+
+A merge and a compaction of one table take the snapshot's lock in turn on a local lake; in a store, the
+later of two commits against the same version fails (``ConcurrentRunError``) and nothing of it is kept,
+so a compaction that loses to a merge gives way and the next upkeep run tries again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dagster_databus.core.progress import Progress
+from dagster_databus.snapshot.files import TableFile, TableFiles
+
+if TYPE_CHECKING:
+    from dagster_databus.config import DatabusConfig
+    from dagster_databus.snapshot.delta import DeltaSnapshot
+    from dagster_databus.snapshot.engines import MergeEngine
+
+SMALL = 0.5  # a file under this share of merge.file_rows is worth joining to a neighbour
+
+
+@dataclass(frozen=True, slots=True)
+class UpkeepResult:
+    table: str
+    files_before: int
+    files_after: int
+    bytes_before: int
+    bytes_after: int
+    compacted: int  # files joined into others
+    written: int  # files the compaction wrote
+    vacuumed: int  # files deleted by VACUUM
+    retain_hours: int  # what VACUUM kept: files the table stopped naming less than this long ago
+    checkpoint_version: int
+
+
+def compaction_groups(files: TableFiles, file_rows: int) -> list[list[TableFile]]:
+    """Runs of neighbouring files (by the first key column's lower bound) to join, each of two or more files
+    and about ``file_rows`` rows: a file under ``SMALL`` of that joins the files next to it. Files without
+    key bounds are left alone (a merge routes every key to them; joining would not change that)."""
+    bounded = sorted((f for f in files.files if f.bounded()), key=lambda f: f.low)
+    groups: list[list[TableFile]] = []
+    run: list[TableFile] = []
+    rows = 0
+    for file in bounded:
+        small = file.rows < SMALL * file_rows
+        if run and (rows + file.rows > file_rows or not (small or all(f.rows < SMALL * file_rows for f in run))):
+            groups.append(run)
+            run, rows = [], 0
+        run.append(file)
+        rows += file.rows
+    groups.append(run)
+    return [g for g in groups if len(g) > 1 and any(f.rows < SMALL * file_rows for f in g)]
+
+
+def upkeep_table(snap: DeltaSnapshot, key: Sequence[str], engine: MergeEngine, file_rows: int, retain_hours: int,
+                 progress: Progress) -> UpkeepResult:
+    """Compact, vacuum and checkpoint one snapshot table, holding its lock (merges of it wait or fail)."""
+    lock = snap.lock(f"snapshot {snap.source}.{snap.table}", "wait for the upkeep of this table to finish")
+    with lock:
+        table = snap.delta()
+        before = _sizes(table)
+        files = TableFiles.of(table, key, snap.arrow_schema())
+        groups = compaction_groups(files, file_rows)
+        written = 0
+        if groups:
+            progress(f"{snap.table}: joining {sum(len(g) for g in groups)} small files in {len(groups)} run(s)")
+            written = engine.compact(snap, table, key, groups, progress)
+        boot = snap.bootstrap_version()
+        table = snap.delta()
+        vacuumed = table.vacuum(retention_hours=retain_hours, enforce_retention_duration=False, dry_run=False,
+                                keep_versions=[boot] if boot is not None else None)
+        table = snap.delta()
+        table.create_checkpoint()
+        after = _sizes(table)
+        result = UpkeepResult(snap.table, before[0], after[0], before[1], after[1],
+                              sum(len(g) for g in groups), written, len(vacuumed), retain_hours, table.version())
+        progress(f"{snap.table}: {result.files_before} -> {result.files_after} files, "
+                 f"{result.bytes_before:,} -> {result.bytes_after:,} bytes; {result.vacuumed} removed file(s) "
+                 f"vacuumed (kept those named within {retain_hours:g} h and by the last bootstrap's version "
+                 f"{boot}); checkpoint at version {result.checkpoint_version}")
+        return result
+
+
+def _sizes(table: object) -> tuple[int, int]:
+    import pyarrow as pa
+
+    actions = pa.table(table.get_add_actions(flatten=True))  # type: ignore[attr-defined]
+    return actions.num_rows, int(sum(actions["size_bytes"].to_pylist()))
+
+
+def upkeep_source(config: DatabusConfig, source: str, spark: Any, tables: Sequence[str] | None = None,
+                  progress: Progress = lambda _: None) -> list[UpkeepResult]:
+    """``upkeep_table`` for each (or each named) snapshot of ``source`` that exists, by ``merge.engine``."""
+    from dagster_databus.snapshot.delta import DeltaSnapshot
+    from dagster_databus.snapshot.merge import engine_for
+
+    source_cfg = config.source(source)
+    engine = engine_for(spark, config)
+    results = []
+    for table in tables if tables is not None else [t.name for t in source_cfg.tables]:
+        snap = DeltaSnapshot(config.lake, source, table)
+        if snap.existing() is None:
+            progress(f"{table}: no snapshot yet, nothing to keep up")
+            continue
+        results.append(upkeep_table(snap, source_cfg.table(table).primary_key, engine, config.merge.file_rows,
+                                    source_cfg.upkeep.retain_hours, progress))
+    return results
