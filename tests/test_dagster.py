@@ -254,3 +254,26 @@ def test_the_refresh_job_reads_a_key_range_again_with_typed_run_config(tmp_path:
         failed = job.execute_in_process(instance=instance, run_config=bad, raise_on_error=False)
         assert not failed.success
         assert "set mode: refresh" in str(failed.get_step_failure_events()[0].event_specific_data.error)
+
+
+def test_the_upkeep_job_observes_each_snapshot_with_its_files(tmp_path: Path, spark) -> None:
+    config_path = write_config(tmp_path)
+    workload = ShopWorkload(tmp_path / "shop.db", seed=8)
+    workload.run(20)
+    with dg.instance_for_test() as instance:
+        assert materialize(config_path, instance).success
+        for _ in range(3):
+            workload.run(5)
+            assert materialize(config_path, instance).success
+        defs = build_definitions(load_config(config_path), config_path)
+        assert defs.resolve_schedule_def("shop_upkeep").default_status == dg.DefaultScheduleStatus.STOPPED
+        result = defs.resolve_job_def("shop_upkeep").execute_in_process(instance=instance)
+        assert result.success
+        observed = {e.asset_key.to_user_string(): e.event_specific_data.asset_observation.metadata
+                    for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"}
+        assert set(observed) == {"shop/customers", "shop/orders", "shop/order_items"}
+        orders = {k: v.value for k, v in observed["shop/orders"].items()}
+        assert orders["files_after"] == orders["files_before"] - orders["files_compacted"] + orders["files_written"]
+        assert orders["checkpoint_version"] == DeltaSnapshot(load_config(config_path).lake, "shop", "orders").version()
+        assert orders["vacuum_retain_hours"] == 168
+    assert_snapshots_match(load_config(config_path))

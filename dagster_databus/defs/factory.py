@@ -22,6 +22,7 @@ from dagster_databus.defs.schedules import (
     build_source_job,
 )
 from dagster_databus.defs.sensors import build_alert_sensor
+from dagster_databus.defs.upkeep import build_upkeep_job, build_upkeep_schedule
 
 
 def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definitions:
@@ -31,8 +32,10 @@ def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definition
         checks.append(build_reconcile_checks(source))
         job = build_source_job(source)
         reconcile = build_reconcile_job(source)
-        jobs += [job, reconcile, *build_snapshot_jobs(source)]
+        upkeep = build_upkeep_job(source)
+        jobs += [job, reconcile, upkeep, *build_snapshot_jobs(source)]
         schedules.append(build_poll_schedule(source, job))
+        schedules += build_upkeep_schedule(source, upkeep)
         sensors.append(build_automation_sensor(source))
         reconcile_schedules, reconcile_sensors = build_reconcile_triggers(source, reconcile)
         schedules += reconcile_schedules
