@@ -88,6 +88,20 @@ def _bootstrap(config: DatabusConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+def _upkeep(config: DatabusConfig, args: argparse.Namespace) -> int:
+    """Compact, vacuum and checkpoint a source's snapshot tables (``snapshot.upkeep``)."""
+    from dagster_databus.snapshot.upkeep import upkeep_source
+    from dagster_databus.spark.session import get_spark
+
+    source = config.source(args.source)
+    for r in upkeep_source(config, source.name, lambda: get_spark(config.spark), _tables(source, args.tables),
+                           lambda m: print(m, file=sys.stderr, flush=True)):
+        print(f"{source.name}.{r.table}: {r.files_before} -> {r.files_after} files, "
+              f"{r.bytes_before - r.bytes_after:,} bytes reclaimed, {r.vacuumed} vacuumed, "
+              f"checkpoint at version {r.checkpoint_version}")
+    return 0
+
+
 def _snapshot(config: DatabusConfig, args: argparse.Namespace) -> int:
     """Read tables afresh from the source into their snapshots, keeping the change log: online (key ranges,
     each its own short read, capture may run meanwhile) and resumable (a killed run's finished ranges are kept).
@@ -278,6 +292,10 @@ def _main(argv: list[str] | None) -> int:
     snapshot.add_argument("--through", nargs="+", metavar="KEY", help="read only keys up to and including this one")
     snapshot.add_argument("--where", metavar="CONDITION",
                           help="read only rows matching this condition, in the source's SQL (one table)")
+    upkeep = sub.add_parser("upkeep", parents=[common],
+                            help="join small files of snapshot tables, vacuum old files, checkpoint the Delta log")
+    upkeep.add_argument("--source", required=True)
+    upkeep.add_argument("--tables", nargs="*", help="tables to keep up (default: all of the source's)")
     sub.add_parser("status", parents=[common], help="checkpoint, snapshot SCN and lag per source and table")
     reconcile = sub.add_parser("reconcile", parents=[common],
                                help="compare snapshots with the source at one SCN; name the keys that differ")
@@ -301,7 +319,8 @@ def _main(argv: list[str] | None) -> int:
                       help="also save it when T seconds passed since the last save")
     args = parser.parse_args(argv)
     commands = {"validate": _validate, "install": _install, "bootstrap": _bootstrap, "status": _status,
-                "tail": _tail, "reconcile": _reconcile, "snapshot": _snapshot}
+                "tail": _tail, "reconcile": _reconcile, "snapshot": _snapshot,
+                "upkeep": _upkeep}
     try:
         return commands[args.command](load_config(args.config), args)
     except DatabusError as exc:

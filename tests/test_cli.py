@@ -288,3 +288,20 @@ def test_snapshot_of_a_key_range_repairs_only_that_range(config_path: Path, caps
     assert main(["--config", str(config_path), "snapshot", "--source", "shop", "--tables", "orders",
                  "--where", "id = 'x' OR"]) == 2
     assert "SQLite cannot select rows where id = 'x' OR of 'orders'" in capsys.readouterr().err
+
+
+def test_upkeep_keeps_a_snapshot_up_from_the_command_line(config_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          spark) -> None:
+    config = load_config(config_path)
+    assert main(["--config", str(config_path), "install"]) == 0
+    sync_source(spark, config, "shop")
+    for seed in range(3):
+        ShopWorkload(config_path.parent / "shop.db", seed=10 + seed).run(3)
+        pipeline.capture(config, "shop")
+        sync_source(spark, config, "shop")
+    capsys.readouterr()
+    assert main(["--config", str(config_path), "upkeep", "--source", "shop"]) == 0
+    out = capsys.readouterr().out
+    version = DeltaSnapshot(config.lake, "shop", "orders").version()
+    assert out.startswith("shop.orders: ") and out.rstrip().endswith(f"checkpoint at version {version}")
+    assert main(["--config", str(config_path), "reconcile", "--source", "shop"]) == 0
