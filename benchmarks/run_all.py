@@ -21,6 +21,7 @@ from benchmarks import (
     bench_reconcile,
     bench_scaleout,
     bench_triggers,
+    bench_upkeep,
 )
 
 if __name__ == "__main__":
@@ -43,3 +44,4 @@ if __name__ == "__main__":
     bench_failover.main()
     bench_lake.main()
     bench_reconcile.main()
+    bench_upkeep.main()

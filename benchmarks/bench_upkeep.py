@@ -1,0 +1,90 @@
+"""Upkeep under many small merges: a snapshot merged N times (a few updates and new keys each, as a
+five-minute poll brings them), with upkeep on its schedule (every ``EVERY`` merges) and without; the file
+count and a full read of the snapshot beside the read of the same rows freshly written as one table.
+
+Run alone: ``python -m benchmarks.bench_upkeep [merges]`` (the issue's figure is at 1,000 merges).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from benchmarks.common import best_of
+from dagster_databus import pipeline
+from dagster_databus.config import DatabusConfig, parse_config
+from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.snapshot.upkeep import upkeep_source
+from dagster_databus.spark.session import get_spark
+
+ROWS = 200_000
+EVERY = 50  # merges between upkeep runs: a daily schedule over five-minute polls is 288
+
+
+def _setup(work: Path) -> tuple[DatabusConfig, Path]:
+    db = work / "src.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL, qty INTEGER)")
+        conn.executemany("INSERT INTO items VALUES (?, ?, ?, ?)", ((i, f"n{i}", i / 8, i % 13) for i in range(ROWS)))
+    config = parse_config({"lake": str(work / "lake"), "merge": {"file_rows": 50_000},
+                           "sources": [{"name": "b", "kind": "sqlite", "path": str(db), "upkeep": {"retain_hours": 0},
+                                        "tables": [{"name": "items", "primary_key": ["id"]}]}]}, base=work)
+    return config, db
+
+
+def _run(merges: int, upkeep: bool) -> tuple[int, float, float, float]:
+    """(files, full read s, the same rows freshly written read s, seconds spent in upkeep)."""
+    work = Path(tempfile.mkdtemp(prefix="bench-upkeep-"))
+    try:
+        config, db = _setup(work)
+        spark = get_spark(config.spark)
+        pipeline.install(config, "b")
+        sync_source(spark, config, "b")
+        rng, next_id, upkept = random.Random(5), ROWS, 0.0
+        conn = sqlite3.connect(db, isolation_level=None)
+        for n in range(1, merges + 1):
+            conn.execute("BEGIN")
+            conn.executemany("UPDATE items SET qty = qty + 1 WHERE id = ?", ((rng.randrange(ROWS),) for _ in range(20)))
+            conn.executemany("INSERT INTO items VALUES (?, 'new', 1.0, 0)", ((next_id + k,) for k in range(5)))
+            conn.execute("COMMIT")
+            next_id += 5
+            pipeline.capture(config, "b")
+            sync_source(spark, config, "b")
+            if upkeep and n % EVERY == 0:
+                started = time.perf_counter()
+                upkeep_source(config, "b", spark)
+                upkept += time.perf_counter() - started
+        conn.close()
+        snap = DeltaSnapshot(config.lake, "b", "items")
+        files = len(snap.delta().file_uris())
+        read = best_of(lambda: DeltaTable(snap.uri).to_pyarrow_table(), 3)
+        fresh = work / "fresh"
+        rows: pa.Table = DeltaTable(snap.uri).to_pyarrow_table()
+        write_deltalake(str(fresh), rows.sort_by("id"))
+        read_fresh = best_of(lambda: DeltaTable(str(fresh)).to_pyarrow_table(), 3)
+        return files, read, read_fresh, upkept
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(merges: int = 1_000) -> None:
+    print(f"\nA {ROWS:,}-row snapshot after {merges:,} small merges (20 updates, 5 new keys each; spark engine)")
+    for upkeep in (True, False):
+        files, read, fresh, upkept = _run(merges, upkeep)
+        label = f"upkeep every {EVERY} merges" if upkeep else "no upkeep"
+        spent = f", upkeep {upkept:.1f}s in all" if upkeep else ""
+        print(f"  {label:<26} {files:5d} files   full read {read:6.3f}s   the same rows freshly written "
+              f"{fresh:6.3f}s   {read / fresh:5.2f}x{spent}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000)
