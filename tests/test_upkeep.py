@@ -11,6 +11,7 @@ import pytest
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.upkeep import upkeep_source
+from dagster_databus.storage.lake import Lake
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SqliteHarness, make_config
 
@@ -20,11 +21,12 @@ def _rows(snap: DeltaSnapshot) -> list[dict]:
 
 
 @pytest.mark.parametrize("engine", ["spark", "local"])
-def test_upkeep_joins_small_files_keeps_every_row_and_what_rebuild_needs(tmp_path: Path, spark, engine: str) -> None:
+def test_upkeep_joins_small_files_keeps_every_row_and_what_rebuild_needs(tmp_path: Path, lake: Path | Lake, spark,
+                                                                          engine: str) -> None:
     source = SqliteHarness(tmp_path / "shop.db")
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL)",
                     *[("INSERT INTO items VALUES (?, ?, ?)", (i, f"n{i}", i / 4)) for i in range(1, 201)]])
-    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])],
+    config = make_config(lake, source.source_config("shop", [("items", ["id"])],
                                                                  upkeep={"retain_hours": 0}),
                          merge={"engine": engine, "file_rows": 20})
     cycle(config, spark)  # ten files of twenty rows
