@@ -77,6 +77,14 @@ class RetentionConfig(_Strict):
     max_bytes: int | None = Field(default=None, gt=0)
 
 
+def _schedule(value: str | None, example: str) -> str | None:
+    """A ``cron`` field's value, refused with the problem and an example when it is not a schedule."""
+    problem = cron_problem(value) if value is not None else None
+    if problem:
+        raise ValueError(f"{problem}; for example {example}")
+    return value
+
+
 class PollConfig(_Strict):
     chunk_rows: int = Field(default=10_000, ge=1, le=10_000_000)
     cron: str = "*/5 * * * *"
@@ -86,13 +94,7 @@ class PollConfig(_Strict):
     # seconds of source commit time behind.
     max_lag_seconds: float | None = Field(default=None, gt=0)
 
-    @field_validator("cron")
-    @classmethod
-    def _cron(cls, value: str) -> str:
-        problem = cron_problem(value)
-        if problem:
-            raise ValueError(f"{problem}; for example '*/5 * * * *' (every 5 minutes) or '@hourly'")
-        return value
+    _check_cron = field_validator("cron")(lambda cls, v: _schedule(v, "'*/5 * * * *' (every 5 minutes) or '@hourly'"))
 
 
 class ReconcileConfig(_Strict):
@@ -102,13 +104,8 @@ class ReconcileConfig(_Strict):
     cron: str | None = "0 3 * * *"  # daily at 03:00; null: no schedule
     every_syncs: int | None = Field(default=None, ge=1)
 
-    @field_validator("cron")
-    @classmethod
-    def _cron(cls, value: str | None) -> str | None:
-        problem = cron_problem(value) if value is not None else None
-        if problem:
-            raise ValueError(f"{problem}; for example '0 3 * * *' (daily at 03:00), or null for no schedule")
-        return value
+    _check_cron = field_validator("cron")(
+        lambda cls, v: _schedule(v, "'0 3 * * *' (daily at 03:00), or null for no schedule"))
 
 
 class UpkeepConfig(_Strict):
@@ -120,13 +117,8 @@ class UpkeepConfig(_Strict):
     # and always those of the last bootstrap's version (what rebuild restores).
     retain_hours: int = Field(default=168, ge=0)
 
-    @field_validator("cron")
-    @classmethod
-    def _cron(cls, value: str | None) -> str | None:
-        problem = cron_problem(value) if value is not None else None
-        if problem:
-            raise ValueError(f"{problem}; for example '0 4 * * *' (daily at 04:00), or null for no schedule")
-        return value
+    _check_cron = field_validator("cron")(
+        lambda cls, v: _schedule(v, "'0 4 * * *' (daily at 04:00), or null for no schedule"))
 
 
 class _SourceBase(_Strict):
