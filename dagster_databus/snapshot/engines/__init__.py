@@ -111,6 +111,12 @@ class MergeEngine(Protocol):
         SCN; events read per part label and operation, and the rows changed."""
 
 
+def range_rows(config: DatabusConfig, source: CaptureSource) -> int:
+    """Rows per key range when a table is read in ranges: a server source's ``bootstrap_chunk_rows``, else
+    ``merge.file_rows`` (a SQLite range is about one data file)."""
+    return int(getattr(source.config, "bootstrap_chunk_rows", config.merge.file_rows))
+
+
 def open_engine(config: DatabusConfig, spark: SparkProvider) -> MergeEngine:
     """The engine ``config.merge.engine`` names; ``spark`` is called only if the engine runs Spark."""
     choice = config.merge.engine

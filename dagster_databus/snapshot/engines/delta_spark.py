@@ -17,7 +17,7 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError, SnapshotMissingError
 from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts, merge_clauses
-from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, SparkProvider
+from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, SparkProvider, range_rows
 from dagster_databus.snapshot.reduce import ChangeStats
 from dagster_databus.spark.session import (
     delta_spark_available,
@@ -78,7 +78,7 @@ class DeltaSparkEngine:
 
         spark = self.spark
         F = sql_functions(spark)
-        read = source.ranges(table, getattr(source.config, "bootstrap_chunk_rows", self.config.merge.file_rows))
+        read = source.ranges(table, range_rows(self.config, source))
         rows = (spark.read.format("databus_table").option("read", pack(read)).load()
                 .withColumn("__op", F.lit("r"))
                 .withColumn("__commit_ts", F.timestamp_millis(F.lit(int(time.time() * 1000)))))

@@ -24,7 +24,7 @@ from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.log.columns import change_schema, table_changes
 from dagster_databus.log.durable import crash_point, disk_errors
 from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts, conform_changes, merge_with_delta_rs, with_meta
-from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed
+from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, range_rows
 from dagster_databus.snapshot.reduce import ChangeStats, NewestPerKey
 
 if TYPE_CHECKING:
@@ -39,9 +39,9 @@ class LocalEngine:
     tables_at_once = 1  # its reduce and MERGE use this machine's memory and cores: one table at a time
 
     def __init__(self, config: DatabusConfig) -> None:
+        self.config = config
         self.memory_bytes = config.merge.memory_mb * 2**20
         self.spill_dir = config.merge.spill_dir
-        self.file_rows = config.merge.file_rows
 
     def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
         read = source.snapshot(table)
@@ -71,7 +71,7 @@ class LocalEngine:
         from dagster_databus.snapshot.refresh import RangeChanges, finds_deletes
 
         require_bootstrapped(snap)
-        read = source.ranges(table, 50_000, rows)
+        read = source.ranges(table, range_rows(self.config, source), rows)
         schema = read.schema
         target = schema.arrow(with_meta=True)
         deletes = finds_deletes(schema, rows)
@@ -108,7 +108,7 @@ class LocalEngine:
             for index, group in enumerate(groups):
                 read = FileRead(location(snap), group[0].path, then=tuple(f.path for f in group[1:]),
                                 order_by=tuple(key))
-                writer = FileWriter(location(snap), schema, self.file_rows, f"{prefix}-c{index:05d}")
+                writer = FileWriter(location(snap), schema, self.config.merge.file_rows, f"{prefix}-c{index:05d}")
                 added += writer.write(read.read(schema).to_batches())
             crash_point("compact_commit")
             with disk_errors(f"compacting {snap.source}.{snap.table} in Delta", snap.path):

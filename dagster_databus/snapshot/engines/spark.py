@@ -33,8 +33,8 @@ from dagster_databus.snapshot.commit import (
     remove_uncommitted,
 )
 from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot, MergeCounts
-from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, SparkProvider
-from dagster_databus.snapshot.files import TableFiles, TaskReport, run_prefix
+from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, SparkProvider, range_rows
+from dagster_databus.snapshot.files import DataFile, TableFiles, TaskReport, run_prefix
 from dagster_databus.snapshot.reduce import ChangeStats
 from dagster_databus.spark.merge_tasks import count_windows
 from dagster_databus.spark.session import default_parallelism, job_progress, read_changes, sql_functions, task_errors
@@ -68,8 +68,7 @@ class SparkEngine:
         from dagster_databus.snapshot.resume import BootstrapProgress
         from dagster_databus.spark.tables import FilesSink
 
-        rows_per_range = getattr(source.config, "bootstrap_chunk_rows", self.config.merge.file_rows)
-        read = source.ranges(table, rows_per_range)
+        read = source.ranges(table, range_rows(self.config, source))
         store = BootstrapProgress(self.config.lake, snap.source, table)
         manifest = ChangeLog(self.config.lake, snap.source).manifest()
         plan, done = store.plan(), {}
@@ -135,7 +134,7 @@ class SparkEngine:
         if current is None or current.transaction_version(snap.app_id) is None:
             raise SnapshotMissingError(f"snapshot {snap.source}.{table} has not been bootstrapped ({snap.uri})",
                                        f"materialize the {snap.source}/{table} asset first, which bootstraps it")
-        read = source.ranges(table, getattr(source.config, "bootstrap_chunk_rows", self.config.merge.file_rows), rows)
+        read = source.ranges(table, range_rows(self.config, source), rows)
         schema = read.schema
         target = schema.arrow(with_meta=True)
         current = with_columns(snap, current, target, progress)
@@ -161,26 +160,16 @@ class SparkEngine:
         """One task per group reads its files in key order and writes them as files of ``merge.file_rows`` rows;
         the driver swaps them in one commit that changes no data."""
         from dagster_databus.spark.deltafiles import FileRead
-        from dagster_databus.spark.tables import FilesSink
 
         schema = pa.schema(table.schema().to_arrow())
         reads = [FileRead(location(snap), g[0].path, then=tuple(f.path for f in g[1:]), order_by=tuple(key))
                  for g in groups]
-        spark = self.spark()
-        prefix = run_prefix()
-        sink = FilesSink(location(snap), schema, self.config.merge.file_rows, prefix, 0)
-        committed, report = False, None
-        try:
-            with task_errors(), job_progress(spark, progress, f"{snap.table}: compacting"):
-                report = TaskReport.of(spark.read.format("databus_delta_files").option("files", pack(reads))
-                                       .option("schema", pack(schema)).option("sink", pack(sink)).load().toArrow())
-            crash_point("compact_commit")
-            with disk_errors(f"compacting {snap.source}.{snap.table} in Delta", snap.path):
-                commit_merge(snap, table, schema, report.added, [f for g in groups for f in g], [],
-                             {OPERATION_KEY: "compact", "engine": self.name}, data_change=False)
-            committed = True
-        finally:
-            remove_uncommitted(snap, prefix, report.added if committed and report is not None else ())
+        removed = [f for g in groups for f in g]
+        report = self._copy_files(
+            snap, reads, schema,
+            lambda added: commit_merge(snap, table, schema, added, removed, [],
+                                       {OPERATION_KEY: "compact", "engine": self.name}, data_change=False),
+            f"{snap.source}.{snap.table}", "compacting", "compact", progress)
         return len(report.added)
 
     def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
@@ -194,15 +183,18 @@ class SparkEngine:
         props = CommitProperties(app_transactions=[Transaction(app_id=snap.evolved_app_id, version=scn.value)],
                                  custom_metadata={OPERATION_KEY: "evolve", "engine": self.name,
                                                   "databus.schema_change_scn": str(scn)})
-        report = self._copy_files(snap, [FileRead(location(snap), path) for path in paths],
-                                  schema.arrow(with_meta=True), props, f"{snap.source}.{schema.table}", "evolving",
-                                  f"databus snapshot of {snap.source}.{schema.table}", "delta", progress)
+        target = schema.arrow(with_meta=True)
+        report = self._copy_files(
+            snap, [FileRead(location(snap), path) for path in paths], target,
+            lambda added: commit_files(snap, target, added, props, f"databus snapshot of {snap.source}.{schema.table}"),
+            f"{snap.source}.{schema.table}", "evolving", "delta", progress)
         return report.total("rows")
 
-    def _copy_files(self, folder: DeltaFolder, reads: Sequence[Any], schema: pa.Schema, props: Any, what: str,
-                    doing: str, description: str, crash: str, progress: Progress) -> TaskReport:
-        """Tasks read ``reads`` (``spark.deltafiles.FileRead``) in ``schema`` and write them into ``folder``,
-        whose rows the files then replace in one commit (fault tests stop at ``<crash>_commit(ted)``)."""
+    def _copy_files(self, folder: DeltaFolder, reads: Sequence[Any], schema: pa.Schema,
+                    commit: Callable[[Sequence[DataFile]], None], what: str, doing: str, crash: str,
+                    progress: Progress) -> TaskReport:
+        """Tasks read ``reads`` (``spark.deltafiles.FileRead``) in ``schema`` and write them into ``folder``;
+        ``commit(files)`` then commits the files written (fault tests stop at ``<crash>_commit(ted)``)."""
         from dagster_databus.spark.tables import FilesSink
 
         spark = self.spark()
@@ -217,7 +209,7 @@ class SparkEngine:
             folder.prepare()
             crash_point(f"{crash}_commit")
             with disk_errors(f"{doing} {what} in Delta", folder.path):
-                commit_files(folder, schema, report.added, props, description)
+                commit(report.added)
             committed = True
             crash_point(f"{crash}_committed")
         finally:
@@ -340,8 +332,9 @@ class SparkEngine:
                                     .option("schema", pack(keys)).load(), layout, target)
         props = CommitProperties(app_transactions=txns, custom_metadata={
             LAYOUT_KEY: layout.document(), OPERATION_KEY: "load", "engine": self.name})
-        self._copy_files(target, reads, schema, props, f"logical {target.name}", "loading",
-                         f"databus logical table {target.name}", "logical", progress)
+        description = f"databus logical table {target.name}"
+        self._copy_files(target, reads, schema, lambda added: commit_files(target, schema, added, props, description),
+                         f"logical {target.name}", "loading", "logical", progress)
         return rows
 
     def merge_logical(self, target: LogicalSnapshot, layout: LogicalLayout,
