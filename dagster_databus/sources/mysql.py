@@ -326,11 +326,7 @@ class MysqlSource:
         self.require_installed()
         changed: tuple[str, ...] = ()
         with closing(self.connect()) as conn, conn.cursor() as cur:
-            cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
-            reports = cur.fetchone() is not None
-            wanted = self.config.bootstrap_reads == "watermark" or (self.config.bootstrap_reads == "auto"
-                                                                     and not reports)
-            if wanted and self._signal_problem(cur):
+            if self._reads_here(cur)[0] == "watermark" and self._signal_problem(cur):
                 try:
                     cur.execute(sqlfiles.load("mysql", "signal.sql"))
                 except pymysql.err.MySQLError as exc:
@@ -774,13 +770,16 @@ class MysqlSource:
                 "page_rows": min(rows_per_range, 10_000), "reads": reads}
         return RangeRead("mysql", self.name, schema, spec, ranges, scn=None, where=rows.where)
 
-    def _bootstrap_reads(self, cur: Any) -> str:
-        """``bootstrap_reads`` resolved for this server; a watermark read's signal table checked first."""
+    def _reads_here(self, cur: Any) -> tuple[str, bool]:
+        """(``bootstrap_reads`` with ``auto`` resolved for this server, whether it reports snapshot positions)."""
         cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
         reports = cur.fetchone() is not None
         reads = self.config.bootstrap_reads
-        if reads == "auto":
-            reads = "snapshot" if reports else "watermark"
+        return (("snapshot" if reports else "watermark") if reads == "auto" else reads), reports
+
+    def _bootstrap_reads(self, cur: Any) -> str:
+        """``bootstrap_reads`` resolved for this server and checked: a watermark read's signal table first."""
+        reads, reports = self._reads_here(cur)
         if reads == "snapshot" and not reports:
             raise ConfigError(self._field("bootstrap_reads"), f"{self.describe()} reports no binlog position for a "
                               "consistent snapshot (binlog_snapshot_file is MariaDB's)",
