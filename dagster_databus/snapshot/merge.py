@@ -103,8 +103,10 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
     started = time.monotonic()
     log = ChangeLog(config.lake, source_cfg.name)
     snap = DeltaSnapshot(config.lake, source_cfg.name, table)
-    if mode == "refresh":  # a bad filter is refused before anything is read or written
-        open_source(source_cfg, config.lake).check_selection(table, rows)
+    # Opened where the source is read: a refresh (its filter refused before anything is written) or a bootstrap.
+    source = open_source(source_cfg, config.lake) if mode == "refresh" else None
+    if source is not None:
+        source.check_selection(table, rows)
     lock = snap.lock(f"snapshot {source_cfg.name}.{table}", "wait for the other merge of this table to finish")
     with lock:
         log.require_intact()
@@ -123,7 +125,7 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
             progress(f"{table}: re-bootstrapping, the snapshot holds columns in other types: {'; '.join(retyped)}")
             applied = None
         if applied is None:
-            source = open_source(source_cfg, config.lake)
+            source = source or open_source(source_cfg, config.lake)
             with disk_errors(f"bootstrapping {source_cfg.name}.{table} into Delta", snap.path):
                 done = engine.bootstrap(snap, source, table, progress)
             log.schemas.register(done.schema)
@@ -143,9 +145,9 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
         refreshed = None
         if mode == "refresh" and bootstrapped_at is not None:
             progress(f"{table}: not reading {rows.describe()} again: the table was just read whole")
-        elif mode == "refresh":
+        elif mode == "refresh" and source is not None:
             with disk_errors(f"reading rows of {source_cfg.name}.{table} again into Delta", snap.path):
-                refreshed = engine.refresh(snap, open_source(source_cfg, config.lake), table, rows, progress)
+                refreshed = engine.refresh(snap, source, table, rows, progress)
         return TableSyncResult(
             source=source_cfg.name, table=table, engine=engine.name, bootstrapped_at=bootstrapped_at,
             bootstrap_rows=bootstrap_rows, from_scn=applied,
