@@ -165,16 +165,13 @@ class SqliteSource:
 
     def _render_triggers(self, schema: TableSchema, rowid_key: str | None) -> str:
         """The table's triggers; ``rowid_key`` names its INTEGER PRIMARY KEY rowid alias, if it has one."""
-        def row(alias: str, columns: Sequence[Column] = schema.columns) -> str:
-            return ", ".join(f"{quote_literal(c.name)}, {_image_value(alias, c, rowid_key)}" for c in columns)
-
         key = [schema.column(k) for k in schema.primary_key]
-
         unchanged = " AND ".join(f"OLD.{quote_sqlite(k)} IS NEW.{quote_sqlite(k)}" for k in schema.primary_key)
         names = {k: quote_sqlite(v) for k, v in self._trigger_names(schema.table).items()}
         return sqlfiles.render(
             "sqlite", "table_triggers.sql", table=quote_sqlite(schema.table),
-            table_literal=quote_literal(schema.table), new_row=row("NEW"), old_key=row("OLD", key),
+            table_literal=quote_literal(schema.table), new_row=_image("NEW", schema.columns, rowid_key),
+            old_key=_image("OLD", key, rowid_key),
             key_names=", ".join([*(quote_sqlite(k) for k in schema.primary_key),
                                  *(("rowid", "_rowid_", "oid") if rowid_key is not None else ())]),
             key_unchanged=unchanged, now_ms=NOW_MS, **names,
@@ -275,7 +272,7 @@ class SqliteSource:
         if any(k not in old_names or _tagged_affinity(schema.column(k).source_type) for k in schema.primary_key):
             return False
         rowid = _rowid_alias(conn, schema.table)
-        image = ", ".join(f"{quote_literal(c.name)}, {_image_value('cur', c, rowid)}" for c in schema.columns)
+        image = _image("cur", schema.columns, rowid)
         script = sqlfiles.render(
             "sqlite", "repair_rows.sql", table=quote_sqlite(schema.table), table_literal=quote_literal(schema.table),
             image=image, now_ms=NOW_MS, key=", ".join(f"cur.{quote_sqlite(k)}" for k in schema.primary_key),
@@ -547,6 +544,11 @@ def _changes_in(chunk: TxlogChunk, schemas: Mapping[str, TableSchema]) -> list[t
         if table in schemas:
             found.append((Scn(int(chunk.scns[i])), table, json.loads(chunk.images[int(i)].as_py())["statement"]))
     return found
+
+
+def _image(alias: str, columns: Sequence[Column], rowid_key: str | None) -> str:
+    """The arguments of ``json_object`` for a row image of ``columns`` (``_image_value`` each)."""
+    return ", ".join(f"{quote_literal(c.name)}, {_image_value(alias, c, rowid_key)}" for c in columns)
 
 
 def _image_value(alias: str, column: Column, rowid_key: str | None) -> str:
