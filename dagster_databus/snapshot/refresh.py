@@ -71,11 +71,10 @@ class RangeChanges:
         found = pa.table([found.column(k).cast(held.schema.field(k).type) for k in self.key], names=list(self.key))
         gone = held.join(found, keys=list(self.key), join_type="left anti", use_threads=False)
         if gone.num_rows:
-            empty = [pa.nulls(gone.num_rows, f.type) for f in self.changes if f.name not in self.key
-                     and not f.name.startswith("__")]
-            names = [f.name for f in self.changes if f.name not in self.key and not f.name.startswith("__")]
-            rows = pa.RecordBatch.from_arrays([*(gone.column(k).combine_chunks() for k in self.key), *empty],
-                                              names=[*self.key, *names])
+            others = [f for f in self.changes if f.name not in self.key and not f.name.startswith("__")]
+            keys = [gone.column(k).combine_chunks() for k in self.key]
+            rows = pa.RecordBatch.from_arrays([*keys, *(pa.nulls(gone.num_rows, f.type) for f in others)],
+                                              names=[*self.key, *(f.name for f in others)])
             yield self._stamped(rows, scn, "d")
 
     def held(self, where: KeyRange, location: TableLocation, files: TableFiles) -> pa.Table:
