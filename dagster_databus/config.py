@@ -57,6 +57,12 @@ class TableConfig(_Strict):
     name: str
     primary_key: tuple[str, ...] = Field(min_length=1)
     schema_changes: SchemaChanges | None = None  # None: the source's policy
+    # A history table (SCD type 2, ``snapshot.history``) beside the snapshot: every version of every row.
+    history: bool = False
+    # Which columns' changes start a new version (the rest update the current version in place): these
+    # only, or every column but these; neither: every column.
+    track_history_columns: tuple[str, ...] | None = None
+    track_history_except_columns: tuple[str, ...] = ()
 
     _check_name = field_validator("name")(lambda cls, v: _plain(v))
 
@@ -68,6 +74,24 @@ class TableConfig(_Strict):
         if len(set(value)) != len(value):
             raise ValueError("primary_key names a column twice")
         return value
+
+    @field_validator("track_history_columns", "track_history_except_columns")
+    @classmethod
+    def _check_tracked(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for column in value or ():
+            _plain(column)
+        return value
+
+    @model_validator(mode="after")
+    def _history_options(self) -> TableConfig:
+        chosen = self.track_history_columns is not None or bool(self.track_history_except_columns)
+        if chosen and not self.history:
+            raise ValueError(f"table {self.name}: track_history_columns / track_history_except_columns apply to a "
+                             "history table; add history: true, or remove them")
+        if self.track_history_columns is not None and self.track_history_except_columns:
+            raise ValueError(f"table {self.name}: give either track_history_columns (the columns that start a new "
+                             "version) or track_history_except_columns (the columns that do not), not both")
+        return self
 
 
 class RetentionConfig(_Strict):

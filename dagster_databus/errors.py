@@ -67,6 +67,10 @@ class SnapshotMissingError(DatabusError):
     """A snapshot was expected to exist (for a merge) but has not been bootstrapped."""
 
 
+class HistoryGapError(DatabusError):
+    """A history table cannot go on: the change log no longer holds the changes after the SCN it reached."""
+
+
 class LakeNotWritableError(DatabusError):
     """The lake folder cannot be created or written (read-only, a file in its place, no permission)."""
 

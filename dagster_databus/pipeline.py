@@ -262,6 +262,7 @@ def enforce_retention(config: DatabusConfig, source: str) -> RetentionResult | N
     """Apply the source's retention limits, keeping everything some snapshot has not absorbed."""
     from dagster_databus.log.retention import apply_retention
     from dagster_databus.snapshot.delta import DeltaSnapshot
+    from dagster_databus.snapshot.history import HistoryTable
     from dagster_databus.snapshot.logical import LogicalSnapshot
 
     source_cfg = config.source(source)
@@ -277,6 +278,10 @@ def enforce_retention(config: DatabusConfig, source: str) -> RetentionResult | N
         for part in logical.parts:
             scn = snap.applied_scn(part.label) if part.source == source else None
             absorbed = min(absorbed, scn) if scn is not None else absorbed
+    # A history table follows the log too; one not started yet will start from its snapshot.
+    for table in source_cfg.tables:
+        scn = HistoryTable(config.lake, source, table.name).applied_scn() if table.history else None
+        absorbed = min(absorbed, scn) if scn is not None else absorbed
     log = ChangeLog(config.lake, source)
     with log.writer() as writer:
         return apply_retention(writer, absorbed,

@@ -61,6 +61,7 @@ class TableSyncResult:
     evolved: str | None = None  # the schema change applied in place this run, described
     bootstrap_ranges: dict[str, int] = field(default_factory=dict)  # Bootstrapped.ranges
     refreshed: Refreshed | None = None  # mode refresh: what reading the chosen rows again found and changed
+    history: HistorySynced | None = None  # the table's history table, when it has one (``history: true``)
 
     @property
     def lag_scn(self) -> int:
@@ -148,6 +149,9 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
         elif mode == "refresh" and source is not None:
             with disk_errors(f"reading rows of {source_cfg.name}.{table} again into Delta", snap.path):
                 refreshed = engine.refresh(snap, source, table, rows, progress)
+        history = None
+        if source_cfg.table(table).history:
+            history = sync_history(config, source_cfg, table, snap, log, engine, to_scn, progress, mode)
         return TableSyncResult(
             source=source_cfg.name, table=table, engine=engine.name, bootstrapped_at=bootstrapped_at,
             bootstrap_rows=bootstrap_rows, from_scn=applied,
@@ -155,8 +159,75 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
             snapshot_rows=snap.row_count(), log_scn=until, delta_version=snap.version(),
             duration_s=time.monotonic() - started,
             applied_commit_ms=applied_commit_ms(snap, log, to_scn), log_commit_ms=log.commit_ms_through(until),
-            files=files, evolved=evolved, bootstrap_ranges=ranges, refreshed=refreshed,
+            files=files, evolved=evolved, bootstrap_ranges=ranges, refreshed=refreshed, history=history,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class HistorySynced:
+    """What a sync did to a table's history table (``snapshot.history``)."""
+
+    started_at: Scn | None  # the SCN the history (re)started from this run (its snapshot's bootstrap), if it did
+    from_scn: Scn
+    to_scn: Scn
+    counts: MergeCounts  # versions opened (inserted), versions changed (updated), of those closed by deletes
+    versions: int  # rows of the history table
+    delta_version: int | None
+
+
+def sync_history(config: DatabusConfig, source_cfg: SourceConfig, table: str, snap: DeltaSnapshot, log: ChangeLog,
+                 engine: MergeEngine, until: Scn, progress: Progress, mode: SyncMode = "merge") -> HistorySynced | None:
+    """Bring ``table``'s history up to ``until`` (the snapshot's applied SCN), by the snapshot's engine.
+
+    A history starts from the snapshot's last bootstrap when the log reaches back to it, else from the
+    snapshot as it is now. It starts again so on a rebuild, when the log holds its columns in other types,
+    and on a bootstrap of a history the log no longer reaches; otherwise such a history is refused
+    (``HistoryGapError``) rather than given a silent gap.
+    """
+    from dagster_databus.errors import HistoryGapError
+    from dagster_databus.snapshot.history import HistoryTable, history_schema, tracked_columns
+
+    latest = log.schemas.latest(table)
+    if latest is None:
+        return None
+    schema = latest[1]
+    options = source_cfg.table(table)
+    tracked = tracked_columns(source_cfg.name, table, schema, options.track_history_columns,
+                              options.track_history_except_columns)
+    hist = HistoryTable(config.lake, source_cfg.name, table)
+    target = history_schema(schema)
+    applied = hist.applied_scn()
+    retyped = hist.type_differences(schema) if applied is not None else []
+    log_start = log.manifest().start_scn
+    gap = applied is not None and log_start > applied
+    if gap and mode not in ("rebuild", "bootstrap") and not retyped:
+        raise HistoryGapError(
+            f"the history of {source_cfg.name}.{table} reached SCN {applied}, but the change log now starts at SCN "
+            f"{log_start}: the changes in between are gone, so the history cannot go on without a gap",
+            f"start the history again with a bootstrap of {source_cfg.name}/{table} (mode: bootstrap), which replaces "
+            "the versions it held; retention keeps what a history table has not absorbed while its table has "
+            "history: true, so this follows turning history off for a while or a new change log",
+            source=source_cfg.name, table=table, scn=applied.value if applied else None)
+    restart = mode == "rebuild" or gap
+    started = None
+    if applied is None or restart or retyped:
+        boot = snap.bootstrap_scn()
+        if boot is not None and log_start <= boot:
+            version, applied = snap.bootstrap_version(), boot
+        else:
+            version, applied = snap.version(), snap.applied_scn()
+        why = (f"its columns changed type ({'; '.join(retyped)})" if retyped else "the log no longer reaches it" if gap
+               else "rebuild" if restart else "new")
+        progress(f"{table}: history: starting from the snapshot at SCN {applied} (Delta version {version}; {why})")
+        assert version is not None and applied is not None  # the snapshot was synced just before
+        engine.start_history(hist, snap, version, target, applied, progress)
+        started = applied
+    counts = MergeCounts()
+    if until > applied:
+        with disk_errors(f"merging changes into the history of {source_cfg.name}.{table}", hist.path):
+            merged = engine.merge_history(hist, log, schema, target, tracked, applied, until, progress)
+        counts = merged.counts if merged is not None else counts
+    return HistorySynced(started, applied, max(until, applied), counts, hist.row_count(), hist.version())
 
 
 def apply_schema_changes(snap: DeltaSnapshot, log: ChangeLog, source_cfg: SourceConfig, table: str,

@@ -27,6 +27,7 @@ class FileRead:
     # More files of the same table read with this one and written with it, in ``order_by`` order (compaction).
     then: tuple[str, ...] = ()
     order_by: tuple[str, ...] = ()
+    as_history: bool = False  # snapshot rows turned into a history's first versions (``snapshot.history``)
 
     def read(self, schema: pa.Schema | None = None) -> pa.Table:
         """The file's rows (with ``then``: the files' rows, joined), each file conformed to ``schema`` if given
@@ -89,6 +90,10 @@ class _FilesReader(DataSourceReader):
         schema: pa.Schema = unpack(self.options["schema"])
         wanted = [f.name for f in schema if f.name not in file.constants]
         held = file.read(schema if file.then else None)  # a compaction's files joined in one type per column
+        if file.as_history:
+            from dagster_databus.snapshot.history import from_snapshot
+
+            held = from_snapshot(held)
         data = held.select([n for n in wanted if n in held.column_names])
         for name, value in file.constants.items():
             data = data.append_column(name, pa.array([value] * data.num_rows, pa.string()))

@@ -62,6 +62,9 @@ class MergePlan:
     partitions: int = 1
     group_slots: tuple[int, ...] = ()
     reads: bool = False  # the changes are rows read at their SCN: they replace a row of the same SCN too
+    # A history table's merge (``snapshot.history``): the columns whose change starts a new version. Changes
+    # are then reduced per key and SCN, and folded into the keys' open versions.
+    history: tuple[str, ...] | None = None
 
     def route(self, batches: Iterator[pa.RecordBatch],
               origin: tuple[str, int] | None = None) -> Iterator[pa.RecordBatch]:
@@ -115,7 +118,8 @@ class MergePlan:
         return slots
 
     def _reducer(self, schema: pa.Schema) -> NewestPerKey:
-        return NewestPerKey(schema, self.key, self.memory_bytes, Path(self.spill_dir) if self.spill_dir else None)
+        key = self.key if self.history is None else (*self.key, "__scn")
+        return NewestPerKey(schema, key, self.memory_bytes, Path(self.spill_dir) if self.spill_dir else None)
 
     def apply(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """One shuffle partition's groups: every group's payloads reduced to the newest change per key, then
@@ -142,7 +146,8 @@ class MergePlan:
                     reduced = pa.Table.from_batches(list(reducer.results()), reducer.schema)
                 finally:
                     reducer.close()
-                yield self._apply_group(group, reduced)
+                yield self._apply_group(group, reduced) if self.history is None else \
+                    self._apply_history(group, reduced)
         finally:
             for reducer in reducers.values():
                 reducer.close()
@@ -204,6 +209,69 @@ class MergePlan:
             "inserted": len(new) + len(absorbed), "updated": updated, "deleted": deleted, "files_read": len(members),
             "files_rewritten": len(removed), "rows_rewritten": rewritten_rows, "bytes_rewritten": rewritten_bytes}])
 
+
+    def _apply_history(self, group: int, changes: pa.Table) -> pa.RecordBatch:
+        """Fold the group's changes into the open versions of their keys: rewrite the files that hold one,
+        with the new versions of those keys beside them (in key, then ``__start_scn`` order); versions of
+        keys no file holds open go into the group's one file when it has one, else into new files."""
+        from dagster_databus.snapshot.history import fold
+
+        members = self.files.members(group) if group >= 0 else []
+        incoming = pa.table([changes.column(k).cast(self.target.field(k).type) for k in self.key], names=self.key)
+        holders: list[tuple[int, pa.Table, np.ndarray]] = []  # (member, its rows, positions of open versions)
+        for index, member in enumerate(members):
+            head = self.location.read(member.path, columns=[*self.key, "__end_scn"])
+            head = conform_rows(head, pa.schema([self.target.field(k) for k in [*self.key, "__end_scn"]]))
+            rows, _ = self._matches(head.select(list(self.key)), incoming)
+            rows = rows[head.column("__end_scn").is_null().to_numpy(zero_copy_only=False)[rows]] if len(rows) else rows
+            if len(rows):
+                holders.append((index, conform_rows(self.location.read(member.path), self.target), np.sort(rows)))
+        open_rows = pa.concat_tables([data.take(pa.array(rows)) for _, data, rows in holders]) if holders else \
+            self.target.empty_table()
+        folded = fold(open_rows, changes, self.key, self.history or (), self.target)
+        # Each open row's file, by its position among the open rows.
+        owner = np.concatenate([np.full(len(rows), i) for i, (_, _, rows) in enumerate(holders)]) if holders else \
+            np.zeros(0, np.int64)
+        opened = folded.opened
+        placed = np.full(opened.num_rows, -1)
+        if holders and opened.num_rows:
+            keys = pa.table([open_rows.column(k) for k in self.key], names=self.key)
+            found, at = self._matches(keys, pa.table([opened.column(k) for k in self.key], names=self.key))
+            placed[at] = owner[found]
+        rewrite = set(owner[folded.replaced_rows].tolist()) | {int(i) for i in placed[placed >= 0]}
+        loose = np.flatnonzero(placed < 0)
+        if len(loose) and len(members) == 1:
+            # The group's one file takes the new keys' versions, as the snapshot's merge does: files stay few.
+            if not holders:
+                holders.append((0, conform_rows(self.location.read(members[0].path), self.target),
+                                np.zeros(0, np.int64)))
+            placed[loose] = 0
+            rewrite.add(0)
+            loose = np.zeros(0, np.int64)
+        added: list[DataFile] = []
+        removed: list[str] = []
+        rewritten_rows = rewritten_bytes = 0
+        writer = FileWriter(self.location, self.target, self.file_rows, f"{self.prefix}-g{group}")
+        offsets = np.cumsum([0, *(len(rows) for _, _, rows in holders)])
+        order = [(k, "ascending") for k in (*self.key, "__start_scn")]
+        for i in sorted(rewrite):
+            index, data, rows = holders[i]
+            mine = np.flatnonzero(owner[folded.replaced_rows] == i)
+            keep = np.ones(data.num_rows, dtype=bool)
+            keep[rows[folded.replaced_rows[mine] - offsets[i]]] = False
+            merged = pa.concat_tables([data.filter(pa.array(keep)), folded.replaced.take(pa.array(mine)),
+                                       opened.take(pa.array(np.flatnonzero(placed == i)))]).sort_by(order)
+            added += writer.write(merged.to_batches())
+            removed.append(members[index].path)
+            rewritten_rows += data.num_rows
+            rewritten_bytes += members[index].size
+        if len(loose):
+            added += writer.write(opened.take(pa.array(loose)).sort_by(order).to_batches())
+        task_fault("merge_files_written")
+        return actions_batch(added, removed, [{
+            "inserted": opened.num_rows, "updated": folded.replaced.num_rows, "deleted": folded.deleted,
+            "files_read": len(members), "files_rewritten": len(removed), "rows_rewritten": rewritten_rows,
+            "bytes_rewritten": rewritten_bytes}])
 
     def _matches(self, held: pa.Table, incoming: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         """(positions in ``held``, positions in ``incoming``) of the keys both have."""

@@ -23,12 +23,14 @@ from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts
 from dagster_databus.snapshot.reduce import ChangeStats
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from deltalake import DeltaTable
     from pyspark.sql import SparkSession
 
     from dagster_databus.config import DatabusConfig
     from dagster_databus.log.store import ChangeLog
     from dagster_databus.snapshot.files import TableFile
+    from dagster_databus.snapshot.history import HistoryTable
     from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource, RowSelection
 
@@ -94,6 +96,16 @@ class MergeEngine(Protocol):
         """Join each group of neighbouring files (``snapshot.upkeep.compaction_groups``) into files of about
         ``merge.file_rows`` rows in key order, in one commit against ``table``'s version that changes no data;
         files written."""
+
+    def start_history(self, hist: HistoryTable, snap: DeltaSnapshot, version: int, target: pa.Schema, start: Scn,
+                      progress: Progress) -> int:
+        """Overwrite history ``hist`` with the snapshot's rows at ``version`` (each a version current since its
+        ``__scn``), in ``target``'s columns, as of SCN ``start``; rows written."""
+
+    def merge_history(self, hist: HistoryTable, log: ChangeLog, schema: TableSchema, target: pa.Schema,
+                      tracked: Sequence[str], since: Scn, until: Scn, progress: Progress) -> Merged | None:
+        """Fold the log's changes in (``since``, ``until``] into the history (``snapshot.history.fold``: a change in
+        ``tracked`` columns or a delete ends a version) and record ``until``, in one commit; None for a replay."""
 
     def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
         """Rewrite every row of the snapshot in ``schema``'s columns (added ones null, widened ones cast), with

@@ -73,6 +73,20 @@ class DeltaSparkEngine:
 
         return SparkEngine(self.config, self._spark).refresh(snap, source, table, rows, progress)  # same layout
 
+    def start_history(self, hist: Any, snap: DeltaSnapshot, version: int, target: Any, start: Scn,
+                      progress: Progress) -> int:
+        from dagster_databus.snapshot.engines.spark import SparkEngine
+
+        return SparkEngine(self.config, self._spark).start_history(hist, snap, version, target, start, progress)
+
+    def merge_history(self, hist: Any, log: ChangeLog, schema: TableSchema, target: Any, tracked: Sequence[str],
+                      since: Scn, until: Scn, progress: Progress) -> Merged | None:
+        """History tables have our own layout: the spark engine's tasks build them (no delta-spark MERGE)."""
+        from dagster_databus.snapshot.engines.spark import SparkEngine
+
+        return SparkEngine(self.config, self._spark).merge_history(hist, log, schema, target, tracked, since, until,
+                                                                   progress)
+
     def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
         from pyspark import StorageLevel
 

@@ -23,13 +23,22 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.log.columns import change_schema, table_changes
 from dagster_databus.log.durable import crash_point, disk_errors
-from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts, conform_changes, merge_with_delta_rs, with_meta
+from dagster_databus.snapshot.commit import OPERATION_KEY
+from dagster_databus.snapshot.delta import (
+    DeltaSnapshot,
+    MergeCounts,
+    conform_changes,
+    conform_rows,
+    merge_with_delta_rs,
+    with_meta,
+)
 from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, range_rows
 from dagster_databus.snapshot.reduce import ChangeStats, NewestPerKey
 
 if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
     from dagster_databus.log.store import ChangeLog
+    from dagster_databus.snapshot.history import HistoryTable
     from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource, RowSelection
 
@@ -66,7 +75,7 @@ class LocalEngine:
     def refresh(self, snap: DeltaSnapshot, source: CaptureSource, table: str, rows: RowSelection,
                 progress: Progress) -> Refreshed:
         """The key ranges read one after another in this process, their changes MERGEd in one delta-rs commit."""
-        from dagster_databus.snapshot.commit import OPERATION_KEY, location
+        from dagster_databus.snapshot.commit import location
         from dagster_databus.snapshot.files import TableFiles
         from dagster_databus.snapshot.refresh import RangeChanges, finds_deletes
 
@@ -98,7 +107,7 @@ class LocalEngine:
     def compact(self, snap: DeltaSnapshot, table: Any, key: Sequence[str], groups: Sequence[Sequence[Any]],
                 progress: Progress) -> int:
         """The groups read and written one after another in this process; one commit."""
-        from dagster_databus.snapshot.commit import OPERATION_KEY, commit_merge, location, remove_uncommitted
+        from dagster_databus.snapshot.commit import commit_merge, location, remove_uncommitted
         from dagster_databus.snapshot.files import FileWriter, run_prefix
         from dagster_databus.spark.deltafiles import FileRead
 
@@ -121,9 +130,6 @@ class LocalEngine:
 
     def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
         """The table read whole, conformed and overwritten in this process (the engine for small tables)."""
-        from dagster_databus.snapshot.commit import OPERATION_KEY
-        from dagster_databus.snapshot.delta import conform_rows
-
         table = snap.delta()
         rows = conform_rows(table.to_pyarrow_table(), schema.arrow(with_meta=True))
         crash_point("delta_commit")
@@ -133,6 +139,65 @@ class LocalEngine:
                                 app_transactions=[Transaction(app_id=snap.evolved_app_id, version=scn.value)],
                                 custom_metadata={OPERATION_KEY: "evolve", "engine": self.name}))
         return rows.num_rows
+
+    def start_history(self, hist: HistoryTable, snap: DeltaSnapshot, version: int, target: pa.Schema, start: Scn,
+                      progress: Progress) -> int:
+        """The snapshot's rows at ``version`` read in this process and written as the history's first versions."""
+        from dagster_databus.snapshot.history import from_snapshot
+
+        rows = conform_rows(from_snapshot(snap.delta(version).to_pyarrow_table()), target)
+        hist.prepare()
+        crash_point("history_commit")
+        with disk_errors(f"starting the history of {hist.source}.{hist.table} in Delta", hist.path):
+            write_deltalake(hist.uri, rows, mode="overwrite", schema_mode="overwrite",
+                            storage_options=hist.storage_options, commit_properties=CommitProperties(
+                                app_transactions=[Transaction(app_id=hist.app_id, version=start.value),
+                                                  Transaction(app_id=hist.start_app_id, version=start.value)],
+                                custom_metadata={OPERATION_KEY: "history-start", "engine": self.name}))
+        return rows.num_rows
+
+    def merge_history(self, hist: HistoryTable, log: ChangeLog, schema: TableSchema, target: pa.Schema,
+                      tracked: Sequence[str], since: Scn, until: Scn, progress: Progress) -> Merged | None:
+        """The window's changes reduced per key and SCN in this process, folded into the changed keys' open
+        versions, and MERGEd (on key and ``__start_scn``) in one delta-rs commit."""
+        from dagster_databus.snapshot.history import fold, open_versions
+
+        applied = hist.applied_scn()
+        if applied is None or until <= applied:
+            return None
+        key = schema.primary_key
+        reducer = NewestPerKey(change_schema(schema), [*key, "__scn"], self.memory_bytes, self.spill_dir)
+        try:
+            reducer.extend(table_changes(log, schema, max(since, applied), until))
+            stats = reducer.stats
+            changes = pa.Table.from_batches(list(reducer.results()), reducer.schema)
+        finally:
+            reducer.close()
+        progress(f"{schema.table}: history: folding {stats.events:,} events, SCN {max(since, applied)}..{until}")
+        table = hist.delta()
+        held = table.to_pyarrow_dataset()
+        wanted = pc.field("__end_scn").is_null()
+        if len(key) == 1 and changes.num_rows:
+            wanted = wanted & pc.field(key[0]).isin(pc.unique(changes[key[0]]).cast(target.field(key[0]).type))
+        open_rows = conform_rows(open_versions(held.to_table(filter=wanted)), target)
+        folded = fold(open_rows, changes, key, tracked, target)
+        rows = pa.concat_tables([folded.replaced, folded.opened])
+        predicate = " AND ".join(f't."{k}" = s."{k}"' for k in [*key, "__start_scn"])
+        columns = {f'"{c}"': f's."{c}"' for c in target.names}
+        props = CommitProperties(app_transactions=[Transaction(app_id=hist.app_id, version=until.value)],
+                                 custom_metadata={OPERATION_KEY: "history", "engine": self.name,
+                                                  "databus.scn_range": f"{max(since, applied)}..{until}"})
+        crash_point("history_commit")
+        with disk_errors(f"committing the history of {hist.source}.{hist.table} to Delta", hist.path):
+            if rows.num_rows:
+                (table.merge(rows, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
+                             commit_properties=props)
+                 .when_matched_update(updates=columns).when_not_matched_insert(updates=columns).execute())
+            else:
+                write_deltalake(table, target.empty_table(), mode="append", schema_mode="merge",
+                                commit_properties=props)
+        crash_point("history_committed")
+        return Merged(MergeCounts(folded.opened.num_rows, folded.replaced.num_rows, folded.deleted), stats)
 
     def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
                      progress: Progress) -> dict[str, int]:

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
     from dagster_databus.config import DatabusConfig
     from dagster_databus.log.store import ChangeLog
+    from dagster_databus.snapshot.history import HistoryTable
     from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource, RowSelection
     from dagster_databus.spark.merge_tasks import MergePlan
@@ -251,7 +252,8 @@ class SparkEngine:
     def _rewrite(self, folder: DeltaFolder, table: DeltaTable, target: pa.Schema, key: Sequence[str],
                  changes: pa.Schema, routed_by: Callable[[MergePlan], DataFrame], applied: int,
                  txns: Sequence[Transaction], metadata: dict[str, str], what: str, progress: Progress,
-                 part_column: str | None = None, reads: bool = False) -> Rewritten:
+                 part_column: str | None = None, reads: bool = False,
+                 history: tuple[str, ...] | None = None, crash: str = "delta") -> Rewritten:
         """Apply changes to ``folder`` at the version ``table`` was read: ``routed_by(plan)`` is the Spark
         frame of the changes reduced and routed by ``plan.route`` (per log segment) to the files that may
         hold their keys; tasks then reduce them per ``key`` and rewrite the files that do, and the driver
@@ -265,7 +267,7 @@ class SparkEngine:
         partitions, slots = balanced_slots(files, default_parallelism(spark))
         plan = MergePlan(location(folder), target, changes, tuple(key), applied, files, merge.file_rows, prefix,
                          merge.memory_mb * 2**20, str(merge.spill_dir) if merge.spill_dir else None, part_column,
-                         partitions, slots, reads)
+                         partitions, slots, reads, history)
         routed = routed_by(plan)
         committed = False
         report = None
@@ -276,12 +278,12 @@ class SparkEngine:
                            .toArrow())
             report = TaskReport.of(actions)
             removed = {f.path: f for f in files.files}
-            crash_point("delta_commit")
+            crash_point(f"{crash}_commit")
             with disk_errors(f"committing {what} to Delta", folder.path):
                 commit_merge(folder, table, target, report.added, [removed[p] for p in report.removed], txns,
                              metadata)
             committed = True
-            crash_point("delta_committed")
+            crash_point(f"{crash}_committed")
         finally:
             remove_uncommitted(folder, prefix, report.added if committed and report is not None else ())
         read: dict[str, dict[str, int]] = {}
@@ -294,6 +296,50 @@ class SparkEngine:
             "files_before": len(files.files), "files_read": report.total("files_read"),
             "files_rewritten": report.total("files_rewritten"), "files_added": len(report.added),
             "bytes_rewritten": report.total("bytes_rewritten"), "rows_rewritten": report.total("rows_rewritten")})
+
+    def start_history(self, hist: HistoryTable, snap: DeltaSnapshot, version: int, target: pa.Schema, start: Scn,
+                      progress: Progress) -> int:
+        """One task per data file of the snapshot's ``version`` writes its rows as the history's first versions;
+        one overwrite commit."""
+        from deltalake import CommitProperties, Transaction
+
+        from dagster_databus.spark.deltafiles import FileRead
+
+        reads = [FileRead(location(snap), path, as_history=True) for path in _paths(snap.delta(version))]
+        props = CommitProperties(app_transactions=[Transaction(app_id=hist.app_id, version=start.value),
+                                                   Transaction(app_id=hist.start_app_id, version=start.value)],
+                                 custom_metadata={OPERATION_KEY: "history-start", "engine": self.name})
+        report = self._copy_files(
+            hist, reads, target,
+            lambda added: commit_files(hist, target, added, props, f"databus history of {hist.source}.{hist.table}"),
+            f"history {hist.source}.{hist.table}", "starting", "history", progress)
+        return report.total("rows")
+
+    def merge_history(self, hist: HistoryTable, log: ChangeLog, schema: TableSchema, target: pa.Schema,
+                      tracked: Sequence[str], since: Scn, until: Scn, progress: Progress) -> Merged | None:
+        """The snapshot merge's tasks, reducing per key and SCN and folding the changes into the files that
+        hold the keys' open versions (``MergePlan.history``)."""
+        from deltalake import Transaction
+
+        table = hist.existing()
+        applied = table.transaction_version(hist.app_id) if table is not None else None
+        if table is None or applied is None or until.value <= applied:
+            return None
+        table = with_columns(hist, table, target, progress)
+        since = Scn(max(since.value, applied))
+        spark = self.spark()
+        done = self._rewrite(hist, table, target, schema.primary_key, change_schema(schema),
+                             lambda plan: read_changes(spark, self.config, hist.source, schema.table, since, until,
+                                                       route=pack(plan), split_bytes=self._split_bytes(spark, log,
+                                                                                                       since, until)),
+                             applied, [Transaction(app_id=hist.app_id, version=until.value)],
+                             {OPERATION_KEY: "history", "engine": self.name, "databus.scn_range": f"{since}..{until}"},
+                             f"history {schema.table}", progress, history=tuple(tracked), crash="history")
+        stats = ChangeStats(done.read.get("", {}), count_windows(list(done.report.facts)))
+        progress(f"{schema.table}: history: {done.counts.inserted:,} versions opened, {done.counts.updated:,} "
+                 f"changed ({done.counts.deleted:,} by deletes); rewrote {done.files['files_rewritten']} of "
+                 f"{done.files['files_before']} file(s)")
+        return Merged(done.counts, stats, done.files)
 
     @staticmethod
     def _split_bytes(spark: Any, log: ChangeLog, since: Scn, until: Scn) -> int:
