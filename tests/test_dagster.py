@@ -277,3 +277,22 @@ def test_the_upkeep_job_observes_each_snapshot_with_its_files(tmp_path: Path, sp
         assert orders["checkpoint_version"] == DeltaSnapshot(load_config(config_path).lake, "shop", "orders").version()
         assert orders["vacuum_retain_hours"] == 168
     assert_snapshots_match(load_config(config_path))
+
+
+def test_a_table_with_history_reports_its_versions_on_its_asset(tmp_path: Path, spark) -> None:
+    from dagster_databus.snapshot.history import HistoryTable
+
+    config_path = write_config(tmp_path, [{"name": "orders", "primary_key": ["id"], "history": True}])
+    workload = ShopWorkload(tmp_path / "shop.db", seed=8)
+    workload.run(30)
+    with dg.instance_for_test() as instance:
+        first = metadata(materialize(config_path, instance), ["shop", "orders"])
+        assert first["history_started_at_scn"] == first["applied_scn"]
+        assert first["history_versions"] == first["dagster/row_count"] > 0
+        workload.run(40)
+        second = metadata(materialize(config_path, instance), ["shop", "orders"])
+        assert "history_started_at_scn" not in second and second["history_scn"] == second["applied_scn"]
+        hist = HistoryTable(load_config(config_path).lake, "shop", "orders").read(with_meta=True)
+        assert second["history_versions"] == hist.num_rows == first["history_versions"] + \
+            second["history_versions_opened"]
+        assert second["history_versions_closed"] == sum(1 for e in hist["__end_scn"].to_pylist() if e is not None) > 0

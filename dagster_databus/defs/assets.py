@@ -24,7 +24,7 @@ from dagster_databus.log.store import ChangeLog, Manifest
 from dagster_databus.pipeline import CaptureResult
 from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot
 from dagster_databus.snapshot.engines import Refreshed
-from dagster_databus.snapshot.merge import TableSyncResult, engine_for, sync_tables
+from dagster_databus.snapshot.merge import HistorySynced, TableSyncResult, engine_for, sync_tables
 from dagster_databus.sources.base import ALL_ROWS, RowSelection
 
 INSTALL_DESCRIPTIONS = {
@@ -228,6 +228,15 @@ def _refreshed(f: Refreshed) -> dict[str, object]:
             "refresh_deleted": f.counts.deleted}
 
 
+def _history(h: HistorySynced) -> dict[str, object]:
+    """The history table's figures (``snapshot.history``): versions held, and what this run opened and closed."""
+    return {"history_versions": h.versions, "history_scn": dg.MetadataValue.text(str(h.to_scn)),
+            "history_versions_opened": h.counts.inserted, "history_versions_closed": h.counts.updated,
+            "history_versions_deleted": h.counts.deleted,
+            **({"history_started_at_scn": dg.MetadataValue.text(str(h.started_at))} if h.started_at else {}),
+            **({"history_delta_version": h.delta_version} if h.delta_version is not None else {})}
+
+
 def column_schema(snap: DeltaFolder, registered: tuple[int, TableSchema] | None = None) -> dg.TableSchema:
     """The snapshot's Delta columns, each described by the type the source declares (when known)."""
     declared = {c.name: c.source_type for c in registered[1].columns} if registered is not None else {}
@@ -250,6 +259,7 @@ def _snapshot_metadata(r: TableSyncResult) -> dict[str, object]:
         **({"schema_evolved": r.evolved} if r.evolved else {}),
         **{f"bootstrap_{name}": value for name, value in r.bootstrap_ranges.items()},
         **(_refreshed(r.refreshed) if r.refreshed is not None else {}),
+        **(_history(r.history) if r.history is not None else {}),
         "dagster/row_count": r.snapshot_rows,
         **({"delta_version": r.delta_version} if r.delta_version is not None else {}),
         "engine": r.engine, "duration_s": round(r.duration_s, 3),

@@ -170,7 +170,7 @@ class HistorySynced:
     started_at: Scn | None  # the SCN the history (re)started from this run (its snapshot's bootstrap), if it did
     from_scn: Scn
     to_scn: Scn
-    counts: MergeCounts  # versions opened (inserted), versions changed (updated), of those closed by deletes
+    counts: MergeCounts  # versions opened (inserted), versions ended (updated), of those ended by deletes
     versions: int  # rows of the history table
     delta_version: int | None
 

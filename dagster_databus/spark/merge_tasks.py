@@ -269,7 +269,7 @@ class MergePlan:
             added += writer.write(opened.take(pa.array(loose)).sort_by(order).to_batches())
         task_fault("merge_files_written")
         return actions_batch(added, removed, [{
-            "inserted": opened.num_rows, "updated": folded.replaced.num_rows, "deleted": folded.deleted,
+            "inserted": opened.num_rows, "updated": folded.closed, "deleted": folded.deleted,
             "files_read": len(members), "files_rewritten": len(removed), "rows_rewritten": rewritten_rows,
             "bytes_rewritten": rewritten_bytes}])
 

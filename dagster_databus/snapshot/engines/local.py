@@ -197,7 +197,7 @@ class LocalEngine:
                 write_deltalake(table, target.empty_table(), mode="append", schema_mode="merge",
                                 commit_properties=props)
         crash_point("history_committed")
-        return Merged(MergeCounts(folded.opened.num_rows, folded.replaced.num_rows, folded.deleted), stats)
+        return Merged(MergeCounts(folded.opened.num_rows, folded.closed, folded.deleted), stats)
 
     def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
                      progress: Progress) -> dict[str, int]:

@@ -337,7 +337,7 @@ class SparkEngine:
                              f"history {schema.table}", progress, history=tuple(tracked), crash="history")
         stats = ChangeStats(done.read.get("", {}), count_windows(list(done.report.facts)))
         progress(f"{schema.table}: history: {done.counts.inserted:,} versions opened, {done.counts.updated:,} "
-                 f"changed ({done.counts.deleted:,} by deletes); rewrote {done.files['files_rewritten']} of "
+                 f"ended ({done.counts.deleted:,} by deletes); rewrote {done.files['files_rewritten']} of "
                  f"{done.files['files_before']} file(s)")
         return Merged(done.counts, stats, done.files)
 
