@@ -89,15 +89,27 @@ def _bootstrap(config: DatabusConfig, args: argparse.Namespace) -> int:
 
 
 def _upkeep(config: DatabusConfig, args: argparse.Namespace) -> int:
-    """Compact, vacuum and checkpoint a source's snapshot tables (``snapshot.upkeep``)."""
-    from dagster_databus.snapshot.upkeep import upkeep_source
+    """Compact, vacuum and checkpoint a source's snapshot and history tables, or a logical table
+    (``snapshot.upkeep``)."""
+    from dagster_databus.snapshot.upkeep import upkeep_logical, upkeep_source
     from dagster_databus.spark.session import get_spark
 
-    source = config.source(args.source)
-    for r in upkeep_source(config, source.name, lambda: get_spark(config.spark), _tables(source, args.tables),
-                           lambda m: print(m, file=sys.stderr, flush=True)):
-        print(f"{source.name}.{r.table}: {r.files_before} -> {r.files_after} files, "
-              f"{r.bytes_before - r.bytes_after:,} bytes reclaimed, {r.vacuumed} vacuumed, "
+    def spark() -> Any:
+        return get_spark(config.spark)
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    if args.logical:
+        results = [r for r in [upkeep_logical(config, args.logical, spark, progress)] if r is not None]
+        where = "logical"
+    else:
+        source = config.source(args.source)
+        results = upkeep_source(config, source.name, spark, _tables(source, args.tables), progress)
+        where = source.name
+    for r in results:
+        print(f"{where}.{r.table}{' (history)' if r.kind == 'history' else ''}: {r.files_before} -> {r.files_after} "
+              f"files, {r.bytes_before - r.bytes_after:,} bytes reclaimed, {r.vacuumed} vacuumed, "
               f"checkpoint at version {r.checkpoint_version}")
     return 0
 
@@ -294,7 +306,9 @@ def _main(argv: list[str] | None) -> int:
                           help="read only rows matching this condition, in the source's SQL (one table)")
     upkeep = sub.add_parser("upkeep", parents=[common],
                             help="join small files of snapshot tables, vacuum old files, checkpoint the Delta log")
-    upkeep.add_argument("--source", required=True)
+    target = upkeep.add_mutually_exclusive_group(required=True)
+    target.add_argument("--source")
+    target.add_argument("--logical", help="a logical table (logical_tables[].name) instead of a source's tables")
     upkeep.add_argument("--tables", nargs="*", help="tables to keep up (default: all of the source's)")
     sub.add_parser("status", parents=[common], help="checkpoint, snapshot SCN and lag per source and table")
     reconcile = sub.add_parser("reconcile", parents=[common],

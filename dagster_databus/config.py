@@ -350,6 +350,7 @@ class LogicalTableConfig(_Strict):
     name: str
     parts: tuple[LogicalPartConfig, ...] = Field(min_length=2)
     shard_column: str = "shard"
+    upkeep: UpkeepConfig = UpkeepConfig()  # its own upkeep job and schedule (``<name>_logical_upkeep``)
 
     _check_name = field_validator("name")(lambda cls, v: _plain(v))
     _check_shard_column = field_validator("shard_column")(lambda cls, v: _plain(v))

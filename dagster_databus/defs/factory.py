@@ -22,7 +22,7 @@ from dagster_databus.defs.schedules import (
     build_source_job,
 )
 from dagster_databus.defs.sensors import build_alert_sensor
-from dagster_databus.defs.upkeep import build_upkeep_job, build_upkeep_schedule
+from dagster_databus.defs.upkeep import build_logical_upkeep_job, build_upkeep_job, build_upkeep_schedule
 
 
 def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definitions:
@@ -35,7 +35,7 @@ def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definition
         upkeep = build_upkeep_job(source)
         jobs += [job, reconcile, upkeep, *build_snapshot_jobs(source)]
         schedules.append(build_poll_schedule(source, job))
-        schedules += build_upkeep_schedule(source, upkeep)
+        schedules += build_upkeep_schedule(source.name, source.upkeep, upkeep, "sources[]")
         sensors.append(build_automation_sensor(source))
         reconcile_schedules, reconcile_sensors = build_reconcile_triggers(source, reconcile)
         schedules += reconcile_schedules
@@ -44,6 +44,10 @@ def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definition
             sensors.append(build_alert_sensor(source, job))
     assets += [build_logical_asset(logical) for logical in config.logical_tables]
     checks += [build_logical_check(logical) for logical in config.logical_tables]
+    for logical in config.logical_tables:
+        upkeep = build_logical_upkeep_job(logical)
+        jobs.append(upkeep)
+        schedules += build_upkeep_schedule(logical.name, logical.upkeep, upkeep, "logical_tables[]")
     if config.logical_tables:
         sensors.append(build_logical_automation_sensor())
     return dg.Definitions(

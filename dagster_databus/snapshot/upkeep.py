@@ -26,7 +26,7 @@ from dagster_databus.snapshot.files import TableFile, TableFiles
 
 if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
-    from dagster_databus.snapshot.delta import DeltaSnapshot
+    from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot
     from dagster_databus.snapshot.engines import MergeEngine
 
 SMALL = 0.5  # a file under this share of merge.file_rows is worth joining to a neighbour
@@ -44,6 +44,7 @@ class UpkeepResult:
     vacuumed: int  # files deleted by VACUUM
     retain_hours: int  # what VACUUM kept: files the table stopped naming less than this long ago
     checkpoint_version: int
+    kind: str = "snapshot"  # or "history" (the table's history table), "logical" (``table`` names the logical table)
 
 
 def compaction_groups(files: TableFiles, file_rows: int) -> list[list[TableFile]]:
@@ -66,32 +67,50 @@ def compaction_groups(files: TableFiles, file_rows: int) -> list[list[TableFile]
 
 
 def upkeep_table(snap: DeltaSnapshot, key: Sequence[str], engine: MergeEngine, file_rows: int, retain_hours: int,
-                 progress: Progress) -> UpkeepResult:
-    """Compact, vacuum and checkpoint one snapshot table, holding its lock (merges of it wait or fail)."""
+                 progress: Progress, history: bool = False) -> list[UpkeepResult]:
+    """Compact, vacuum and checkpoint one snapshot table, and its history table (``history``) when it has one,
+    holding the snapshot's lock (its merges, which write both, wait or fail)."""
+    from dagster_databus.snapshot.history import HistoryTable
+
     lock = snap.lock(f"snapshot {snap.source}.{snap.table}", "wait for the upkeep of this table to finish")
     with lock:
-        table = snap.delta()
-        before = _sizes(table)
-        files = TableFiles.of(table, key, snap.arrow_schema())
-        groups = compaction_groups(files, file_rows)
-        written = 0
-        if groups:
-            progress(f"{snap.table}: joining {sum(len(g) for g in groups)} small files in {len(groups)} run(s)")
-            written = engine.compact(snap, table, key, groups, progress)
-        boot = snap.bootstrap_version()
-        table = snap.delta()
-        vacuumed = table.vacuum(retention_hours=retain_hours, enforce_retention_duration=False, dry_run=False,
-                                keep_versions=[boot] if boot is not None else None)
-        table = snap.delta()
-        table.create_checkpoint()
-        after = _sizes(table)
-        result = UpkeepResult(snap.table, before[0], after[0], before[1], after[1],
-                              sum(len(g) for g in groups), written, len(vacuumed), retain_hours, table.version())
-        progress(f"{snap.table}: {result.files_before} -> {result.files_after} files, "
-                 f"{result.bytes_before:,} -> {result.bytes_after:,} bytes; {result.vacuumed} removed file(s) "
-                 f"vacuumed (kept those named within {retain_hours:g} h and by the last bootstrap's version "
-                 f"{boot}); checkpoint at version {result.checkpoint_version}")
-        return result
+        results = [upkeep_folder(snap, snap.table, key, key, engine, file_rows, retain_hours, snap.bootstrap_version(),
+                                 progress)]
+        hist = HistoryTable(snap.lake, snap.source, snap.table)
+        if history and hist.existing() is not None:
+            # A history starts again from the snapshot, never from its own old versions: no version to keep.
+            results.append(upkeep_folder(hist, snap.table, key, (*key, "__start_scn"), engine, file_rows,
+                                         retain_hours, None, progress, kind="history"))
+        return results
+
+
+def upkeep_folder(folder: DeltaFolder, label: str, key: Sequence[str], order: Sequence[str], engine: MergeEngine,
+                  file_rows: int, retain_hours: int, keep: int | None, progress: Progress,
+                  kind: str = "snapshot") -> UpkeepResult:
+    """Compact ``folder``'s small files (bounds by ``key``, rows written in ``order``), vacuum what it stopped
+    naming over ``retain_hours`` ago but what version ``keep`` names, and checkpoint; the caller holds its lock."""
+    table = folder.delta()
+    before = _sizes(table)
+    files = TableFiles.of(table, key, folder.arrow_schema())
+    groups = compaction_groups(files, file_rows)
+    written = 0
+    what = f"{label}" if kind == "snapshot" else f"{label} ({kind})"
+    if groups:
+        progress(f"{what}: joining {sum(len(g) for g in groups)} small files in {len(groups)} run(s)")
+        written = engine.compact(folder, table, order, groups, progress)
+    table = folder.delta()
+    vacuumed = table.vacuum(retention_hours=retain_hours, enforce_retention_duration=False, dry_run=False,
+                            keep_versions=[keep] if keep is not None else None)
+    table = folder.delta()
+    table.create_checkpoint()
+    after = _sizes(table)
+    result = UpkeepResult(label, before[0], after[0], before[1], after[1], sum(len(g) for g in groups), written,
+                          len(vacuumed), retain_hours, table.version(), kind)
+    kept = f" and by version {keep}, the last bootstrap's" if keep is not None else ""
+    progress(f"{what}: {result.files_before} -> {result.files_after} files, {result.bytes_before:,} -> "
+             f"{result.bytes_after:,} bytes; {result.vacuumed} removed file(s) vacuumed (kept those named within "
+             f"{retain_hours:g} h{kept}); checkpoint at version {result.checkpoint_version}")
+    return result
 
 
 def _sizes(table: object) -> tuple[int, int]:
@@ -115,6 +134,25 @@ def upkeep_source(config: DatabusConfig, source: str, spark: Any, tables: Sequen
         if snap.existing() is None:
             progress(f"{table}: no snapshot yet, nothing to keep up")
             continue
-        results.append(upkeep_table(snap, source_cfg.table(table).primary_key, engine, config.merge.file_rows,
-                                    source_cfg.upkeep.retain_hours, progress))
+        options = source_cfg.table(table)
+        results += upkeep_table(snap, options.primary_key, engine, config.merge.file_rows,
+                                source_cfg.upkeep.retain_hours, progress, history=options.history)
     return results
+
+
+def upkeep_logical(config: DatabusConfig, name: str, spark: Any, progress: Progress = lambda _: None
+                   ) -> UpkeepResult | None:
+    """Upkeep of logical table ``name`` (``upkeep_folder``), holding its lock; None before its first load. A
+    logical table loads again from its parts' snapshots, so VACUUM keeps no version of its own for that."""
+    from dagster_databus.snapshot.logical import PART_COLUMN, LogicalSnapshot
+    from dagster_databus.snapshot.merge import engine_for
+
+    logical = config.logical_table(name)
+    target = LogicalSnapshot(config.lake, name)
+    if target.existing() is None:
+        progress(f"logical {name}: not loaded yet, nothing to keep up")
+        return None
+    key = [PART_COLUMN, *config.source(logical.parts[0].source).table(logical.parts[0].table).primary_key]
+    with target.lock(f"logical table {name}", "wait for the upkeep of this logical table to finish"):
+        return upkeep_folder(target, name, key, key, engine_for(spark, config), config.merge.file_rows,
+                             logical.upkeep.retain_hours, None, progress, kind="logical")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts
+from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot, MergeCounts
 from dagster_databus.snapshot.reduce import ChangeStats
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class MergeEngine(Protocol):
         """Read ``rows`` of ``table`` again from ``source`` (key ranges, each its own consistent read) and fold
         them into the snapshot (``snapshot.refresh``) in one commit; the applied SCN stays."""
 
-    def compact(self, snap: DeltaSnapshot, table: DeltaTable, key: Sequence[str], groups: Sequence[Sequence[TableFile]],
+    def compact(self, snap: DeltaFolder, table: DeltaTable, key: Sequence[str], groups: Sequence[Sequence[TableFile]],
                 progress: Progress) -> int:
         """Join each group of neighbouring files (``snapshot.upkeep.compaction_groups``) into files of about
         ``merge.file_rows`` rows in key order, in one commit against ``table``'s version that changes no data;

@@ -61,7 +61,7 @@ class DeltaSparkEngine:
 
         return SparkEngine(self.config, self._spark).evolve(snap, schema, scn, progress)  # the same table layout
 
-    def compact(self, snap: DeltaSnapshot, table: Any, key: Sequence[str], groups: Sequence[Sequence[Any]],
+    def compact(self, snap: Any, table: Any, key: Sequence[str], groups: Sequence[Sequence[Any]],
                 progress: Progress) -> int:
         from dagster_databus.snapshot.engines.spark import SparkEngine
 

@@ -25,6 +25,7 @@ from dagster_databus.log.columns import change_schema, table_changes
 from dagster_databus.log.durable import crash_point, disk_errors
 from dagster_databus.snapshot.commit import OPERATION_KEY
 from dagster_databus.snapshot.delta import (
+    DeltaFolder,
     DeltaSnapshot,
     MergeCounts,
     conform_changes,
@@ -104,7 +105,7 @@ class LocalEngine:
                                          props, reads=True)
         return Refreshed(ops["r"], ops["d"], deletes, len(read.ranges), counts)
 
-    def compact(self, snap: DeltaSnapshot, table: Any, key: Sequence[str], groups: Sequence[Sequence[Any]],
+    def compact(self, snap: DeltaFolder, table: Any, key: Sequence[str], groups: Sequence[Sequence[Any]],
                 progress: Progress) -> int:
         """The groups read and written one after another in this process; one commit."""
         from dagster_databus.snapshot.commit import commit_merge, location, remove_uncommitted
@@ -120,7 +121,7 @@ class LocalEngine:
                 writer = FileWriter(location(snap), schema, self.config.merge.file_rows, f"{prefix}-c{index:05d}")
                 added += writer.write(read.read(schema).to_batches())
             crash_point("compact_commit")
-            with disk_errors(f"compacting {snap.source}.{snap.table} in Delta", snap.path):
+            with disk_errors(f"compacting {snap.key} in Delta", snap.path):
                 commit_merge(snap, table, schema, added, [f for g in groups for f in g], [],
                              {OPERATION_KEY: "compact", "engine": self.name}, data_change=False)
             committed = True

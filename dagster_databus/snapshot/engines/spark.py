@@ -156,7 +156,7 @@ class SparkEngine:
                  f"{done.counts.inserted:,} inserted, {done.counts.updated:,} updated, {done.counts.deleted:,} deleted")
         return result
 
-    def compact(self, snap: DeltaSnapshot, table: DeltaTable, key: Sequence[str], groups: Sequence[Sequence[Any]],
+    def compact(self, snap: DeltaFolder, table: DeltaTable, key: Sequence[str], groups: Sequence[Sequence[Any]],
                 progress: Progress) -> int:
         """One task per group reads its files in key order and writes them as files of ``merge.file_rows`` rows;
         the driver swaps them in one commit that changes no data."""
@@ -170,7 +170,7 @@ class SparkEngine:
             snap, reads, schema,
             lambda added: commit_merge(snap, table, schema, added, removed, [],
                                        {OPERATION_KEY: "compact", "engine": self.name}, data_change=False),
-            f"{snap.source}.{snap.table}", "compacting", "compact", progress)
+            snap.key, "compacting", "compact", progress)
         return len(report.added)
 
     def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
