@@ -30,22 +30,22 @@ ROWS = 200_000
 EVERY = 50  # merges between upkeep runs: a daily schedule over five-minute polls is 288
 
 
-def _setup(work: Path) -> tuple[DatabusConfig, Path]:
+def _setup(work: Path, engine: str) -> tuple[DatabusConfig, Path]:
     db = work / "src.db"
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL, qty INTEGER)")
         conn.executemany("INSERT INTO items VALUES (?, ?, ?, ?)", ((i, f"n{i}", i / 8, i % 13) for i in range(ROWS)))
-    config = parse_config({"lake": str(work / "lake"), "merge": {"file_rows": 50_000},
+    config = parse_config({"lake": str(work / "lake"), "merge": {"engine": engine, "file_rows": 50_000},
                            "sources": [{"name": "b", "kind": "sqlite", "path": str(db), "upkeep": {"retain_hours": 0},
                                         "tables": [{"name": "items", "primary_key": ["id"]}]}]}, base=work)
     return config, db
 
 
-def _run(merges: int, upkeep: bool) -> tuple[int, float, float, float]:
+def _run(merges: int, upkeep: bool, engine: str) -> tuple[int, float, float, float]:
     """(files, full read s, the same rows freshly written read s, seconds spent in upkeep)."""
     work = Path(tempfile.mkdtemp(prefix="bench-upkeep-"))
     try:
-        config, db = _setup(work)
+        config, db = _setup(work, engine)
         spark = get_spark(config.spark)
         pipeline.install(config, "b")
         sync_source(spark, config, "b")
@@ -76,15 +76,17 @@ def _run(merges: int, upkeep: bool) -> tuple[int, float, float, float]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def main(merges: int = 1_000) -> None:
-    print(f"\nA {ROWS:,}-row snapshot after {merges:,} small merges (20 updates, 5 new keys each; spark engine)")
-    for upkeep in (True, False):
-        files, read, fresh, upkept = _run(merges, upkeep)
-        label = f"upkeep every {EVERY} merges" if upkeep else "no upkeep"
-        spent = f", upkeep {upkept:.1f}s in all" if upkeep else ""
-        print(f"  {label:<26} {files:5d} files   full read {read:6.3f}s   the same rows freshly written "
-              f"{fresh:6.3f}s   {read / fresh:5.2f}x{spent}")
+def main(merges: int = 1_000, engines: tuple[str, ...] = ("spark", "local")) -> None:
+    for engine in engines:
+        print(f"\nA {ROWS:,}-row snapshot after {merges:,} small merges (20 updates, 5 new keys each; {engine} engine)",
+              flush=True)
+        for upkeep in (True, False):
+            files, read, fresh, upkept = _run(merges, upkeep, engine)
+            label = f"upkeep every {EVERY} merges" if upkeep else "no upkeep"
+            spent = f", upkeep {upkept:.1f}s in all" if upkeep else ""
+            print(f"  {label:<26} {files:5d} files   full read {read:6.3f}s   the same rows freshly written "
+                  f"{fresh:6.3f}s   {read / fresh:5.2f}x{spent}", flush=True)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000, tuple(sys.argv[2:]) or ("spark", "local"))

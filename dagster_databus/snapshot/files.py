@@ -105,6 +105,14 @@ class FileWriter:
             self.write_table(pa.Table.from_batches(pending, self.schema))
         return self.written[first:]
 
+    def write_even(self, table: pa.Table) -> list[DataFile]:
+        """``table`` in as few files of at most ``file_rows`` rows as it needs, of like sizes: a file that grew past
+        ``file_rows`` is split in halves (thirds, ...), not into a full file and a small remainder."""
+        parts = max(1, -(-table.num_rows // self.file_rows))
+        size = -(-table.num_rows // parts)
+        return [self.write_table(table.slice(start, size)) for start in range(0, table.num_rows, size)] \
+            if table.num_rows else []
+
     def write_table(self, table: pa.Table) -> DataFile:
         """One file holding ``table`` whole."""
         table = table.cast(self.schema) if table.schema != self.schema else table

@@ -261,7 +261,7 @@ class MergePlan:
             keep[rows[folded.replaced_rows[mine] - offsets[i]]] = False
             merged = pa.concat_tables([data.filter(pa.array(keep)), folded.replaced.take(pa.array(mine)),
                                        opened.take(pa.array(np.flatnonzero(placed == i)))]).sort_by(order)
-            added += writer.write(merged.to_batches())
+            added += writer.write_even(merged)  # a history file only grows: split it evenly, not 20 + 2
             removed.append(members[index].path)
             rewritten_rows += data.num_rows
             rewritten_bytes += members[index].size
