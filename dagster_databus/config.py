@@ -155,6 +155,9 @@ class _SourceBase(_Strict):
     upkeep: UpkeepConfig = UpkeepConfig()
     retention: RetentionConfig = RetentionConfig()
     schema_changes: SchemaChanges = "evolve"
+    # Delta's change data feed on the source's snapshot tables (delta.enableChangeDataFeed): every merge also
+    # records the rows it changed, for readChangeFeed (Spark) and load_cdf (delta-rs) between versions.
+    change_data_feed: bool = False
     owners: tuple[str, ...] = ()  # Dagster asset owners: emails or team:<name>
     tags: dict[str, str] = Field(default_factory=dict)  # extra Dagster asset tags
 

@@ -25,6 +25,7 @@ from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot
 from dagster_databus.snapshot.files import DataFile, TableFile, TableLocation
 
 OPERATION_KEY = "databus.operation"
+CHANGE_DATA = "_change_data"  # where a table's change files go (Delta's change data feed)
 
 
 def location(folder: DeltaFolder) -> TableLocation:
@@ -80,6 +81,47 @@ def commit_merge(folder: DeltaFolder, table: DeltaTable, schema: pa.Schema, adde
         raise _concurrent(folder, exc) from exc
 
 
+CHANGE_FEED = "delta.enableChangeDataFeed"
+
+
+def change_feed_on(table: DeltaTable) -> bool:
+    """Whether ``table`` (at the version read) records a change data feed."""
+    return table.metadata().configuration.get(CHANGE_FEED, "false").lower() == "true"
+
+
+def set_change_feed(folder: DeltaFolder, wanted: bool) -> None:
+    """Turn the table's change data feed on or off (a table property), where it differs; delta-rs raises the
+    table's writer protocol to one that knows change data (4) when it turns it on."""
+    table = folder.existing()
+    if table is not None and change_feed_on(table) != wanted:
+        table.alter.set_table_properties({CHANGE_FEED: "true" if wanted else "false"}, raise_if_not_exists=False)
+
+
+def commit_with_changes(folder: DeltaFolder, table: DeltaTable, added: Sequence[DataFile], removed: Sequence[TableFile],
+                        changes: Sequence[DataFile], txns: Sequence[Transaction], metadata: dict[str, Any]) -> None:
+    """``commit_merge`` for a table with a change data feed: the commit also names the change files the tasks
+    wrote (``cdc`` actions, which readers of the feed read instead of inferring changes from whole rewritten
+    files). delta-rs's Python API commits add and remove actions only, so this one is written as the Delta
+    protocol spells it and created only if version ``read + 1`` is absent: a concurrent writer's commit makes
+    this one fail, as delta-rs's would, and nothing of it is kept."""
+    import json
+
+    now = int(time.time() * 1000)
+    version = table.version() + 1
+    info = {"timestamp": now, "operation": "MERGE", "operationParameters": {}, "readVersion": version - 1,
+            "isBlindAppend": False, "engineInfo": "dagster-databus", **metadata}
+    actions: list[dict[str, Any]] = [{"commitInfo": info}]
+    actions += [{"txn": {"appId": t.app_id, "version": t.version, "lastUpdated": now}} for t in txns]
+    actions += [{"add": {"path": f.path, "partitionValues": {}, "size": f.size, "modificationTime": now,
+                         "dataChange": True, "stats": f.stats}} for f in added]
+    actions += [{"remove": {"path": f.path, "dataChange": True, "deletionTimestamp": now, "extendedFileMetadata": True,
+                            "partitionValues": {}, "size": f.size}} for f in removed]
+    actions += [{"cdc": {"path": f.path, "partitionValues": {}, "size": f.size, "dataChange": False}} for f in changes]
+    body = "\n".join(json.dumps(a, separators=(",", ":")) for a in actions).encode()
+    if not folder.lake.objects.create(f"{folder.key}/_delta_log/{version:020d}.json", body):
+        raise _concurrent(folder, RuntimeError(f"version {version} of the table was committed by another writer"))
+
+
 def _concurrent(folder: DeltaFolder, exc: Exception) -> ConcurrentRunError:
     return ConcurrentRunError(
         f"another writer committed to {folder.uri} while this run was writing: {str(exc).splitlines()[0]}; "
@@ -89,9 +131,10 @@ def _concurrent(folder: DeltaFolder, exc: Exception) -> ConcurrentRunError:
 
 def remove_uncommitted(folder: DeltaFolder, prefix: str, committed: Sequence[DataFile] = ()) -> int:
     """Delete the files a run (``prefix``) wrote that its commit does not name; how many there were."""
-    keep = {f.path for f in committed}
+    keep = {f.path.rpartition("/")[2] for f in committed}
     objects = folder.lake.objects
-    stray = [o.key for o in objects.list(f"{folder.key}/{prefix}") if o.key.rpartition("/")[2] not in keep]
+    stray = [o.key for where in (f"{folder.key}/{prefix}", f"{folder.key}/{CHANGE_DATA}/{prefix}")
+             for o in objects.list(where) if o.key.rpartition("/")[2] not in keep]
     for key in stray:
         with contextlib.suppress(OSError):
             objects.delete(key)

@@ -151,15 +151,17 @@ def dictionary_columns(table: pa.Table, sample: int = 10_000) -> list[str]:
 
 
 def actions_batch(files: Sequence[DataFile], removed: Sequence[str] = (),
-                  facts: Sequence[dict[str, Any]] = ()) -> pa.RecordBatch:
-    """What a task hands the driver: its added files, the files they replace, and other facts."""
-    kinds = ["add"] * len(files) + ["remove"] * len(removed) + ["fact"] * len(facts)
+                  facts: Sequence[dict[str, Any]] = (), changes: Sequence[DataFile] = ()) -> pa.RecordBatch:
+    """What a task hands the driver: its added files, the files they replace, other facts, and the change
+    files it wrote (a table with a change data feed)."""
+    written = [*files, *changes]
+    kinds = ["add"] * len(files) + ["cdc"] * len(changes) + ["remove"] * len(removed) + ["fact"] * len(facts)
     return pa.RecordBatch.from_arrays([
         pa.array(kinds, pa.string()),
-        pa.array([f.path for f in files] + list(removed) + [None] * len(facts), pa.string()),
-        pa.array([f.size for f in files] + [None] * (len(removed) + len(facts)), pa.int64()),
-        pa.array([f.rows for f in files] + [None] * (len(removed) + len(facts)), pa.int64()),
-        pa.array([f.stats for f in files] + [None] * len(removed) + [json.dumps(f) for f in facts], pa.string()),
+        pa.array([f.path for f in written] + list(removed) + [None] * len(facts), pa.string()),
+        pa.array([f.size for f in written] + [None] * (len(removed) + len(facts)), pa.int64()),
+        pa.array([f.rows for f in written] + [None] * (len(removed) + len(facts)), pa.int64()),
+        pa.array([f.stats for f in written] + [None] * len(removed) + [json.dumps(f) for f in facts], pa.string()),
     ], schema=ACTION_SCHEMA)
 
 
@@ -170,18 +172,20 @@ class TaskReport:
     added: tuple[DataFile, ...]
     removed: tuple[str, ...]
     facts: tuple[dict[str, Any], ...]
+    changes: tuple[DataFile, ...] = ()  # change files (``_change_data/``) of a table with a change data feed
 
     @classmethod
     def of(cls, actions: pa.Table) -> TaskReport:
-        added, removed, facts = [], [], []
+        added, removed, facts, changes = [], [], [], []
         for row in actions.to_pylist():
-            if row["kind"] == "add":
-                added.append(DataFile(row["path"], row["size"], row["rows"], row["stats"]))
+            if row["kind"] in ("add", "cdc"):
+                (added if row["kind"] == "add" else changes).append(
+                    DataFile(row["path"], row["size"], row["rows"], row["stats"]))
             elif row["kind"] == "remove":
                 removed.append(row["path"])
             else:
                 facts.append(json.loads(row["stats"]))
-        return cls(tuple(added), tuple(removed), tuple(facts))
+        return cls(tuple(added), tuple(removed), tuple(facts), tuple(changes))
 
     def total(self, name: str) -> int:
         return sum(int(f.get(name, 0)) for f in self.facts)

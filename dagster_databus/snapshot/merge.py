@@ -21,6 +21,7 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SchemaDriftError, SnapshotMissingError
 from dagster_databus.log.durable import disk_errors
 from dagster_databus.log.store import ChangeLog
+from dagster_databus.snapshot.commit import set_change_feed
 from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts
 from dagster_databus.snapshot.engines import MergeEngine, Refreshed, SparkProvider, open_engine
 from dagster_databus.snapshot.evolve import plan
@@ -132,6 +133,7 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
             log.schemas.register(done.schema)
             applied = bootstrapped_at = done.scn
             bootstrap_rows, ranges = done.rows, done.ranges
+        set_change_feed(snap, source_cfg.change_data_feed)
         latest = log.schemas.latest(table)
         until = log.committed_scn()
         events, windows, by_op, counts, files = 0, 0, {}, MergeCounts(), {}

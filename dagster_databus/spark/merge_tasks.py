@@ -65,6 +65,7 @@ class MergePlan:
     # A history table's merge (``snapshot.history``): the columns whose change starts a new version. Changes
     # are then reduced per key and SCN, and folded into the keys' open versions.
     history: tuple[str, ...] | None = None
+    change_feed: bool = False  # the table records a change data feed: tasks write its change files too
 
     def route(self, batches: Iterator[pa.RecordBatch],
               origin: tuple[str, int] | None = None) -> Iterator[pa.RecordBatch]:
@@ -184,6 +185,7 @@ class MergePlan:
         removed: list[str] = []
         rewritten_rows = rewritten_bytes = 0
         writer = FileWriter(self.location, self.target, self.file_rows, f"{self.prefix}-g{group}")
+        feed = ChangeFeed(self.target) if self.change_feed else None
         for index, (rows, replacing) in replaced.items():
             member = members[index]
             data = conform_rows(self.location.read(member.path), self.target)
@@ -193,10 +195,14 @@ class MergePlan:
             keep = np.ones(data.num_rows, dtype=bool)
             keep[rows[deleting[replacing]]] = False
             images = conform_changes(changes.take(pa.array(replacing)), self.target)
+            if feed is not None:
+                feed.replaced(data.take(pa.array(rows)), images, deleting[replacing])
             merged = pa.concat_tables([data, images]).take(pa.array(order[keep]))
             if len(absorbed):
-                merged = pa.concat_tables([merged, conform_changes(changes.take(pa.array(absorbed)), self.target)])
-                merged = merged.sort_by([(k, "ascending") for k in self.key])
+                fresh = conform_changes(changes.take(pa.array(absorbed)), self.target)
+                merged = pa.concat_tables([merged, fresh]).sort_by([(k, "ascending") for k in self.key])
+                if feed is not None:
+                    feed.add(fresh, "insert")
             added += writer.write(merged.to_batches())
             removed.append(member.path)
             rewritten_rows += data.num_rows
@@ -204,11 +210,14 @@ class MergePlan:
         if len(new):
             fresh = conform_changes(changes.take(pa.array(new)), self.target)
             added += writer.write(fresh.sort_by([(k, "ascending") for k in self.key]).to_batches())
+            if feed is not None:
+                feed.add(fresh, "insert")
+        written = feed.write(self.location, f"{self.prefix}-g{group}") if feed is not None else []
         task_fault("merge_files_written")
         return actions_batch(added, removed, [{
             "inserted": len(new) + len(absorbed), "updated": updated, "deleted": deleted, "files_read": len(members),
-            "files_rewritten": len(removed), "rows_rewritten": rewritten_rows, "bytes_rewritten": rewritten_bytes}])
-
+            "files_rewritten": len(removed), "rows_rewritten": rewritten_rows, "bytes_rewritten": rewritten_bytes}],
+            written)
 
     def _apply_history(self, group: int, changes: pa.Table) -> pa.RecordBatch:
         """Fold the group's changes into the open versions of their keys: rewrite the files that hold one,
@@ -283,6 +292,33 @@ class MergePlan:
         incoming = incoming.append_column("__c", pa.array(np.arange(incoming.num_rows), pa.int64()))
         found = incoming.join(held, keys=list(self.key), join_type="inner", use_threads=False)
         return found.column("__r").to_numpy(), found.column("__c").to_numpy()
+
+
+class ChangeFeed:
+    """The rows a task changed, as Delta's change data feed records them: the table's columns and
+    ``_change_type`` (insert, update_preimage, update_postimage, delete), written under ``_change_data/``."""
+
+    def __init__(self, target: pa.Schema) -> None:
+        self.schema = target.append(pa.field("_change_type", pa.string()))
+        self.parts: list[pa.Table] = []
+
+    def add(self, rows: pa.Table, kind: str) -> None:
+        if rows.num_rows:
+            self.parts.append(rows.append_column("_change_type", pa.array([kind] * rows.num_rows, pa.string())))
+
+    def replaced(self, before: pa.Table, after: pa.Table, deleting: np.ndarray) -> None:
+        """Held rows ``before`` replaced by ``after`` (aligned): a delete, or an update's pre- and post-image."""
+        self.add(before.filter(pa.array(deleting)), "delete")
+        self.add(before.filter(pa.array(~deleting)), "update_preimage")
+        self.add(after.filter(pa.array(~deleting)), "update_postimage")
+
+    def write(self, location: TableLocation, prefix: str) -> list[DataFile]:
+        from dagster_databus.snapshot.commit import CHANGE_DATA
+
+        if not self.parts:
+            return []
+        rows = pa.concat_tables(self.parts)
+        return FileWriter(location, self.schema, max(rows.num_rows, 1), f"{CHANGE_DATA}/{prefix}-cdc").write_even(rows)
 
 
 def _by_group(groups: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:

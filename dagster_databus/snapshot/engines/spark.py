@@ -26,9 +26,11 @@ from dagster_databus.log.columns import CHANGE_META, change_schema
 from dagster_databus.log.durable import crash_point, disk_errors
 from dagster_databus.snapshot.commit import (
     OPERATION_KEY,
+    change_feed_on,
     commit_bootstrap,
     commit_files,
     commit_merge,
+    commit_with_changes,
     location,
     remove_uncommitted,
 )
@@ -267,7 +269,7 @@ class SparkEngine:
         partitions, slots = balanced_slots(files, default_parallelism(spark))
         plan = MergePlan(location(folder), target, changes, tuple(key), applied, files, merge.file_rows, prefix,
                          merge.memory_mb * 2**20, str(merge.spill_dir) if merge.spill_dir else None, part_column,
-                         partitions, slots, reads, history)
+                         partitions, slots, reads, history, change_feed_on(table) and history is None)
         routed = routed_by(plan)
         committed = False
         report = None
@@ -280,12 +282,17 @@ class SparkEngine:
             removed = {f.path: f for f in files.files}
             crash_point(f"{crash}_commit")
             with disk_errors(f"committing {what} to Delta", folder.path):
-                commit_merge(folder, table, target, report.added, [removed[p] for p in report.removed], txns,
-                             metadata)
+                if plan.change_feed:
+                    commit_with_changes(folder, table, report.added, [removed[p] for p in report.removed],
+                                        report.changes, txns, metadata)
+                else:
+                    commit_merge(folder, table, target, report.added, [removed[p] for p in report.removed], txns,
+                                 metadata)
             committed = True
             crash_point(f"{crash}_committed")
         finally:
-            remove_uncommitted(folder, prefix, report.added if committed and report is not None else ())
+            remove_uncommitted(folder, prefix, [*report.added, *report.changes] if committed and report is not None
+                               else ())
         read: dict[str, dict[str, int]] = {}
         for fact in report.facts:
             for part, ops in fact.get("read", {}).items():
