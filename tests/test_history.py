@@ -267,3 +267,43 @@ def test_a_history_the_log_no_longer_reaches_is_refused_until_rebuilt(source: So
     assert_rows = compare_rows("orders", ["id"], source_rows(config)["orders"],
                                as_of(config.lake, "shop", "orders", scn=scn).to_pylist())
     assert assert_rows.equal, assert_rows
+
+
+@pytest.mark.parametrize("engine", ["spark", "local"])
+def test_a_truncate_without_row_events_closes_the_versions_it_emptied(mariadb, tmp_path: Path, engine: str,
+                                                                       spark) -> None:
+    from tests.harness import MysqlHarness
+
+    source = MysqlHarness(mariadb)
+    source.execute(["CREATE TABLE notes (id INT PRIMARY KEY, body VARCHAR(64), n INT)",
+                    *[f"INSERT INTO notes VALUES ({i}, 'note {i}', 0)" for i in range(1, 21)]])
+    document = source.source_config("shop", [("notes", ["id"])])
+    document["tables"][0]["history"] = True
+    config = make_config(tmp_path / "lake", document, merge={"engine": engine, "file_rows": 8})
+    pipeline.install(config, "shop")
+    pipeline.capture(config, "shop")
+    sync_source(spark, config, "shop")
+    seen = []
+
+    def step(*statements: str) -> None:
+        source.execute(list(statements))
+        pipeline.capture(config, "shop")
+        sync_source(spark, config, "shop")
+        seen.append((ChangeLog(config.lake, "shop").committed_scn(), read_rows(open_source(config.sources[0]),
+                                                                                "notes")))
+
+    step("UPDATE notes SET n = n + 1 WHERE id <= 5")
+    step("TRUNCATE TABLE notes", "INSERT INTO notes VALUES (3, 'again', 7), (100, 'new', 1)")
+    step("UPDATE notes SET body = 'later' WHERE id = 100", "INSERT INTO notes VALUES (101, 'newer', 2)")
+    for scn, expected in seen:
+        got = as_of(config.lake, "shop", "notes", scn=scn).to_pylist()
+        result = compare_rows("notes", ["id"], expected, got)
+        assert result.equal, f"as of SCN {scn}: {result}"
+    rows = HistoryTable(config.lake, "shop", "notes").read(with_meta=True).to_pylist()
+    last = {}
+    for r in sorted(rows, key=lambda r: r["__start_scn"]):
+        last[r["id"]] = r
+    emptied = [r for k, r in last.items() if k not in (3, 100, 101)]
+    assert len(emptied) == 19 and all(r["__end_scn"] is not None and r["__deleted"] for r in emptied)
+    assert [r["body"] for r in sorted(rows, key=lambda r: r["__start_scn"]) if r["id"] == 3] == ["note 3"] * 2 + [
+        "again"]

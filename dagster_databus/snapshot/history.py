@@ -17,7 +17,7 @@ the snapshot's engine, so it can always be rebuilt while the log reaches back to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +47,8 @@ class HistoryTable(DeltaFolder):
         self.source, self.table = source, table
         self.app_id = f"databus:{source}.{table}#history"
         self.start_app_id = f"{self.app_id}-start"
+        # The SCN of the snapshot bootstrap whose rows the history has absorbed (``restated``).
+        self.based_app_id = f"{self.app_id}-based"
 
     def applied_scn(self) -> Scn | None:
         table = self.existing()
@@ -57,6 +59,12 @@ class HistoryTable(DeltaFolder):
         """The SCN the history begins at: its snapshot's bootstrap (or the snapshot it started from)."""
         table = self.existing()
         version = table.transaction_version(self.start_app_id) if table is not None else None
+        return Scn(version) if version is not None else None
+
+
+    def based_scn(self) -> Scn | None:
+        table = self.existing()
+        version = table.transaction_version(self.based_app_id) if table is not None else None
         return Scn(version) if version is not None else None
 
 
@@ -93,6 +101,39 @@ def from_snapshot(rows: pa.Table | pa.RecordBatch) -> pa.Table:
         [*(data[c] for c in own), data["__scn"], data["__scn"], pa.nulls(n, pa.int64()),
          data["__commit_ts"].cast(_TS), pa.nulls(n, _TS), pa.array(np.zeros(n, dtype=bool))],
         names=[*own, *HISTORY_META])
+
+
+@dataclass(frozen=True)
+class Restated:
+    """Batches of snapshot rows (``__scn``, ``__commit_ts``) as changes in ``changes``' columns that state each
+    row again at its own SCN (operation ``r``): folded into a history, a row that differs from its key's open
+    version starts a new one (or updates it in place), and an equal one changes nothing. With ``deleted_at``
+    (SCN, commit ms), batches of keys instead, as deletes at that SCN. Callable per batch stream, as Spark's
+    ``mapInArrow`` calls it."""
+
+    changes: pa.Schema
+    deleted_at: tuple[int, int] | None = None
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield from self.of(pa.Table.from_batches([batch])).to_batches()
+
+    def of(self, rows: pa.Table) -> pa.Table:
+        n = rows.num_rows
+        if self.deleted_at is not None:
+            scn, ms = pa.array([self.deleted_at[0]] * n, pa.int64()), pa.array([self.deleted_at[1]] * n, pa.int64())
+            op = "d"
+        else:
+            scn = rows["__scn"].cast(pa.int64())
+            ms = pc.divide(rows["__commit_ts"].cast(pa.int64()), 1000)
+            op = "r"
+        meta = {"__scn": scn, "__seq": pa.array(np.zeros(n, np.int32)), "__window_scn": scn,
+                "__op": pa.array([op] * n, pa.string()), "__commit_ts_ms": ms,
+                "__partition": pa.array(np.zeros(n, np.int32))}
+        names = rows.column_names
+        return pa.Table.from_arrays(
+            [meta[f.name] if f.name in meta else rows[f.name].cast(f.type) if f.name in names else pa.nulls(n, f.type)
+             for f in self.changes], schema=self.changes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -184,7 +184,8 @@ def sync_history(config: DatabusConfig, source_cfg: SourceConfig, table: str, sn
     A history starts from the snapshot's last bootstrap when the log reaches back to it, else from the
     snapshot as it is now. It starts again so on a rebuild, when the log holds its columns in other types,
     and on a bootstrap of a history the log no longer reaches; otherwise such a history is refused
-    (``HistoryGapError``) rather than given a silent gap.
+    (``HistoryGapError``) rather than given a silent gap. When the snapshot was read again since (a TRUNCATE
+    or DDL without row events, a bootstrap), the read is folded in as changes at its SCN (``restate_history``).
     """
     from dagster_databus.errors import HistoryGapError
     from dagster_databus.snapshot.history import HistoryTable, history_schema, tracked_columns
@@ -212,8 +213,9 @@ def sync_history(config: DatabusConfig, source_cfg: SourceConfig, table: str, sn
             source=source_cfg.name, table=table, scn=applied.value if applied else None)
     restart = mode == "rebuild" or gap
     started = None
+    boot = snap.bootstrap_scn()
+    counts = MergeCounts()
     if applied is None or restart or retyped:
-        boot = snap.bootstrap_scn()
         if boot is not None and log_start <= boot:
             version, applied = snap.bootstrap_version(), boot
         else:
@@ -222,13 +224,25 @@ def sync_history(config: DatabusConfig, source_cfg: SourceConfig, table: str, sn
                else "rebuild" if restart else "new")
         progress(f"{table}: history: starting from the snapshot at SCN {applied} (Delta version {version}; {why})")
         assert version is not None and applied is not None  # the snapshot was synced just before
-        engine.start_history(hist, snap, version, target, applied, progress)
+        engine.start_history(hist, snap, version, target, applied, boot or applied, progress)
         started = applied
-    counts = MergeCounts()
+    elif boot is not None and hist.based_scn() != boot:
+        # The snapshot was read again since (a TRUNCATE or DDL the log has no row events for, a bootstrap): the
+        # log up to that read first, then the read itself, folded in as a change at its SCN.
+        if boot > applied:
+            with disk_errors(f"merging changes into the history of {source_cfg.name}.{table}", hist.path):
+                engine.merge_history(hist, log, schema, target, tracked, applied, boot, progress)
+        version = snap.bootstrap_version()
+        assert version is not None
+        with disk_errors(f"restating the history of {source_cfg.name}.{table}", hist.path):
+            counts = engine.restate_history(hist, snap, version, schema, target, tracked, boot, progress)
+        applied = max(applied, boot)
     if until > applied:
         with disk_errors(f"merging changes into the history of {source_cfg.name}.{table}", hist.path):
             merged = engine.merge_history(hist, log, schema, target, tracked, applied, until, progress)
-        counts = merged.counts if merged is not None else counts
+        if merged is not None:
+            counts = MergeCounts(counts.inserted + merged.counts.inserted, counts.updated + merged.counts.updated,
+                                 counts.deleted + merged.counts.deleted)
     return HistorySynced(started, applied, max(until, applied), counts, hist.row_count(), hist.version())
 
 

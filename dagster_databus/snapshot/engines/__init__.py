@@ -98,9 +98,16 @@ class MergeEngine(Protocol):
         files written."""
 
     def start_history(self, hist: HistoryTable, snap: DeltaSnapshot, version: int, target: pa.Schema, start: Scn,
-                      progress: Progress) -> int:
+                      based: Scn, progress: Progress) -> int:
         """Overwrite history ``hist`` with the snapshot's rows at ``version`` (each a version current since its
-        ``__scn``), in ``target``'s columns, as of SCN ``start``; rows written."""
+        ``__scn``), in ``target``'s columns, as of SCN ``start``, recording ``based`` as the snapshot bootstrap
+        it absorbed; rows written."""
+
+    def restate_history(self, hist: HistoryTable, snap: DeltaSnapshot, version: int, schema: TableSchema,
+                        target: pa.Schema, tracked: Sequence[str], scn: Scn, progress: Progress) -> MergeCounts:
+        """Fold a new read of the table (the snapshot at ``version``, bootstrapped at ``scn``) into the history:
+        rows that changed without row events (a TRUNCATE, a re-read after DDL) start versions, keys the read
+        lacks are closed as deleted at ``scn``; in one commit that records ``scn`` as the bootstrap absorbed."""
 
     def merge_history(self, hist: HistoryTable, log: ChangeLog, schema: TableSchema, target: pa.Schema,
                       tracked: Sequence[str], since: Scn, until: Scn, progress: Progress) -> Merged | None:

@@ -73,11 +73,19 @@ class DeltaSparkEngine:
 
         return SparkEngine(self.config, self._spark).refresh(snap, source, table, rows, progress)  # same layout
 
-    def start_history(self, hist: Any, snap: DeltaSnapshot, version: int, target: Any, start: Scn,
+    def start_history(self, hist: Any, snap: DeltaSnapshot, version: int, target: Any, start: Scn, based: Scn,
                       progress: Progress) -> int:
         from dagster_databus.snapshot.engines.spark import SparkEngine
 
-        return SparkEngine(self.config, self._spark).start_history(hist, snap, version, target, start, progress)
+        return SparkEngine(self.config, self._spark).start_history(hist, snap, version, target, start, based,
+                                                                   progress)
+
+    def restate_history(self, hist: Any, snap: DeltaSnapshot, version: int, schema: TableSchema, target: Any,
+                        tracked: Sequence[str], scn: Scn, progress: Progress) -> MergeCounts:
+        from dagster_databus.snapshot.engines.spark import SparkEngine
+
+        return SparkEngine(self.config, self._spark).restate_history(hist, snap, version, schema, target, tracked,
+                                                                     scn, progress)
 
     def merge_history(self, hist: Any, log: ChangeLog, schema: TableSchema, target: Any, tracked: Sequence[str],
                       since: Scn, until: Scn, progress: Progress) -> Merged | None:

@@ -142,7 +142,7 @@ class LocalEngine:
         return rows.num_rows
 
     def start_history(self, hist: HistoryTable, snap: DeltaSnapshot, version: int, target: pa.Schema, start: Scn,
-                      progress: Progress) -> int:
+                      based: Scn, progress: Progress) -> int:
         """The snapshot's rows at ``version`` read in this process and written as the history's first versions."""
         from dagster_databus.snapshot.history import from_snapshot
 
@@ -153,7 +153,8 @@ class LocalEngine:
             write_deltalake(hist.uri, rows, mode="overwrite", schema_mode="overwrite",
                             storage_options=hist.storage_options, commit_properties=CommitProperties(
                                 app_transactions=[Transaction(app_id=hist.app_id, version=start.value),
-                                                  Transaction(app_id=hist.start_app_id, version=start.value)],
+                                                  Transaction(app_id=hist.start_app_id, version=start.value),
+                                                  Transaction(app_id=hist.based_app_id, version=based.value)],
                                 custom_metadata={OPERATION_KEY: "history-start", "engine": self.name}))
         return rows.num_rows
 
@@ -161,8 +162,6 @@ class LocalEngine:
                       tracked: Sequence[str], since: Scn, until: Scn, progress: Progress) -> Merged | None:
         """The window's changes reduced per key and SCN in this process, folded into the changed keys' open
         versions, and MERGEd (on key and ``__start_scn``) in one delta-rs commit."""
-        from dagster_databus.snapshot.history import fold, open_versions
-
         applied = hist.applied_scn()
         if applied is None or until <= applied:
             return None
@@ -175,19 +174,47 @@ class LocalEngine:
         finally:
             reducer.close()
         progress(f"{schema.table}: history: folding {stats.events:,} events, SCN {max(since, applied)}..{until}")
+        props = CommitProperties(app_transactions=[Transaction(app_id=hist.app_id, version=until.value)],
+                                 custom_metadata={OPERATION_KEY: "history", "engine": self.name,
+                                                  "databus.scn_range": f"{max(since, applied)}..{until}"})
+        return Merged(self._fold_into(hist, changes, key, tracked, target, props), stats)
+
+    def restate_history(self, hist: HistoryTable, snap: DeltaSnapshot, version: int, schema: TableSchema,
+                        target: pa.Schema, tracked: Sequence[str], scn: Scn, progress: Progress) -> MergeCounts:
+        """The snapshot's rows at ``version`` (a bootstrap at ``scn``) and deletes of the keys the history holds
+        open that they lack, folded in this process (``snapshot.history.Restated``)."""
+        from dagster_databus.snapshot.history import Restated, open_versions
+
+        key = list(schema.primary_key)
+        rows = snap.delta(version).to_pyarrow_table()
+        held = open_versions(hist.delta().to_pyarrow_table(columns=[*key, "__end_scn"]))
+        gone = held.select(key).join(rows.select(key), keys=key, join_type="left anti")
+        read_ms = snap.bootstrapped_ms() or int(time.time() * 1000)
+        changes = pa.concat_tables([Restated(change_schema(schema)).of(rows),
+                                    Restated(change_schema(schema), (scn.value, read_ms)).of(gone)])
+        progress(f"{schema.table}: history: restating {rows.num_rows:,} rows of the read at SCN {scn} "
+                 f"({gone.num_rows:,} keys it no longer has)")
+        props = CommitProperties(
+            app_transactions=[Transaction(app_id=hist.app_id, version=max(scn.value, hist.applied_scn().value)),
+                              Transaction(app_id=hist.based_app_id, version=scn.value)],
+            custom_metadata={OPERATION_KEY: "history-restate", "engine": self.name})
+        return self._fold_into(hist, changes, key, tracked, target, props)
+
+    def _fold_into(self, hist: HistoryTable, changes: pa.Table, key: Sequence[str], tracked: Sequence[str],
+                   target: pa.Schema, props: CommitProperties) -> MergeCounts:
+        """Fold ``changes`` into the open versions of their keys and MERGE the result (on key and
+        ``__start_scn``) in one delta-rs commit carrying ``props``."""
+        from dagster_databus.snapshot.history import fold, open_versions
+
         table = hist.delta()
-        held = table.to_pyarrow_dataset()
         wanted = pc.field("__end_scn").is_null()
         if len(key) == 1 and changes.num_rows:
             wanted = wanted & pc.field(key[0]).isin(pc.unique(changes[key[0]]).cast(target.field(key[0]).type))
-        open_rows = conform_rows(open_versions(held.to_table(filter=wanted)), target)
+        open_rows = conform_rows(open_versions(table.to_pyarrow_dataset().to_table(filter=wanted)), target)
         folded = fold(open_rows, changes, key, tracked, target)
         rows = pa.concat_tables([folded.replaced, folded.opened])
         predicate = " AND ".join(f't."{k}" = s."{k}"' for k in [*key, "__start_scn"])
         columns = {f'"{c}"': f's."{c}"' for c in target.names}
-        props = CommitProperties(app_transactions=[Transaction(app_id=hist.app_id, version=until.value)],
-                                 custom_metadata={OPERATION_KEY: "history", "engine": self.name,
-                                                  "databus.scn_range": f"{max(since, applied)}..{until}"})
         crash_point("history_commit")
         with disk_errors(f"committing the history of {hist.source}.{hist.table} to Delta", hist.path):
             if rows.num_rows:
@@ -198,7 +225,7 @@ class LocalEngine:
                 write_deltalake(table, target.empty_table(), mode="append", schema_mode="merge",
                                 commit_properties=props)
         crash_point("history_committed")
-        return Merged(MergeCounts(folded.opened.num_rows, folded.closed, folded.deleted), stats)
+        return MergeCounts(folded.opened.num_rows, folded.closed, folded.deleted)
 
     def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
                      progress: Progress) -> dict[str, int]:

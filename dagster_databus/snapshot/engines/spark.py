@@ -305,7 +305,7 @@ class SparkEngine:
             "bytes_rewritten": report.total("bytes_rewritten"), "rows_rewritten": report.total("rows_rewritten")})
 
     def start_history(self, hist: HistoryTable, snap: DeltaSnapshot, version: int, target: pa.Schema, start: Scn,
-                      progress: Progress) -> int:
+                      based: Scn, progress: Progress) -> int:
         """One task per data file of the snapshot's ``version`` writes its rows as the history's first versions;
         one overwrite commit."""
         from deltalake import CommitProperties, Transaction
@@ -314,7 +314,8 @@ class SparkEngine:
 
         reads = [FileRead(location(snap), path, as_history=True) for path in _paths(snap.delta(version))]
         props = CommitProperties(app_transactions=[Transaction(app_id=hist.app_id, version=start.value),
-                                                   Transaction(app_id=hist.start_app_id, version=start.value)],
+                                                   Transaction(app_id=hist.start_app_id, version=start.value),
+                                                   Transaction(app_id=hist.based_app_id, version=based.value)],
                                  custom_metadata={OPERATION_KEY: "history-start", "engine": self.name})
         report = self._copy_files(
             hist, reads, target,
@@ -347,6 +348,43 @@ class SparkEngine:
                  f"ended ({done.counts.deleted:,} by deletes); rewrote {done.files['files_rewritten']} of "
                  f"{done.files['files_before']} file(s)")
         return Merged(done.counts, stats, done.files)
+
+    def restate_history(self, hist: HistoryTable, snap: DeltaSnapshot, version: int, schema: TableSchema,
+                        target: pa.Schema, tracked: Sequence[str], scn: Scn, progress: Progress) -> MergeCounts:
+        """Tasks read the snapshot's files at ``version`` (a bootstrap at ``scn``) as changes that state each row
+        again, with deletes at ``scn`` of the keys the history holds open that the read lacks (an anti-join of
+        keys), and route them through the history merge's tasks (``snapshot.history.Restated``)."""
+        from deltalake import Transaction
+
+        from dagster_databus.snapshot.history import Restated
+        from dagster_databus.spark.deltafiles import FileRead, spark_schema
+        from dagster_databus.spark.merge_tasks import ROUTED_SPARK
+
+        spark = self.spark()
+        key = list(schema.primary_key)
+        changes = change_schema(schema)
+        read = snap.delta(version)
+        rows = (spark.read.format("databus_delta_files")
+                .option("files", pack([FileRead(location(snap), p) for p in _paths(read)]))
+                .option("schema", pack(schema.arrow(with_meta=True))).load())
+        table = with_columns(hist, hist.delta(), target, progress)
+        heads = pa.schema([target.field(k) for k in [*key, "__end_scn"]])
+        held = (spark.read.format("databus_delta_files")
+                .option("files", pack([FileRead(location(hist), p) for p in _paths(table)]))
+                .option("schema", pack(heads)).load().where("`__end_scn` IS NULL").select(*[f"`{k}`" for k in key]))
+        gone = held.join(rows.select(*[f"`{k}`" for k in key]), on=key, how="left_anti")
+        read_ms = snap.bootstrapped_ms() or int(time.time() * 1000)
+        events = (rows.mapInArrow(Restated(changes), spark_schema(changes))
+                  .unionByName(gone.mapInArrow(Restated(changes, (scn.value, read_ms)), spark_schema(changes))))
+        applied = table.transaction_version(hist.app_id) or 0
+        progress(f"{schema.table}: history: restating the read at SCN {scn} in Spark")
+        txns = [Transaction(app_id=hist.app_id, version=max(scn.value, applied)),
+                Transaction(app_id=hist.based_app_id, version=scn.value)]
+        done = self._rewrite(hist, table, target, key, changes,
+                             lambda plan: events.mapInArrow(plan.route, ROUTED_SPARK), 0, txns,
+                             {OPERATION_KEY: "history-restate", "engine": self.name}, f"history {schema.table}",
+                             progress, history=tuple(tracked), crash="history")
+        return done.counts
 
     @staticmethod
     def _split_bytes(spark: Any, log: ChangeLog, since: Scn, until: Scn) -> int:
