@@ -57,6 +57,9 @@ class TableConfig(_Strict):
     name: str
     primary_key: tuple[str, ...] = Field(min_length=1)
     schema_changes: SchemaChanges | None = None  # None: the source's policy
+    # What a delete does to the snapshot: apply (the key's row goes: AUTO CDC's apply_as_deletes), or soft (the
+    # row stays, marked __op = 'd' with the delete's SCN and commit time; readers of current rows skip it).
+    deletes: Literal["apply", "soft"] = "apply"
     # A history table (SCD type 2, ``snapshot.history``) beside the snapshot: every version of every row.
     history: bool = False
     # Which columns' changes start a new version (the rest update the current version in place): these

@@ -221,7 +221,8 @@ def test_a_history_merge_killed_mid_commit_is_finished_by_the_next_run(source: S
                                  "shop"], cwd=REPO, env={**os.environ, "DATABUS_CRASH_AT": point},
                                 capture_output=True, text=True, timeout=300)
         assert killed.returncode == -9, killed.stdout + killed.stderr
-    assert HistoryTable(config.lake, "shop", "customers").applied_scn() == scn  # the second kill was after its commit
+    # The second kill came after one table's history commit (tables sync side by side: others may not have).
+    assert scn in [HistoryTable(config.lake, "shop", t).applied_scn() for t, _ in SHOP]
     sync_source(spark, config, "shop")
     assert_history_equals(config, scn, expected)
     before = {t: history_rows(config, t) for t, _ in SHOP}

@@ -63,6 +63,33 @@ def compare(config_path: Path) -> list[tuple[Comparison, str]]:
     return out
 
 
+def show_history_and_feed(config_path: Path) -> None:
+    """What the history tables and the change feed hold after the runs, as a user would read them."""
+    import pyarrow as pa
+
+    from dagster_databus.consumer.history import as_of
+    from dagster_databus.snapshot.history import HistoryTable
+
+    config = load_config(config_path)
+    for source_cfg in config.sources:
+        for table in source_cfg.tables:
+            snap = DeltaSnapshot(config.lake, source_cfg.name, table.name)
+            if table.history:
+                hist = HistoryTable(config.lake, source_cfg.name, table.name)
+                start, applied = hist.start_scn(), hist.applied_scn()
+                versions = hist.row_count()
+                assert start is not None and applied is not None
+                then = as_of(config.lake, source_cfg.name, table.name, scn=start).num_rows
+                print(f"history {table.name}: {versions:,} versions over SCN {start}..{applied}; "
+                      f"{then:,} rows as of SCN {start}, {snap.row_count():,} now")
+            if source_cfg.change_data_feed:
+                delta = snap.delta()
+                feed = pa.table(delta.load_cdf(starting_version=delta.version()).read_all())
+                kinds = feed["_change_type"].value_counts().to_pylist()
+                print(f"change feed {table.name}, version {delta.version()}: "
+                      + ", ".join(f"{k['counts']} {k['values']}" for k in sorted(kinds, key=lambda k: k["values"])))
+
+
 def main() -> int:
     config_path = config_path_from_env()
     config = load_config(config_path)
@@ -107,6 +134,7 @@ def main() -> int:
             print(f"    {example}")
     if all(r.equal for r, _ in results):
         print("\nsource == snapshot for every table")
+        show_history_and_feed(config_path)
         return 0
     print("\nsnapshots differ from the source", file=sys.stderr)
     return 1

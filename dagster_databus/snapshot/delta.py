@@ -87,10 +87,11 @@ class DeltaFolder:
         return table.version() if table is not None else None
 
     def read(self, with_meta: bool = False) -> pa.Table:
+        """The table's current rows (without soft-deleted ones: ``live``)."""
         table = self._table()
         if table is None:
             raise FileNotFoundError(self.uri)
-        data = table.to_pyarrow_table()
+        data = live(table.to_pyarrow_table())
         if not with_meta:
             data = data.select([n for n in data.column_names if not n.startswith("__")])
         return data
@@ -115,7 +116,7 @@ class DeltaFolder:
 
     def row_count(self) -> int:
         table = self._table()
-        return 0 if table is None else table.to_pyarrow_dataset().count_rows()
+        return 0 if table is None else live_dataset(table.to_pyarrow_dataset()).count_rows()
 
 
 class DeltaSnapshot(DeltaFolder):
@@ -193,19 +194,36 @@ class DeltaSnapshot(DeltaFolder):
         if table is None or applied is None:
             raise FileNotFoundError(self.uri)
         absorbed = self.absorbed_in(table)
-        data = table.to_pyarrow_table()
+        data = live(table.to_pyarrow_table())
         if not with_meta:
             data = data.select([n for n in data.column_names if not n.startswith("__")])
         return data, Scn(applied), absorbed
 
     def pinned_dataset(self) -> tuple[Scn, ds.Dataset] | None:
-        """(applied SCN, the rows of that one version as a dataset to scan a batch at a time); None before
-        bootstrap."""
+        """(applied SCN, the current rows of that one version as a dataset to scan a batch at a time); None
+        before bootstrap."""
         table = self._table()
         applied = table.transaction_version(self.app_id) if table is not None else None
         if table is None or applied is None:
             return None
-        return Scn(applied), table.to_pyarrow_dataset()
+        return Scn(applied), live_dataset(table.to_pyarrow_dataset())
+
+
+def live(rows: pa.Table) -> pa.Table:
+    """``rows`` without soft-deleted ones (``deletes: soft`` keeps a deleted row, marked ``__op = 'd'``)."""
+    if "__op" not in rows.column_names:
+        return rows
+    deleted = pc.equal(rows["__op"].cast(pa.string()), "d")  # delta-rs's MERGE may write string views
+    return rows.filter(pc.invert(deleted)) if pc.any(deleted).as_py() else rows
+
+
+def live_dataset(dataset: ds.Dataset) -> ds.Dataset:
+    """``live`` for a dataset to scan (the filter reaches the files' statistics)."""
+    import pyarrow.dataset as pds
+
+    if "__op" not in dataset.schema.names:
+        return dataset
+    return dataset.filter(pds.field("__op").cast(pa.string()) != "d")  # delta-rs's MERGE may write string views
 
 
 def with_meta(batch: pa.RecordBatch | pa.Table, scn: Scn, op: str, commit_ts_ms: int) -> pa.RecordBatch:
@@ -239,13 +257,14 @@ def merge_clauses(key: Sequence[str], columns: Sequence[str], reads: bool = Fals
 
 
 def merge_with_delta_rs(target: DeltaFolder, key: Sequence[str], changes: pa.Table | pa.RecordBatchReader,
-                        props: CommitProperties, reads: bool = False) -> MergeCounts:
+                        props: CommitProperties, reads: bool = False, soft: bool = False) -> MergeCounts:
     """Apply reduced changes (one row per ``key``) with delta-rs in one commit carrying ``props``.
 
     SCD type 1 with ``apply_as_deletes``: a newer delete removes the key, a newer image replaces
     the row, an unseen key is inserted; a row whose ``__scn`` is not above the target's changes
     nothing. No changes still commit, so the transaction ids in ``props`` are recorded. A reader
-    streams into the MERGE batch by batch.
+    streams into the MERGE batch by batch. ``soft``: a delete keeps the row, marked (``SOFT_DELETE``); the
+    counts then hold soft deletes among the updates (``soft_deleted`` tells them apart).
     """
     table = target.delta()
     source = _non_empty(changes)
@@ -254,16 +273,31 @@ def merge_with_delta_rs(target: DeltaFolder, key: Sequence[str], changes: pa.Tab
                         commit_properties=props)
         return MergeCounts()
     predicate, assignments, newer, is_delete = merge_clauses(key, source.schema.names, reads)
+    merge = table.merge(source, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
+                        streamed_exec=isinstance(source, pa.RecordBatchReader), commit_properties=props)
+    merge = merge.when_matched_update(updates=SOFT_DELETE, predicate=f"{is_delete} AND {newer}") if soft else \
+        merge.when_matched_delete(predicate=f"{is_delete} AND {newer}")
     metrics = (
-        table.merge(source, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
-                    streamed_exec=isinstance(source, pa.RecordBatchReader), commit_properties=props)
-        .when_matched_delete(predicate=f"{is_delete} AND {newer}")
-        .when_matched_update(updates=assignments, predicate=f"NOT ({is_delete}) AND {newer}")
+        merge.when_matched_update(updates=assignments, predicate=f"NOT ({is_delete}) AND {newer}")
         .when_not_matched_insert(updates=assignments, predicate=f"NOT ({is_delete})")
         .execute()
     )
     return MergeCounts(inserted=metrics["num_target_rows_inserted"], updated=metrics["num_target_rows_updated"],
                        deleted=metrics["num_target_rows_deleted"])
+
+
+# A soft delete: the row keeps its values and takes the delete's SCN, operation and commit time.
+SOFT_DELETE = {_q(c): f"s.{_q(c)}" for c in ("__scn", "__op", "__commit_ts")}
+
+
+def soft_deleted(target: DeltaFolder, counts: MergeCounts, since: int) -> MergeCounts:
+    """``counts`` of a soft-deleting MERGE with the rows it marked deleted (marked after SCN ``since``) moved
+    from the updates to the deletes."""
+    import pyarrow.dataset as pds
+
+    marked = target.delta().to_pyarrow_dataset().count_rows(filter=(pds.field("__op").cast(pa.string()) == "d")
+                                                           & (pds.field("__scn") > since))
+    return MergeCounts(counts.inserted, max(0, counts.updated - marked), counts.deleted + marked)
 
 
 def _non_empty(changes: pa.Table | pa.RecordBatchReader) -> pa.Table | pa.RecordBatchReader | None:

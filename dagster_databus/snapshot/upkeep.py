@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from dagster_databus.snapshot.engines import MergeEngine
 
 SMALL = 0.5  # a file under this share of merge.file_rows is worth joining to a neighbour
+TOMBSTONES = "delta.deletedFileRetentionDuration"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,12 @@ def upkeep_folder(folder: DeltaFolder, label: str, key: Sequence[str], order: Se
         progress(f"{what}: joining {sum(len(g) for g in groups)} small files in {len(groups)} run(s)")
         written = engine.compact(folder, table, order, groups, progress)
     table = folder.delta()
+    # Removed files' tombstones stay in every checkpoint for this long (a week by default): past VACUUM they serve
+    # nothing, and thousands of them slow every load of a table that merges every few minutes.
+    tombstones = f"interval {retain_hours} hours"
+    if table.metadata().configuration.get(TOMBSTONES) != tombstones:
+        table.alter.set_table_properties({TOMBSTONES: tombstones}, raise_if_not_exists=False)
+        table = folder.delta()
     vacuumed = table.vacuum(retention_hours=retain_hours, enforce_retention_duration=False, dry_run=False,
                             keep_versions=[keep] if keep is not None else None)
     table = folder.delta()

@@ -28,6 +28,7 @@ class FileRead:
     then: tuple[str, ...] = ()
     order_by: tuple[str, ...] = ()
     as_history: bool = False  # snapshot rows turned into a history's first versions (``snapshot.history``)
+    live: bool = False  # a snapshot's current rows only (``snapshot.delta.live``: no soft-deleted ones)
 
     def read(self, schema: pa.Schema | None = None) -> pa.Table:
         """The file's rows (with ``then``: the files' rows, joined), each file conformed to ``schema`` if given
@@ -90,6 +91,10 @@ class _FilesReader(DataSourceReader):
         schema: pa.Schema = unpack(self.options["schema"])
         wanted = [f.name for f in schema if f.name not in file.constants]
         held = file.read(schema if file.then else None)  # a compaction's files joined in one type per column
+        if file.live:
+            from dagster_databus.snapshot.delta import live
+
+            held = live(held)
         if file.as_history:
             from dagster_databus.snapshot.history import from_snapshot
 

@@ -66,6 +66,7 @@ class MergePlan:
     # are then reduced per key and SCN, and folded into the keys' open versions.
     history: tuple[str, ...] | None = None
     change_feed: bool = False  # the table records a change data feed: tasks write its change files too
+    soft: bool = False  # deletes: soft: a delete keeps the row, marked __op = 'd' (``snapshot.delta.SOFT_DELETE``)
 
     def route(self, batches: Iterator[pa.RecordBatch],
               origin: tuple[str, int] | None = None) -> Iterator[pa.RecordBatch]:
@@ -193,10 +194,13 @@ class MergePlan:
             order = np.arange(data.num_rows)
             order[rows] = data.num_rows + np.arange(len(rows))
             keep = np.ones(data.num_rows, dtype=bool)
-            keep[rows[deleting[replacing]]] = False
             images = conform_changes(changes.take(pa.array(replacing)), self.target)
-            if feed is not None:
-                feed.replaced(data.take(pa.array(rows)), images, deleting[replacing])
+            if self.soft:
+                images = _soft_deletes(data.take(pa.array(rows)), images, deleting[replacing])
+            else:
+                keep[rows[deleting[replacing]]] = False
+            if feed is not None:  # a soft delete is an update of the row, as the table holds it
+                feed.replaced(data.take(pa.array(rows)), images, deleting[replacing] & (not self.soft))
             merged = pa.concat_tables([data, images]).take(pa.array(order[keep]))
             if len(absorbed):
                 fresh = conform_changes(changes.take(pa.array(absorbed)), self.target)
@@ -292,6 +296,13 @@ class MergePlan:
         incoming = incoming.append_column("__c", pa.array(np.arange(incoming.num_rows), pa.int64()))
         found = incoming.join(held, keys=list(self.key), join_type="inner", use_threads=False)
         return found.column("__r").to_numpy(), found.column("__c").to_numpy()
+
+
+def _soft_deletes(held: pa.Table, images: pa.Table, deleting: np.ndarray) -> pa.Table:
+    """``images`` where each delete takes the held row's values, with the delete's SCN, operation and commit time."""
+    mask = pa.array(deleting)
+    return pa.table({name: images[name] if name in ("__scn", "__op", "__commit_ts") else
+                     pc.if_else(mask, held[name], images[name]) for name in images.column_names}, schema=images.schema)
 
 
 class ChangeFeed:

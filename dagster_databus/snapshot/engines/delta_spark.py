@@ -16,7 +16,7 @@ from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError, SnapshotMissingError
-from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts, merge_clauses
+from dagster_databus.snapshot.delta import SOFT_DELETE, DeltaSnapshot, MergeCounts, merge_clauses
 from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, SparkProvider, range_rows
 from dagster_databus.snapshot.reduce import ChangeStats
 from dagster_databus.spark.session import (
@@ -142,11 +142,15 @@ class DeltaSparkEngine:
             backtick = {k.replace('"', "`"): v.replace('"', "`") for k, v in assignments.items()}
             spark.conf.set("spark.databricks.delta.write.txnAppId", snap.app_id)
             spark.conf.set("spark.databricks.delta.write.txnVersion", str(until.value))
+            soft = self.config.source(snap.source).table(snap.table).deletes == "soft"
+            deleting = f"{is_delete} AND {newer}".replace('"', "`")
             try:
-                (SparkDeltaTable.forPath(spark, snap.spark_uri).alias("t")
-                 .merge(source.alias("s"), predicate.replace('"', "`"))
-                 .whenMatchedDelete(f"{is_delete} AND {newer}".replace('"', "`"))
-                 .whenMatchedUpdate(f"NOT ({is_delete}) AND {newer}".replace('"', "`"), set=backtick)
+                merge = SparkDeltaTable.forPath(spark, snap.spark_uri).alias("t").merge(
+                    source.alias("s"), predicate.replace('"', "`"))
+                merge = merge.whenMatchedUpdate(deleting, set={k.replace('"', "`"): v.replace('"', "`")
+                                                               for k, v in SOFT_DELETE.items()}) if soft else \
+                    merge.whenMatchedDelete(deleting)
+                (merge.whenMatchedUpdate(f"NOT ({is_delete}) AND {newer}".replace('"', "`"), set=backtick)
                  .whenNotMatchedInsert(f"NOT ({is_delete})".replace('"', "`"), values=backtick)
                  .execute())
             finally:

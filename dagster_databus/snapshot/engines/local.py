@@ -30,7 +30,9 @@ from dagster_databus.snapshot.delta import (
     MergeCounts,
     conform_changes,
     conform_rows,
+    live,
     merge_with_delta_rs,
+    soft_deleted,
     with_meta,
 )
 from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, range_rows
@@ -69,7 +71,7 @@ class LocalEngine:
         since = max(since, applied)
         reduced = reduced_in_process(log, schema, since, until, self.memory_bytes, self.spill_dir, progress)
         with reduced as (rows, stats):
-            counts = apply_changes(snap, schema, rows, until)
+            counts = apply_changes(snap, schema, rows, until, soft=self._soft(snap))
         return None if counts is None else Merged(counts, stats)
 
 
@@ -102,8 +104,11 @@ class LocalEngine:
         with disk_errors(f"committing {snap.source}.{table} to Delta", snap.path):
             # Read here, not as delta-rs pulls: its threads may not use the source's connections (SQLite's).
             counts = merge_with_delta_rs(snap, schema.primary_key, pa.Table.from_batches(list(batches()), target),
-                                         props, reads=True)
+                                         props, reads=True, soft=self._soft(snap))
         return Refreshed(ops["r"], ops["d"], deletes, len(read.ranges), counts)
+
+    def _soft(self, snap: DeltaSnapshot) -> bool:
+        return self.config.source(snap.source).table(snap.table).deletes == "soft"
 
     def compact(self, snap: DeltaFolder, table: Any, key: Sequence[str], groups: Sequence[Sequence[Any]],
                 progress: Progress) -> int:
@@ -146,7 +151,7 @@ class LocalEngine:
         """The snapshot's rows at ``version`` read in this process and written as the history's first versions."""
         from dagster_databus.snapshot.history import from_snapshot
 
-        rows = conform_rows(from_snapshot(snap.delta(version).to_pyarrow_table()), target)
+        rows = conform_rows(from_snapshot(live(snap.delta(version).to_pyarrow_table())), target)
         hist.prepare()
         crash_point("history_commit")
         with disk_errors(f"starting the history of {hist.source}.{hist.table} in Delta", hist.path):
@@ -186,7 +191,7 @@ class LocalEngine:
         from dagster_databus.snapshot.history import Restated, open_versions
 
         key = list(schema.primary_key)
-        rows = snap.delta(version).to_pyarrow_table()
+        rows = live(snap.delta(version).to_pyarrow_table())
         held = open_versions(hist.delta().to_pyarrow_table(columns=[*key, "__end_scn"]))
         gone = held.select(key).join(rows.select(key), keys=key, join_type="left anti")
         read_ms = snap.bootstrapped_ms() or int(time.time() * 1000)
@@ -311,7 +316,7 @@ def require_bootstrapped(snap: DeltaSnapshot) -> Scn:
 
 
 def apply_changes(snap: DeltaSnapshot, schema: TableSchema, changes: pa.Table | pa.RecordBatchReader,
-                  until: Scn) -> MergeCounts | None:
+                  until: Scn, soft: bool = False) -> MergeCounts | None:
     """MERGE reduced changes (one row per key, in the snapshot's columns) that bring the snapshot up to
     ``until``, in one delta-rs commit that records ``until``.
 
@@ -329,6 +334,6 @@ def apply_changes(snap: DeltaSnapshot, schema: TableSchema, changes: pa.Table | 
     crash_point("delta_commit")
     with disk_errors(f"committing {snap.source}.{snap.table} to Delta", snap.path):
         counts = merge_with_delta_rs(snap, schema.primary_key, changes, CommitProperties(
-            app_transactions=[Transaction(app_id=snap.app_id, version=until.value)]))
+            app_transactions=[Transaction(app_id=snap.app_id, version=until.value)]), soft=soft)
     crash_point("delta_committed")
-    return counts
+    return soft_deleted(snap, counts, applied.value) if soft else counts

@@ -150,7 +150,7 @@ class SparkEngine:
                              lambda plan: (spark.read.format("databus_table_refresh").option("read", pack(read))
                                            .option("changes", pack(changes)).option("route", pack(plan)).load()),
                              0, [], {OPERATION_KEY: "refresh", "engine": self.name, "databus.rows": rows.describe()},
-                             table, progress, reads=True)
+                             table, progress, reads=True, soft=self._soft(snap))
         read_ops = done.read.get("", {})
         result = Refreshed(read_ops.get("r", 0), read_ops.get("d", 0), deletes, len(read.ranges), done.counts,
                            done.files)
@@ -243,7 +243,7 @@ class SparkEngine:
                              applied,
                              [Transaction(app_id=snap.app_id, version=until.value)],
                              {OPERATION_KEY: "merge", "engine": self.name, "databus.scn_range": f"{since}..{until}"},
-                             schema.table, progress)
+                             schema.table, progress, soft=self._soft(snap))
         stats = ChangeStats(done.read.get("", {}), count_windows(list(done.report.facts)))
         progress(f"{schema.table}: merged {stats.events:,} events in {stats.windows:,} windows: "
                  f"{done.counts.inserted:,} inserted, {done.counts.updated:,} updated, {done.counts.deleted:,} "
@@ -255,7 +255,7 @@ class SparkEngine:
                  changes: pa.Schema, routed_by: Callable[[MergePlan], DataFrame], applied: int,
                  txns: Sequence[Transaction], metadata: dict[str, str], what: str, progress: Progress,
                  part_column: str | None = None, reads: bool = False,
-                 history: tuple[str, ...] | None = None, crash: str = "delta") -> Rewritten:
+                 history: tuple[str, ...] | None = None, crash: str = "delta", soft: bool = False) -> Rewritten:
         """Apply changes to ``folder`` at the version ``table`` was read: ``routed_by(plan)`` is the Spark
         frame of the changes reduced and routed by ``plan.route`` (per log segment) to the files that may
         hold their keys; tasks then reduce them per ``key`` and rewrite the files that do, and the driver
@@ -269,7 +269,7 @@ class SparkEngine:
         partitions, slots = balanced_slots(files, default_parallelism(spark))
         plan = MergePlan(location(folder), target, changes, tuple(key), applied, files, merge.file_rows, prefix,
                          merge.memory_mb * 2**20, str(merge.spill_dir) if merge.spill_dir else None, part_column,
-                         partitions, slots, reads, history, change_feed_on(table) and history is None)
+                         partitions, slots, reads, history, change_feed_on(table) and history is None, soft)
         routed = routed_by(plan)
         committed = False
         report = None
@@ -312,7 +312,7 @@ class SparkEngine:
 
         from dagster_databus.spark.deltafiles import FileRead
 
-        reads = [FileRead(location(snap), path, as_history=True) for path in _paths(snap.delta(version))]
+        reads = [FileRead(location(snap), path, as_history=True, live=True) for path in _paths(snap.delta(version))]
         props = CommitProperties(app_transactions=[Transaction(app_id=hist.app_id, version=start.value),
                                                    Transaction(app_id=hist.start_app_id, version=start.value),
                                                    Transaction(app_id=hist.based_app_id, version=based.value)],
@@ -365,7 +365,7 @@ class SparkEngine:
         changes = change_schema(schema)
         read = snap.delta(version)
         rows = (spark.read.format("databus_delta_files")
-                .option("files", pack([FileRead(location(snap), p) for p in _paths(read)]))
+                .option("files", pack([FileRead(location(snap), p, live=True) for p in _paths(read)]))
                 .option("schema", pack(schema.arrow(with_meta=True))).load())
         table = with_columns(hist, hist.delta(), target, progress)
         heads = pa.schema([target.field(k) for k in [*key, "__end_scn"]])
@@ -385,6 +385,9 @@ class SparkEngine:
                              {OPERATION_KEY: "history-restate", "engine": self.name}, f"history {schema.table}",
                              progress, history=tuple(tracked), crash="history")
         return done.counts
+
+    def _soft(self, snap: DeltaSnapshot) -> bool:
+        return self.config.source(snap.source).table(snap.table).deletes == "soft"
 
     @staticmethod
     def _split_bytes(spark: Any, log: ChangeLog, since: Scn, until: Scn) -> int:
@@ -411,7 +414,7 @@ class SparkEngine:
             actions = pa.table(table.get_add_actions(flatten=True))
             constants = {PART_COLUMN: part.label, **({layout.shard_column: part.label} if layout.shard_from_label
                                                     else {})}
-            reads += [FileRead(location(part.snap), path, constants) for path in actions["path"].to_pylist()]
+            reads += [FileRead(location(part.snap), path, constants, live=True) for path in actions["path"].to_pylist()]
             rows[part.label] = sum(n or 0 for n in actions["num_records"].to_pylist())
             txns += [Transaction(app_id=target.app_id(part.label), version=applied),
                      Transaction(app_id=target.loaded_from_app_id(part.label), version=absorbed.value)]
