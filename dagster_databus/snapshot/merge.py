@@ -182,7 +182,7 @@ def sync_history(config: DatabusConfig, source_cfg: SourceConfig, table: str, sn
     """Bring ``table``'s history up to ``until`` (the snapshot's applied SCN), by the snapshot's engine.
 
     A history starts from the snapshot's last bootstrap when the log reaches back to it, else from the
-    snapshot as it is now. It starts again so on a rebuild, when the log holds its columns in other types,
+    snapshot as it is now. It starts again on a rebuild, when the log holds its columns in other types,
     and on a bootstrap of a history the log no longer reaches; otherwise such a history is refused
     (``HistoryGapError``) rather than given a silent gap. When the snapshot was read again since (a TRUNCATE
     or DDL without row events, a bootstrap), the read is folded in as changes at its SCN (``restate_history``).
