@@ -1,7 +1,8 @@
 """Delta's change data feed on snapshot tables (``change_data_feed: true``): for every merge commit, the feed
 read back (delta-rs ``load_cdf``; Spark ``readChangeFeed`` where delta-spark's jars load) holds exactly the
-changes the log's events in that commit's SCN range make to the rows the previous version held. SQLite and
-MariaDB, local and S3 lakes, both engines."""
+changes the log's events in that commit's SCN range make to the rows the previous version held; Spark tasks
+read the same feed without delta-spark (``spark.changefeed``). SQLite and MariaDB, local and S3 lakes, both
+engines."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.spark.changefeed import read_change_feed
 from dagster_databus.spark.session import delta_spark_available
 from dagster_databus.storage.lake import Lake
 from tests.conftest import assert_snapshots_match, cycle
@@ -89,6 +91,8 @@ def test_the_change_feed_of_every_merge_holds_what_the_log_changed(source: Sourc
             got = feed_rows(pa.table(snap.delta().load_cdf(starting_version=version, ending_version=version)
                                      .read_all()))
             assert got == want, f"{table} version {version} (SCN {since}..{until})"
+            by_spark = read_change_feed(spark, snap, version, version).toArrow()  # type: ignore[arg-type]
+            assert feed_rows(by_spark) == want and set(by_spark["_commit_version"].to_pylist()) <= {version}
             checked += len(want)
     assert checked > 100
 
