@@ -46,7 +46,7 @@ def _run(merges: int, upkeep: bool, engine: str) -> tuple[int, float, float, flo
     work = Path(tempfile.mkdtemp(prefix="bench-upkeep-"))
     try:
         config, db = _setup(work, engine)
-        spark = get_spark(config.spark)
+        spark = get_spark(config.spark) if engine != "local" else None  # the local engine starts no Spark
         pipeline.install(config, "b")
         sync_source(spark, config, "b")
         rng, next_id, upkept = random.Random(5), ROWS, 0.0
