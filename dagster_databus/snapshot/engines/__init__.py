@@ -136,6 +136,11 @@ def range_rows(config: DatabusConfig, source: CaptureSource) -> int:
     return int(getattr(source.config, "bootstrap_chunk_rows", config.merge.file_rows))
 
 
+def soft_deletes(config: DatabusConfig, snap: DeltaSnapshot) -> bool:
+    """Whether ``snap``'s table keeps deleted rows, marked (``tables[].deletes: soft``)."""
+    return config.source(snap.source).table(snap.table).deletes == "soft"
+
+
 def open_engine(config: DatabusConfig, spark: SparkProvider) -> MergeEngine:
     """The engine ``config.merge.engine`` names; ``spark`` is called only if the engine runs Spark."""
     choice = config.merge.engine

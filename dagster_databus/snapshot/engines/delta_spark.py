@@ -17,7 +17,7 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError, SnapshotMissingError
 from dagster_databus.snapshot.delta import SOFT_DELETE, DeltaSnapshot, MergeCounts, merge_clauses
-from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, SparkProvider, range_rows
+from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, SparkProvider, range_rows, soft_deletes
 from dagster_databus.snapshot.reduce import ChangeStats
 from dagster_databus.spark.session import (
     delta_spark_available,
@@ -142,7 +142,7 @@ class DeltaSparkEngine:
             backtick = {k.replace('"', "`"): v.replace('"', "`") for k, v in assignments.items()}
             spark.conf.set("spark.databricks.delta.write.txnAppId", snap.app_id)
             spark.conf.set("spark.databricks.delta.write.txnVersion", str(until.value))
-            soft = self.config.source(snap.source).table(snap.table).deletes == "soft"
+            soft = soft_deletes(self.config, snap)
             deleting = f"{is_delete} AND {newer}".replace('"', "`")
             try:
                 merge = SparkDeltaTable.forPath(spark, snap.spark_uri).alias("t").merge(

@@ -31,11 +31,12 @@ from dagster_databus.snapshot.delta import (
     conform_changes,
     conform_rows,
     live,
+    merge_clauses,
     merge_with_delta_rs,
     soft_deleted,
     with_meta,
 )
-from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, range_rows
+from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, range_rows, soft_deletes
 from dagster_databus.snapshot.reduce import ChangeStats, NewestPerKey
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class LocalEngine:
         since = max(since, applied)
         reduced = reduced_in_process(log, schema, since, until, self.memory_bytes, self.spill_dir, progress)
         with reduced as (rows, stats):
-            counts = apply_changes(snap, schema, rows, until, soft=self._soft(snap))
+            counts = apply_changes(snap, schema, rows, until, soft=soft_deletes(self.config, snap))
         return None if counts is None else Merged(counts, stats)
 
 
@@ -104,11 +105,8 @@ class LocalEngine:
         with disk_errors(f"committing {snap.source}.{table} to Delta", snap.path):
             # Read here, not as delta-rs pulls: its threads may not use the source's connections (SQLite's).
             counts = merge_with_delta_rs(snap, schema.primary_key, pa.Table.from_batches(list(batches()), target),
-                                         props, reads=True, soft=self._soft(snap))
+                                         props, reads=True, soft=soft_deletes(self.config, snap))
         return Refreshed(ops["r"], ops["d"], deletes, len(read.ranges), counts)
-
-    def _soft(self, snap: DeltaSnapshot) -> bool:
-        return self.config.source(snap.source).table(snap.table).deletes == "soft"
 
     def compact(self, snap: DeltaFolder, table: Any, key: Sequence[str], groups: Sequence[Sequence[Any]],
                 progress: Progress) -> int:
@@ -170,18 +168,18 @@ class LocalEngine:
         applied = hist.applied_scn()
         if applied is None or until <= applied:
             return None
-        key = schema.primary_key
+        key, since = schema.primary_key, max(since, applied)
         reducer = NewestPerKey(change_schema(schema), [*key, "__scn"], self.memory_bytes, self.spill_dir)
         try:
-            reducer.extend(table_changes(log, schema, max(since, applied), until))
+            reducer.extend(table_changes(log, schema, since, until))
             stats = reducer.stats
             changes = pa.Table.from_batches(list(reducer.results()), reducer.schema)
         finally:
             reducer.close()
-        progress(f"{schema.table}: history: folding {stats.events:,} events, SCN {max(since, applied)}..{until}")
+        progress(f"{schema.table}: history: folding {stats.events:,} events, SCN {since}..{until}")
         props = CommitProperties(app_transactions=[Transaction(app_id=hist.app_id, version=until.value)],
                                  custom_metadata={OPERATION_KEY: "history", "engine": self.name,
-                                                  "databus.scn_range": f"{max(since, applied)}..{until}"})
+                                                  "databus.scn_range": f"{since}..{until}"})
         return Merged(self._fold_into(hist, changes, key, tracked, target, props), stats)
 
     def restate_history(self, hist: HistoryTable, snap: DeltaSnapshot, version: int, schema: TableSchema,
@@ -218,8 +216,7 @@ class LocalEngine:
         open_rows = conform_rows(open_versions(table.to_pyarrow_dataset().to_table(filter=wanted)), target)
         folded = fold(open_rows, changes, key, tracked, target)
         rows = pa.concat_tables([folded.replaced, folded.opened])
-        predicate = " AND ".join(f't."{k}" = s."{k}"' for k in [*key, "__start_scn"])
-        columns = {f'"{c}"': f's."{c}"' for c in target.names}
+        predicate, columns, _, _ = merge_clauses([*key, "__start_scn"], target.names)
         crash_point("history_commit")
         with disk_errors(f"committing the history of {hist.source}.{hist.table} to Delta", hist.path):
             if rows.num_rows:

@@ -35,7 +35,14 @@ from dagster_databus.snapshot.commit import (
     remove_uncommitted,
 )
 from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot, MergeCounts
-from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, SparkProvider, range_rows
+from dagster_databus.snapshot.engines import (
+    Bootstrapped,
+    Merged,
+    Refreshed,
+    SparkProvider,
+    range_rows,
+    soft_deletes,
+)
 from dagster_databus.snapshot.files import DataFile, TableFiles, TaskReport, run_prefix
 from dagster_databus.snapshot.reduce import ChangeStats
 from dagster_databus.spark.merge_tasks import count_windows
@@ -150,7 +157,7 @@ class SparkEngine:
                              lambda plan: (spark.read.format("databus_table_refresh").option("read", pack(read))
                                            .option("changes", pack(changes)).option("route", pack(plan)).load()),
                              0, [], {OPERATION_KEY: "refresh", "engine": self.name, "databus.rows": rows.describe()},
-                             table, progress, reads=True, soft=self._soft(snap))
+                             table, progress, reads=True, soft=soft_deletes(self.config, snap))
         read_ops = done.read.get("", {})
         result = Refreshed(read_ops.get("r", 0), read_ops.get("d", 0), deletes, len(read.ranges), done.counts,
                            done.files)
@@ -237,13 +244,10 @@ class SparkEngine:
         progress(f"{schema.table}: merging SCN {since}..{until} in Spark")
         spark = self.spark()
         done = self._rewrite(snap, table, target, schema.primary_key, change_schema(schema),
-                             lambda plan: read_changes(spark, self.config, snap.source, schema.table, since, until,
-                                                       route=pack(plan), split_bytes=self._split_bytes(spark, log,
-                                                                                                       since, until)),
-                             applied,
+                             self._log_routed(spark, log, schema.table, since, until), applied,
                              [Transaction(app_id=snap.app_id, version=until.value)],
                              {OPERATION_KEY: "merge", "engine": self.name, "databus.scn_range": f"{since}..{until}"},
-                             schema.table, progress, soft=self._soft(snap))
+                             schema.table, progress, soft=soft_deletes(self.config, snap))
         stats = ChangeStats(done.read.get("", {}), count_windows(list(done.report.facts)))
         progress(f"{schema.table}: merged {stats.events:,} events in {stats.windows:,} windows: "
                  f"{done.counts.inserted:,} inserted, {done.counts.updated:,} updated, {done.counts.deleted:,} "
@@ -337,10 +341,8 @@ class SparkEngine:
         since = Scn(max(since.value, applied))
         spark = self.spark()
         done = self._rewrite(hist, table, target, schema.primary_key, change_schema(schema),
-                             lambda plan: read_changes(spark, self.config, hist.source, schema.table, since, until,
-                                                       route=pack(plan), split_bytes=self._split_bytes(spark, log,
-                                                                                                       since, until)),
-                             applied, [Transaction(app_id=hist.app_id, version=until.value)],
+                             self._log_routed(spark, log, schema.table, since, until), applied,
+                             [Transaction(app_id=hist.app_id, version=until.value)],
                              {OPERATION_KEY: "history", "engine": self.name, "databus.scn_range": f"{since}..{until}"},
                              f"history {schema.table}", progress, history=tuple(tracked), crash="history")
         stats = ChangeStats(done.read.get("", {}), count_windows(list(done.report.facts)))
@@ -386,8 +388,12 @@ class SparkEngine:
                              progress, history=tuple(tracked), crash="history")
         return done.counts
 
-    def _soft(self, snap: DeltaSnapshot) -> bool:
-        return self.config.source(snap.source).table(snap.table).deletes == "soft"
+    def _log_routed(self, spark: Any, log: ChangeLog, table: str, since: Scn, until: Scn
+                    ) -> Callable[[MergePlan], DataFrame]:
+        """The frame of ``table``'s changes in (since, until], reduced and routed by a merge plan, for ``_rewrite``."""
+        split = self._split_bytes(spark, log, since, until)
+        return lambda plan: read_changes(spark, self.config, log.source, table, since, until, route=pack(plan),
+                                         split_bytes=split)
 
     @staticmethod
     def _split_bytes(spark: Any, log: ChangeLog, since: Scn, until: Scn) -> int:
