@@ -83,6 +83,16 @@ def source(request: pytest.FixtureRequest, tmp_path: Path) -> SourceHarness:
     return MysqlHarness(request.getfixturevalue("mariadb"))
 
 
+def require_delta_spark(spark: object, to: str) -> None:
+    """Skip, saying how to provide them, where delta-spark's jars are not on ``spark``'s classpath."""
+    from dagster_databus.spark.session import delta_spark_available
+
+    if not delta_spark_available(spark):  # type: ignore[arg-type]
+        pytest.skip("delta-spark's jars are not on the Spark classpath (they come from Maven, unreachable here); "
+                    "set DATABUS_DELTA_JARS to a folder holding delta-spark_2.13-4.4.*.jar and "
+                    f"delta-storage-4.4.*.jar {to}")
+
+
 def cycle(config: DatabusConfig, spark: object, source: str = "shop") -> list[TableSyncResult]:
     """One full pipeline pass: install (idempotent), capture, merge."""
     pipeline.install(config, source)

@@ -15,9 +15,8 @@ import pytest
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.spark.changefeed import read_change_feed
-from dagster_databus.spark.session import delta_spark_available
 from dagster_databus.storage.lake import Lake
-from tests.conftest import assert_snapshots_match, cycle
+from tests.conftest import assert_snapshots_match, cycle, require_delta_spark
 from tests.harness import SourceHarness, SqliteHarness, make_config
 
 SHOP = [("customers", ["id"]), ("orders", ["id"]), ("order_items", ["order_id", "line_no"])]
@@ -98,10 +97,7 @@ def test_the_change_feed_of_every_merge_holds_what_the_log_changed(source: Sourc
 
 
 def test_spark_reads_the_same_change_feed(tmp_path: Path, spark) -> None:
-    if not delta_spark_available(spark):
-        pytest.skip("delta-spark's jars are not on the Spark classpath (they come from Maven, unreachable here); "
-                    "set DATABUS_DELTA_JARS to a folder holding delta-spark_2.13-4.4.*.jar and "
-                    "delta-storage-4.4.*.jar to read the feed with readChangeFeed")
+    require_delta_spark(spark, "to read the feed with readChangeFeed")
     source = SqliteHarness(tmp_path / "shop.db")
     source.create_shop()
     config = make_config(tmp_path / "lake", source.source_config("shop", SHOP, change_data_feed=True))

@@ -12,15 +12,12 @@ from dagster_databus.errors import ConfigError
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import engine_for, sync_table
 from dagster_databus.spark.session import delta_spark_available
-from tests.conftest import assert_snapshots_match, cycle
+from tests.conftest import assert_snapshots_match, cycle, require_delta_spark
 from tests.harness import SqliteHarness, make_config
 
 
 def test_delta_spark_engine_bootstraps_merges_and_ignores_replays(tmp_path: Path, spark) -> None:
-    if not delta_spark_available(spark):
-        pytest.skip("delta-spark's jars are not on the Spark classpath (they come from Maven, unreachable here); "
-                    "set DATABUS_DELTA_JARS to a folder holding delta-spark_2.13-4.4.*.jar and "
-                    "delta-storage-4.4.*.jar to run this test")
+    require_delta_spark(spark, "to run this test")
     source = SqliteHarness(tmp_path / "src.db")
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)", "INSERT INTO items VALUES (1, 'a')"])
     config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]),
