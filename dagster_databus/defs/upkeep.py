@@ -31,7 +31,7 @@ def _figures(r: UpkeepResult) -> dict[str, object]:
         "files_before": r.files_before, "files_after": r.files_after,
         "bytes_before": r.bytes_before, "bytes_after": r.bytes_after,
         "bytes_reclaimed": r.bytes_before - r.bytes_after, "files_compacted": r.compacted,
-        "files_written": r.written, "files_vacuumed": r.vacuumed,
+        "files_written": r.written, "files_retyped": r.retyped, "files_vacuumed": r.vacuumed,
         "vacuum_retain_hours": r.retain_hours, "checkpoint_version": r.checkpoint_version}.items()}
 
 

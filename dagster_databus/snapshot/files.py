@@ -77,6 +77,11 @@ class TableLocation:
         with self.lake.objects.reader(self.object_key(path)) as f:
             return pq.read_table(f, columns=list(columns) if columns is not None else None)
 
+    def schema(self, path: str) -> pa.Schema:
+        """One data file's physical columns (its footer only)."""
+        with self.lake.objects.reader(self.object_key(path)) as f:
+            return pq.read_schema(f)
+
 
 class FileWriter:
     """Writes rows of one table as Parquet files of at most ``file_rows`` rows each, named

@@ -4,8 +4,9 @@ checkpointed.
 Every merge adds files (new keys, rewritten groups) and a log version; nothing else removes them, so over
 thousands of merges reads slow down and storage grows. Compaction joins runs of small neighbouring files in
 key order into files of about ``merge.file_rows`` rows, so the table keeps what merges route by: files in
-key order whose key bounds do not overlap (``snapshot.files.TableFiles``). Its commit changes no data
-(``dataChange`` false) and moves no transaction id. VACUUM then deletes files the table stopped naming more
+key order whose key bounds do not overlap (``snapshot.files.TableFiles``). A file whose physical column types
+differ from the table's (delta-rs's MERGE writes string views) is rewritten alone in the table's types. The
+commit changes no data (``dataChange`` false) and moves no transaction id. VACUUM then deletes files the table stopped naming more
 than ``retain_hours`` ago (time travel reaches back that far), but never one its last bootstrap's version
 names: ``rebuild`` restores that version (``snapshot.merge.rebuild_from_bootstrap``), so its files stay
 as long as it is the last.
@@ -20,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
 
 from dagster_databus.core.progress import Progress
 from dagster_databus.snapshot.files import TableFile, TableFiles
@@ -46,6 +49,7 @@ class UpkeepResult:
     retain_hours: int  # what VACUUM kept: files the table stopped naming less than this long ago
     checkpoint_version: int
     kind: str = "snapshot"  # or "history" (the table's history table), "logical" (``table`` names the logical table)
+    retyped: int = 0  # files rewritten alone because their physical column types differed from the table's
 
 
 def compaction_groups(files: TableFiles, file_rows: int) -> list[list[TableFile]]:
@@ -65,6 +69,20 @@ def compaction_groups(files: TableFiles, file_rows: int) -> list[list[TableFile]
         rows += file.rows
     groups.append(run)
     return [g for g in groups if len(g) > 1 and any(f.rows < SMALL * file_rows for f in g)]
+
+
+def mistyped(folder: DeltaFolder, files: TableFiles, schema: pa.Schema, joined: Sequence[Sequence[TableFile]]
+             ) -> list[list[TableFile]]:
+    """Files not in ``joined`` whose physical column types differ from the table's, each a group of one to
+    rewrite in the table's types: delta-rs's MERGE writes strings as ``string_view``, and every read of such a
+    file through the table casts them again (the local engine's one file read twice as slowly after 1,000 merges)."""
+    from dagster_databus.snapshot.commit import location
+
+    where = location(folder)
+    taken = {f.path for g in joined for f in g}
+    declared = {f.name: f.type for f in schema}
+    return [[f] for f in files.files if f.path not in taken
+            and any(declared.get(c.name, c.type) != c.type for c in where.schema(f.path))]
 
 
 def upkeep_table(snap: DeltaSnapshot, key: Sequence[str], engine: MergeEngine, file_rows: int, retain_hours: int,
@@ -93,11 +111,14 @@ def upkeep_folder(folder: DeltaFolder, label: str, key: Sequence[str], order: Se
     table = folder.delta()
     before = _sizes(table)
     files = TableFiles.of(table, key, folder.arrow_schema())
-    groups = compaction_groups(files, file_rows)
+    joined = compaction_groups(files, file_rows)
+    retyped = mistyped(folder, files, pa.schema(table.schema().to_arrow()), joined)
+    groups = joined + retyped
     written = 0
     what = f"{label}" if kind == "snapshot" else f"{label} ({kind})"
     if groups:
-        progress(f"{what}: joining {sum(len(g) for g in groups)} small files in {len(groups)} run(s)")
+        progress(f"{what}: joining {sum(len(g) for g in joined)} small files in {len(joined)} run(s), rewriting "
+                 f"{len(retyped)} file(s) in the table's column types")
         written = engine.compact(folder, table, order, groups, progress)
     table = folder.delta()
     # Removed files' tombstones stay in every checkpoint for this long (a week by default): past VACUUM they serve
@@ -111,8 +132,8 @@ def upkeep_folder(folder: DeltaFolder, label: str, key: Sequence[str], order: Se
     table = folder.delta()
     table.create_checkpoint()
     after = _sizes(table)
-    result = UpkeepResult(label, before[0], after[0], before[1], after[1], sum(len(g) for g in groups), written,
-                          len(vacuumed), retain_hours, table.version(), kind)
+    result = UpkeepResult(label, before[0], after[0], before[1], after[1], sum(len(g) for g in joined), written,
+                          len(vacuumed), retain_hours, table.version(), kind, len(retyped))
     kept = f" and by version {keep}, the last bootstrap's" if keep is not None else ""
     progress(f"{what}: {result.files_before} -> {result.files_after} files, {result.bytes_before:,} -> "
              f"{result.bytes_after:,} bytes; {result.vacuumed} removed file(s) vacuumed (kept those named within "
@@ -121,8 +142,6 @@ def upkeep_folder(folder: DeltaFolder, label: str, key: Sequence[str], order: Se
 
 
 def _sizes(table: object) -> tuple[int, int]:
-    import pyarrow as pa
-
     actions = pa.table(table.get_add_actions(flatten=True))  # type: ignore[attr-defined]
     return actions.num_rows, int(sum(actions["size_bytes"].to_pylist()))
 
