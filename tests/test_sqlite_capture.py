@@ -16,7 +16,7 @@ from dagster_databus.errors import (
     SchemaMismatchError,
 )
 from dagster_databus.log.store import ChangeLog
-from dagster_databus.sources.sqlite import SqliteSource
+from dagster_databus.sources.sqlite.source import SqliteSource
 from tests.harness import CUT, SqliteHarness, make_config
 
 TABLES = [("items", ["id"]), ("tags", ["item_id", "tag"])]
@@ -192,7 +192,7 @@ def test_uninstall_removes_what_install_created_and_nothing_else(shop) -> None:
 def test_key_ranges_split_the_table_by_keys_and_leave_the_last_open(tmp_path: Path, rows: int, expected) -> None:
     import sqlite3
 
-    from dagster_databus.sources.sqlite_bootstrap import key_ranges
+    from dagster_databus.sources.sqlite.bootstrap import key_ranges
 
     with sqlite3.connect(tmp_path / "k.db") as conn:
         conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")

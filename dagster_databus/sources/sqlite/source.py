@@ -57,9 +57,9 @@ from dagster_databus.sources.base import (
     streamed_fingerprint,
     table_schemas,
 )
-from dagster_databus.sources.sqlite_batch import TxlogChunk, chunk_batch, joined_ints
-from dagster_databus.sources.sqlite_bootstrap import check_selection, key_ranges
-from dagster_databus.sources.sqlite_types import sqlite_column_type, sqlite_value
+from dagster_databus.sources.sqlite.batch import TxlogChunk, chunk_batch, joined_ints
+from dagster_databus.sources.sqlite.bootstrap import check_selection, key_ranges
+from dagster_databus.sources.sqlite.types import sqlite_column_type, sqlite_value
 
 # 3: a plain rowid txlog, windows by cuts, drift found by the poll (2: the triggers read the epoch and
 # checked the columns per row; 2 also made REAL values travel as exact text).

@@ -57,7 +57,7 @@ def check_selection(conn: sqlite3.Connection, table: str, key: Sequence[str], ro
 
 def read_range(read: RangeRead, index: int) -> TableSnapshot:
     """Range ``index`` of ``read``, with the txlog high-water mark of the same read transaction."""
-    from dagster_databus.sources.sqlite_types import sqlite_value
+    from dagster_databus.sources.sqlite.types import sqlite_value
 
     spec, schema, where = read.spec, read.schema, read.ranges[index]
     key, page_rows = schema.primary_key, int(spec["page_rows"])

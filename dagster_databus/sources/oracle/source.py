@@ -46,8 +46,8 @@ from dagster_databus.sources.base import (
     streamed_fingerprint,
     table_schemas,
 )
-from dagster_databus.sources.oracle_bootstrap import check_selection, key_ranges
-from dagster_databus.sources.oracle_sql import (
+from dagster_databus.sources.oracle.bootstrap import check_selection, key_ranges
+from dagster_databus.sources.oracle.sql import (
     Statement,
     TableObjects,
     after_clause,
@@ -55,7 +55,7 @@ from dagster_databus.sources.oracle_sql import (
     quote,
     split_script,
 )
-from dagster_databus.sources.oracle_types import (
+from dagster_databus.sources.oracle.types import (
     oracle_column_type,
     oracle_declared,
     oracle_value,
@@ -372,7 +372,7 @@ class OracleSource:
                     yield windows
 
     def _select_list(self, table: str, names: Sequence[str], alias: str = "") -> str:
-        """Exact-value SELECT expressions (``oracle_types.select_expression``) of ``names``, over ``alias``."""
+        """Exact-value SELECT expressions (``oracle.types.select_expression``) of ``names``, over ``alias``."""
         schema, mapping = self.schemas()[table], self._columns[table]
         prefix = f"{alias}." if alias else ""
         return ", ".join(select_expression(prefix + quote(mapping[n]), schema.column(n).source_type, quote(mapping[n]))

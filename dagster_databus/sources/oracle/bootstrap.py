@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from dagster_databus.errors import ConfigError
 from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot, split_keys
-from dagster_databus.sources.oracle_sql import after_clause, through_clause
+from dagster_databus.sources.oracle.sql import after_clause, through_clause
 
 
 def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_range: int,
@@ -29,7 +29,7 @@ def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_
 
 def selection_clause(keys: Sequence[str], where: KeyRange, predicate: str | None) -> tuple[str, dict[str, Any]]:
     """" WHERE ..." (or "") selecting the key range and ``predicate``, with its binds (Oracle has no row-value
-    comparison: ``oracle_sql.after_clause``)."""
+    comparison: ``oracle.sql.after_clause``)."""
     clauses, binds = [], {}
     if where.after is not None:
         clauses.append(f"({after_clause(keys, 'a')})")
@@ -63,7 +63,7 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
     ([[quoted column, declared type]] in schema order), ``page_rows``."""
     import oracledb
 
-    from dagster_databus.sources.oracle_types import oracle_value, output_type_handler, select_expression
+    from dagster_databus.sources.oracle.types import oracle_value, output_type_handler, select_expression
 
     assert read.scn is not None  # Oracle ranges always read at one SCN
     spec, schema, where = read.spec, read.schema, read.ranges[index]
