@@ -20,13 +20,15 @@ import pyarrow as pa
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import CaptureNotInstalledError, ConfigError
 from dagster_databus.sources.base import (
+    ALL_KEYS,
     ALL_ROWS,
     KeyRange,
     RangeRead,
     RowSelection,
     TableSnapshot,
     key_clause,
-    range_pages,
+    keyset_pages,
+    row_key,
     split_keys,
 )
 from dagster_databus.sources.mysql.binlog import MysqlBinlog
@@ -131,13 +133,14 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
         conn.close()
         raise
 
-    def fetch(clause: str, params: list[Any]) -> list[Any]:
+    def fetch(keys: KeyRange) -> list[Any]:
+        clause, params = key_clause(kcols, marks, keys, _escaped(read.where))
         cur.execute(f"SELECT {names} FROM `{table}` {clause}ORDER BY {kcols} LIMIT %s", (*params, page))
         return cur.fetchall()
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
-            for rows in range_pages(fetch, kcols, marks, where, key_index, page, _escaped(read.where)):
+            for rows in keyset_pages(fetch, where, row_key(key_index), page):
                 yield convert(rows)
             cur.execute("COMMIT")
         finally:
@@ -157,21 +160,20 @@ class MysqlBootstrap(MysqlBinlog):
         cur = conn.cursor()
         scn = self._read_only_snapshot(cur)
         columns = ", ".join(select_expression(c) for c in schema.columns)
-        key = [f"`{k}`" for k in schema.primary_key]
-        first = f"SELECT {columns} FROM `{table}` ORDER BY {', '.join(key)} LIMIT %s"
-        after = (f"SELECT {columns} FROM `{table}` WHERE ({', '.join(key)}) > ({', '.join(['%s'] * len(key))}) "
-                 f"ORDER BY {', '.join(key)} LIMIT %s")
+        kcols = ", ".join(f"`{k}`" for k in schema.primary_key)
+        marks = ", ".join(["%s"] * len(schema.primary_key))
         key_index = [schema.column_names.index(k) for k in schema.primary_key]
         convert = schema.batch(lambda c: bootstrap_value(c, self.config.zero_dates), f"bootstrap of {table}")
 
+        def fetch(keys: KeyRange) -> list[Any]:
+            clause, params = key_clause(kcols, marks, keys)
+            cur.execute(f"SELECT {columns} FROM `{table}` {clause}ORDER BY {kcols} LIMIT %s", (*params, batch_rows))
+            return cur.fetchall()
+
         def batches() -> Iterator[pa.RecordBatch]:
             try:
-                cur.execute(first, (batch_rows,))
-                while rows := cur.fetchall():
+                for rows in keyset_pages(fetch, ALL_KEYS, row_key(key_index), batch_rows):
                     yield convert(rows)
-                    if len(rows) < batch_rows:
-                        break
-                    cur.execute(after, (*[rows[-1][i] for i in key_index], batch_rows))
             finally:
                 cur.execute("COMMIT")
                 conn.close()

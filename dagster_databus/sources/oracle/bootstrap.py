@@ -9,7 +9,15 @@ from typing import Any
 import pyarrow as pa
 
 from dagster_databus.errors import ConfigError
-from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot, split_keys
+from dagster_databus.sources.base import (
+    ALL_ROWS,
+    KeyRange,
+    RangeRead,
+    RowSelection,
+    TableSnapshot,
+    keyset_pages,
+    split_keys,
+)
 from dagster_databus.sources.oracle.sql import after_clause, through_clause
 
 
@@ -75,23 +83,20 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
     convert = schema.batch(oracle_value, f"bootstrap of {schema.table} as of SCN {scn}")
     conn = oracledb.connect(**spec["connection"])
     conn.outputtypehandler = output_type_handler
+    cur = conn.cursor()
+
+    def fetch(keys_range: KeyRange) -> list[Any]:
+        clause, binds = selection_clause(keys, keys_range, read.where)
+        cur.execute(f"SELECT {select} FROM {table} AS OF SCN :scn{clause} ORDER BY {', '.join(keys)} "
+                    "FETCH FIRST :n ROWS ONLY", {"scn": scn, "n": page, **binds})
+        return cur.fetchall()
 
     def batches() -> Iterator[pa.RecordBatch]:
-        after = where.after
         try:
-            with conn.cursor() as cur:
-                while True:
-                    clause, binds = selection_clause(keys, KeyRange(after, where.through), read.where)
-                    cur.execute(f"SELECT {select} FROM {table} AS OF SCN :scn{clause} ORDER BY {', '.join(keys)} "
-                                "FETCH FIRST :n ROWS ONLY", {"scn": scn, "n": page, **binds})
-                    rows = cur.fetchall()
-                    if not rows:
-                        break
-                    yield convert(rows)  # the trailing raw key columns are not converted
-                    if len(rows) < page:
-                        break
-                    after = tuple(rows[-1][width:])
+            for rows in keyset_pages(fetch, where, lambda row: tuple(row[width:]), page):
+                yield convert(rows)  # the trailing raw key columns are not converted
         finally:
+            cur.close()
             conn.close()
 
     return TableSnapshot(scn=read.scn, schema=schema, batches=batches())

@@ -31,8 +31,10 @@ from dagster_databus.errors import (
 )
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import (
+    ALL_KEYS,
     ALL_ROWS,
     InstallReport,
+    KeyRange,
     PollStats,
     RangeRead,
     RowSelection,
@@ -40,17 +42,17 @@ from dagster_databus.sources.base import (
     TableSnapshot,
     check_column_name,
     in_buckets,
+    keyset_pages,
     require_mapped,
     require_unique_key,
     resolve_key,
     streamed_fingerprint,
     table_schemas,
 )
-from dagster_databus.sources.oracle.bootstrap import check_selection, key_ranges
+from dagster_databus.sources.oracle.bootstrap import check_selection, key_ranges, selection_clause
 from dagster_databus.sources.oracle.sql import (
     Statement,
     TableObjects,
-    after_clause,
     poll_query,
     quote,
     split_script,
@@ -425,23 +427,20 @@ class OracleSource:
         keys = [quote(mapping[k]) for k in schema.primary_key]
         # The raw key columns trail the exact-value expressions: keyset paging binds them as they are.
         cols = ", ".join([self._select_list(table, schema.column_names), *keys])
-        after = after_clause(keys, "k")
         order = ", ".join(keys)
-        first = f"SELECT {cols} FROM {actual} AS OF SCN :scn ORDER BY {order} FETCH FIRST :n ROWS ONLY"
-        following = (f"SELECT {cols} FROM {actual} AS OF SCN :scn WHERE {after} ORDER BY {order} "
-                     "FETCH FIRST :n ROWS ONLY")
         width = len(schema.columns)
         convert = schema.batch(oracle_value, f"bootstrap of {table} as of SCN {scn.value}")
 
+        def fetch(where: KeyRange) -> list[Any]:
+            clause, binds = selection_clause(keys, where, None)
+            cur.execute(f"SELECT {cols} FROM {actual} AS OF SCN :scn{clause} ORDER BY {order} FETCH FIRST :n ROWS ONLY",
+                        scn=scn.value, n=batch_rows, **binds)
+            return cur.fetchall()
+
         def batches() -> Iterator[pa.RecordBatch]:
             try:
-                cur.execute(first, scn=scn.value, n=batch_rows)
-                while rows := cur.fetchall():
-                    yield convert(rows)
-                    if len(rows) < batch_rows:
-                        break
-                    cur.execute(following, scn=scn.value, n=batch_rows,
-                                **{f"k{i}": v for i, v in enumerate(rows[-1][width:])})
+                for rows in keyset_pages(fetch, ALL_KEYS, lambda row: tuple(row[width:]), batch_rows):
+                    yield convert(rows)  # the trailing raw key columns are not converted
             finally:
                 conn.close()
 

@@ -25,7 +25,8 @@ from dagster_databus.sources.base import (
     RowSelection,
     TableSnapshot,
     key_clause,
-    range_pages,
+    keyset_pages,
+    row_key,
     split_keys,
 )
 
@@ -77,13 +78,14 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
     key_index = [schema.column_names.index(k) for k in key]
     convert = schema.batch(sqlite_value, f"bootstrap of {schema.table}")
 
-    def page(clause: str, params: list[Any]) -> list[Any]:
+    def page(keys: KeyRange) -> list[Any]:
+        clause, params = key_clause(cols, marks, keys, read.where)
         return conn.execute(f"SELECT {columns} FROM {quote_sqlite(schema.table)} {clause}ORDER BY {cols} LIMIT ?",
                             (*params, page_rows)).fetchall()
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
-            for rows in range_pages(page, cols, marks, where, key_index, page_rows, read.where):
+            for rows in keyset_pages(page, where, row_key(key_index), page_rows):
                 yield convert(rows)
         finally:
             conn.close()
