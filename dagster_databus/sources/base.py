@@ -19,7 +19,7 @@ from dagster_databus.core.identifiers import RESERVED_PREFIX, is_plain_name
 from dagster_databus.core.progress import Progress, Ticker, quiet
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ConfigError, UnsupportedTypeError
+from dagster_databus.errors import CaptureNotInstalledError, ConfigError, UnsupportedTypeError
 
 if TYPE_CHECKING:
     from dagster_databus.core.fingerprint import Fingerprint
@@ -34,6 +34,21 @@ def require_mapped(source: str, table: str, unmapped: Sequence[str], kind: str, 
             f"source {source!r}, table {table!r}: column(s) {', '.join(unmapped)} have a declared type with no "
             f"mapping to a change-log and snapshot type (docs/types.md lists the {kind} mapping)",
             f"{fix}, or leave the table out of capture", source=source, table=table)
+
+
+def not_installed(problem: str, problems: Sequence[str], fix: str, *, bulleted: bool = False,
+                  **context: Any) -> CaptureNotInstalledError:
+    """The error for capture that is not ready: ``problem``, then ``verify()``'s problems (one a line with
+    ``bulleted``, else joined with "; "), and ``fix``."""
+    listed = "\n  - " + "\n  - ".join(problems) if bulleted else " " + "; ".join(problems)
+    return CaptureNotInstalledError(problem + listed, fix, **context)
+
+
+def require_installed(source: CaptureSource, error: Callable[[list[str]], CaptureNotInstalledError]) -> None:
+    """Every source's ``require_installed``: raise ``error(problems)`` if ``source.verify()`` finds any."""
+    problems = source.verify()
+    if problems:
+        raise error(problems)
 
 
 def table_schemas(tables: Sequence[Any], build: Callable[[int, str, tuple[str, ...]], TableSchema]

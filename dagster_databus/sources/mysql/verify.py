@@ -11,7 +11,7 @@ import pymysql
 
 from dagster_databus.errors import CaptureNotInstalledError, ConfigError, SourceUnavailableError
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.base import InstallReport
+from dagster_databus.sources.base import InstallReport, not_installed, require_installed
 from dagster_databus.sources.mysql.positions import MysqlPositions
 from dagster_databus.sources.mysql.servers import other_role
 
@@ -87,14 +87,10 @@ class MysqlVerify(MysqlPositions):
         return problems
 
     def require_installed(self) -> None:
-        problems = self.verify()
-        if problems:
-            raise CaptureNotInstalledError(
-                f"MySQL source {self.name!r} ({self.describe()}) is not ready for binlog capture:\n  - "
-                + "\n  - ".join(problems),
-                "apply each fix above, then materialize the '" + self.name + "/capture' asset again",
-                source=self.name,
-            )
+        require_installed(self, lambda problems: not_installed(
+            f"MySQL source {self.name!r} ({self.describe()}) is not ready for binlog capture:", problems,
+            "apply each fix above, then materialize the '" + self.name + "/capture' asset again", bulleted=True,
+            source=self.name))
 
     def install(self) -> InstallReport:
         """Nothing to create for capture; for watermark reads, the signal table (``sql/mysql/signal.sql``)."""

@@ -43,6 +43,8 @@ from dagster_databus.sources.base import (
     check_column_name,
     in_buckets,
     keyset_pages,
+    not_installed,
+    require_installed,
     require_mapped,
     require_unique_key,
     resolve_key,
@@ -303,11 +305,9 @@ class OracleSource:
             return self._problems(cur)
 
     def require_installed(self) -> None:
-        problems = self.verify()
-        if problems:
-            raise CaptureNotInstalledError(
-                f"capture is not installed correctly in Oracle source {self.name!r}: " + "; ".join(problems),
-                f"materialize the '{self.name}/capture' asset to install or repair the objects", source=self.name)
+        require_installed(self, lambda problems: not_installed(
+            f"capture is not installed correctly in Oracle source {self.name!r}:", problems,
+            f"materialize the '{self.name}/capture' asset to install or repair the objects", source=self.name))
 
     def uninstall(self) -> None:
         """Remove everything install created for this source's tables, then the core objects."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from dagster_databus.core.identifiers import is_plain_name
+from dagster_databus.core.identifiers import is_plain_name, quote_literal
 from dagster_databus.sources import sqlfiles
 
 ORACLE_MAX_IDENTIFIER = 128
@@ -87,12 +87,6 @@ def quote(name: str) -> str:
     return f'"{name}"'
 
 
-def literal(name: str) -> str:
-    if not is_plain_name(name):
-        raise ValueError(f"not a plain identifier: {name!r}")
-    return f"'{name}'"
-
-
 @dataclass(frozen=True, slots=True)
 class TableObjects:
     """Names of the capture objects of one table (all derived from validated names)."""
@@ -119,7 +113,7 @@ class TableObjects:
             "txn_index": self._derived("I_"),
             "trigger": self._derived("T_"),
             "delete_trigger": self._derived("TD_"),
-            "source_literal": literal(self.source),
+            "source_literal": quote_literal(self.source),
             "key_columns": ", ".join(keys),
             "old_keys": ", ".join(f":OLD.{k}" for k in keys),
             "key_changed": " OR ".join(f":OLD.{k} <> :NEW.{k}" for k in keys),

@@ -51,6 +51,8 @@ from dagster_databus.sources.base import (
     TableSnapshot,
     check_column_name,
     in_buckets,
+    not_installed,
+    require_installed,
     require_mapped,
     require_unique_key,
     resolve_key,
@@ -335,16 +337,13 @@ class SqliteSource:
         return problems
 
     def require_installed(self) -> None:
-        problems = self.verify()
-        if problems:
-            raise self._install_error(problems)
+        require_installed(self, self._install_error)
 
     def _install_error(self, problems: Sequence[str]) -> CaptureNotInstalledError:
-        return CaptureNotInstalledError(
-            f"capture is not installed correctly in source {self.name!r} ({self.config.path}): " + "; ".join(problems),
+        return not_installed(
+            f"capture is not installed correctly in source {self.name!r} ({self.config.path}):", problems,
             f"materialize the '{self.name}/capture' asset (or run `databus install --source {self.name}`) "
-            "to install or update the txlog and triggers",
-        )
+            "to install or update the txlog and triggers")
 
     @staticmethod
     def _note_unrepaired(conn: sqlite3.Connection, change: _Change) -> None:
