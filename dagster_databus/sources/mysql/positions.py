@@ -11,7 +11,7 @@ from typing import Any
 
 import pymysql
 
-from dagster_databus.core.scn import Scn
+from dagster_databus.core.scn import Position, Scn
 from dagster_databus.errors import CaptureNotInstalledError, ConcurrentRunError, EpochMismatchError, LogGapError
 from dagster_databus.sources.mysql.connect import Connection
 from dagster_databus.sources.mysql.schema import MysqlSchemas
@@ -116,7 +116,7 @@ class MysqlPositions(MysqlSchemas):
 
     def _check_position(self, cur: Any, since: Scn, epoch: str | None, state: Mapping[str, str]) -> str:
         current_epoch = self.epoch()
-        if epoch is not None and epoch != current_epoch:
+        if epoch is not None and not Position(epoch, since).same_epoch(Position(current_epoch, since)):
             raise EpochMismatchError(
                 f"MySQL source {self.name!r} is now {current_epoch}, but the change log's checkpoint belongs to "
                 f"{epoch}: the server was replaced or its binlogs renamed, so positions cannot be compared",

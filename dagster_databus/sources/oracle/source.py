@@ -22,7 +22,7 @@ from dagster_databus.config import OracleSourceConfig
 from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import Column, TableSchema
-from dagster_databus.core.scn import Scn
+from dagster_databus.core.scn import Position, Scn
 from dagster_databus.errors import (
     CaptureNotInstalledError,
     ConfigError,
@@ -349,7 +349,7 @@ class OracleSource:
         schemas = self.schemas()
         with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
             current = self._epoch(cur, self._settings(cur))
-            if epoch is not None and epoch != current:
+            if epoch is not None and not Position(epoch, since).same_epoch(Position(current, since)):
                 raise EpochMismatchError(
                     f"Oracle source {self.name!r} is now epoch {current}, the change log's checkpoint is {epoch}: "
                     "the capture objects were re-installed or the database replaced",

@@ -32,7 +32,7 @@ from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.identifiers import quote_literal, quote_sqlite
 from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import Column, TableSchema
-from dagster_databus.core.scn import Scn
+from dagster_databus.core.scn import Position, Scn
 from dagster_databus.errors import (
     CaptureNotInstalledError,
     ConfigError,
@@ -425,7 +425,7 @@ class SqliteSource:
 
     def _check_lineage(self, settings: dict[str, str], since: Scn, epoch: str | None,
                        conn: sqlite3.Connection) -> None:
-        if epoch is not None and settings["epoch_id"] != epoch:
+        if epoch is not None and not Position(epoch, since).same_epoch(Position(settings["epoch_id"], since)):
             raise EpochMismatchError(
                 f"source {self.name!r} ({self.config.path}) has capture epoch {settings['epoch_id']} but the "
                 f"change log's checkpoint belongs to epoch {epoch}: the database was replaced, restored or its "
