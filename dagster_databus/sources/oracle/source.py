@@ -77,6 +77,7 @@ CORE_OBJECTS = (("SEQUENCE", "SY$SCN_SEQ"), ("TABLE", "SYNC_CORE_SETTINGS"), ("T
                 ("PACKAGE", "SYNC_ALERT"), ("PACKAGE BODY", "SYNC_ALERT"))
 JOBS = ("J_COALESCE_LOG", "J_CALL_SIGNAL")
 MAX_SOURCES = 126  # sy$txlog.mask is a NUMBER: 38 digits hold bits 0..125
+_NO_SUCH_TABLE = 942  # ORA-00942: table or view does not exist
 
 
 class OracleSource:
@@ -255,9 +256,14 @@ class OracleSource:
         cur.execute("INSERT INTO sy$sources (name, bitnum) VALUES (:n, :b)", n=self.name, b=free[0])
 
     def _settings(self, cur: Any) -> dict[str, str]:
+        """The install's settings row; empty when install has not created ``sync_core_settings`` yet."""
+        import oracledb
+
         try:
             cur.execute("SELECT databus_version, install_hash, epoch_id FROM sync_core_settings")
-        except Exception:
+        except oracledb.DatabaseError as exc:
+            if getattr(exc.args[0] if exc.args else None, "code", None) != _NO_SUCH_TABLE:
+                raise  # any other failure (privileges, a lost connection) is not "not installed"
             return {}
         row = cur.fetchone()
         return dict(zip(("databus_version", "install_hash", "epoch_id"), row, strict=True)) if row else {}
