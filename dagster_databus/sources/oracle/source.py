@@ -53,8 +53,10 @@ from dagster_databus.sources.base import (
 )
 from dagster_databus.sources.oracle.bootstrap import check_selection, key_ranges, selection_clause
 from dagster_databus.sources.oracle.sql import (
+    CORE_SCRIPTS,
     Statement,
     TableObjects,
+    install_scripts,
     poll_query,
     quote,
     split_script,
@@ -68,10 +70,6 @@ from dagster_databus.sources.oracle.types import (
 )
 
 CAPTURE_VERSION = "1"
-CORE_SCRIPTS = ("install/01_core_tables.sql", "install/02_sync_core.sql", "install/03_sync_alert.sql",
-                "install/04_jobs.sql")
-TABLE_SCRIPTS = ("table/01_txn_column.sql", "table/02_txn_index.sql", "table/03_delete_shadow.sql",
-                 "table/04_triggers.sql", "table/05_view.sql")
 CORE_OBJECTS = (("SEQUENCE", "SY$SCN_SEQ"), ("TABLE", "SYNC_CORE_SETTINGS"), ("TABLE", "SY$SOURCES"),
                 ("TABLE", "SY$TXLOG"), ("PACKAGE", "SYNC_CORE"), ("PACKAGE BODY", "SYNC_CORE"),
                 ("PACKAGE", "SYNC_ALERT"), ("PACKAGE BODY", "SYNC_ALERT"))
@@ -177,11 +175,7 @@ class OracleSource:
 
     def rendered(self) -> list[tuple[str, list[Statement]]]:
         """Every script of the install, rendered, in order: (script, statements)."""
-        out = [(name, split_script(sqlfiles.load("oracle", name))) for name in CORE_SCRIPTS]
-        for table in self.schemas():
-            objects = self._objects(table)
-            out += [(f"{name} ({table})", split_script(objects.render(name))) for name in TABLE_SCRIPTS]
-        return out
+        return install_scripts({table: self._objects(table) for table in self.schemas()})
 
     def install(self) -> InstallReport:
         scripts = self.rendered()
