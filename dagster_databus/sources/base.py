@@ -44,7 +44,11 @@ def not_installed(problem: str, problems: Sequence[str], fix: str, *, bulleted: 
     return CaptureNotInstalledError(problem + listed, fix, **context)
 
 
-def require_installed(source: CaptureSource, error: Callable[[list[str]], CaptureNotInstalledError]) -> None:
+class Verifiable(Protocol):
+    def verify(self) -> list[str]: ...
+
+
+def require_installed(source: Verifiable, error: Callable[[list[str]], CaptureNotInstalledError]) -> None:
     """Every source's ``require_installed``: raise ``error(problems)`` if ``source.verify()`` finds any."""
     problems = source.verify()
     if problems:

@@ -38,7 +38,8 @@ def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_
 def selection_clause(keys: Sequence[str], where: KeyRange, predicate: str | None) -> tuple[str, dict[str, Any]]:
     """" WHERE ..." (or "") selecting the key range and ``predicate``, with its binds (Oracle has no row-value
     comparison: ``oracle.sql.after_clause``)."""
-    clauses, binds = [], {}
+    clauses: list[str] = []
+    binds: dict[str, Any] = {}
     if where.after is not None:
         clauses.append(f"({after_clause(keys, 'a')})")
         binds |= {f"a{i}": v for i, v in enumerate(where.after)}
