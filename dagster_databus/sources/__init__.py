@@ -1,4 +1,5 @@
-"""Capture sources: one module per database kind, all behind ``base.CaptureSource``."""
+"""Capture sources: one package per database kind (``sqlite``, ``mysql``, ``oracle``), all behind
+``base.CaptureSource``; ``base`` holds what they share (key ranges, keyset paging, the install check)."""
 
 from __future__ import annotations
 
