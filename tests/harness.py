@@ -180,7 +180,7 @@ class OracleHarness:
 
     def reset(self) -> None:
         from dagster_databus.sources import sqlfiles
-        from dagster_databus.sources.oracle_sql import split_script
+        from dagster_databus.sources.oracle.sql import split_script
 
         statements = [f"DROP TABLE {t} PURGE" for t in SUITE_TABLES]
         statements += [f'DROP TABLE "SY$D_{t.upper()}" PURGE' for t in SUITE_TABLES]

@@ -21,8 +21,8 @@ from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import SchemaMismatchError
 from dagster_databus.log.avro_columnar import Field, encode_blocks, encode_records, write_container
 from dagster_databus.log.store import ChangeLog
-from dagster_databus.sources import sqlite_batch
-from dagster_databus.sources.sqlite import SqliteSource, _decode_json
+from dagster_databus.sources.sqlite import batch as sqlite_batch
+from dagster_databus.sources.sqlite.source import SqliteSource, _decode_json
 from tests.harness import CUT, SqliteHarness, make_config
 
 UTC = dt.UTC

@@ -18,7 +18,7 @@ from dagster_databus.defs.schedules import build_source_job
 from dagster_databus.defs.sensors import build_alert_sensor
 from dagster_databus.errors import SourceUnavailableError
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.oracle_sql import TableObjects, poll_query, quote, split_script
+from dagster_databus.sources.oracle.sql import TableObjects, poll_query, quote, split_script
 from tests.mariadb import free_port
 
 SQL = Path(__file__).resolve().parents[1] / "sql" / "oracle"
@@ -165,7 +165,7 @@ def test_keyset_clauses_order_like_tuples() -> None:
     import itertools
     import sqlite3
 
-    from dagster_databus.sources.oracle_sql import after_clause, through_clause
+    from dagster_databus.sources.oracle.sql import after_clause, through_clause
 
     keys = ['"A"', '"B"', '"C"']
     conn = sqlite3.connect(":memory:")

@@ -14,7 +14,7 @@ import pytest
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType, float32
 from dagster_databus.errors import SchemaMismatchError
-from dagster_databus.sources.oracle_types import (
+from dagster_databus.sources.oracle.types import (
     oracle_column_type,
     oracle_declared,
     oracle_value,

@@ -19,7 +19,7 @@ from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.reconcile import compare_rows, reconcile_table
-from dagster_databus.sources.mysql_types import fingerprint_text
+from dagster_databus.sources.mysql.types import fingerprint_text
 from tests.conftest import cycle
 from tests.harness import SourceHarness, make_config
 

@@ -16,7 +16,7 @@ from dagster_databus.errors import (
     SchemaMismatchError,
 )
 from dagster_databus.log.store import ChangeLog
-from dagster_databus.sources.sqlite import SqliteSource
+from dagster_databus.sources.sqlite.source import SqliteSource
 from tests.harness import CUT, SqliteHarness, make_config
 
 TABLES = [("items", ["id"]), ("tags", ["item_id", "tag"])]
@@ -192,13 +192,33 @@ def test_uninstall_removes_what_install_created_and_nothing_else(shop) -> None:
 def test_key_ranges_split_the_table_by_keys_and_leave_the_last_open(tmp_path: Path, rows: int, expected) -> None:
     import sqlite3
 
-    from dagster_databus.sources.sqlite_bootstrap import key_ranges
+    from dagster_databus.sources.sqlite.bootstrap import key_ranges
 
     with sqlite3.connect(tmp_path / "k.db") as conn:
         conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
         conn.executemany("INSERT INTO t VALUES (?, ?)", [(i, str(i)) for i in range(1, rows + 1)])
         ranges = key_ranges(conn, "t", ["id"], 5)
     assert [(r.after, r.through) for r in ranges] == expected
+
+
+@pytest.mark.parametrize("page_rows", [1, 2, 5, 100])
+def test_range_reads_page_through_every_range_by_key(tmp_path: Path, page_rows: int) -> None:
+    """Each range is read by keyset pages (``base.keyset_pages``): every row once, in key order, whatever
+    the page size, with a compound key."""
+    from dagster_databus.sources import read_range
+
+    source = SqliteHarness(tmp_path / "r.db")
+    source.execute(["CREATE TABLE t (a INTEGER, b TEXT, v TEXT, PRIMARY KEY (a, b))"])
+    source.execute([("INSERT INTO t VALUES (?, ?, ?)", (a, b, f"{a}{b}")) for a in range(1, 8) for b in "xyz"])
+    config = make_config(tmp_path / "lake", source.source_config("s", [("t", ["a", "b"])]))
+    capture = SqliteSource(config.sources[0])
+    capture.install()
+    read = capture.ranges("t", 4)
+    read.spec["page_rows"] = page_rows
+    keys = [(row["a"], row["b"]) for i in range(len(read.ranges))
+            for batch in read_range(read, i).batches for row in batch.to_pylist()]
+    assert len(read.ranges) > 1
+    assert keys == sorted((a, b) for a in range(1, 8) for b in "xyz")
 
 
 V2_OBJECTS = Path(__file__).parent / "data" / "sqlite_capture_v2.sql"

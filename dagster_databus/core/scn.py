@@ -101,3 +101,8 @@ class Position:
 
     def __str__(self) -> str:
         return f"{self.epoch}:{self.scn}"
+
+    def same_epoch(self, other: Position) -> bool:
+        """Whether ``other`` belongs to this position's epoch, so the two can be ordered (a caller that
+        raises its own ``EpochMismatchError``, with its own fix, asks this instead of comparing)."""
+        return self.epoch == other.epoch

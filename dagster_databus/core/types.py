@@ -3,7 +3,7 @@
 Every source turns what its driver returns into the canonical value of the column's type
 (``ColumnType.check``); from there one code path writes the change log, the snapshot and what
 consumers see, so a value is the same whichever way a row travelled (bootstrap or change
-events). The per-source mapping from declared types to these lives in ``sources/*_types.py``
+events). The per-source mapping from declared types to these lives in ``sources/*/types.py``
 and in docs/types.md.
 
 ==============  =======================  ====================================  ===================

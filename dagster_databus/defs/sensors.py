@@ -15,7 +15,7 @@ Waiter = Callable[[int], str | None]
 
 def oracle_waiter(source: OracleSourceConfig) -> Waiter:
     def wait(max_wait_s: int) -> str | None:
-        from dagster_databus.sources.oracle import OracleSource
+        from dagster_databus.sources.oracle.source import OracleSource
 
         return OracleSource(source).wait_for_changes(max_wait_s)
 

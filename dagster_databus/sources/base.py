@@ -19,7 +19,7 @@ from dagster_databus.core.identifiers import RESERVED_PREFIX, is_plain_name
 from dagster_databus.core.progress import Progress, Ticker, quiet
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ConfigError, UnsupportedTypeError
+from dagster_databus.errors import CaptureNotInstalledError, ConfigError, UnsupportedTypeError
 
 if TYPE_CHECKING:
     from dagster_databus.core.fingerprint import Fingerprint
@@ -34,6 +34,25 @@ def require_mapped(source: str, table: str, unmapped: Sequence[str], kind: str, 
             f"source {source!r}, table {table!r}: column(s) {', '.join(unmapped)} have a declared type with no "
             f"mapping to a change-log and snapshot type (docs/types.md lists the {kind} mapping)",
             f"{fix}, or leave the table out of capture", source=source, table=table)
+
+
+def not_installed(problem: str, problems: Sequence[str], fix: str, *, bulleted: bool = False,
+                  **context: Any) -> CaptureNotInstalledError:
+    """The error for capture that is not ready: ``problem``, then ``verify()``'s problems (one a line with
+    ``bulleted``, else joined with "; "), and ``fix``."""
+    listed = "\n  - " + "\n  - ".join(problems) if bulleted else " " + "; ".join(problems)
+    return CaptureNotInstalledError(problem + listed, fix, **context)
+
+
+class Verifiable(Protocol):
+    def verify(self) -> list[str]: ...
+
+
+def require_installed(source: Verifiable, error: Callable[[list[str]], CaptureNotInstalledError]) -> None:
+    """Every source's ``require_installed``: raise ``error(problems)`` if ``source.verify()`` finds any."""
+    problems = source.verify()
+    if problems:
+        raise error(problems)
 
 
 def table_schemas(tables: Sequence[Any], build: Callable[[int, str, tuple[str, ...]], TableSchema]
@@ -223,22 +242,23 @@ def split_keys(key_at: Callable[[tuple[Any, ...] | None, int], tuple[Any, ...] |
     return tuple(KeyRange(lo, hi) for lo, hi in zip(lowers, uppers, strict=True))
 
 
-def range_pages(fetch: Callable[[str, list[Any]], list[Any]], cols: str, marks: str, where: KeyRange,
-                key_index: Sequence[int], page: int, predicate: str | None = None) -> Iterator[list[Any]]:
-    """The rows of key range ``where`` (and, if given, matching ``predicate``) a page at a time, by keyset
-    pagination: ``fetch(clause, params)`` runs the page query (``page`` rows in key order) with ``clause``
-    ("WHERE ... " or "") and its parameters appended; ``cols`` are the key columns as SQL, ``marks`` their
-    placeholders, and ``key_index`` their positions in a fetched row."""
+def keyset_pages(fetch: Callable[[KeyRange], list[Any]], where: KeyRange, last_key: Callable[[Any], tuple[Any, ...]],
+                 page: int) -> Iterator[list[Any]]:
+    """The rows of key range ``where`` a page at a time, by keyset pagination, for every dialect:
+    ``fetch(keys)`` reads at most ``page`` rows of ``keys`` in key order (MySQL and SQLite select the
+    range with ``key_clause``, Oracle with ``oracle.bootstrap.selection_clause``), and ``last_key(row)``
+    is a fetched row's key, the next page's lower bound. A short page is the last."""
     after = where.after
-    while True:
-        clause, params = key_clause(cols, marks, KeyRange(after, where.through), predicate)
-        rows = fetch(clause, params)
-        if not rows:
-            return
+    while rows := fetch(KeyRange(after, where.through)):
         yield rows
         if len(rows) < page:
             return
-        after = tuple(rows[-1][i] for i in key_index)
+        after = last_key(rows[-1])
+
+
+def row_key(key_index: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """A row's key, from the positions of the key columns in the row (``keyset_pages``'s ``last_key``)."""
+    return lambda row: tuple(row[i] for i in key_index)
 
 
 def key_clause(cols: str, marks: str, keys: KeyRange, predicate: str | None = None) -> tuple[str, list[Any]]:

@@ -12,6 +12,7 @@ is pinned under a brief global read lock.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import closing
 from typing import Any
 
 import pyarrow as pa
@@ -19,15 +20,21 @@ import pyarrow as pa
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import CaptureNotInstalledError, ConfigError
 from dagster_databus.sources.base import (
+    ALL_KEYS,
     ALL_ROWS,
     KeyRange,
     RangeRead,
     RowSelection,
     TableSnapshot,
     key_clause,
-    range_pages,
+    keyset_pages,
+    row_key,
     split_keys,
 )
+from dagster_databus.sources.mysql.binlog import MysqlBinlog
+from dagster_databus.sources.mysql.connect import Connection
+from dagster_databus.sources.mysql.types import bootstrap_value, select_expression
+from dagster_databus.sources.mysql.verify import SIGNAL_TABLE
 
 
 def key_ranges(cursor: Any, table: str, key: Sequence[str], rows_per_range: int,
@@ -62,9 +69,6 @@ def check_selection(cursor: Any, table: str, key: Sequence[str], rows: RowSelect
         raise ConfigError("snapshot.where", f"MySQL cannot select {rows.describe()} of {table!r}: "
                           f"{exc.args[-1] if exc.args else exc}",
                           "write the condition in MySQL's SQL, naming the table's columns") from None
-
-
-SIGNAL_TABLE = "_databus_signal"
 
 
 def snapshot_position(cur: Any, era: int, source: str, watermark: bool = False) -> Scn:
@@ -112,9 +116,6 @@ def _binlog_end(cur: Any, source: str) -> tuple[str, int]:
 
 def read_range(read: RangeRead, index: int) -> TableSnapshot:
     """Range ``index`` of ``read``, in its own consistent snapshot at the position it reports."""
-    from dagster_databus.sources.mysql_connect import Connection
-    from dagster_databus.sources.mysql_types import bootstrap_value, select_expression
-
     spec, schema, where = read.spec, read.schema, read.ranges[index]
     table, key, page = schema.table, schema.primary_key, int(spec["page_rows"])
     names = ", ".join(select_expression(c) for c in schema.columns)
@@ -132,16 +133,82 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
         conn.close()
         raise
 
-    def fetch(clause: str, params: list[Any]) -> list[Any]:
+    def fetch(keys: KeyRange) -> list[Any]:
+        clause, params = key_clause(kcols, marks, keys, _escaped(read.where))
         cur.execute(f"SELECT {names} FROM `{table}` {clause}ORDER BY {kcols} LIMIT %s", (*params, page))
         return cur.fetchall()
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
-            for rows in range_pages(fetch, kcols, marks, where, key_index, page, _escaped(read.where)):
+            for rows in keyset_pages(fetch, where, row_key(key_index), page):
                 yield convert(rows)
             cur.execute("COMMIT")
         finally:
             conn.close()
 
     return TableSnapshot(scn=position, schema=schema, batches=batches())
+
+
+class MysqlBootstrap(MysqlBinlog):
+    """Bootstrap reads of the source's tables: in this process, or cut into key ranges for tasks."""
+
+    def snapshot(self, table: str, batch_rows: int | None = None) -> TableSnapshot:
+        """A consistent, keyset-paginated read of ``table`` at a known binlog position, on one connection."""
+        batch_rows = batch_rows or self.config.bootstrap_chunk_rows
+        schema = self.preflight()[table]  # the live shape: the read below sees it
+        conn = self.connect()
+        cur = conn.cursor()
+        scn = self._read_only_snapshot(cur)
+        columns = ", ".join(select_expression(c) for c in schema.columns)
+        kcols = ", ".join(f"`{k}`" for k in schema.primary_key)
+        marks = ", ".join(["%s"] * len(schema.primary_key))
+        key_index = [schema.column_names.index(k) for k in schema.primary_key]
+        convert = schema.batch(lambda c: bootstrap_value(c, self.config.zero_dates), f"bootstrap of {table}")
+
+        def fetch(keys: KeyRange) -> list[Any]:
+            clause, params = key_clause(kcols, marks, keys)
+            cur.execute(f"SELECT {columns} FROM `{table}` {clause}ORDER BY {kcols} LIMIT %s", (*params, batch_rows))
+            return cur.fetchall()
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            try:
+                for rows in keyset_pages(fetch, ALL_KEYS, row_key(key_index), batch_rows):
+                    yield convert(rows)
+            finally:
+                cur.execute("COMMIT")
+                conn.close()
+
+        return TableSnapshot(scn=scn, schema=schema, batches=batches())
+
+
+    def _read_only_snapshot(self, cur: Any) -> Scn:
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP in UTC, as the binlog and the snapshot have it
+        return self._consistent_snapshot(cur)
+
+
+    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
+        """Key ranges each read in its own consistent snapshot, pinned to a binlog position as
+        ``bootstrap_reads`` says (``mysql.bootstrap.snapshot_position``); with ``lock`` the whole table is one
+        range pinned under a brief global read lock."""
+        schema = self.preflight()[table]
+        with closing(self.connect()) as conn, conn.cursor() as cur:
+            reads = self._bootstrap_reads(cur)
+            ranges = (key_ranges(cur, table, schema.primary_key, rows_per_range, rows) if reads != "lock"
+                      else (rows.keys,))
+        c = self.config
+        host, port = self.address()
+        connection = {"host": host, "port": port, "user": c.user, "password": c.resolved_password(),
+                      "database": c.database, "connect_timeout": c.connect_timeout_s}
+        spec = {"connection": connection, "zero_dates": c.zero_dates, "era": self.era,
+                "page_rows": min(rows_per_range, 10_000), "reads": reads}
+        return RangeRead("mysql", self.name, schema, spec, ranges, scn=None, where=rows.where)
+
+
+    def check_selection(self, table: str, rows: RowSelection) -> None:
+        schema = self.preflight()[table]
+        with closing(self.connect()) as conn, conn.cursor() as cur:
+            check_selection(cur, table, schema.primary_key, rows)
+
+    def _consistent_snapshot(self, cur: Any) -> Scn:
+        return snapshot_position(cur, self.era, self.name)

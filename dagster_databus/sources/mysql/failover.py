@@ -1,4 +1,4 @@
-"""Primary/standby failover for MySQL sources (seed 002's ``master`` / ``standby`` addresses).
+"""Primary/standby failover for MySQL sources (a source's ``host`` and its ``standby``).
 
 When the server a source reads stays unreachable for ``failover.retries`` attempts,
 ``failover.interval_s`` apart, capture switches to the other configured server and finds its
@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import LogGapError, SourceUnavailableError, StandbyBehindError
-from dagster_databus.sources.mysql import other_role
-from dagster_databus.sources.mysql_connect import Connection
+from dagster_databus.sources.mysql.connect import Connection
+from dagster_databus.sources.mysql.servers import other_role
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from dagster_databus.log.store import ChangeLog
-    from dagster_databus.sources.mysql import MysqlSource
+    from dagster_databus.sources.mysql.positions import MysqlPositions
 
 _GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 
@@ -60,7 +60,7 @@ class Switch:
         return {k: v for k, v in asdict(self).items() if v not in (None, "")}
 
 
-def unreachable(source: MysqlSource, retries: int, interval_s: float) -> SourceUnavailableError | None:
+def unreachable(source: MysqlPositions, retries: int, interval_s: float) -> SourceUnavailableError | None:
     """None if the active server answers within ``retries`` attempts, else the last error."""
     error: SourceUnavailableError | None = None
     for attempt in range(retries):
@@ -92,7 +92,7 @@ def _gtid_list(text: str) -> dict[int, int]:
     return out
 
 
-def find_after_gtid(source: MysqlSource, cur: Any, gtid: str) -> tuple[str, int]:
+def find_after_gtid(source: MysqlPositions, cur: Any, gtid: str) -> tuple[str, int]:
     """The binlog position right after transaction ``gtid`` on the server ``cur`` is connected to."""
     domain, _, seq = parse_gtid(gtid)
     where = source.describe()
@@ -133,7 +133,7 @@ def find_after_gtid(source: MysqlSource, cur: Any, gtid: str) -> tuple[str, int]
         source=source.name)
 
 
-def _transaction_starts(source: MysqlSource, file: str) -> list[tuple[int, int]]:
+def _transaction_starts(source: MysqlPositions, file: str) -> list[tuple[int, int]]:
     """(resume offset, timestamp) of every transaction in one binlog file, in file order.
 
     The resume offset is the end of the transaction before (4 for the file's first): reading from
@@ -172,7 +172,7 @@ def _transaction_starts(source: MysqlSource, file: str) -> list[tuple[int, int]]
     return starts
 
 
-def find_by_time(source: MysqlSource, cur: Any, since_ts: int, captured_ts: int | None = None) -> tuple[str, int]:
+def find_by_time(source: MysqlPositions, cur: Any, since_ts: int, captured_ts: int | None = None) -> tuple[str, int]:
     """The start of the first transaction committed at or after ``since_ts`` (seconds).
 
     ``captured_ts``, the commit time of the last transaction capture read from the other server:
@@ -213,7 +213,7 @@ def find_by_time(source: MysqlSource, cur: Any, since_ts: int, captured_ts: int 
     return oldest, 4  # the server's whole binlog history is there: read all of it
 
 
-def fail_over(source: MysqlSource, state: dict[str, str], checkpoint_ms: int, epoch: str,
+def fail_over(source: MysqlPositions, state: dict[str, str], checkpoint_ms: int, epoch: str,
               reason: str) -> tuple[Switch, dict[str, str]]:
     """Switch ``source`` to its other server; return the switch and the checkpoint state to resume with."""
     settings = source.config.failover
@@ -242,7 +242,7 @@ def fail_over(source: MysqlSource, state: dict[str, str], checkpoint_ms: int, ep
     return switch, new_state
 
 
-def resume(source: MysqlSource, log: ChangeLog, progress: Callable[[str], None]) -> Switch | None:
+def resume(source: MysqlPositions, log: ChangeLog, progress: Callable[[str], None]) -> Switch | None:
     """Point ``source`` at the server its checkpoint names; fail over if that one stays down.
 
     The switch is committed to the change log (manifest lineage + checkpoint) under the log's

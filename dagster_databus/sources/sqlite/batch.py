@@ -7,7 +7,7 @@ together by Arrow's JSON reader against the JSON shape the capture triggers writ
 type (``$r``-tagged text for REAL values, ``$b`` hex for BLOBs), so the common columns (INTEGER,
 TEXT, REAL, BLOB, BOOLEAN) never pass through per-value Python. A table whose images do not parse
 to that shape (a DECIMAL column holding both integers and reals, text in an INTEGER column, ...) or
-a column type that needs a per-value conversion falls back to ``sqlite_types`` value by value, the
+a column type that needs a per-value conversion falls back to ``sqlite.types`` value by value, the
 exact conversion and refusal the row path always used.
 """
 
@@ -25,15 +25,15 @@ import pyarrow.json as pj
 from dagster_databus.core.batch import ChangeBatch, batch_schema, encode_keys, partitions
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType
-from dagster_databus.sources.sqlite_scan import BLOB, ESCAPED, NULL, REAL, TEXT, Spans, scan
-from dagster_databus.sources.sqlite_types import sqlite_value
+from dagster_databus.sources.sqlite.scan import BLOB, ESCAPED, NULL, REAL, TEXT, Spans, scan
+from dagster_databus.sources.sqlite.types import sqlite_value
 
-# The JSON each trigger writes per column type (sources/sqlite.py, _render_triggers): the fast shapes.
+# The JSON each trigger writes per column type (sources/sqlite/source.py, _render_triggers): the fast shapes.
 _REAL = pa.struct([("$r", pa.string())])
 _BLOB = pa.struct([("$b", pa.string())])
 _JSON_SHAPE: dict[str, pa.DataType] = {"long": pa.int64(), "boolean": pa.int64(), "string": pa.string(),
                                        "double": _REAL, "binary": _BLOB}
-# Columns whose stored values are located by sqlite_scan and converted from their text.
+# Columns whose stored values are located by ``sqlite.scan`` and converted from their text.
 _SCANNED = frozenset({"decimal", "date", "timestamp_ntz", "timestamp", "time"})
 _OPS = pa.array(["i", "u", "d"])
 _NEWLINE = pa.scalar("\n")
@@ -160,7 +160,7 @@ def _columns_by_json(schema: TableSchema, texts: pa.Array) -> list[pa.Array]:
 
     Columns of one JSON type (INTEGER, TEXT, REAL, BLOB, BOOLEAN) go through Arrow's JSON reader;
     DECIMAL, date and time columns, whose stored values mix integers, reals and text, are located by
-    ``sqlite_scan`` and converted from their text with Arrow.
+    ``sqlite.scan`` and converted from their text with Arrow.
     """
     columns = schema.columns
     if any((c.type.kind not in _JSON_SHAPE and c.type.kind not in _SCANNED) or c.type.as_text_in_delta
@@ -203,7 +203,7 @@ def _read_json(texts: pa.Array, columns: Sequence[Column], ignore_others: bool) 
 
 
 # Stored text each converter takes as it is: ASCII digits only, in the forms the row path reads
-# (sqlite_types); anything else (whitespace, zone offsets, other digits) takes the row path.
+# (``sqlite.types``); anything else (whitespace, zone offsets, other digits) takes the row path.
 _DATE = r"^\d{4}-\d{2}-\d{2}$"
 _DATETIME = r"^\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?)?$"
 _DATETIME_UTC = r"^\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?)?Z?$"
@@ -211,7 +211,7 @@ _TIME = r"^(?P<sign>-?)(?P<h>\d{2,3}):(?P<m>\d{2})(?::(?P<s>\d{2})(?:\.(?P<f>\d{
 
 
 def _from_text(column: Column, spans: Spans, at: int) -> pa.Array:
-    """A DECIMAL, date or time column from its values' stored text, as ``sqlite_types`` converts it value
+    """A DECIMAL, date or time column from its values' stored text, as ``sqlite.types`` converts it value
     by value; ``_Fallback`` for anything that conversion would treat otherwise (or refuse)."""
     kinds, texts, kind = spans.kinds[at], spans.texts(at), column.type.kind
     try:

@@ -1,17 +1,21 @@
 """Oracle SQL handling: splitting SQL*Plus-style scripts, rendering per-table templates with
-validated, quoted identifiers, and building the seed's poll queries."""
+validated, quoted identifiers, and building Databus for Oracle's poll queries."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from dagster_databus.core.identifiers import is_plain_name
+from dagster_databus.core.identifiers import is_plain_name, quote_literal
 from dagster_databus.sources import sqlfiles
 
 ORACLE_MAX_IDENTIFIER = 128
+CORE_SCRIPTS = ("install/01_core_tables.sql", "install/02_sync_core.sql", "install/03_sync_alert.sql",
+                "install/04_jobs.sql")
+TABLE_SCRIPTS = ("table/01_txn_column.sql", "table/02_txn_index.sql", "table/03_delete_shadow.sql",
+                 "table/04_triggers.sql", "table/05_view.sql")
 _PLSQL_START = re.compile(
     r"^\s*(CREATE\s+(OR\s+REPLACE\s+)?(PACKAGE|TRIGGER|PROCEDURE|FUNCTION|TYPE)\b|BEGIN\b|DECLARE\b)", re.IGNORECASE)
 _OBJECT = re.compile(
@@ -87,12 +91,6 @@ def quote(name: str) -> str:
     return f'"{name}"'
 
 
-def literal(name: str) -> str:
-    if not is_plain_name(name):
-        raise ValueError(f"not a plain identifier: {name!r}")
-    return f"'{name}'"
-
-
 @dataclass(frozen=True, slots=True)
 class TableObjects:
     """Names of the capture objects of one table (all derived from validated names)."""
@@ -119,7 +117,7 @@ class TableObjects:
             "txn_index": self._derived("I_"),
             "trigger": self._derived("T_"),
             "delete_trigger": self._derived("TD_"),
-            "source_literal": literal(self.source),
+            "source_literal": quote_literal(self.source),
             "key_columns": ", ".join(keys),
             "old_keys": ", ".join(f":OLD.{k}" for k in keys),
             "key_changed": " OR ".join(f":OLD.{k} <> :NEW.{k}" for k in keys),
@@ -144,8 +142,18 @@ def through_clause(keys: Sequence[str], prefix: str) -> str:
 
 
 def poll_query(form: Literal["simple", "chunked"], view: str, bounded: bool = False) -> str:
-    """The seed's poll query for a view (``view`` already quoted); ``bounded`` adds an upper SCN bound."""
+    """Databus for Oracle's poll query for a view (``view`` already quoted); ``bounded`` adds an upper SCN bound."""
     if form == "chunked":
         return sqlfiles.render("oracle", "poll/chunked.sql", view=view)
     bound = "\n  AND sync_core.getScn(tx.scn, tx.ora_rowscn) <= :untilScn" if bounded else ""
     return sqlfiles.load("oracle", "poll/simple.sql").format_map({"view": view, "upper_bound": bound})
+
+
+def install_scripts(tables: Mapping[str, TableObjects]) -> list[tuple[str, list[Statement]]]:
+    """Every script of the install, rendered and split, in order: (script, statements). The core scripts
+    come first (``CORE_SCRIPTS``), then each table's (``tables``: config name -> its objects). Needs no
+    server: ``OracleSource.install`` applies these, ``tests/test_oracle_grammar.py`` parses them."""
+    out = [(name, split_script(sqlfiles.load("oracle", name))) for name in CORE_SCRIPTS]
+    for table, objects in tables.items():
+        out += [(f"{name} ({table})", split_script(objects.render(name))) for name in TABLE_SCRIPTS]
+    return out

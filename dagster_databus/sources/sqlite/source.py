@@ -32,7 +32,7 @@ from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.identifiers import quote_literal, quote_sqlite
 from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import Column, TableSchema
-from dagster_databus.core.scn import Scn
+from dagster_databus.core.scn import Position, Scn
 from dagster_databus.errors import (
     CaptureNotInstalledError,
     ConfigError,
@@ -51,15 +51,17 @@ from dagster_databus.sources.base import (
     TableSnapshot,
     check_column_name,
     in_buckets,
+    not_installed,
+    require_installed,
     require_mapped,
     require_unique_key,
     resolve_key,
     streamed_fingerprint,
     table_schemas,
 )
-from dagster_databus.sources.sqlite_batch import TxlogChunk, chunk_batch, joined_ints
-from dagster_databus.sources.sqlite_bootstrap import check_selection, key_ranges
-from dagster_databus.sources.sqlite_types import sqlite_column_type, sqlite_value
+from dagster_databus.sources.sqlite.batch import TxlogChunk, chunk_batch, joined_ints
+from dagster_databus.sources.sqlite.bootstrap import check_selection, key_ranges
+from dagster_databus.sources.sqlite.types import sqlite_column_type, sqlite_value
 
 # 3: a plain rowid txlog, windows by cuts, drift found by the poll (2: the triggers read the epoch and
 # checked the columns per row; 2 also made REAL values travel as exact text).
@@ -335,16 +337,13 @@ class SqliteSource:
         return problems
 
     def require_installed(self) -> None:
-        problems = self.verify()
-        if problems:
-            raise self._install_error(problems)
+        require_installed(self, self._install_error)
 
     def _install_error(self, problems: Sequence[str]) -> CaptureNotInstalledError:
-        return CaptureNotInstalledError(
-            f"capture is not installed correctly in source {self.name!r} ({self.config.path}): " + "; ".join(problems),
+        return not_installed(
+            f"capture is not installed correctly in source {self.name!r} ({self.config.path}):", problems,
             f"materialize the '{self.name}/capture' asset (or run `databus install --source {self.name}`) "
-            "to install or update the txlog and triggers",
-        )
+            "to install or update the txlog and triggers")
 
     @staticmethod
     def _note_unrepaired(conn: sqlite3.Connection, change: _Change) -> None:
@@ -426,7 +425,7 @@ class SqliteSource:
 
     def _check_lineage(self, settings: dict[str, str], since: Scn, epoch: str | None,
                        conn: sqlite3.Connection) -> None:
-        if epoch is not None and settings["epoch_id"] != epoch:
+        if epoch is not None and not Position(epoch, since).same_epoch(Position(settings["epoch_id"], since)):
             raise EpochMismatchError(
                 f"source {self.name!r} ({self.config.path}) has capture epoch {settings['epoch_id']} but the "
                 f"change log's checkpoint belongs to epoch {epoch}: the database was replaced, restored or its "

@@ -9,8 +9,16 @@ from typing import Any
 import pyarrow as pa
 
 from dagster_databus.errors import ConfigError
-from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot, split_keys
-from dagster_databus.sources.oracle_sql import after_clause, through_clause
+from dagster_databus.sources.base import (
+    ALL_ROWS,
+    KeyRange,
+    RangeRead,
+    RowSelection,
+    TableSnapshot,
+    keyset_pages,
+    split_keys,
+)
+from dagster_databus.sources.oracle.sql import after_clause, through_clause
 
 
 def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_range: int,
@@ -29,8 +37,9 @@ def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_
 
 def selection_clause(keys: Sequence[str], where: KeyRange, predicate: str | None) -> tuple[str, dict[str, Any]]:
     """" WHERE ..." (or "") selecting the key range and ``predicate``, with its binds (Oracle has no row-value
-    comparison: ``oracle_sql.after_clause``)."""
-    clauses, binds = [], {}
+    comparison: ``oracle.sql.after_clause``)."""
+    clauses: list[str] = []
+    binds: dict[str, Any] = {}
     if where.after is not None:
         clauses.append(f"({after_clause(keys, 'a')})")
         binds |= {f"a{i}": v for i, v in enumerate(where.after)}
@@ -63,7 +72,7 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
     ([[quoted column, declared type]] in schema order), ``page_rows``."""
     import oracledb
 
-    from dagster_databus.sources.oracle_types import oracle_value, output_type_handler, select_expression
+    from dagster_databus.sources.oracle.types import oracle_value, output_type_handler, select_expression
 
     assert read.scn is not None  # Oracle ranges always read at one SCN
     spec, schema, where = read.spec, read.schema, read.ranges[index]
@@ -75,23 +84,20 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
     convert = schema.batch(oracle_value, f"bootstrap of {schema.table} as of SCN {scn}")
     conn = oracledb.connect(**spec["connection"])
     conn.outputtypehandler = output_type_handler
+    cur = conn.cursor()
+
+    def fetch(keys_range: KeyRange) -> list[Any]:
+        clause, binds = selection_clause(keys, keys_range, read.where)
+        cur.execute(f"SELECT {select} FROM {table} AS OF SCN :scn{clause} ORDER BY {', '.join(keys)} "
+                    "FETCH FIRST :n ROWS ONLY", {"scn": scn, "n": page, **binds})
+        return cur.fetchall()
 
     def batches() -> Iterator[pa.RecordBatch]:
-        after = where.after
         try:
-            with conn.cursor() as cur:
-                while True:
-                    clause, binds = selection_clause(keys, KeyRange(after, where.through), read.where)
-                    cur.execute(f"SELECT {select} FROM {table} AS OF SCN :scn{clause} ORDER BY {', '.join(keys)} "
-                                "FETCH FIRST :n ROWS ONLY", {"scn": scn, "n": page, **binds})
-                    rows = cur.fetchall()
-                    if not rows:
-                        break
-                    yield convert(rows)  # the trailing raw key columns are not converted
-                    if len(rows) < page:
-                        break
-                    after = tuple(rows[-1][width:])
+            for rows in keyset_pages(fetch, where, lambda row: tuple(row[width:]), page):
+                yield convert(rows)  # the trailing raw key columns are not converted
         finally:
+            cur.close()
             conn.close()
 
     return TableSnapshot(scn=read.scn, schema=schema, batches=batches())

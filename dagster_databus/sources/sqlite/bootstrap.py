@@ -25,7 +25,8 @@ from dagster_databus.sources.base import (
     RowSelection,
     TableSnapshot,
     key_clause,
-    range_pages,
+    keyset_pages,
+    row_key,
     split_keys,
 )
 
@@ -57,7 +58,7 @@ def check_selection(conn: sqlite3.Connection, table: str, key: Sequence[str], ro
 
 def read_range(read: RangeRead, index: int) -> TableSnapshot:
     """Range ``index`` of ``read``, with the txlog high-water mark of the same read transaction."""
-    from dagster_databus.sources.sqlite_types import sqlite_value
+    from dagster_databus.sources.sqlite.types import sqlite_value
 
     spec, schema, where = read.spec, read.schema, read.ranges[index]
     key, page_rows = schema.primary_key, int(spec["page_rows"])
@@ -77,13 +78,14 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
     key_index = [schema.column_names.index(k) for k in key]
     convert = schema.batch(sqlite_value, f"bootstrap of {schema.table}")
 
-    def page(clause: str, params: list[Any]) -> list[Any]:
+    def page(keys: KeyRange) -> list[Any]:
+        clause, params = key_clause(cols, marks, keys, read.where)
         return conn.execute(f"SELECT {columns} FROM {quote_sqlite(schema.table)} {clause}ORDER BY {cols} LIMIT ?",
                             (*params, page_rows)).fetchall()
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
-            for rows in range_pages(page, cols, marks, where, key_index, page_rows, read.where):
+            for rows in keyset_pages(page, where, row_key(key_index), page_rows):
                 yield convert(rows)
         finally:
             conn.close()

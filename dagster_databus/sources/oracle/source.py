@@ -1,10 +1,10 @@
-"""Oracle capture: Databus's trigger + ``sy$txlog`` design (seed 000), with python-oracledb (thin mode).
+"""Oracle capture: Databus's trigger + ``sy$txlog`` design, with python-oracledb (thin mode).
 
 Install applies ``sql/oracle/`` idempotently: a CREATE whose object exists is skipped (checked in
 the data dictionary), code units are CREATE OR REPLACE, and a hash of everything rendered is
 kept in ``sync_core_settings`` so an unchanged re-install does nothing at all. A poll takes the
 database SCN at its start as its bound, finds chunk ends over ``sy$txlog`` (whole transactions),
-and reads each table's ``sy$<table>`` view and delete-shadow table with the seed's query shape.
+and reads each table's ``sy$<table>`` view and delete-shadow table with Databus for Oracle's query shape.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dagster_databus.config import OracleSourceConfig
 from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import Column, TableSchema
-from dagster_databus.core.scn import Scn
+from dagster_databus.core.scn import Position, Scn
 from dagster_databus.errors import (
     CaptureNotInstalledError,
     ConfigError,
@@ -31,8 +31,10 @@ from dagster_databus.errors import (
 )
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import (
+    ALL_KEYS,
     ALL_ROWS,
     InstallReport,
+    KeyRange,
     PollStats,
     RangeRead,
     RowSelection,
@@ -40,22 +42,26 @@ from dagster_databus.sources.base import (
     TableSnapshot,
     check_column_name,
     in_buckets,
+    keyset_pages,
+    not_installed,
+    require_installed,
     require_mapped,
     require_unique_key,
     resolve_key,
     streamed_fingerprint,
     table_schemas,
 )
-from dagster_databus.sources.oracle_bootstrap import check_selection, key_ranges
-from dagster_databus.sources.oracle_sql import (
+from dagster_databus.sources.oracle.bootstrap import check_selection, key_ranges, selection_clause
+from dagster_databus.sources.oracle.sql import (
+    CORE_SCRIPTS,
     Statement,
     TableObjects,
-    after_clause,
+    install_scripts,
     poll_query,
     quote,
     split_script,
 )
-from dagster_databus.sources.oracle_types import (
+from dagster_databus.sources.oracle.types import (
     oracle_column_type,
     oracle_declared,
     oracle_value,
@@ -64,15 +70,12 @@ from dagster_databus.sources.oracle_types import (
 )
 
 CAPTURE_VERSION = "1"
-CORE_SCRIPTS = ("install/01_core_tables.sql", "install/02_sync_core.sql", "install/03_sync_alert.sql",
-                "install/04_jobs.sql")
-TABLE_SCRIPTS = ("table/01_txn_column.sql", "table/02_txn_index.sql", "table/03_delete_shadow.sql",
-                 "table/04_triggers.sql", "table/05_view.sql")
 CORE_OBJECTS = (("SEQUENCE", "SY$SCN_SEQ"), ("TABLE", "SYNC_CORE_SETTINGS"), ("TABLE", "SY$SOURCES"),
                 ("TABLE", "SY$TXLOG"), ("PACKAGE", "SYNC_CORE"), ("PACKAGE BODY", "SYNC_CORE"),
                 ("PACKAGE", "SYNC_ALERT"), ("PACKAGE BODY", "SYNC_ALERT"))
 JOBS = ("J_COALESCE_LOG", "J_CALL_SIGNAL")
 MAX_SOURCES = 126  # sy$txlog.mask is a NUMBER: 38 digits hold bits 0..125
+_NO_SUCH_TABLE = 942  # ORA-00942: table or view does not exist
 
 
 class OracleSource:
@@ -172,11 +175,7 @@ class OracleSource:
 
     def rendered(self) -> list[tuple[str, list[Statement]]]:
         """Every script of the install, rendered, in order: (script, statements)."""
-        out = [(name, split_script(sqlfiles.load("oracle", name))) for name in CORE_SCRIPTS]
-        for table in self.schemas():
-            objects = self._objects(table)
-            out += [(f"{name} ({table})", split_script(objects.render(name))) for name in TABLE_SCRIPTS]
-        return out
+        return install_scripts({table: self._objects(table) for table in self.schemas()})
 
     def install(self) -> InstallReport:
         scripts = self.rendered()
@@ -251,9 +250,14 @@ class OracleSource:
         cur.execute("INSERT INTO sy$sources (name, bitnum) VALUES (:n, :b)", n=self.name, b=free[0])
 
     def _settings(self, cur: Any) -> dict[str, str]:
+        """The install's settings row; empty when install has not created ``sync_core_settings`` yet."""
+        import oracledb
+
         try:
             cur.execute("SELECT databus_version, install_hash, epoch_id FROM sync_core_settings")
-        except Exception:
+        except oracledb.DatabaseError as exc:
+            if getattr(exc.args[0] if exc.args else None, "code", None) != _NO_SUCH_TABLE:
+                raise  # any other failure (privileges, a lost connection) is not "not installed"
             return {}
         row = cur.fetchone()
         return dict(zip(("databus_version", "install_hash", "epoch_id"), row, strict=True)) if row else {}
@@ -301,11 +305,9 @@ class OracleSource:
             return self._problems(cur)
 
     def require_installed(self) -> None:
-        problems = self.verify()
-        if problems:
-            raise CaptureNotInstalledError(
-                f"capture is not installed correctly in Oracle source {self.name!r}: " + "; ".join(problems),
-                f"materialize the '{self.name}/capture' asset to install or repair the objects", source=self.name)
+        require_installed(self, lambda problems: not_installed(
+            f"capture is not installed correctly in Oracle source {self.name!r}:", problems,
+            f"materialize the '{self.name}/capture' asset to install or repair the objects", source=self.name))
 
     def uninstall(self) -> None:
         """Remove everything install created for this source's tables, then the core objects."""
@@ -347,7 +349,7 @@ class OracleSource:
         schemas = self.schemas()
         with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
             current = self._epoch(cur, self._settings(cur))
-            if epoch is not None and epoch != current:
+            if epoch is not None and not Position(epoch, since).same_epoch(Position(current, since)):
                 raise EpochMismatchError(
                     f"Oracle source {self.name!r} is now epoch {current}, the change log's checkpoint is {epoch}: "
                     "the capture objects were re-installed or the database replaced",
@@ -372,7 +374,7 @@ class OracleSource:
                     yield windows
 
     def _select_list(self, table: str, names: Sequence[str], alias: str = "") -> str:
-        """Exact-value SELECT expressions (``oracle_types.select_expression``) of ``names``, over ``alias``."""
+        """Exact-value SELECT expressions (``oracle.types.select_expression``) of ``names``, over ``alias``."""
         schema, mapping = self.schemas()[table], self._columns[table]
         prefix = f"{alias}." if alias else ""
         return ", ".join(select_expression(prefix + quote(mapping[n]), schema.column(n).source_type, quote(mapping[n]))
@@ -425,23 +427,20 @@ class OracleSource:
         keys = [quote(mapping[k]) for k in schema.primary_key]
         # The raw key columns trail the exact-value expressions: keyset paging binds them as they are.
         cols = ", ".join([self._select_list(table, schema.column_names), *keys])
-        after = after_clause(keys, "k")
         order = ", ".join(keys)
-        first = f"SELECT {cols} FROM {actual} AS OF SCN :scn ORDER BY {order} FETCH FIRST :n ROWS ONLY"
-        following = (f"SELECT {cols} FROM {actual} AS OF SCN :scn WHERE {after} ORDER BY {order} "
-                     "FETCH FIRST :n ROWS ONLY")
         width = len(schema.columns)
         convert = schema.batch(oracle_value, f"bootstrap of {table} as of SCN {scn.value}")
 
+        def fetch(where: KeyRange) -> list[Any]:
+            clause, binds = selection_clause(keys, where, None)
+            cur.execute(f"SELECT {cols} FROM {actual} AS OF SCN :scn{clause} ORDER BY {order} FETCH FIRST :n ROWS ONLY",
+                        scn=scn.value, n=batch_rows, **binds)
+            return cur.fetchall()
+
         def batches() -> Iterator[pa.RecordBatch]:
             try:
-                cur.execute(first, scn=scn.value, n=batch_rows)
-                while rows := cur.fetchall():
-                    yield convert(rows)
-                    if len(rows) < batch_rows:
-                        break
-                    cur.execute(following, scn=scn.value, n=batch_rows,
-                                **{f"k{i}": v for i, v in enumerate(rows[-1][width:])})
+                for rows in keyset_pages(fetch, ALL_KEYS, lambda row: tuple(row[width:]), batch_rows):
+                    yield convert(rows)  # the trailing raw key columns are not converted
             finally:
                 conn.close()
 
