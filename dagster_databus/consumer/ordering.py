@@ -60,7 +60,7 @@ from typing import Any, Protocol, TypeVar
 from dagster_databus.core.events import encode_key, key_partition
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import DatabusError, EpochMismatchError
-from dagster_databus.log.durable import write_json_atomic
+from dagster_databus.storage.durable import write_json_atomic
 
 DUPLICATE = "duplicate"  # the same change again
 STALE = "stale"  # an older change of a key the sink already holds a newer change of

@@ -18,8 +18,9 @@ import pyarrow.compute as pc
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ChangeLogCorruptError
-from dagster_databus.log.avro_columnar import Field
-from dagster_databus.log.avro_decode import decode_segment, read_container
+from dagster_databus.log.avro.container import read_container
+from dagster_databus.log.avro.decoder import decode_segment
+from dagster_databus.log.avro.fields import Field
 from dagster_databus.log.store import EVENT_AVRO_FIELDS, ROW_NAMESPACE, ChangeLog, SegmentInfo
 
 # Event metadata after the table's own columns; ``__partition`` is the key's stored hash bucket.

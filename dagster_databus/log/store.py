@@ -60,11 +60,13 @@ from dagster_databus.errors import (
     EpochMismatchError,
     UnsupportedTypeError,
 )
-from dagster_databus.log.avro_columnar import Field, encode_blocks, write_container
-from dagster_databus.log.avro_decode import Decoder, read_container
+from dagster_databus.log.avro.container import read_container, write_container
+from dagster_databus.log.avro.decoder import Decoder
+from dagster_databus.log.avro.encoder import encode_blocks
+from dagster_databus.log.avro.fields import Field
 from dagster_databus.log.ddl import DdlLog
-from dagster_databus.log.durable import crash_point, disk_errors, exclusive_lock
 from dagster_databus.log.schemas import SchemaRegistry
+from dagster_databus.storage.durable import crash_point, disk_errors, exclusive_lock
 from dagster_databus.storage.lake import Lake, as_lake
 from dagster_databus.storage.location import LakeLocation
 

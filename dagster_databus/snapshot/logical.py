@@ -32,7 +32,6 @@ from dagster_databus.core.schema import META_COLUMNS, Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import LogGapError, SchemaDriftError, ShardCollisionError, SnapshotMissingError
 from dagster_databus.log.columns import CHANGE_META, change_schema, table_changes
-from dagster_databus.log.durable import crash_point, disk_errors
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import (
     DeltaFolder,
@@ -43,6 +42,7 @@ from dagster_databus.snapshot.delta import (
 )
 from dagster_databus.snapshot.reconcile import Comparison, compare_rows
 from dagster_databus.snapshot.reduce import NewestPerKey
+from dagster_databus.storage.durable import crash_point, disk_errors
 from dagster_databus.storage.lake import Lake
 from dagster_databus.storage.location import LakeLocation
 

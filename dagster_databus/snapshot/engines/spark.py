@@ -23,7 +23,6 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.log.columns import CHANGE_META, change_schema
-from dagster_databus.log.durable import crash_point, disk_errors
 from dagster_databus.snapshot.commit import (
     OPERATION_KEY,
     change_feed_on,
@@ -48,6 +47,7 @@ from dagster_databus.snapshot.reduce import ChangeStats
 from dagster_databus.spark.merge_tasks import count_windows
 from dagster_databus.spark.session import default_parallelism, job_progress, read_changes, sql_functions, task_errors
 from dagster_databus.spark.wire import pack
+from dagster_databus.storage.durable import crash_point, disk_errors
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable, Transaction
