@@ -25,7 +25,8 @@ from dagster_databus.log.avro.container import read_container, write_container
 from dagster_databus.log.avro.decoder import Decoder, decode_segment
 from dagster_databus.log.avro.encoder import encode_blocks, encode_records
 from dagster_databus.log.avro.fields import Field, fields_of
-from dagster_databus.log.store import EVENT_AVRO_FIELDS, ROW_NAMESPACE, ChangeLog
+from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.log.segments import EVENT_AVRO_FIELDS, ROW_NAMESPACE
 
 UTC = dt.UTC
 # Per product type: range ends, two's complement sign and byte-width boundaries, special floats,

@@ -22,7 +22,7 @@ from dagster_databus.errors import SchemaMismatchError
 from dagster_databus.log.avro.container import write_container
 from dagster_databus.log.avro.encoder import encode_blocks, encode_records
 from dagster_databus.log.avro.fields import Field
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.sources import sqlite_batch
 from dagster_databus.sources.sqlite import SqliteSource, _decode_json
 from tests.harness import CUT, SqliteHarness, make_config

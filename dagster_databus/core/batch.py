@@ -2,8 +2,9 @@
 
 What capture hands the change log to write in bulk. Each table's record batch holds the table's
 columns in their snapshot (Arrow) form (``TableSchema.arrow``, ``core.types``), then the event
-columns of ``EVENT_SCHEMA``. Commit order across tables is (``__window_scn``, ``__seq``): ``__seq``
-numbers the events of a window from 0 whatever their table, as in ``core.events.Window``.
+columns of ``EVENT_SCHEMA`` (``core.event_columns``). Commit order across tables is (``__window_scn``,
+``__seq``): ``__seq`` numbers the events of a window from 0 whatever their table, as in
+``core.events.Window``.
 """
 
 from __future__ import annotations
@@ -16,19 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dagster_databus.core.event_columns import EVENT_SCHEMA
 from dagster_databus.core.events import OPS, ChangeEvent, Window, encode_key
 from dagster_databus.core.schema import ColumnsConverter, TableSchema
 from dagster_databus.core.scn import Scn
-
-EVENT_SCHEMA = pa.schema([
-    ("__scn", pa.int64()),
-    ("__window_scn", pa.int64()),  # end SCN of the event's consistency window
-    ("__seq", pa.int32()),  # position within the window
-    ("__op", pa.string()),  # i, u or d
-    ("__key", pa.string()),  # primary key values as a JSON array (core.events.encode_key)
-    ("__partition", pa.int32()),  # crc32(key) mod 65536 (core.events.key_partition)
-    ("__commit_ts_ms", pa.int64()),
-])
 
 
 @dataclass(frozen=True, slots=True)

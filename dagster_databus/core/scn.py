@@ -84,8 +84,12 @@ class Position:
     epoch: str
     scn: Scn
 
+    def same_epoch(self, other: Position) -> bool:
+        """Whether ``other`` is of this position's epoch: only then are the two ordered."""
+        return self.epoch == other.epoch
+
     def _check(self, other: Position) -> None:
-        if self.epoch != other.epoch:
+        if not self.same_epoch(other):
             raise EpochMismatchError(
                 f"positions from different epochs cannot be compared: {self.epoch!r} vs {other.epoch!r}",
                 "the source was replaced, restored or re-installed; bootstrap the affected tables",

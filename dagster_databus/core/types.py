@@ -38,6 +38,8 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from dagster_databus.errors import TypeValueError
+
 Kind = Literal["boolean", "byte", "short", "integer", "long", "float", "double", "decimal", "number", "string",
                "binary", "date", "timestamp", "timestamp_ntz", "time"]
 KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
@@ -49,10 +51,6 @@ NUMBER_LOGICAL_TYPE = "databus-decimal-text"  # a decimal of any scale (Oracle N
 _INT_RANGES = {"byte": 8, "short": 16, "integer": 32, "long": 64}
 _UTC = dt.UTC
 _EPOCH_DAYS = dt.date(1970, 1, 1).toordinal()
-
-
-class TypeValueError(ValueError):
-    """A value that the column's type cannot hold exactly; callers add source, table and column."""
 
 
 @dataclass(frozen=True, slots=True)

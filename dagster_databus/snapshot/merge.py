@@ -19,7 +19,7 @@ from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SchemaDriftError, SnapshotMissingError
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.commit import set_change_feed
 from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts
 from dagster_databus.snapshot.engines import MergeEngine, Refreshed, SparkProvider, open_engine

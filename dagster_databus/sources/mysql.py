@@ -69,7 +69,7 @@ from dagster_databus.sources.mysql_types import (
 )
 
 if TYPE_CHECKING:
-    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.sources.mysql_failover import Switch
 
 _DDL = re.compile(

@@ -32,7 +32,7 @@ from dagster_databus.sources.mysql_connect import Connection
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.sources.mysql import MysqlSource
 
 _GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")

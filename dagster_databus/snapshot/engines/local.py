@@ -41,7 +41,7 @@ from dagster_databus.storage.durable import crash_point, disk_errors
 
 if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
-    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.snapshot.history import HistoryTable
     from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource, RowSelection
