@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import groupby
 
 import numpy as np
@@ -148,8 +149,7 @@ class ChangeBatchBuilder:
         tables = {}
         for table, rows in self._tables.items():
             schema = rows.schema
-            windows = rows.windows
-            arrays = rows.convert(rows.images, lambda i, w=windows: f"the transaction committed at SCN {w[i]}")
+            arrays = rows.convert(rows.images, partial(_committed_at, rows.windows))
             at = {name: i for i, name in enumerate(schema.column_names)}
             key_arrays = [arrays[at[k]] for k in schema.primary_key]
             # Keys as encode_key writes an event's key: from the canonical values (time as timedelta, ...).
@@ -191,3 +191,8 @@ def _ordered(window: np.ndarray, seq: np.ndarray) -> bool:
         return True
     dw, ds = np.diff(window), np.diff(seq)
     return bool(np.all((dw > 0) | ((dw == 0) & (ds > 0))))
+
+
+def _committed_at(windows: Sequence[Scn], row: int) -> str:
+    """Where a row came from, for a value that does not fit its column."""
+    return f"the transaction committed at SCN {windows[row]}"

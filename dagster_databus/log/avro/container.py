@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO, Literal, TypeVar, overload
 
 import numpy as np
 import pyarrow as pa
@@ -116,7 +116,14 @@ class _Reader:
         self.position += size
         return data
 
+    @overload
+    def long(self, eof_ok: Literal[False] = False) -> int: ...
+
+    @overload
+    def long(self, eof_ok: bool) -> int | None: ...
+
     def long(self, eof_ok: bool = False) -> int | None:
+        """A zigzag varint; None at the end of the file when ``eof_ok``."""
         u, shift = 0, 0
         while True:
             byte = self.f.read(1)
@@ -149,7 +156,6 @@ class _Reader:
 
     def blob(self) -> bytes:
         size = self.long()
-        assert size is not None
         if size < 0:
             raise ValueError(f"negative length {size} at byte {self.position}")
         return self.read(size)

@@ -12,6 +12,8 @@ from dagster_databus.log.avro.decode_program import BOOL, BYTES, DOUBLE, FLOAT, 
 
 # What ``decode_records`` returns first: OK, a failure, or FULL (a branch's range of columns is full).
 OK, TRUNCATED, BAD_BRANCH, BAD_NULL, TOO_WIDE, TRAILING, FULL = range(7)
+# (status, record or branch, op index or -1, detail): some of them numpy integers as the kernel has them.
+Status = tuple[int, int | np.int64, int, int | np.int64]
 _U7F = np.uint64(0x7F)
 _U1 = np.uint64(1)
 _U8 = np.uint64(8)
@@ -19,7 +21,7 @@ _ALL_ONES = np.uint64(2**64 - 1)
 
 
 @numba.njit(cache=True, nogil=True)
-def _varint(data: np.ndarray, pos: int, end: int) -> tuple[int, int]:  # pragma: no cover - compiled
+def _varint(data: np.ndarray, pos: int, end: int) -> tuple[np.int64, np.int64]:  # pragma: no cover - compiled
     """A zigzag varint (Avro int and long) at ``pos``: (value, position after it); position -1 when it
     runs past ``end`` or past 64 bits."""
     if pos >= end:
@@ -47,9 +49,9 @@ def _varint(data: np.ndarray, pos: int, end: int) -> tuple[int, int]:  # pragma:
 
 @numba.njit(cache=True, nogil=True)
 def decode_records(data: np.ndarray, ends: np.ndarray, counts: np.ndarray, state: np.ndarray, union: bool,
-            first_op: np.ndarray, ops: np.ndarray, nullable: np.ndarray, slots: np.ndarray, wanted: np.ndarray,
-            first: int, room: np.ndarray, column: np.ndarray, held: np.ndarray, vals: np.ndarray,
-            valid: np.ndarray) -> tuple[int, int, int, int]:  # pragma: no cover - compiled
+                   first_op: np.ndarray, ops: np.ndarray, nullable: np.ndarray, slots: np.ndarray, wanted: np.ndarray,
+                   first: int, room: np.ndarray, column: np.ndarray, held: np.ndarray, vals: np.ndarray,
+                   valid: np.ndarray) -> Status:  # pragma: no cover - compiled
     """Decode ``counts[k]`` records from each block (its bytes end at ``ends[k]``) by the branches'
     programs, from where ``state`` says: (block, record in it, byte, record overall).
 
@@ -189,7 +191,8 @@ def decode_records(data: np.ndarray, ends: np.ndarray, counts: np.ndarray, state
 
 @numba.njit(cache=True, nogil=True)
 def copy_values(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, offsets: np.ndarray,
-          out: np.ndarray) -> None:  # pragma: no cover - compiled
+                out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Each value's bytes (``lengths[i]`` from ``starts[i]`` in ``data``) to ``offsets[i]`` in ``out``."""
     for i in range(len(starts)):
         at, start = offsets[i], starts[i]
         for t in range(lengths[i]):
@@ -224,8 +227,8 @@ def plain_numbers(text: np.ndarray, offsets: np.ndarray, present: np.ndarray) ->
 
 @numba.njit(cache=True, nogil=True)
 def decimals_as_text(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, present: np.ndarray,
-                      precision: int, scale: int, stride: int, out: np.ndarray,
-                      out_lengths: np.ndarray) -> int:  # pragma: no cover - compiled
+                     precision: int, scale: int, stride: int, out: np.ndarray,
+                     out_lengths: np.ndarray) -> int:  # pragma: no cover - compiled
     """Each present value (big-endian two's complement unscaled bytes) as plain text with ``scale``
     fractional digits, at ``i * stride`` in ``out``; the index of a value of more than ``precision``
     digits, or -1."""

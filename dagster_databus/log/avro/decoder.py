@@ -47,6 +47,7 @@ from dagster_databus.log.avro.decode_kernels import (
     TOO_WIDE,
     TRAILING,
     TRUNCATED,
+    Status,
     decode_records,
 )
 from dagster_databus.log.avro.decode_program import compile_branch, full_name
@@ -188,8 +189,8 @@ class Decoder:
                         vals[0, start:start + size].copy()))
         return out
 
-    def _failure(self, status: tuple[int, int, int, int], blocks: Sequence[Block], ends: np.ndarray) -> str:
-        code, record, op, at = status
+    def _failure(self, status: Status, blocks: Sequence[Block], ends: np.ndarray) -> str:
+        code, record, op, at = status[0], int(status[1]), status[2], int(status[3])
         if code == TRAILING:  # ``record`` is the block's index, ``at`` where its records end
             block = blocks[record]
             return (f"the block at byte {block.offset} holds {int(ends[record] - at)} bytes after its "
@@ -219,7 +220,7 @@ def _matrices(rows: int, length: int, old_vals: np.ndarray | None = None, old_va
     """
     # Rows padded off a multiple of 4 KiB: the cells one record writes fall in different cache sets.
     length = -(-length // 512) * 512 + 8
-    kept = getattr(_SCRATCH, "matrices", None)
+    kept: tuple[np.ndarray, np.ndarray] | None = getattr(_SCRATCH, "matrices", None)
     if old_vals is None and kept is not None and kept[0].shape[0] >= rows and kept[0].shape[1] >= length:
         return kept
     if kept is not None:

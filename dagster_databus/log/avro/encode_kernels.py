@@ -12,6 +12,9 @@ import numpy as np
 from numba import types
 from numba.typed import List
 
+# A scalar integer in the kernels: a Python int or a numpy one (numba compiles both to int64).
+Int = int | np.int64
+
 # Field op codes the kernel interprets, by how the value lies in Arrow buffers: 64-bit and 32-bit
 # integers (zigzag varints), float and double bits (little-endian as they are), a bit (boolean),
 # bytes by 32-bit or 64-bit offsets (length, then the bytes), decimal128 (its two 64-bit halves), and
@@ -48,8 +51,8 @@ def push(views: Any, view: np.ndarray) -> None:  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def sizes_of(positions: np.ndarray, starts: np.ndarray, branches: np.ndarray, first_field: np.ndarray,
-              program: np.ndarray, words: Any, halves: Any,
-              raw: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
+             program: np.ndarray, words: Any, halves: Any,
+             raw: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
     """Where the records at ``positions`` (into the tables' rows, one table after the other: table t's
     rows are ``starts[t]`` up to ``starts[t + 1]``) start: each one's offset in the block's bytes (one
     more, the block's size), and how ``write`` goes through them (their groups).
@@ -125,8 +128,8 @@ def sizes_of(positions: np.ndarray, starts: np.ndarray, branches: np.ndarray, fi
 
 @numba.njit(cache=True, nogil=True)
 def write(group: np.ndarray, slots: np.ndarray, rows: np.ndarray, first: int, branches: np.ndarray,
-           first_field: np.ndarray, program: np.ndarray, words: Any, halves: Any, raw: Any, offsets: np.ndarray,
-           out: np.ndarray) -> None:  # pragma: no cover - compiled
+          first_field: np.ndarray, program: np.ndarray, words: Any, halves: Any, raw: Any, offsets: np.ndarray,
+          out: np.ndarray) -> None:  # pragma: no cover - compiled
     """Writes the records ``sizes_of`` placed into ``out``, field by field as it sized them."""
     tables = len(branches)
     cursor = offsets[:-1].copy()  # each record's, moved past each field as it is written
@@ -163,7 +166,7 @@ def _sizes(field: np.ndarray, words: Any, halves: Any, raw: Any, slots: np.ndarr
     limbs = np.zeros((field[WIDEST] + scale) // 9 + 2 if op == DECIMAL_TEXT else 0, dtype=np.uint64)
     for k in range(g0, g1):
         i, r = (k, first + k + off) if first >= 0 else (slots[k], rows[k] + off)
-        size = marker
+        size: Int = marker
         if not nulls or (valid[_U(r >> 3)] >> (r & 7)) & 1:
             if op == LONG:
                 size += _varint_size(w[_U(r)])
@@ -176,7 +179,7 @@ def _sizes(field: np.ndarray, words: Any, halves: Any, raw: Any, slots: np.ndarr
             elif op == BOOL:
                 size += 1
             elif op == BYTES:
-                length = np.int64(h[_U(r + 1)]) - np.int64(h[_U(r)])
+                length: Int = np.int64(h[_U(r + 1)]) - np.int64(h[_U(r)])
                 size += _varint_size(length) + length
             elif op == LARGE_BYTES:
                 length = w[_U(r + 1)] - w[_U(r)]
@@ -249,8 +252,8 @@ def _puts(field: np.ndarray, words: Any, halves: Any, raw: Any, slots: np.ndarra
 
 
 @numba.njit(cache=True, nogil=True)
-def _put_text_decimal(out: np.ndarray, at: int, b: np.ndarray, start: int, end: int, scale: int,
-                      limbs: np.ndarray) -> int:  # pragma: no cover - compiled
+def _put_text_decimal(out: np.ndarray, at: Int, b: np.ndarray, start: Int, end: Int, scale: Int,
+                      limbs: np.ndarray) -> Int:  # pragma: no cover - compiled
     """Plain decimal text as the unscaled value's bytes (length first), as ``_unscaled_bytes`` writes it."""
     used = _text_unscaled(b, start, end, scale, limbs)
     length = _limbs_length(limbs, used)
@@ -269,7 +272,7 @@ def _put_text_decimal(out: np.ndarray, at: int, b: np.ndarray, start: int, end: 
 
 
 @numba.njit(cache=True, nogil=True)
-def _varint_size(v: int) -> int:  # pragma: no cover - compiled
+def _varint_size(v: Int) -> Int:  # pragma: no cover - compiled
     """Bytes of a zigzag varint: counted without branches, which mispredict on values of mixed widths."""
     u = np.uint64((v << 1) ^ (v >> 63))
     return (1 + np.int64(u >= _B1) + np.int64(u >= _B2) + np.int64(u >= _B3) + np.int64(u >= _B4)
@@ -277,7 +280,7 @@ def _varint_size(v: int) -> int:  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _put_varint(out: np.ndarray, at: int, v: int) -> int:  # pragma: no cover - compiled
+def _put_varint(out: np.ndarray, at: Int, v: Int) -> Int:  # pragma: no cover - compiled
     """A zigzag varint (Avro int and long): low 7-bit groups first, high bit = more."""
     u = np.uint64((v << 1) ^ (v >> 63))
     while u >= _U80:
@@ -302,7 +305,7 @@ def _bit_length(u: np.uint64) -> int:  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _decimal_length(low: int, high: int) -> int:  # pragma: no cover - compiled
+def _decimal_length(low: Int, high: Int) -> Int:  # pragma: no cover - compiled
     """Bytes of a decimal128 (its low and high 64-bit halves): like fastavro (and Java's BigInteger),
     ``(|v|.bit_length() + 8) // 8``, so -2^(8n-1) takes n+1 bytes; at most the 16 there are."""
     lo, hi = np.uint64(low), np.uint64(high)
@@ -314,7 +317,7 @@ def _decimal_length(low: int, high: int) -> int:  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _text_unscaled(b: np.ndarray, start: int, end: int, scale: int, limbs: np.ndarray) -> int:  # pragma: no cover
+def _text_unscaled(b: np.ndarray, start: Int, end: Int, scale: Int, limbs: np.ndarray) -> Int:  # pragma: no cover
     """The magnitude of plain decimal text ``b[start:end]`` times 10^scale, digits past the scale
     dropped (as ``int`` of the scaled ``Decimal`` truncates), into ``limbs`` (32-bit, low first);
     returns how many limbs it takes."""
@@ -355,7 +358,7 @@ def _multiply_add(limbs: np.ndarray, used: int, factor: np.uint64, add: np.uint6
 
 
 @numba.njit(cache=True, nogil=True)
-def _limbs_length(limbs: np.ndarray, used: int) -> int:  # pragma: no cover - compiled
+def _limbs_length(limbs: np.ndarray, used: Int) -> Int:  # pragma: no cover - compiled
     """Bytes of the unscaled value (its ``used`` limbs, the top one not zero): ``(|v|.bit_length() + 8) // 8``,
     as ``_unscaled_bytes`` writes it."""
     bits = 32 * (used - 1) + _bit_length(limbs[used - 1]) if used else 0
@@ -364,7 +367,7 @@ def _limbs_length(limbs: np.ndarray, used: int) -> int:  # pragma: no cover - co
 
 @numba.njit(cache=True, nogil=True)
 def plain_decimals(offsets: np.ndarray, text: np.ndarray, valid: np.ndarray, nulls: bool, off: int,
-                    n: int) -> bool:  # pragma: no cover - compiled
+                   n: int) -> bool:  # pragma: no cover - compiled
     """Whether every present value is plain decimal text, ``-?[0-9]+(\\.[0-9]+)?``: what the kernel reads."""
     for i in range(off, off + n):
         if nulls and not (valid[i >> 3] >> (i & 7)) & 1:

@@ -63,7 +63,8 @@ def record_fields(record: Any) -> list[dict[str, Any]]:
     for spec in record["fields"]:
         if not (isinstance(spec, Mapping) and isinstance(spec.get("name"), str) and "type" in spec):
             raise ValueError(f"record {record.get('name')!r}: not an Avro field: {short(spec)}")
-    return record["fields"]
+    fields: list[dict[str, Any]] = record["fields"]
+    return fields
 
 
 def avro_shape(typ: Any, field: str) -> Shape:
