@@ -68,7 +68,7 @@ class ChangeLogReader(DataSourceReader):
         """With ``split_bytes``, whole segments smaller than that share a task up to that size (a capture run
         that polls often writes many small segments, and a task apiece would cost more than reading them),
         and a segment larger than that is read by several tasks, each the blocks that begin in its byte
-        range (``log.avro_decode.read_container``). Without it, one task per segment."""
+        range (``log.avro.container.read_container``). Without it, one task per segment."""
         from dagster_databus.core.scn import Scn
         from dagster_databus.log.changelog import ChangeLog
 
