@@ -36,13 +36,13 @@ from dagster_databus.log import reader
 from dagster_databus.log.ddl import DdlLog
 from dagster_databus.log.manifest import Checkpoint, Manifest, SegmentInfo, commit_manifest, read_manifest
 from dagster_databus.log.schemas import SchemaRegistry
+from dagster_databus.log.writer import LogWriter
 from dagster_databus.storage.documents import VersionedDocuments
 from dagster_databus.storage.lake import Lake, as_lake
 from dagster_databus.storage.location import LakeLocation
 
 if TYPE_CHECKING:
     from dagster_databus.log.reader import KeyFilter, LogEvent
-    from dagster_databus.log.writer import LogWriter
 
 
 class ChangeLog:
@@ -186,7 +186,5 @@ class ChangeLog:
 
     def writer(self, refuse_damage: bool = True) -> LogWriter:
         """The log's single writer; ``refuse_damage=False`` only for a bootstrap, which sets it all aside."""
-        from dagster_databus.log.writer import LogWriter  # the writer module builds on this one
-
         return LogWriter(self, refuse_damage)
 

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import replace
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +31,6 @@ from dagster_databus.core.scn import Position, Scn
 from dagster_databus.errors import ChangeLogFormatError, ConcurrentRunError, EpochMismatchError
 from dagster_databus.log.avro.container import write_container
 from dagster_databus.log.avro.encoder import encode_blocks
-from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.manifest import (
     KEEP_VERSIONS,
     Checkpoint,
@@ -43,6 +42,9 @@ from dagster_databus.log.manifest import (
 )
 from dagster_databus.log.segments import TableVersion, row_fields, segment_schema
 from dagster_databus.storage.durable import crash_point, disk_errors, exclusive_lock
+
+if TYPE_CHECKING:
+    from dagster_databus.log.changelog import ChangeLog
 
 # An object no manifest names is removed by the next writer on a store only once this old (or once
 # the log has moved past its SCNs): a writer on another machine may be about to commit it.
