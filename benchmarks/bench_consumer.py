@@ -16,7 +16,7 @@ from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 
 SCHEMA = TableSchema("b", "items", (Column("id", ColumnType("long")), Column("name", ColumnType("string")),
                                     Column("price", ColumnType("double")),

@@ -14,7 +14,7 @@ from pathlib import Path
 from benchmarks.common import best_of
 from dagster_databus import pipeline
 from dagster_databus.config import parse_config
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.sources import open_source
 from dagster_databus.sources.mysql.failover import find_after_gtid, find_by_time
 from tests.mariadb import MariaDBServer, find_binary

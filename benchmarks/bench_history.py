@@ -19,7 +19,7 @@ from pathlib import Path
 
 from dagster_databus import pipeline
 from dagster_databus.config import parse_config
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.history import HistoryTable, history_schema, tracked_columns
 from dagster_databus.snapshot.merge import engine_for, sync_source

@@ -17,8 +17,9 @@ from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
-from dagster_databus.log.durable import write_json_atomic
-from dagster_databus.log.store import ChangeLog, Manifest, SegmentInfo
+from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.log.manifest import Manifest, SegmentInfo
+from dagster_databus.storage.durable import write_json_atomic
 
 SCHEMA = TableSchema("b", "items", (Column("id", ColumnType("long")), Column("qty", ColumnType("long"))), ("id",))
 

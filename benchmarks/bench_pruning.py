@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.bench_merge import config_for, write_log, write_snapshot
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import engine_for, sync_table
 from dagster_databus.spark.session import get_spark
 

@@ -18,8 +18,8 @@ from dagster_databus.core.identifiers import is_plain_name
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType, json_value
 from dagster_databus.errors import ConfigError, DatabusError
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.schemas import SchemaRegistry
-from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.sources import open_source
 

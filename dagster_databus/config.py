@@ -463,7 +463,7 @@ def parse_config(raw: Any, base: Path, origin: Path | None = None) -> DatabusCon
 def _lake(lake: Any, options: Any, base: Path) -> Any:
     """The ``lake:`` value (a folder, ``file://``, ``s3://``, ``gs://``, ``az://``/``abfss://``) with its
     ``storage_options``; a relative folder is taken from the config's folder."""
-    from dagster_databus.storage.location import LakeLocationError
+    from dagster_databus.errors import LakeLocationError
 
     if not isinstance(lake, str | Path):
         return lake  # pydantic names the type error

@@ -95,6 +95,22 @@ class SparkEnvironmentError(DatabusError):
     """The Python that Spark runs this package's tasks in lacks the package or one of its dependencies."""
 
 
+# Core, storage and log errors that are not ``DatabusError`` s: raised and caught inside the package
+# (callers add the context a ``DatabusError`` needs), so they never cross from a Spark task.
+
+
+class TypeValueError(ValueError):
+    """A value that the column's type cannot hold exactly; callers add source, table and column."""
+
+
+class LakeLocationError(ValueError):
+    """A ``lake:`` value or storage option that cannot be used; the message says how to fix it."""
+
+
+class ManifestPartGoneError(Exception):
+    """A manifest part vanished while being read (retention re-sealed it): read the manifest again."""
+
+
 _TASK_MARK = "databus-error:"
 
 

@@ -15,11 +15,11 @@ from dagster_databus.config import DatabusConfig
 from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError, DatabusError, LogGapError, SourceUnavailableError
-from dagster_databus.log.durable import lake_problem, require_writable_lake
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.retention import RetentionResult
-from dagster_databus.log.store import ChangeLog
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import ALL_ROWS, InstallReport, PollStats, RowSelection, selection_for
+from dagster_databus.storage.durable import lake_problem, require_writable_lake
 
 Progress = Callable[[str], None]
 

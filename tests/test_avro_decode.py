@@ -21,9 +21,12 @@ from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
-from dagster_databus.log.avro_columnar import Field, encode_blocks, encode_records, write_container
-from dagster_databus.log.avro_decode import Decoder, decode_segment, fields_of, read_container
-from dagster_databus.log.store import EVENT_AVRO_FIELDS, ROW_NAMESPACE, ChangeLog
+from dagster_databus.log.avro.container import read_container, write_container
+from dagster_databus.log.avro.decoder import Decoder, decode_segment
+from dagster_databus.log.avro.encoder import encode_blocks, encode_records
+from dagster_databus.log.avro.fields import Field, fields_of
+from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.log.segments import EVENT_AVRO_FIELDS, ROW_NAMESPACE
 
 UTC = dt.UTC
 # Per product type: range ends, two's complement sign and byte-width boundaries, special floats,

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pytest
 
 from dagster_databus.core.types import ColumnType
-from dagster_databus.log.avro_columnar import Field, encode_blocks, encode_records
+from dagster_databus.log.avro.encoder import encode_blocks, encode_records
+from dagster_databus.log.avro.fields import Field
 from tests.test_avro_decode import COLUMNS, EDGES
 
 FIELDS = [Field(c.name, c.type) for c in COLUMNS]

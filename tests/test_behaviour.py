@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dagster_databus import pipeline
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.storage.lake import Lake
 from tests.conftest import assert_snapshots_match, cycle

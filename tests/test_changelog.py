@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from dagster_databus import pipeline
+from dagster_databus.core.event_columns import EVENT_NAMES
 from dagster_databus.core.events import ChangeEvent, Op, Window, key_partition
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import ChangeLogCorruptError, ConcurrentRunError, EpochMismatchError, UnsupportedTypeError
-from dagster_databus.log.store import EVENT_FIELD_NAMES, ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
 from tests.conftest import assert_snapshots_match
 from tests.harness import SqliteHarness, make_config
@@ -99,7 +100,7 @@ def test_only_one_writer_per_source(tmp_path: Path) -> None:
     log = ChangeLog(tmp_path, "s")
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys,time; from pathlib import Path; from dagster_databus.log.store import ChangeLog\n"
+         "import sys,time; from pathlib import Path; from dagster_databus.log.changelog import ChangeLog\n"
          f"w = ChangeLog(Path({str(tmp_path)!r}), 's').writer(); w.__enter__(); print('locked', flush=True); "
          "time.sleep(30)"],
         stdout=subprocess.PIPE, text=True,
@@ -208,7 +209,7 @@ def test_a_crash_after_sealing_a_part_leaves_the_previous_commit_and_a_missing_p
     log = sealed_log(tmp_path, 2)
     crashed = subprocess.run(
         [sys.executable, "-c",
-         "from pathlib import Path\nfrom dagster_databus.log.store import ChangeLog\n"
+         "from pathlib import Path\nfrom dagster_databus.log.changelog import ChangeLog\n"
          "from tests.test_changelog import SCHEMA, window\n"
          f"log = ChangeLog(Path({str(tmp_path)!r}), 's')\nlog.part_segments = 3\n"
          "with log.writer() as w:\n    w.register_schemas([SCHEMA])\n    w.append([window(30)], 'e1')\n"],
@@ -230,7 +231,7 @@ def test_a_crash_after_sealing_a_part_leaves_the_previous_commit_and_a_missing_p
         log.writer().__enter__()  # this process read the part before: the damage check still sees it gone
     assert "databus bootstrap --source s" in caught.value.fix
     fresh = subprocess.run(  # a process that never read it cannot list the log's segments at all
-        [sys.executable, "-c", f"from pathlib import Path\nfrom dagster_databus.log.store import ChangeLog\n"
+        [sys.executable, "-c", f"from pathlib import Path\nfrom dagster_databus.log.changelog import ChangeLog\n"
                                f"ChangeLog(Path({str(tmp_path)!r}), 's').manifest()"],
         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     assert f"ChangeLogCorruptError: manifest part {part.name}" in fresh.stderr
@@ -256,7 +257,7 @@ def test_a_segment_holds_each_event_as_its_tables_row_record_readable_by_any_avr
         records = list(reader)
     assert rows == {"r0": ["order-items", 1], "r1": ["t", 1]}
     assert [[f["name"] for f in r["fields"]] for r in union] == [
-        ["id", "price", *EVENT_FIELD_NAMES], ["id", "v", *EVENT_FIELD_NAMES]]
+        ["id", "price", *EVENT_NAMES], ["id", "v", *EVENT_NAMES]]
     assert records[0] == ("databus.segment.r1", {"id": 1, "v": "v1", "__scn": 1, "__window_scn": 2, "__seq": 0,
                                                  "__op": "i", "__key": "[1]", "__partition": key_partition("[1]"),
                                                  "__commit_ts_ms": 1_001})

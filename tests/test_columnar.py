@@ -19,8 +19,10 @@ from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import SchemaMismatchError
-from dagster_databus.log.avro_columnar import Field, encode_blocks, encode_records, write_container
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.avro.container import write_container
+from dagster_databus.log.avro.encoder import encode_blocks, encode_records
+from dagster_databus.log.avro.fields import Field
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.sources.sqlite import batch as sqlite_batch
 from dagster_databus.sources.sqlite.source import SqliteSource, _decode_json
 from tests.harness import CUT, SqliteHarness, make_config

@@ -22,7 +22,7 @@ from dagster_databus.consumer.pull import MetaManager, PullConsumer, PullError
 from dagster_databus.core.events import ChangeEvent, Op
 from dagster_databus.core.scn import Scn
 from dagster_databus.demo.workload import ShopWorkload, create_shop
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source, read_rows
 from tests.harness import make_config

@@ -16,9 +16,9 @@ import pytest
 
 from dagster_databus.core.events import encode_key
 from dagster_databus.core.schema import Column, TableSchema, same
-from dagster_databus.core.types import ColumnType, TypeValueError, float32, float32_text, json_value
-from dagster_databus.errors import SchemaMismatchError
-from dagster_databus.log.store import avro_conversions
+from dagster_databus.core.types import ColumnType, float32, float32_text, json_value
+from dagster_databus.errors import SchemaMismatchError, TypeValueError
+from dagster_databus.log.segments import avro_conversions
 
 D = decimal.Decimal
 UTC = dt.UTC

@@ -20,7 +20,7 @@ from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.consumer.history import as_of
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError, HistoryGapError, SnapshotMissingError
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.history import HISTORY_META, HistoryTable, fold, from_snapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import compare_rows

@@ -16,9 +16,10 @@ import pytest
 
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConcurrentRunError, EpochMismatchError
-from dagster_databus.log import store
+from dagster_databus.log import writer as log_writer
+from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.log.manifest import KEEP_VERSIONS
 from dagster_databus.log.retention import apply_retention
-from dagster_databus.log.store import ChangeLog
 from dagster_databus.storage.lake import Lake, as_lake
 from tests.test_changelog import SCHEMA, untagged, window
 
@@ -62,11 +63,11 @@ def test_windows_commit_read_back_seal_and_retire_alike_on_both_lakes(log_lake) 
         w.register_schemas([SCHEMA])
         for n in range(11, 31):
             w.append([window(10 * n)], "e1")
-    assert len(log._versions()) == store.KEEP_VERSIONS and log.manifest().version == 31  # 30 appends, 1 retention
+    assert len(log._versions()) == KEEP_VERSIONS and log.manifest().version == 31  # 30 appends, 1 retention
     assert [w.scn.value for w in log.read_windows(Scn(290))] == [300]
 
 
-def open_writer(lake: Lake) -> store.LogWriter:
+def open_writer(lake: Lake) -> log_writer.LogWriter:
     """A writer as one on another machine sharing only the lake gets it: on a local lake the lock
     would turn a second writer away up front, so the race is entered past it."""
     writer = ChangeLog(lake, "s").writer()
@@ -84,10 +85,10 @@ def test_of_two_writers_that_read_the_same_version_only_the_first_commits(log_la
 
     def a_commits_meanwhile(point: str) -> None:
         if point == "segment_published":  # b's segment is written, its commit not yet
-            monkeypatch.setattr(store, "crash_point", lambda _: None)
+            monkeypatch.setattr(log_writer, "crash_point", lambda _: None)
             a.append([window(20)], "e1")
 
-    monkeypatch.setattr(store, "crash_point", a_commits_meanwhile)
+    monkeypatch.setattr(log_writer, "crash_point", a_commits_meanwhile)
     with pytest.raises(ConcurrentRunError, match=r"another run committed version 2 .* \(through SCN 20\).*committed "
                                                  r"nothing") as caught:
         b.append([window(15, 20)], "e1")
@@ -109,7 +110,7 @@ def test_a_writer_of_a_stale_epoch_is_fenced_when_a_switch_commits_first(log_lak
         if point == "segment_published":  # the stale writer's segment is written, its commit not yet
             open_writer(log_lake).switch_epoch(Scn(100), "e2", {}, {"reason": "failover"})
 
-    monkeypatch.setattr(store, "crash_point", failover_meanwhile)
+    monkeypatch.setattr(log_writer, "crash_point", failover_meanwhile)
     with pytest.raises(EpochMismatchError, match=r"switched the change log of source 's' to epoch e2.*fenced"):
         stale.append([window(20)], "e1")
     monkeypatch.undo()
@@ -125,7 +126,7 @@ WRITER = """
 import json, sys, time
 from pathlib import Path
 from dagster_databus.errors import ConcurrentRunError
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.storage.lake import Lake
 from tests.test_changelog import SCHEMA, window
 
@@ -176,7 +177,7 @@ def test_two_capture_processes_with_separate_disks_commit_each_window_exactly_on
 
 CRASHER = """
 import sys
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.storage.lake import Lake
 from tests.test_changelog import SCHEMA, window
 
@@ -214,7 +215,7 @@ def test_a_writer_killed_at_each_step_leaves_nothing_the_next_writers_do_not_cle
         pass
     assert stored_segments(log) == sorted(s.file for s in log.manifest().segments)
     # A part no version names may be another machine's commit in flight: a store keeps it for a grace period.
-    monkeypatch.setattr(store, "SWEEP_GRACE_S", 0.0)
+    monkeypatch.setattr(log_writer, "SWEEP_GRACE_S", 0.0)
     with log.writer():
         pass
     assert sorted(log._listing("manifest.d/")) == sorted(p.file for p in log.manifest().parts)

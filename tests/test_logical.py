@@ -18,7 +18,7 @@ from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, LogicalTableConfig, load_config, parse_config
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.errors import SchemaDriftError, ShardCollisionError, SnapshotMissingError
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.logical import LogicalSnapshot, compare_parts, sync_logical
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import compare_rows

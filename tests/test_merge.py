@@ -13,8 +13,8 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConcurrentRunError, SnapshotMissingError
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.columns import change_schema
-from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.commit import location
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.engines import open_engine

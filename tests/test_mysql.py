@@ -21,7 +21,7 @@ from dagster_databus.errors import (
     SchemaDriftError,
     SourceUnavailableError,
 )
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from tests.conftest import assert_snapshots_match, cycle

@@ -18,7 +18,7 @@ from dagster_databus.defs.common import MAX_RETRIES, clear_errors
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.errors import ConfigError, SourceUnavailableError
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from tests.conftest import assert_snapshots_match
 

@@ -54,7 +54,7 @@ from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import EpochMismatchError
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
 from tests.harness import SqliteHarness
 

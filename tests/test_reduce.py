@@ -13,10 +13,11 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.config import SparkConfig
 from dagster_databus.core import progress as progress_module
+from dagster_databus.core.event_columns import CHANGE_META
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ChangeLogCorruptError
-from dagster_databus.log.columns import CHANGE_META, table_changes
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.log.columns import table_changes
 from dagster_databus.snapshot.delta import DeltaSnapshot, conform_changes
 from dagster_databus.snapshot.engines.delta_spark import reduce_latest
 from dagster_databus.snapshot.engines.local import apply_changes, reduced_in_process

@@ -15,7 +15,7 @@ from dagster_databus.errors import (
     SchemaDriftError,
     SchemaMismatchError,
 )
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.sources.sqlite.source import SqliteSource
 from tests.harness import CUT, SqliteHarness, make_config
 

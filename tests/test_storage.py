@@ -14,8 +14,8 @@ from dagster_databus.consumer.checkpoints import ConsumerCheckpoint, LakeCheckpo
 from dagster_databus.consumer.client import DatabusClient
 from dagster_databus.consumer.pull import MetaManager, PullConsumer, PullError
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ConcurrentRunError
-from dagster_databus.storage.location import LakeLocationError, parse_lake
+from dagster_databus.errors import ConcurrentRunError, LakeLocationError
+from dagster_databus.storage.location import parse_lake
 from dagster_databus.storage.objects import LakeObjects, open_objects
 from tests.harness import SqliteHarness, make_config
 from tests.s3server import S3Server

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConcurrentRunError
-from dagster_databus.log.durable import write_json_atomic
+from dagster_databus.storage.documents import VersionedDocuments
+from dagster_databus.storage.durable import write_json_atomic
 
 if TYPE_CHECKING:
     from dagster_databus.storage.objects import LakeObjects
@@ -76,6 +77,7 @@ class LakeCheckpointStore:
     def __init__(self, objects: LakeObjects, prefix: str,
                  decode: Callable[[dict[str, Any]], Any] = ConsumerCheckpoint.from_json) -> None:
         self.objects, self.prefix = objects, prefix.rstrip("/") + "/"
+        self.documents = VersionedDocuments(objects, self.prefix)
         self.decode = decode  # the document's type: callback consumers' checkpoints, or logical tables'
         self.version: int | None = None  # what this instance loaded or saved last
 
@@ -84,15 +86,14 @@ class LakeCheckpointStore:
         return cls(objects, f"consumers/{source}/{consumer}/checkpoint")
 
     def _versions(self) -> list[int]:
-        names = (o.key[len(self.prefix):] for o in self.objects.list(self.prefix))
-        return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+        return self.documents.versions()
 
     def load(self) -> Any:
         versions = self._versions()
         self.version = versions[-1] if versions else 0
         if not versions:
             return None
-        data = self.objects.read(f"{self.prefix}{versions[-1]:020d}.json")
+        data = self.documents.read(versions[-1])
         return self.decode(json.loads(data)) if data is not None else self.load()
 
     def save(self, checkpoint: Any) -> None:
@@ -100,7 +101,7 @@ class LakeCheckpointStore:
             self.load()
         assert self.version is not None
         following = self.version + 1
-        if not self.objects.create(f"{self.prefix}{following:020d}.json", json.dumps(checkpoint.to_json()).encode()):
+        if not self.documents.create(following, json.dumps(checkpoint.to_json()).encode()):
             raise ConcurrentRunError(
                 f"the checkpoint at {self.objects.location.described()}/{self.prefix} moved past version "
                 f"{self.version} while this consumer ran: another instance of the same consumer is running",
@@ -108,4 +109,4 @@ class LakeCheckpointStore:
                 "resumes from the newer checkpoint")
         self.version = following
         for old in self._versions()[:-self.KEEP]:
-            self.objects.delete(f"{self.prefix}{old:020d}.json")
+            self.documents.delete(old)

@@ -35,7 +35,7 @@ from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import DatabusError, SnapshotMissingError
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.storage.lake import Lake, as_lake
 
 

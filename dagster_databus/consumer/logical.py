@@ -62,8 +62,9 @@ from dagster_databus.consumer.client import (
 from dagster_databus.consumer.ordering import GroupMember, IdempotentSink, log_lineage
 from dagster_databus.core.events import ChangeEvent, Op
 from dagster_databus.core.scn import Scn
-from dagster_databus.log.durable import write_json_atomic
-from dagster_databus.log.store import ChangeLog, Manifest
+from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.log.manifest import Manifest
+from dagster_databus.storage.durable import write_json_atomic
 from dagster_databus.storage.lake import Lake, as_lake
 
 FORMAT = 1

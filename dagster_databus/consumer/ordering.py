@@ -60,7 +60,7 @@ from typing import Any, Protocol, TypeVar
 from dagster_databus.core.events import encode_key, key_partition
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import DatabusError, EpochMismatchError
-from dagster_databus.log.durable import write_json_atomic
+from dagster_databus.storage.durable import write_json_atomic
 
 DUPLICATE = "duplicate"  # the same change again
 STALE = "stale"  # an older change of a key the sink already holds a newer change of
@@ -159,7 +159,7 @@ class GroupMember:
 def log_lineage(source: str, manifest: Any) -> str:
     """The lineage of a source's change log: its name and the log's id.
 
-    ``manifest`` is ``log.store.Manifest``. Every log started (``start_at``: an install or a
+    ``manifest`` is ``log.manifest.Manifest``. Every log started (``start_at``: an install or a
     ``databus bootstrap``) gets a new ``log_id``; failovers and retention keep it. Logs written
     before ids existed are named by the epoch they started in (a failover adds an entry to
     ``manifest.lineage`` and keeps the SCNs growing, so the first epoch names them).

@@ -22,7 +22,7 @@ from dagster_databus.core.events import ChangeEvent
 from dagster_databus.core.identifiers import is_plain_name
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import DatabusError
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.storage.lake import Lake, as_lake
 from dagster_databus.storage.objects import LakeObjects
 

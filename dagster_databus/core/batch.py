@@ -2,33 +2,26 @@
 
 What capture hands the change log to write in bulk. Each table's record batch holds the table's
 columns in their snapshot (Arrow) form (``TableSchema.arrow``, ``core.types``), then the event
-columns of ``EVENT_SCHEMA``. Commit order across tables is (``__window_scn``, ``__seq``): ``__seq``
-numbers the events of a window from 0 whatever their table, as in ``core.events.Window``.
+columns of ``EVENT_SCHEMA`` (``core.event_columns``). Commit order across tables is (``__window_scn``,
+``__seq``): ``__seq`` numbers the events of a window from 0 whatever their table, as in
+``core.events.Window``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import groupby
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dagster_databus.core.event_columns import EVENT_SCHEMA
 from dagster_databus.core.events import OPS, ChangeEvent, Window, encode_key
 from dagster_databus.core.schema import ColumnsConverter, TableSchema
 from dagster_databus.core.scn import Scn
-
-EVENT_SCHEMA = pa.schema([
-    ("__scn", pa.int64()),
-    ("__window_scn", pa.int64()),  # end SCN of the event's consistency window
-    ("__seq", pa.int32()),  # position within the window
-    ("__op", pa.string()),  # i, u or d
-    ("__key", pa.string()),  # primary key values as a JSON array (core.events.encode_key)
-    ("__partition", pa.int32()),  # crc32(key) mod 65536 (core.events.key_partition)
-    ("__commit_ts_ms", pa.int64()),
-])
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +149,7 @@ class ChangeBatchBuilder:
         tables = {}
         for table, rows in self._tables.items():
             schema = rows.schema
-            windows = rows.windows
-            arrays = rows.convert(rows.images, lambda i, w=windows: f"the transaction committed at SCN {w[i]}")
+            arrays = rows.convert(rows.images, partial(_committed_at, rows.windows))
             at = {name: i for i, name in enumerate(schema.column_names)}
             key_arrays = [arrays[at[k]] for k in schema.primary_key]
             # Keys as encode_key writes an event's key: from the canonical values (time as timedelta, ...).
@@ -199,3 +191,8 @@ def _ordered(window: np.ndarray, seq: np.ndarray) -> bool:
         return True
     dw, ds = np.diff(window), np.diff(seq)
     return bool(np.all((dw > 0) | ((dw == 0) & (ds > 0))))
+
+
+def _committed_at(windows: Sequence[Scn], row: int) -> str:
+    """Where a row came from, for a value that does not fit its column."""
+    return f"the transaction committed at SCN {windows[row]}"

@@ -16,8 +16,9 @@ _MONTHS = {m: i + 1 for i, m in enumerate(("jan", "feb", "mar", "apr", "may", "j
                                            "dec"))}
 _DAYS = {d: i for i, d in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}
 # (name, lowest, highest, names)
-_FIELDS = (("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {}), ("month", 1, 12, _MONTHS),
-           ("day of week", 0, 7, _DAYS))
+_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
+    ("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {}), ("month", 1, 12, _MONTHS),
+    ("day of week", 0, 7, _DAYS))
 # Beyond plain cron, Dagster takes ``?`` in either day field, ``L`` (last) in the day of month and
 # ``<weekday>#<n>`` (n-th weekday of the month) in the day of week.
 _DOM_EXTRA = re.compile(r"^(\?|L)$")

@@ -14,8 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from dagster_databus.core.types import ColumnType, TypeValueError
-from dagster_databus.errors import SchemaMismatchError
+from dagster_databus.core.types import ColumnType
+from dagster_databus.errors import SchemaMismatchError, TypeValueError
 
 # Metadata columns every snapshot carries beside the source's own columns. Delta's only
 # timestamp type has microsecond precision, so commit times are stored that way.

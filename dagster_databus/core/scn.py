@@ -84,8 +84,12 @@ class Position:
     epoch: str
     scn: Scn
 
+    def same_epoch(self, other: Position) -> bool:
+        """Whether ``other`` is of this position's epoch: only then are the two ordered."""
+        return self.epoch == other.epoch
+
     def _check(self, other: Position) -> None:
-        if self.epoch != other.epoch:
+        if not self.same_epoch(other):
             raise EpochMismatchError(
                 f"positions from different epochs cannot be compared: {self.epoch!r} vs {other.epoch!r}",
                 "the source was replaced, restored or re-installed; bootstrap the affected tables",
@@ -102,7 +106,3 @@ class Position:
     def __str__(self) -> str:
         return f"{self.epoch}:{self.scn}"
 
-    def same_epoch(self, other: Position) -> bool:
-        """Whether ``other`` belongs to this position's epoch, so the two can be ordered (a caller that
-        raises its own ``EpochMismatchError``, with its own fix, asks this instead of comparing)."""
-        return self.epoch == other.epoch

@@ -34,9 +34,12 @@ import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal  # in annotations: the class's own ``decimal`` hides the module there
 from typing import Any, Literal
 
 import pyarrow as pa
+
+from dagster_databus.errors import TypeValueError
 
 Kind = Literal["boolean", "byte", "short", "integer", "long", "float", "double", "decimal", "number", "string",
                "binary", "date", "timestamp", "timestamp_ntz", "time"]
@@ -49,10 +52,6 @@ NUMBER_LOGICAL_TYPE = "databus-decimal-text"  # a decimal of any scale (Oracle N
 _INT_RANGES = {"byte": 8, "short": 16, "integer": 32, "long": 64}
 _UTC = dt.UTC
 _EPOCH_DAYS = dt.date(1970, 1, 1).toordinal()
-
-
-class TypeValueError(ValueError):
-    """A value that the column's type cannot hold exactly; callers add source, table and column."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +185,7 @@ class ColumnType:
             return value
         raise AssertionError(k)
 
-    def _check_decimal(self, value: Any) -> decimal.Decimal:
+    def _check_decimal(self, value: Any) -> Decimal:
         if not isinstance(value, decimal.Decimal) or not value.is_finite():
             raise TypeValueError(f"{value!r} is not a finite decimal")
         context = decimal.Context(prec=self.precision + 200)
@@ -226,7 +225,7 @@ class ColumnType:
 
     def from_arrow(self, array: pa.Array | pa.ChunkedArray) -> list[Any]:
         """A snapshot column back as canonical values (what consumers receive)."""
-        values = array.to_pylist()
+        values: list[Any] = array.to_pylist()
         if self.kind == "time":
             return [None if v is None else dt.timedelta(microseconds=v) for v in values]
         if self.as_text_in_delta:
@@ -256,7 +255,8 @@ _SPARK = {"byte": "tinyint", "short": "smallint", "integer": "int", "long": "big
 def float32(value: float) -> float:
     """The float32 nearest ``value`` (what a FLOAT column stores), as a Python float."""
     try:
-        return struct.unpack("<f", struct.pack("<f", value))[0]
+        nearest: float = struct.unpack("<f", struct.pack("<f", value))[0]
+        return nearest
     except OverflowError:
         raise TypeValueError(f"{value!r} is outside the range of a 32-bit float") from None
 

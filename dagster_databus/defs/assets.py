@@ -20,7 +20,8 @@ from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.defs.checks import sync_check, sync_check_specs
 from dagster_databus.defs.common import RESOURCE, capture_key, changelog_key, clear_errors, pool, snapshot_key
-from dagster_databus.log.store import ChangeLog, Manifest
+from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.log.manifest import Manifest
 from dagster_databus.pipeline import CaptureResult
 from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot
 from dagster_databus.snapshot.engines import Refreshed

@@ -13,7 +13,7 @@ from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.consumer.pull import MetaManager
 from dagster_databus.defs.common import RESOURCE, capture_key, changelog_key, snapshot_key
 from dagster_databus.errors import DatabusError
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import applied_commit_ms
 from dagster_databus.snapshot.reconcile import Reconciliation, reconcile_table, schema_drift

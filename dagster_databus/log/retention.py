@@ -7,7 +7,8 @@ import time
 from dataclasses import dataclass, replace
 
 from dagster_databus.core.scn import Scn
-from dagster_databus.log.store import ChangeLog, LogWriter
+from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.log.writer import LogWriter
 
 
 @dataclass(frozen=True, slots=True)

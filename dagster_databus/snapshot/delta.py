@@ -22,7 +22,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.log.durable import exclusive_lock
+from dagster_databus.storage.durable import exclusive_lock
 from dagster_databus.storage.lake import Lake, as_lake
 from dagster_databus.storage.location import LakeLocation
 

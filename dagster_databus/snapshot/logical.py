@@ -28,12 +28,12 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, Transaction, write_deltalake
 
 from dagster_databus.config import DatabusConfig, LogicalPartConfig, LogicalTableConfig
+from dagster_databus.core.event_columns import CHANGE_META, DELIVERED_META
 from dagster_databus.core.schema import META_COLUMNS, Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import LogGapError, SchemaDriftError, ShardCollisionError, SnapshotMissingError
-from dagster_databus.log.columns import CHANGE_META, change_schema, table_changes
-from dagster_databus.log.durable import crash_point, disk_errors
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.log.columns import change_schema, table_changes
 from dagster_databus.snapshot.delta import (
     DeltaFolder,
     DeltaSnapshot,
@@ -43,6 +43,7 @@ from dagster_databus.snapshot.delta import (
 )
 from dagster_databus.snapshot.reconcile import Comparison, compare_rows
 from dagster_databus.snapshot.reduce import NewestPerKey
+from dagster_databus.storage.durable import crash_point, disk_errors
 from dagster_databus.storage.lake import Lake
 from dagster_databus.storage.location import LakeLocation
 
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from dagster_databus.snapshot.merge import SparkLike
 PART_COLUMN = "__part"
 LAYOUT_KEY = "databus.logical.layout"  # commit metadata: the layout the table was written with
-LOG_META = ["__scn", "__seq", "__window_scn", "__op", "__commit_ts_ms"]  # what the log reader adds
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,7 +421,7 @@ def _part_schema(layout: LogicalLayout) -> pa.Schema:
     """A part's reduced changes: the logical columns (the shard's own or its label), then the log's fields."""
     fields = [f for f in layout.arrow() if f.name not in META_COLUMNS]
     meta = dict(CHANGE_META)
-    return pa.schema([*fields, *(pa.field(n, meta[n]) for n in LOG_META)])
+    return pa.schema([*fields, *(pa.field(n, meta[n]) for n in DELIVERED_META)])
 
 
 def _as_part(batch: pa.RecordBatch, layout: LogicalLayout, part: LogicalPart) -> pa.RecordBatch:

@@ -19,8 +19,7 @@ from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SchemaDriftError, SnapshotMissingError
-from dagster_databus.log.durable import disk_errors
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.commit import set_change_feed
 from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts
 from dagster_databus.snapshot.engines import MergeEngine, Refreshed, SparkProvider, open_engine
@@ -28,6 +27,7 @@ from dagster_databus.snapshot.evolve import plan
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import ALL_ROWS, RowSelection
 from dagster_databus.spark.session import task_errors, with_spark_properties
+from dagster_databus.storage.durable import disk_errors
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

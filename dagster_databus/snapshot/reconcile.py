@@ -22,7 +22,7 @@ from dagster_databus.core.types import json_value
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
-    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.snapshot.delta import DeltaSnapshot
     from dagster_databus.sources.base import CaptureSource
 
@@ -124,7 +124,7 @@ def reconcile_table(config: DatabusConfig, source_cfg: SourceConfig, table: str,
     the change log's events up to S applied on the way. Both take memory bounded by a batch, not the
     table. Rows are compared one by one only in the (few) key buckets whose fingerprints differ.
     """
-    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.snapshot.delta import DeltaSnapshot
     from dagster_databus.sources import open_source
 

@@ -18,7 +18,7 @@ def open_source(config: SourceConfig, lake: Path | None = None) -> CaptureSource
 
         return SqliteSource(config)
     if config.kind == "mysql":
-        from dagster_databus.log.store import ChangeLog
+        from dagster_databus.log.changelog import ChangeLog
         from dagster_databus.sources.mysql.source import MysqlSource
 
         mysql = MysqlSource(config)

@@ -19,13 +19,14 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from dagster_databus.core.event_columns import CHANGE_META
 from dagster_databus.errors import DatabusError, for_task
 from dagster_databus.storage.lake import Lake
 
-# Columns the reader adds after the table's own.
-META_SPARK = ("`__scn` long, `__seq` int, `__window_scn` long, `__op` string, `__commit_ts_ms` long, "
-              "`__partition` int")
-META_NAMES = ("__scn", "__seq", "__window_scn", "__op", "__commit_ts_ms", "__partition")
+_SPARK_TYPES = {"int64": "long", "int32": "int", "string": "string"}
+# Columns the reader adds after the table's own, in Spark's DDL.
+META_SPARK = ", ".join(f"`{name}` {_SPARK_TYPES[str(typ)]}" for name, typ in CHANGE_META)
+META_NAMES = tuple(name for name, _ in CHANGE_META)
 
 
 class ChangeLogDataSource(DataSource):
@@ -38,7 +39,7 @@ class ChangeLogDataSource(DataSource):
         return "databus_log"
 
     def _latest(self) -> Any:
-        from dagster_databus.log.store import ChangeLog
+        from dagster_databus.log.changelog import ChangeLog
 
         log = ChangeLog(Lake.from_spec(self.options["lake"]), self.options["source"])
         latest = log.schemas.latest(self.options["table"])
@@ -67,9 +68,9 @@ class ChangeLogReader(DataSourceReader):
         """With ``split_bytes``, whole segments smaller than that share a task up to that size (a capture run
         that polls often writes many small segments, and a task apiece would cost more than reading them),
         and a segment larger than that is read by several tasks, each the blocks that begin in its byte
-        range (``log.avro_decode.read_container``). Without it, one task per segment."""
+        range (``log.avro.container.read_container``). Without it, one task per segment."""
         from dagster_databus.core.scn import Scn
-        from dagster_databus.log.store import ChangeLog
+        from dagster_databus.log.changelog import ChangeLog
 
         log = ChangeLog(Lake.from_spec(self.options["lake"]), self.options["source"])
         until = Scn.parse(self.options["until"]) if self.options.get("until") else None
@@ -115,8 +116,9 @@ class ChangeLogReader(DataSourceReader):
         from dagster_databus.core.schema import Column, TableSchema
         from dagster_databus.core.scn import Scn
         from dagster_databus.core.types import ColumnType
+        from dagster_databus.log.changelog import ChangeLog
         from dagster_databus.log.columns import segment_changes
-        from dagster_databus.log.store import ChangeLog, SegmentInfo
+        from dagster_databus.log.manifest import SegmentInfo
 
         if not spec:
             return

@@ -24,7 +24,7 @@ from dagster_databus.config import DatabusConfig, SparkConfig
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError, SparkEnvironmentError, SparkUnavailableError, from_task
-from dagster_databus.log.durable import write_json_atomic
+from dagster_databus.storage.durable import write_json_atomic
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -4,5 +4,7 @@
 (secrets only from environment variables); ``objects`` gives the byte-level operations the change
 log, the snapshots' metadata and the consumers' state need, with the one primitive a lock-free commit
 rests on: create-if-absent, atomic on a local disk (a hard link) and on object stores (a conditional
-put), so of two writers racing for the same name exactly one wins.
+put), so of two writers racing for the same name exactly one wins. ``documents`` builds numbered,
+create-if-absent versions on it (the log's manifest, consumers' checkpoints); ``durable`` holds the
+local durable-write primitives (atomic writes, locks, a full disk named, crash points).
 """

@@ -9,16 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from dagster_databus.errors import LakeLocationError
+
 # URI scheme → the store it names.
 SCHEMES = {"file": "file", "s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "azure": "az",
            "abfs": "az", "abfss": "az"}
 # Option names that hold secrets: they may only name an environment variable, never hold the value.
 _SECRET = re.compile(r"SECRET|PASSWORD|TOKEN|SAS|KEY(?!_ID)|CREDENTIAL|PRIVATE", re.IGNORECASE)
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class LakeLocationError(ValueError):
-    """A ``lake:`` value or storage option that cannot be used; the message says how to fix it."""
 
 
 @dataclass(frozen=True)

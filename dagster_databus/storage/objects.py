@@ -9,6 +9,7 @@ cannot both succeed, with no lock service.
 
 from __future__ import annotations
 
+import builtins  # ``list`` in these classes' annotations is their method
 import contextlib
 import io
 import os
@@ -16,9 +17,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from dagster_databus.storage.location import LakeLocation
+
+if TYPE_CHECKING:
+    from obstore.store import ClientConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +56,13 @@ class LakeObjects(Protocol):
         """Write the object only if the name is free; False (and nothing written) when it is taken.
         ``staged`` runs when the bytes are durable but not yet under the name (a test seam)."""
 
-    def list(self, prefix: str) -> list[ObjectInfo]:
+    def list(self, prefix: str) -> builtins.list[ObjectInfo]:
         """Objects whose key starts with ``prefix`` (a folder: end it with '/'), in key order."""
 
     def delete(self, key: str) -> None:
         """Remove the object; no error when it is already gone."""
 
-    def folders(self, prefix: str) -> list[str]:
+    def folders(self, prefix: str) -> builtins.list[str]:
         """The names of the folders directly inside ``prefix`` (a folder: end it with '/'), sorted."""
 
     def move(self, source: str, target: str) -> None:
@@ -122,7 +126,7 @@ class LocalObjects:
         _fsync_dir(path.parent)
         return True
 
-    def list(self, prefix: str) -> list[ObjectInfo]:
+    def list(self, prefix: str) -> builtins.list[ObjectInfo]:
         folder = prefix.rpartition("/")[0]
         base = self.root / folder if folder else self.root
         if not base.is_dir():
@@ -139,7 +143,7 @@ class LocalObjects:
         with contextlib.suppress(FileNotFoundError):
             self._path(key).unlink()
 
-    def folders(self, prefix: str) -> list[str]:
+    def folders(self, prefix: str) -> builtins.list[str]:
         base = self._path(prefix)
         return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
 
@@ -218,7 +222,7 @@ class StoreObjects:
             return False
         return True
 
-    def list(self, prefix: str) -> list[ObjectInfo]:
+    def list(self, prefix: str) -> builtins.list[ObjectInfo]:
         import obstore
 
         # object_store lists by whole path segments: list the folder, then keep the prefix's matches.
@@ -233,7 +237,7 @@ class StoreObjects:
         with contextlib.suppress(FileNotFoundError):
             obstore.delete(self.store, self.root + key)
 
-    def folders(self, prefix: str) -> list[str]:
+    def folders(self, prefix: str) -> builtins.list[str]:
         import obstore
 
         found = obstore.list_with_delimiter(self.store, (self.root + prefix).rstrip("/") or None)
@@ -259,10 +263,10 @@ class _Ranged(io.RawIOBase):
         return True
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        return self._reader.seek(offset, whence)
+        return int(self._reader.seek(offset, whence))
 
     def tell(self) -> int:
-        return self._reader.tell()
+        return int(self._reader.tell())
 
     def readinto(self, buffer: Any) -> int:
         data = self._reader.read(len(buffer))
@@ -285,9 +289,12 @@ def _store(location: LakeLocation) -> Any:
     from obstore.store import from_url
 
     options = {k.lower(): v for k, v in location.options.items()}
-    client = {"allow_http": True} if options.pop("aws_allow_http", options.pop("allow_http", "")) == "true" else {}
+    allow_http = options.pop("aws_allow_http", options.pop("allow_http", "")) == "true"
+    client: ClientConfig = {"allow_http": True} if allow_http else {}
     if "aws_endpoint_url" in options:
         options["aws_endpoint"] = options.pop("aws_endpoint_url")
     # An abfss://container@account... URI names the storage account itself.
     url = f"abfss://{location.authority}" if location.authority else f"{location.scheme}://{location.bucket}"
-    return from_url(url, config=options or None, client_options=client or None)
+    # The options are the user's own names (storage_options), which obstore checks when it builds the store.
+    return from_url(url, config=options or None,  # type: ignore[arg-type]  # checked by obstore, as above
+                    client_options=client or None)

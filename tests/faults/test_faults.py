@@ -21,7 +21,7 @@ from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ChangeLogCorruptError, ConfigError, DiskFullError
-from dagster_databus.log.store import ChangeLog
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import engine_for, sync_source
 from dagster_databus.snapshot.resume import BootstrapProgress

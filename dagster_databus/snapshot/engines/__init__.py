@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from dagster_databus.config import DatabusConfig
-    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.snapshot.files import TableFile
     from dagster_databus.snapshot.history import HistoryTable
     from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot

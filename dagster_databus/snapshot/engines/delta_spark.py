@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from dagster_databus.config import DatabusConfig
-    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource, RowSelection
 

@@ -22,7 +22,6 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.log.columns import change_schema, table_changes
-from dagster_databus.log.durable import crash_point, disk_errors
 from dagster_databus.snapshot.commit import OPERATION_KEY
 from dagster_databus.snapshot.delta import (
     DeltaFolder,
@@ -38,10 +37,11 @@ from dagster_databus.snapshot.delta import (
 )
 from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, range_rows, soft_deletes
 from dagster_databus.snapshot.reduce import ChangeStats, NewestPerKey
+from dagster_databus.storage.durable import crash_point, disk_errors
 
 if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
-    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.snapshot.history import HistoryTable
     from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource, RowSelection

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from dagster_databus.core.event_columns import CHANGE_META
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SnapshotMissingError
-from dagster_databus.log.columns import CHANGE_META, change_schema
-from dagster_databus.log.durable import crash_point, disk_errors
+from dagster_databus.log.columns import change_schema
 from dagster_databus.snapshot.commit import (
     OPERATION_KEY,
     change_feed_on,
@@ -48,13 +48,14 @@ from dagster_databus.snapshot.reduce import ChangeStats
 from dagster_databus.spark.merge_tasks import count_windows
 from dagster_databus.spark.session import default_parallelism, job_progress, read_changes, sql_functions, task_errors
 from dagster_databus.spark.wire import pack
+from dagster_databus.storage.durable import crash_point, disk_errors
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable, Transaction
     from pyspark.sql import DataFrame
 
     from dagster_databus.config import DatabusConfig
-    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.snapshot.history import HistoryTable
     from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource, RowSelection
@@ -74,7 +75,7 @@ class SparkEngine:
     def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
         from dataclasses import replace
 
-        from dagster_databus.log.store import ChangeLog
+        from dagster_databus.log.changelog import ChangeLog
         from dagster_databus.snapshot.resume import BootstrapProgress
         from dagster_databus.spark.tables import FilesSink
 

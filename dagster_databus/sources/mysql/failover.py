@@ -32,7 +32,7 @@ from dagster_databus.sources.mysql.servers import other_role
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.sources.mysql.positions import MysqlPositions
 
 _GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")

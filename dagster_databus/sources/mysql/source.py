@@ -11,7 +11,7 @@ from dagster_databus.sources.mysql.failover import Switch, resume
 from dagster_databus.sources.mysql.fingerprint import MysqlFingerprint
 
 if TYPE_CHECKING:
-    from dagster_databus.log.store import ChangeLog
+    from dagster_databus.log.changelog import ChangeLog
 
 
 class MysqlSource(MysqlFingerprint):

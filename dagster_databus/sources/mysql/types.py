@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from dagster_databus.core.schema import Column, same
-from dagster_databus.core.types import ColumnType, TypeValueError
+from dagster_databus.core.types import ColumnType
+from dagster_databus.errors import TypeValueError
 
 ZeroDates = Literal["error", "null"]
 ZERO_DATE = "<zero date>"  # what the binlog converter is handed for a date it could not decode

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dagster_databus.core.schema import Column, same
-from dagster_databus.core.types import ColumnType, TypeValueError
+from dagster_databus.core.types import ColumnType
+from dagster_databus.errors import TypeValueError
 
 FLOAT_AS_DOUBLE_BITS = 49  # FLOAT(49) keeps 15 significant digits, which a double gives back exactly
 

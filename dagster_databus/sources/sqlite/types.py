@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dagster_databus.core.schema import Column, passes_through, same
-from dagster_databus.core.types import ColumnType, TypeValueError
+from dagster_databus.core.types import ColumnType
+from dagster_databus.errors import TypeValueError
 
 _DECIMAL = re.compile(r"^\s*(?:DECIMAL|NUMERIC|DEC)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)", re.IGNORECASE)
 _DATETIME = re.compile(

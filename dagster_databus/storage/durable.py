@@ -1,4 +1,6 @@
-"""File primitives the log's durability rests on: fsync + atomic rename, locks, crash points."""
+"""Durable-write primitives every layer rests on (the change log, snapshots, consumers, Spark's
+settings): fsync + atomic rename, a full disk turned into a clear error, the lake write probe,
+advisory locks, and the crash points the fault tests kill a process at."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import signal
 import tempfile
 import uuid
@@ -56,13 +59,30 @@ def disk_errors(what: str, where: Path) -> Iterator[None]:
     """Turn a full disk (or quota) into a clear error; anything half-written is cleaned up next run."""
     try:
         yield
-    except Exception as exc:  # delta-rs reports ENOSPC as its own DeltaError, with the OS message inside
-        full = (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or "No space left" in str(exc)
-        if not full:
+    except Exception as exc:
+        if _os_errno(exc) not in _DISK_FULL:
             raise
         raise DiskFullError(f"no space left on the device holding {where} while {what}",
                             "free space there and run again: nothing was committed, and the half-written "
                             "files are removed by the next run", path=str(where)) from exc
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# Rust's io::Error as delta-rs's DeltaError carries it: "No space left on device (os error 28)".
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def _os_errno(exc: BaseException) -> int | None:
+    """The OS error number behind ``exc``: an ``OSError``'s own, or the one its message carries when
+    another library wrapped it (delta-rs's "(os error N)"; the JVM's IOException, through Spark,
+    only has the C library's text for it, ``os.strerror(N)``)."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc.errno
+    text = str(exc)
+    match = _RUST_OS_ERROR.search(text)
+    if match:
+        return int(match.group(1))
+    return next((number for number in _DISK_FULL if os.strerror(number) in text), None)
 
 
 def lake_problem(lake: Lake | Path) -> str | None:
