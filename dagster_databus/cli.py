@@ -244,7 +244,7 @@ def _tail(config: DatabusConfig, args: argparse.Namespace) -> int:
     if args.checkpoint and args.consumer:
         raise ConfigError("--consumer", "--checkpoint and --consumer both name where the checkpoint is kept",
                           "give one: --consumer NAME keeps it in the lake (any machine), --checkpoint FILE here")
-    store: CheckpointStore = MemoryCheckpointStore()
+    store: CheckpointStore[ConsumerCheckpoint] = MemoryCheckpointStore()
     if args.consumer:
         if not is_plain_name(args.consumer):
             raise ConfigError("--consumer", f"{args.consumer!r} is not a plain name",

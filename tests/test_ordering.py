@@ -29,7 +29,6 @@ from dagster_databus.consumer.filters import PartitionFilter
 from dagster_databus.consumer.logical import (
     FileLogicalCheckpointStore,
     LogicalCheckpoint,
-    LogicalCheckpointError,
     LogicalEvent,
     LogicalTableClient,
     MemoryLogicalCheckpointStore,
@@ -40,10 +39,8 @@ from dagster_databus.consumer.ordering import (
     STALE,
     FilePositionStore,
     GroupMember,
-    GroupSpecError,
     IdempotentSink,
     KeyRouter,
-    OrderingError,
     SinkPosition,
     SinkState,
     log_lineage,
@@ -53,7 +50,7 @@ from dagster_databus.core.events import ChangeEvent, Op, Window, encode_key
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
-from dagster_databus.errors import EpochMismatchError
+from dagster_databus.errors import EpochMismatchError, GroupSpecError, LogicalCheckpointError, OrderingError
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
 from tests.harness import SqliteHarness

@@ -68,7 +68,8 @@ def test_upkeep_joins_small_files_keeps_every_row_and_what_rebuild_needs(tmp_pat
     assert (_rows(snap), snap.applied_scn(), snap.bootstrap_scn()) == before  # no row, no SCN moved
     assert snap.delta().history(1)[0]["operation"] != "WRITE" or result.checkpoint_version == snap.version()
     [again] = upkeep_source(config, "shop", spark)
-    assert again.compacted == again.retyped == 0 and again.files_after == result.files_after  # key order kept, nothing to join
+    # Key order kept: nothing to join.
+    assert again.compacted == again.retyped == 0 and again.files_after == result.files_after
     source.execute([("INSERT INTO items VALUES (?, ?, ?)", (i, "new", 1.0)) for i in range(300, 320)])
     source.execute(["UPDATE items SET name = 'changed' WHERE id IN (19, 99, 199)"])
     cycle(config, spark)  # merges route by the compacted files' key bounds

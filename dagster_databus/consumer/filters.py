@@ -15,11 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from dagster_databus.core.events import encode_key, key_partition
-from dagster_databus.errors import DatabusError
-
-
-class FilterSpecError(DatabusError):
-    """A partition filter or id list that cannot be parsed."""
+from dagster_databus.errors import FilterSpecError
 
 
 def parse_ids(text: str) -> frozenset[int]:

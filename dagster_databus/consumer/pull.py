@@ -21,14 +21,10 @@ from dagster_databus.consumer.filters import PartitionFilter
 from dagster_databus.core.events import ChangeEvent
 from dagster_databus.core.identifiers import is_plain_name
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import DatabusError
+from dagster_databus.errors import PullError
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.storage.lake import Lake, as_lake
 from dagster_databus.storage.objects import LakeObjects
-
-
-class PullError(DatabusError):
-    """A pull-API call out of order or for an unknown client."""
 
 
 @dataclass(frozen=True, slots=True)

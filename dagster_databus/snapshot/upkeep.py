@@ -6,10 +6,10 @@ thousands of merges reads slow down and storage grows. Compaction joins runs of 
 key order into files of about ``merge.file_rows`` rows, so the table keeps what merges route by: files in
 key order whose key bounds do not overlap (``snapshot.files.TableFiles``). A file whose physical column types
 differ from the table's (delta-rs's MERGE writes string views) is rewritten alone in the table's types. The
-commit changes no data (``dataChange`` false) and moves no transaction id. VACUUM then deletes files the table stopped naming more
-than ``retain_hours`` ago (time travel reaches back that far), but never one its last bootstrap's version
-names: ``rebuild`` restores that version (``snapshot.merge.rebuild_from_bootstrap``), so its files stay
-as long as it is the last.
+commit changes no data (``dataChange`` false) and moves no transaction id. VACUUM then deletes files the
+table stopped naming more than ``retain_hours`` ago (time travel reaches back that far), but never one its
+last bootstrap's version names: ``rebuild`` restores that version
+(``snapshot.merge.rebuild_from_bootstrap``), so its files stay as long as it is the last.
 
 A merge and a compaction of one table take the snapshot's lock in turn on a local lake; in a store, the
 later of two commits against the same version fails (``ConcurrentRunError``) and nothing of it is kept,
