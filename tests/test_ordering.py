@@ -1,4 +1,4 @@
-"""Per-key ordering (seed 003) and logical tables over shards (seed 002), on real change logs.
+"""Per-key ordering and logical tables over shards, on real change logs.
 
 The logs come from the pipeline capturing real SQLite files: three sources, each with one shard
 of a ``users`` table (``user1``/``user2``/``user3``), with colliding ids and commits interleaved

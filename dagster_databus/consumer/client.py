@@ -1,6 +1,6 @@
 """The Databus client: delivers the change log to consumer callbacks, window by window.
 
-Callbacks (seed 000 → here): onStartDataEventSequence → ``on_start_data_event_sequence``,
+Callbacks (Databus's consumer callbacks → here): onStartDataEventSequence → ``on_start_data_event_sequence``,
 onStartSource → ``on_start_source``, onDataEvent → ``on_data_event``, onEndSource →
 ``on_end_source``, onEndDataEventSequence → ``on_end_data_event_sequence``, onCheckpoint →
 ``on_checkpoint``, onRollback → ``on_rollback``, onError → ``on_error``. Before a table's first event
@@ -78,7 +78,7 @@ class SequentialDispatcher:
 
 
 class ParallelDispatcher:
-    """N consumers on N threads (seed 000's execution model): data events are dispatched by key, so
+    """N consumers on N threads (Databus's parallel consumer execution): data events are dispatched by key, so
     each key's events stay in order on one worker; boundaries are broadcast with barriers:
 
     ====================  ===========  =============

@@ -1,4 +1,5 @@
-"""Consumers of a *logical* table: one table sharded over several sources, read as one stream (seed 002).
+"""Consumers of a *logical* table: one table sharded over several sources, read as one stream (as Canal's
+group event parser and sink read a database split into shards).
 
 A logical table (``config.logical_tables``) names its parts: a physical table of a configured
 source, each with a label. Its change stream is every part's change log, read for that part's

@@ -1,6 +1,6 @@
-"""Per-key ordering across consumers, and a sink that discards stale or duplicate changes (seed 003).
+"""Per-key ordering across consumers, and a sink that discards stale or duplicate changes.
 
-Seed 003 (Canal + Kafka) keeps a key's changes in order in two steps, and so does this module:
+A Canal + Kafka pipeline keeps a key's changes in order in two steps, and so does this module:
 
 1. **Route by key.** Every change of one primary key goes to the same member of a consumer
    group, so the member sees that key's changes in log order. ``KeyRouter`` is the one hash
@@ -16,7 +16,7 @@ Seed 003 (Canal + Kafka) keeps a key's changes in order in two steps, and so doe
    by reason. The held positions are persisted (``FilePositionStore``: JSON, fsync + atomic
    rename) so a restarted sink still recognises replays.
 
-**What a position is, and why not commit time.** Seed 003 orders by (commit time, log offset):
+**What a position is, and why not commit time.** That pipeline orders by (commit time, log offset):
 commit time first, the binlog offset only to break ties. Commit time comes from the source's
 clock, which can go backwards (NTP steps, a VM resumed, a failover to a server whose clock is
 behind); ordering by it would discard *new* changes as stale, silently. This product has a
