@@ -1,10 +1,10 @@
-"""Oracle capture: Databus's trigger + ``sy$txlog`` design (seed 000), with python-oracledb (thin mode).
+"""Oracle capture: LinkedIn Databus's trigger + ``sy$txlog`` design, with python-oracledb (thin mode).
 
 Install applies ``sql/oracle/`` idempotently: a CREATE whose object exists is skipped (checked in
 the data dictionary), code units are CREATE OR REPLACE, and a hash of everything rendered is
 kept in ``sync_core_settings`` so an unchanged re-install does nothing at all. A poll takes the
 database SCN at its start as its bound, finds chunk ends over ``sy$txlog`` (whole transactions),
-and reads each table's ``sy$<table>`` view and delete-shadow table with the seed's query shape.
+and reads each table's ``sy$<table>`` view and delete-shadow table with Databus's query shape.
 """
 
 from __future__ import annotations

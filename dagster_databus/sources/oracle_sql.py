@@ -1,5 +1,5 @@
 """Oracle SQL handling: splitting SQL*Plus-style scripts, rendering per-table templates with
-validated, quoted identifiers, and building the seed's poll queries."""
+validated, quoted identifiers, and building Databus's poll queries."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def through_clause(keys: Sequence[str], prefix: str) -> str:
 
 
 def poll_query(form: Literal["simple", "chunked"], view: str, bounded: bool = False) -> str:
-    """The seed's poll query for a view (``view`` already quoted); ``bounded`` adds an upper SCN bound."""
+    """Databus's poll query for a view (``view`` already quoted); ``bounded`` adds an upper SCN bound."""
     if form == "chunked":
         return sqlfiles.render("oracle", "poll/chunked.sql", view=view)
     bound = "\n  AND sync_core.getScn(tx.scn, tx.ora_rowscn) <= :untilScn" if bounded else ""
