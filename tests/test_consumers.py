@@ -22,7 +22,17 @@ from dagster_databus.consumer.pull import MetaManager, PullConsumer
 from dagster_databus.core.events import ChangeEvent, Op
 from dagster_databus.core.scn import Scn
 from dagster_databus.demo.workload import ShopWorkload, create_shop
-from dagster_databus.errors import ConsumerError, FilterSpecError, PullError
+from dagster_databus.errors import (
+    ConsumerError,
+    DatabusError,
+    FilterSpecError,
+    GroupSpecError,
+    LogicalCheckpointError,
+    OrderingError,
+    PullError,
+    for_task,
+    from_task,
+)
 from dagster_databus.log.store import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source, read_rows
@@ -430,3 +440,11 @@ def test_databus_tail_prints_json_lines_and_keeps_its_checkpoint(tmp_path: Path,
     more = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert more and all(int(x["scn"]) > int(lines[-1]["scn"]) for x in more)
 
+
+
+@pytest.mark.parametrize("kind", [ConsumerError, LogicalCheckpointError, FilterSpecError, PullError, OrderingError,
+                                  GroupSpecError])
+def test_a_consumer_error_raised_in_a_spark_task_is_rebuilt_with_its_type(kind: type[DatabusError]) -> None:
+    rebuilt = from_task(for_task(kind("the problem", "the fix", part="a")))
+    assert type(rebuilt) is kind and (rebuilt.problem, rebuilt.fix, rebuilt.context) == (
+        "the problem", "the fix", {"part": "a"})
