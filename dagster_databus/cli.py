@@ -15,6 +15,7 @@ from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
 from dagster_databus.consumer.pull import MetaManager
 from dagster_databus.core.events import ChangeEvent
 from dagster_databus.core.identifiers import is_plain_name
+from dagster_databus.core.lag import scn_lag
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType, json_value
 from dagster_databus.errors import ConfigError, DatabusError
@@ -154,10 +155,8 @@ sequence numbers for SQLite and Oracle, binlog bytes for MySQL): for a source th
 checkpoint, for a table or consumer the log minus where it stands; "-" where there is nothing yet."""
 
 
-def _behind(ahead: int | None, behind: int | None) -> str:
-    # A snapshot or checkpoint may be ahead of the figure it is compared with (a bootstrap reads the
-    # source at a later position than the log has reached): that is no lag, never a negative one.
-    return "-" if ahead is None or behind is None else str(max(0, ahead - behind))
+def _behind(ahead: Scn | None, behind: Scn | None) -> str:
+    return "-" if ahead is None or behind is None else str(scn_lag(ahead, behind))
 
 
 def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
@@ -171,12 +170,12 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
         except DatabusError:
             position = None
         cp = checkpoint.scn if checkpoint else None
-        lag = _behind(position.value if position else None, cp.value if cp else None)
+        lag = _behind(position, cp)
         print(f"{source.name:<28}{cp or '-'!s:>12}{'':>12}{position or '?'!s:>12}{lag:>8}{len(manifest.segments):>10}"
               f"{sum(s.bytes for s in manifest.segments):>12}")
         for table in source.tables:
             applied = DeltaSnapshot(config.lake, source.name, table.name).applied_scn()
-            behind = _behind(manifest.last_scn.value, applied.value if applied else None)
+            behind = _behind(manifest.last_scn, applied)
             print(f"  {table.name:<26}{'':>12}{applied or '-'!s:>12}{'':>12}{behind:>8}")
         if getattr(source, "standby", None) is not None:
             server = checkpoint.state.get("server", "primary") if checkpoint else "primary"
@@ -184,9 +183,9 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
                                  for e in manifest.lineage) or "none"
             print(f"  reading the {server} (failovers: {switches})")
         for client, cursor in MetaManager(config.lake, source.name).cursors().items():
-            at = cursor.value if cursor else manifest.start_scn.value
-            state = "  behind retention: must bootstrap" if at < manifest.start_scn.value else ""
-            print(f"  consumer {client:<17}{cursor or '-'!s:>12}{'':>24}{_behind(manifest.last_scn.value, at):>8}"
+            at = cursor or manifest.start_scn
+            state = "  behind retention: must bootstrap" if at < manifest.start_scn else ""
+            print(f"  consumer {client:<17}{cursor or '-'!s:>12}{'':>24}{_behind(manifest.last_scn, at):>8}"
                   f"{state}")
     for logical in config.logical_tables:
         from dagster_databus.snapshot.logical import LogicalSnapshot
@@ -197,7 +196,7 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
             applied = snap.applied_scn(part.label)
             log_scn = ChangeLog(config.lake, part.source).manifest().last_scn
             print(f"  {part.label:<26}{'':>12}{applied or '-'!s:>12}{'':>12}"
-                  f"{_behind(log_scn.value, applied.value if applied else None):>8}")
+                  f"{_behind(log_scn, applied):>8}")
     print(f"\n{STATUS_LEGEND}")
     return 0
 
@@ -244,7 +243,7 @@ def _tail(config: DatabusConfig, args: argparse.Namespace) -> int:
     if args.checkpoint and args.consumer:
         raise ConfigError("--consumer", "--checkpoint and --consumer both name where the checkpoint is kept",
                           "give one: --consumer NAME keeps it in the lake (any machine), --checkpoint FILE here")
-    store: CheckpointStore = MemoryCheckpointStore()
+    store: CheckpointStore[ConsumerCheckpoint] = MemoryCheckpointStore()
     if args.consumer:
         if not is_plain_name(args.consumer):
             raise ConfigError("--consumer", f"{args.consumer!r} is not a plain name",

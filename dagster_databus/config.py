@@ -212,7 +212,7 @@ class StandbyConfig(_Strict):
 
 
 class FailoverConfig(_Strict):
-    """When and how capture switches between a source's primary and its standby (seed 002)."""
+    """When and how capture switches between a source's primary and its standby (docs/ha.md)."""
 
     # The active server counts as down after this many failed connection attempts, this far apart.
     retries: int = Field(default=3, ge=1, le=100)
@@ -346,7 +346,7 @@ class LogicalPartConfig(_Strict):
 
 
 class LogicalTableConfig(_Strict):
-    """Sharded physical tables merged into one logical snapshot (seed 002's group sink).
+    """Sharded physical tables merged into one logical snapshot (as Canal's group event sink merges shards).
 
     The logical key is ``(shard_column, *primary key)``. When the physical tables have a column
     named ``shard_column`` its values are used; otherwise the column is added with each part's

@@ -137,3 +137,35 @@ def from_task(exc: BaseException) -> DatabusError | None:
     error = kind.__new__(kind)
     DatabusError.__init__(error, body["problem"], body["fix"], **body["context"])
     return error
+
+
+# -- consumers ---------------------------------------------------------------------------
+
+
+class ConsumerError(DatabusError):
+    """A window kept failing in the consumer's callbacks; the checkpoint stayed before it."""
+
+
+class LogicalCheckpointError(ConsumerError):
+    """A part's checkpoint cannot be resumed from its change log (gone past retention, restarted, or
+    belonging to another part)."""
+
+
+class CallbackFailed(Exception):
+    """A callback returned False: the window is rolled back as if it had raised."""
+
+
+class FilterSpecError(DatabusError):
+    """A partition filter or id list that cannot be parsed."""
+
+
+class PullError(DatabusError):
+    """A pull-API call out of order or for an unknown client."""
+
+
+class OrderingError(DatabusError):
+    """Two changes of one key come from logs whose positions cannot be compared."""
+
+
+class GroupSpecError(DatabusError):
+    """A consumer-group member that cannot exist (index outside the group)."""

@@ -7,12 +7,14 @@ call these functions.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.batch import ChangeBatch
+from dagster_databus.core.lag import scn_lag
+from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError, DatabusError, LogGapError, SourceUnavailableError
 from dagster_databus.log.changelog import ChangeLog
@@ -20,8 +22,6 @@ from dagster_databus.log.retention import RetentionResult
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import ALL_ROWS, InstallReport, PollStats, RowSelection, selection_for
 from dagster_databus.storage.durable import lake_problem, require_writable_lake
-
-Progress = Callable[[str], None]
 
 
 @dataclass(slots=True)
@@ -46,7 +46,7 @@ class CaptureResult:
 
     @property
     def lag_scn(self) -> int:
-        return max(0, self.source_hwm.value - self.until.value)
+        return scn_lag(self.source_hwm, self.until)
 
 
 def _resume(src: Any, log: ChangeLog, progress: Progress) -> Any:

@@ -16,12 +16,23 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.cli import main as cli
 from dagster_databus.consumer.checkpoints import ConsumerCheckpoint, FileCheckpointStore, MemoryCheckpointStore
-from dagster_databus.consumer.client import ConsumerError, DatabusClient, DatabusConsumer
-from dagster_databus.consumer.filters import FilterSpecError, PartitionFilter, parse_ids
-from dagster_databus.consumer.pull import MetaManager, PullConsumer, PullError
+from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
+from dagster_databus.consumer.filters import PartitionFilter, parse_ids
+from dagster_databus.consumer.pull import MetaManager, PullConsumer
 from dagster_databus.core.events import ChangeEvent, Op
 from dagster_databus.core.scn import Scn
 from dagster_databus.demo.workload import ShopWorkload, create_shop
+from dagster_databus.errors import (
+    ConsumerError,
+    DatabusError,
+    FilterSpecError,
+    GroupSpecError,
+    LogicalCheckpointError,
+    OrderingError,
+    PullError,
+    for_task,
+    from_task,
+)
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source, read_rows
@@ -292,6 +303,39 @@ def test_a_consumer_group_with_disjoint_ids_covers_the_stream_exactly_once(tmp_p
     assert sorted(got) == sorted(ids([e.event for e in ChangeLog(config.lake, "shop").read()]))
 
 
+class BootstrapRecorder(DatabusConsumer):
+    """The (scn, seq) of each row delivered by the bootstrap, by table and key."""
+
+    def __init__(self) -> None:
+        self.positions: dict[tuple[str, tuple], tuple[int, int]] = {}
+        self.bootstrapping = False
+
+    def on_start_bootstrap(self, scn: Scn) -> None:
+        self.bootstrapping = True
+
+    def on_end_bootstrap(self, scn: Scn) -> None:
+        self.bootstrapping = False
+
+    def on_data_event(self, event: ChangeEvent) -> None:
+        if self.bootstrapping:
+            self.positions[(event.table, event.key)] = (event.scn.value, event.seq)
+
+
+def test_a_snapshot_row_has_the_same_scn_and_seq_with_or_without_a_partition_filter(tmp_path: Path) -> None:
+    create_shop(tmp_path / "shop.db")
+    config = make_config(tmp_path / "lake", {"name": "shop", "kind": "sqlite", "path": str(tmp_path / "shop.db"),
+                                             "tables": TABLES}, merge={"engine": "local"})
+    pipeline.install(config, "shop")
+    ShopWorkload(tmp_path / "shop.db", seed=41).run(30)
+    pipeline.capture(config, "shop")
+    sync_source(None, config, "shop")  # the local engine: no Spark
+    everything, filtered = BootstrapRecorder(), BootstrapRecorder()
+    DatabusClient(config.lake, "shop", everything).run()
+    DatabusClient(config.lake, "shop", filtered, partition_filter="mod:3:[1]").run()
+    assert filtered.positions and len(filtered.positions) < len(everything.positions)
+    assert {k: everything.positions[k] for k in filtered.positions} == filtered.positions
+
+
 class Materializer(DatabusConsumer):
     """Applies events to an in-memory copy of each table."""
 
@@ -396,3 +440,11 @@ def test_databus_tail_prints_json_lines_and_keeps_its_checkpoint(tmp_path: Path,
     more = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert more and all(int(x["scn"]) > int(lines[-1]["scn"]) for x in more)
 
+
+
+@pytest.mark.parametrize("kind", [ConsumerError, LogicalCheckpointError, FilterSpecError, PullError, OrderingError,
+                                  GroupSpecError])
+def test_a_consumer_error_raised_in_a_spark_task_is_rebuilt_with_its_type(kind: type[DatabusError]) -> None:
+    rebuilt = from_task(for_task(kind("the problem", "the fix", part="a")))
+    assert type(rebuilt) is kind and (rebuilt.problem, rebuilt.fix, rebuilt.context) == (
+        "the problem", "the fix", {"part": "a"})

@@ -1,6 +1,6 @@
 """Oracle checks that run without a server: scripts split as SQL*Plus would, every plain statement
 parses as Oracle SQL, templates render completely and only with plain names, the poll queries
-have the seed's shapes, the config and the alert sensor work, and an unreachable server fails fast."""
+have Databus's shapes, the config and the alert sensor work, and an unreachable server fails fast."""
 
 from __future__ import annotations
 

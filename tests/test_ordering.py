@@ -1,4 +1,4 @@
-"""Per-key ordering (seed 003) and logical tables over shards (seed 002), on real change logs.
+"""Per-key ordering and logical tables over shards, on real change logs.
 
 The logs come from the pipeline capturing real SQLite files: three sources, each with one shard
 of a ``users`` table (``user1``/``user2``/``user3``), with colliding ids and commits interleaved
@@ -29,7 +29,6 @@ from dagster_databus.consumer.filters import PartitionFilter
 from dagster_databus.consumer.logical import (
     FileLogicalCheckpointStore,
     LogicalCheckpoint,
-    LogicalCheckpointError,
     LogicalEvent,
     LogicalTableClient,
     MemoryLogicalCheckpointStore,
@@ -40,10 +39,8 @@ from dagster_databus.consumer.ordering import (
     STALE,
     FilePositionStore,
     GroupMember,
-    GroupSpecError,
     IdempotentSink,
     KeyRouter,
-    OrderingError,
     SinkPosition,
     SinkState,
     log_lineage,
@@ -53,7 +50,7 @@ from dagster_databus.core.events import ChangeEvent, Op, Window, encode_key
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
-from dagster_databus.errors import EpochMismatchError
+from dagster_databus.errors import EpochMismatchError, GroupSpecError, LogicalCheckpointError, OrderingError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
 from tests.harness import SqliteHarness

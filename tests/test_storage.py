@@ -12,9 +12,9 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.consumer.checkpoints import ConsumerCheckpoint, LakeCheckpointStore
 from dagster_databus.consumer.client import DatabusClient
-from dagster_databus.consumer.pull import MetaManager, PullConsumer, PullError
+from dagster_databus.consumer.pull import MetaManager, PullConsumer
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ConcurrentRunError, LakeLocationError
+from dagster_databus.errors import ConcurrentRunError, LakeLocationError, PullError
 from dagster_databus.storage.location import parse_lake
 from dagster_databus.storage.objects import LakeObjects, open_objects
 from tests.harness import SqliteHarness, make_config

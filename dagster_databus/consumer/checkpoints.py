@@ -1,4 +1,13 @@
-"""Consumer checkpoints (Databus's checkpoint persistence, JSON) and pluggable stores."""
+"""Consumer checkpoints (Databus's checkpoint persistence, JSON) and the stores that keep them.
+
+Every consumer keeps one document that says how far it got: a callback consumer its
+``ConsumerCheckpoint``, a logical-table consumer its checkpoint vector (``logical.LogicalCheckpoint``),
+a dedupe sink its held positions (``ordering.SinkState``). One set of stores keeps any of them
+(``CheckpointStore[D]``): ``FileStore`` (a JSON file replaced atomically), ``MemoryStore`` (this
+process only) and ``LakeCheckpointStore`` (numbered versions in the lake, created only if absent).
+Each consumer module binds them to its document type (``FileCheckpointStore``,
+``FileLogicalCheckpointStore``, ``FilePositionStore``, ...).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +15,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConcurrentRunError
@@ -15,6 +24,56 @@ from dagster_databus.storage.durable import write_json_atomic
 
 if TYPE_CHECKING:
     from dagster_databus.storage.objects import LakeObjects
+
+
+class Document(Protocol):
+    """What a store keeps: anything that writes itself as JSON (its store is given how to read it back)."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+D = TypeVar("D", bound=Document)
+
+
+class CheckpointStore(Protocol[D]):
+    """Where a consumer keeps its document: any object with ``load`` and ``save``."""
+
+    def load(self) -> D | None: ...
+    def save(self, checkpoint: D) -> None: ...
+
+
+class FileStore(Generic[D]):
+    """A JSON file, replaced atomically (fsync + rename) on every save."""
+
+    def __init__(self, path: str | Path, decode: Callable[[dict[str, Any]], D]) -> None:
+        self.path = Path(path)
+        self.decode = decode
+
+    def load(self) -> D | None:
+        if not self.path.exists():
+            return None
+        return self.decode(json.loads(self.path.read_text()))
+
+    def save(self, checkpoint: D) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.path, checkpoint.to_json())
+
+
+class MemoryStore(Generic[D]):
+    """Holds the document in this process only. ``copy`` keeps the store's own copy of a document its
+    owner goes on changing after a save (a dedupe sink's maps); immutable documents are kept as they are."""
+
+    def __init__(self, checkpoint: D | None = None, copy: Callable[[D], D] | None = None) -> None:
+        self.copy = copy
+        self.checkpoint = checkpoint if checkpoint is None or copy is None else copy(checkpoint)
+
+    def load(self) -> D | None:
+        if self.checkpoint is None or self.copy is None:
+            return self.checkpoint
+        return self.copy(self.checkpoint)
+
+    def save(self, checkpoint: D) -> None:
+        self.checkpoint = checkpoint if self.copy is None else self.copy(checkpoint)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,36 +93,15 @@ class ConsumerCheckpoint:
         return cls(scn=Scn.parse(doc["scn"]), epoch=doc.get("epoch"), table_floors=doc.get("table_floors", {}))
 
 
-class CheckpointStore(Protocol):
-    def load(self) -> ConsumerCheckpoint | None: ...
-    def save(self, checkpoint: ConsumerCheckpoint) -> None: ...
-
-
-class FileCheckpointStore:
-    """A JSON file, replaced atomically on every save."""
+class FileCheckpointStore(FileStore[ConsumerCheckpoint]):
+    """A callback consumer's checkpoint in a JSON file."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-
-    def load(self) -> ConsumerCheckpoint | None:
-        if not self.path.exists():
-            return None
-        return ConsumerCheckpoint.from_json(json.loads(self.path.read_text()))
-
-    def save(self, checkpoint: ConsumerCheckpoint) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.path, checkpoint.to_json())
+        super().__init__(path, ConsumerCheckpoint.from_json)
 
 
-class MemoryCheckpointStore:
-    def __init__(self, checkpoint: ConsumerCheckpoint | None = None) -> None:
-        self.checkpoint = checkpoint
-
-    def load(self) -> ConsumerCheckpoint | None:
-        return self.checkpoint
-
-    def save(self, checkpoint: ConsumerCheckpoint) -> None:
-        self.checkpoint = checkpoint
+class MemoryCheckpointStore(MemoryStore[ConsumerCheckpoint]):
+    """A callback consumer's checkpoint in memory (the default: kept as long as its client)."""
 
 
 class LakeCheckpointStore:

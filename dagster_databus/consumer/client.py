@@ -1,6 +1,6 @@
 """The Databus client: delivers the change log to consumer callbacks, window by window.
 
-Callbacks (seed 000 → here): onStartDataEventSequence → ``on_start_data_event_sequence``,
+Callbacks (Databus's consumer callbacks → here): onStartDataEventSequence → ``on_start_data_event_sequence``,
 onStartSource → ``on_start_source``, onDataEvent → ``on_data_event``, onEndSource →
 ``on_end_source``, onEndDataEventSequence → ``on_end_data_event_sequence``, onCheckpoint →
 ``on_checkpoint``, onRollback → ``on_rollback``, onError → ``on_error``. Before a table's first event
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
 from dagster_databus.consumer.checkpoints import CheckpointStore, ConsumerCheckpoint, MemoryCheckpointStore
 from dagster_databus.consumer.filters import PartitionFilter
@@ -34,17 +34,9 @@ from dagster_databus.consumer.ordering import Change, GroupMember, IdempotentSin
 from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import DatabusError, SnapshotMissingError
+from dagster_databus.errors import CallbackFailed, ConsumerError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.storage.lake import Lake, as_lake
-
-
-class ConsumerError(DatabusError):
-    """A window kept failing in the consumer's callbacks; the checkpoint stayed before it."""
-
-
-class CallbackFailed(Exception):
-    """A callback returned False."""
 
 
 class DatabusConsumer:
@@ -86,7 +78,7 @@ class SequentialDispatcher:
 
 
 class ParallelDispatcher:
-    """N consumers on N threads (seed 000's execution model): data events are dispatched by key, so
+    """N consumers on N threads (Databus's parallel consumer execution): data events are dispatched by key, so
     each key's events stay in order on one worker; boundaries are broadcast with barriers:
 
     ====================  ===========  =============
@@ -143,11 +135,39 @@ class ParallelDispatcher:
             worker.shutdown(wait=True)
 
 
-class WindowStats(Protocol):
-    windows: int
-    events: int
-    rollbacks: int
-    discarded: int
+@dataclass(slots=True)
+class DeliveryStats:
+    """What a run delivered; ``follow`` adds its runs' up."""
+
+    windows: int = 0
+    events: int = 0
+    rollbacks: int = 0
+    discarded: int = 0  # events the dedupe sink dropped as stale or duplicate
+    bootstrapped: bool = False
+    bootstrap_rows: int = 0
+
+    def add(self, run: DeliveryStats) -> None:
+        """Count a later run into these totals."""
+        self.windows += run.windows
+        self.events += run.events
+        self.rollbacks += run.rollbacks
+        self.discarded += run.discarded
+        self.bootstrapped = self.bootstrapped or run.bootstrapped
+        self.bootstrap_rows += run.bootstrap_rows
+
+
+Stats = TypeVar("Stats", bound=DeliveryStats)
+
+
+def follow(run: Callable[[], Stats], total: Stats, interval_s: float, stop: Callable[[], bool]) -> Stats:
+    """The consumers' follow loop: ``run`` until ``stop()`` says so, pausing ``interval_s`` after a run that
+    found nothing new; returns ``total`` with every run added."""
+    while not stop():
+        stats = run()
+        total.add(stats)
+        if not stats.windows:
+            time.sleep(interval_s)
+    return total
 
 
 class SchemaAnnouncer:
@@ -178,7 +198,7 @@ class SchemaAnnouncer:
 
 def deliver_window(dispatcher: Any, sink: IdempotentSink | None, lineage: str, scn: Scn, start: Scn,
                    events: Sequence[Change], order: Callable[[list[str]], list[str]], max_retries: int,
-                   stats: WindowStats, failure: Callable[[Exception, int], ConsumerError],
+                   stats: DeliveryStats, failure: Callable[[Exception, int], ConsumerError],
                    shapes: SchemaAnnouncer | None = None) -> None:
     """Deliver one window, grouped per table in ``order``, with the rollback-and-retry protocol.
 
@@ -221,7 +241,7 @@ def deliver_window(dispatcher: Any, sink: IdempotentSink | None, lineage: str, s
                 raise failure(exc, attempt + 1) from exc
 
 
-def _commit_sink(sink: IdempotentSink | None, stats: WindowStats) -> None:
+def _commit_sink(sink: IdempotentSink | None, stats: DeliveryStats) -> None:
     if sink is None:
         return
     before = sink.discarded
@@ -230,14 +250,13 @@ def _commit_sink(sink: IdempotentSink | None, stats: WindowStats) -> None:
 
 
 @dataclass(slots=True)
-class RunStats:
-    windows: int = 0
-    events: int = 0
-    rollbacks: int = 0
-    discarded: int = 0  # events the dedupe sink dropped as stale or duplicate
-    bootstrapped: bool = False
-    bootstrap_rows: int = 0
-    checkpoint: Scn | None = None
+class RunStats(DeliveryStats):
+    checkpoint: Scn | None = None  # the checkpoint saved last
+
+    def add(self, run: DeliveryStats) -> None:
+        DeliveryStats.add(self, run)  # (a slotted dataclass cannot use super() without arguments)
+        if isinstance(run, RunStats) and run.checkpoint is not None:
+            self.checkpoint = run.checkpoint
 
 
 class DatabusClient:
@@ -245,7 +264,7 @@ class DatabusClient:
 
     def __init__(self, lake: Lake | str | Path, source: str, consumer: DatabusConsumer | Callable[[], DatabusConsumer],
                  tables: Sequence[str] | None = None, partition_filter: PartitionFilter | str | None = None,
-                 checkpoints: CheckpointStore | None = None, workers: int = 1, max_retries: int = 3,
+                 checkpoints: CheckpointStore[ConsumerCheckpoint] | None = None, workers: int = 1, max_retries: int = 3,
                  bootstrap: bool = True, bootstrap_batch_rows: int = 10_000,
                  dedupe: IdempotentSink | bool = False, group: GroupMember | str | None = None,
                  checkpoint_every_windows: int = 1, checkpoint_every_s: float | None = None) -> None:
@@ -346,16 +365,7 @@ class DatabusClient:
 
     def follow(self, interval_s: float = 1.0, stop: Callable[[], bool] = lambda: False) -> RunStats:
         """Keep delivering as the log grows until ``stop()`` says so."""
-        total = RunStats()
-        while not stop():
-            stats = self.run()
-            total.windows += stats.windows
-            total.events += stats.events
-            total.discarded += stats.discarded
-            total.checkpoint = stats.checkpoint or total.checkpoint
-            if not stats.windows:
-                time.sleep(interval_s)
-        return total
+        return follow(self.run, RunStats(), interval_s, stop)
 
     def close(self) -> None:
         self.dispatcher.close()
@@ -410,7 +420,9 @@ class DatabusClient:
         schema = self.log.schemas.latest(table)
         key_columns = list(schema[1].primary_key) if schema else [data.column_names[0]]
         batch: list[ChangeEvent] = []
-        for row in schema[1].rows_from_arrow(data) if schema else data.to_pylist():
+        # A row's seq is its place in the snapshot as read, counted before any filter or group drops rows:
+        # every consumer of this snapshot gives the row the same (scn, seq), whatever it keeps.
+        for seq, row in enumerate(schema[1].rows_from_arrow(data) if schema else data.to_pylist()):
             key = [row[k] for k in key_columns]
             if self.filter is not None and not self.filter.accepts(key):
                 continue
@@ -418,7 +430,7 @@ class DatabusClient:
                 continue
             image = {k: v for k, v in row.items() if not k.startswith("__")}
             commit = row.get("__commit_ts")
-            batch.append(ChangeEvent(scn=Scn(row["__scn"]), seq=len(batch), table=table, op=Op.INSERT,
+            batch.append(ChangeEvent(scn=Scn(row["__scn"]), seq=seq, table=table, op=Op.INSERT,
                                      key=tuple(key), row=image,
                                      commit_ts_ms=int(commit.timestamp() * 1000) if commit else 0))
             if len(batch) >= self.bootstrap_batch_rows:

@@ -1,9 +1,10 @@
-"""Server-side partition filters on the primary key (seed 000, "Partition & Server Side Filtering").
+"""Server-side partition filters on the primary key (Databus's partition and server-side filtering): the
+reader drops what a consumer does not own, so it never crosses to the consumer.
 
 ``range:<interval>:<ids>``: partition = first key column // interval (integer keys).
 ``mod:<buckets>:<ids>``: bucket = key % buckets for a single integer key, else crc32 of the key as
 the log stores it (``core.events.key_partition``, the same hash ``ordering.KeyRouter`` uses).
-Id lists use the seed's syntax: ``[1,5,10]``, ``[1-10]``, ``[1,2,5-10]``. The reader applies
+Id lists use Databus's syntax: ``[1,5,10]``, ``[1-10]``, ``[1,2,5-10]``. The reader applies
 a filter to each record's stored key before building its event.
 """
 
@@ -15,11 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from dagster_databus.core.events import encode_key, key_partition
-from dagster_databus.errors import DatabusError
-
-
-class FilterSpecError(DatabusError):
-    """A partition filter or id list that cannot be parsed."""
+from dagster_databus.errors import FilterSpecError
 
 
 def parse_ids(text: str) -> frozenset[int]:

@@ -1,4 +1,5 @@
-"""Consumers of a *logical* table: one table sharded over several sources, read as one stream (seed 002).
+"""Consumers of a *logical* table: one table sharded over several sources, read as one stream (as Canal's
+group event parser and sink read a database split into shards).
 
 A logical table (``config.logical_tables``) names its parts: a physical table of a configured
 source, each with a label. Its change stream is every part's change log, read for that part's
@@ -18,7 +19,8 @@ readability with ``heapq.merge``, which only ever picks among the parts' next wi
 never reorders a part, even when a source clock jumps back.
 
 **Checkpoint.** A vector: per part, the SCN (and epoch) of the last window delivered
-(``LogicalCheckpoint``, kept in a JSON file replaced atomically by ``FileLogicalCheckpointStore``).
+(``LogicalCheckpoint``, kept by any ``checkpoints.CheckpointStore``: a JSON file replaced atomically with
+``FileLogicalCheckpointStore``, numbered versions in the lake with ``lake_logical_checkpoints``).
 Each part resumes at its own position; a part moves only after ``on_end_data_event_sequence`` of
 its window succeeded. At least once, never a gap: a killed consumer gets again at most the window
 it was in. A callback that raises (or returns False) rolls the window back: ``on_rollback`` with
@@ -43,36 +45,36 @@ that was restarted since, raises ``LogicalCheckpointError``.
 from __future__ import annotations
 
 import heapq
-import json
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from dagster_databus.config import DatabusConfig, LogicalPartConfig, LogicalTableConfig
-from dagster_databus.consumer.checkpoints import ConsumerCheckpoint, LakeCheckpointStore
+from dagster_databus.consumer.checkpoints import (
+    CheckpointStore,
+    ConsumerCheckpoint,
+    FileStore,
+    LakeCheckpointStore,
+    MemoryStore,
+)
 from dagster_databus.consumer.client import (
-    ConsumerError,
     DatabusConsumer,
+    DeliveryStats,
     ParallelDispatcher,
     SequentialDispatcher,
     deliver_window,
+    follow,
 )
 from dagster_databus.consumer.ordering import GroupMember, IdempotentSink, log_lineage
 from dagster_databus.core.events import ChangeEvent, Op
 from dagster_databus.core.scn import Scn
+from dagster_databus.errors import ConsumerError, LogicalCheckpointError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.manifest import Manifest
-from dagster_databus.storage.durable import write_json_atomic
 from dagster_databus.storage.lake import Lake, as_lake
 
 FORMAT = 1
-
-
-class LogicalCheckpointError(ConsumerError):
-    """A part's checkpoint cannot be resumed from its change log (gone past retention, restarted, or
-    belonging to another part)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,75 +134,48 @@ class LogicalCheckpoint:
                           for label, p in sorted(self.parts.items())}}
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> LogicalCheckpoint:
+    def from_json(cls, doc: Mapping[str, Any], where: str = "") -> LogicalCheckpoint:
+        """The vector ``to_json`` wrote; ``where`` names the document in the error for another format."""
+        if doc.get("format") != FORMAT:
+            raise LogicalCheckpointError(
+                f"logical checkpoint {where} has format {doc.get('format')!r}; this version reads {FORMAT}",
+                "upgrade dagster-databus, or start the consumer afresh (a new checkpoint file, or a new consumer "
+                "name for a checkpoint in the lake)")
         return cls(table=doc["logical_table"], parts={
             label: PartPosition(p["source"], p["table"], ConsumerCheckpoint.from_json(p))
             for label, p in doc["parts"].items()})
 
 
-class LogicalCheckpointStore(Protocol):
-    def load(self) -> LogicalCheckpoint | None: ...
-    def save(self, checkpoint: LogicalCheckpoint) -> None: ...
-
-
-class FileLogicalCheckpointStore:
-    """A JSON file, replaced atomically (fsync + rename) on every save."""
+class FileLogicalCheckpointStore(FileStore[LogicalCheckpoint]):
+    """A logical-table consumer's checkpoint vector in a JSON file."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        super().__init__(path, lambda doc: LogicalCheckpoint.from_json(doc, str(path)))
 
-    def load(self) -> LogicalCheckpoint | None:
-        if not self.path.exists():
-            return None
-        doc = json.loads(self.path.read_text())
-        if doc.get("format") != FORMAT:
-            raise LogicalCheckpointError(
-                f"logical checkpoint {self.path} has format {doc.get('format')!r}; this version reads {FORMAT}",
-                "upgrade dagster-databus, or start the consumer afresh with a new checkpoint file")
-        return LogicalCheckpoint.from_json(doc)
 
-    def save(self, checkpoint: LogicalCheckpoint) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.path, checkpoint.to_json())
+class MemoryLogicalCheckpointStore(MemoryStore[LogicalCheckpoint]):
+    """A logical-table consumer's checkpoint vector in memory (the default: kept as long as its client)."""
 
 
 def lake_logical_checkpoints(lake: Lake | str | Path, table: str, consumer: str) -> LakeCheckpointStore:
     """A logical-table consumer's checkpoint vector kept in the lake as numbered versions created only
     if absent (``LakeCheckpointStore``): a second instance of the consumer is fenced, on a local disk
     or in an object store alike."""
-    def decode(doc: dict[str, Any]) -> LogicalCheckpoint:
-        if doc.get("format") != FORMAT:
-            raise LogicalCheckpointError(
-                f"logical checkpoint of consumer {consumer!r} has format {doc.get('format')!r}; this version "
-                f"reads {FORMAT}", "upgrade dagster-databus, or start the consumer afresh under a new name")
-        return LogicalCheckpoint.from_json(doc)
-
-    return LakeCheckpointStore(as_lake(lake).objects, f"consumers/logical/{table}/{consumer}/checkpoint", decode)
-
-
-class MemoryLogicalCheckpointStore:
-    def __init__(self, checkpoint: LogicalCheckpoint | None = None) -> None:
-        self.checkpoint = checkpoint
-
-    def load(self) -> LogicalCheckpoint | None:
-        return self.checkpoint
-
-    def save(self, checkpoint: LogicalCheckpoint) -> None:
-        self.checkpoint = checkpoint
+    return LakeCheckpointStore(as_lake(lake).objects, f"consumers/logical/{table}/{consumer}/checkpoint",
+                               lambda doc: LogicalCheckpoint.from_json(doc, f"of consumer {consumer!r}"))
 
 
 # -- the client --------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
-class LogicalRunStats:
-    windows: int = 0  # part windows delivered
-    events: int = 0
-    rollbacks: int = 0
-    discarded: int = 0  # dropped by the dedupe sink as stale or duplicate
-    bootstrapped: bool = False
-    bootstrap_rows: int = 0
+class LogicalRunStats(DeliveryStats):  # windows: part windows delivered
     positions: dict[str, Scn] = field(default_factory=dict)  # the checkpoint vector after the run
+
+    def add(self, run: DeliveryStats) -> None:
+        DeliveryStats.add(self, run)  # (a slotted dataclass cannot use super() without arguments)
+        if isinstance(run, LogicalRunStats):
+            self.positions = run.positions
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +202,7 @@ class LogicalTableClient:
 
     def __init__(self, lake: Lake | str | Path, table: LogicalTableConfig,
                  consumer: DatabusConsumer | Callable[[], DatabusConsumer],
-                 checkpoints: LogicalCheckpointStore | None = None, group: GroupMember | str | None = None,
+                 checkpoints: CheckpointStore[LogicalCheckpoint] | None = None, group: GroupMember | str | None = None,
                  dedupe: IdempotentSink | bool = False, workers: int = 1, max_retries: int = 3,
                  start: Mapping[str, Scn] | None = None, bootstrap: bool = False,
                  bootstrap_batch_rows: int = 10_000) -> None:
@@ -396,10 +371,12 @@ class LogicalTableClient:
             if self.sink is not None:  # the snapshot restates every key of the part
                 self.sink.forget(part.config.source)
             scn, batch = scns[part.label], []
-            for row in (r for r in rows if r[PART_COLUMN] == part.label):
+            # seq: the row's place among the part's rows as read, before the group drops any (as
+            # DatabusClient numbers a snapshot's rows): every member gives a row the same (scn, seq).
+            for seq, row in enumerate(r for r in rows if r[PART_COLUMN] == part.label):
                 image = {k: v for k, v in row.items() if not k.startswith("__")}
                 event = self._logical(part, ChangeEvent(
-                    scn=Scn(row["__scn"]), seq=len(batch), table=part.config.table, op=Op.INSERT,
+                    scn=Scn(row["__scn"]), seq=seq, table=part.config.table, op=Op.INSERT,
                     key=tuple(row[k] for k in self._key_columns(part)), row=image,
                     commit_ts_ms=int(row["__commit_ts"].timestamp() * 1000) if row.get("__commit_ts") else 0))
                 if self.group is not None and not self.group.owns(event.key):
@@ -422,17 +399,7 @@ class LogicalTableClient:
 
     def follow(self, interval_s: float = 1.0, stop: Callable[[], bool] = lambda: False) -> LogicalRunStats:
         """Keep delivering as the parts' logs grow until ``stop()`` says so."""
-        total = LogicalRunStats()
-        while not stop():
-            stats = self.run()
-            total.windows += stats.windows
-            total.events += stats.events
-            total.rollbacks += stats.rollbacks
-            total.discarded += stats.discarded
-            total.positions = stats.positions
-            if not stats.windows:
-                time.sleep(interval_s)
-        return total
+        return follow(self.run, LogicalRunStats(), interval_s, stop)
 
     def close(self) -> None:
         self.dispatcher.close()

@@ -1,6 +1,6 @@
-"""Per-key ordering across consumers, and a sink that discards stale or duplicate changes (seed 003).
+"""Per-key ordering across consumers, and a sink that discards stale or duplicate changes.
 
-Seed 003 (Canal + Kafka) keeps a key's changes in order in two steps, and so does this module:
+A Canal + Kafka pipeline keeps a key's changes in order in two steps, and so does this module:
 
 1. **Route by key.** Every change of one primary key goes to the same member of a consumer
    group, so the member sees that key's changes in log order. ``KeyRouter`` is the one hash
@@ -16,7 +16,7 @@ Seed 003 (Canal + Kafka) keeps a key's changes in order in two steps, and so doe
    by reason. The held positions are persisted (``FilePositionStore``: JSON, fsync + atomic
    rename) so a restarted sink still recognises replays.
 
-**What a position is, and why not commit time.** Seed 003 orders by (commit time, log offset):
+**What a position is, and why not commit time.** That pipeline orders by (commit time, log offset):
 commit time first, the binlog offset only to break ties. Commit time comes from the source's
 clock, which can go backwards (NTP steps, a VM resumed, a failover to a server whose clock is
 behind); ordering by it would discard *new* changes as stale, silently. This product has a
@@ -51,28 +51,19 @@ store of your own (any object with ``load``/``save``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from dagster_databus.consumer.checkpoints import CheckpointStore, FileStore, MemoryStore
 from dagster_databus.core.events import encode_key, key_partition
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import DatabusError, EpochMismatchError
-from dagster_databus.storage.durable import write_json_atomic
+from dagster_databus.errors import EpochMismatchError, GroupSpecError, OrderingError
 
 DUPLICATE = "duplicate"  # the same change again
 STALE = "stale"  # an older change of a key the sink already holds a newer change of
 FORMAT = 1
-
-
-class OrderingError(DatabusError):
-    """Two changes of one key come from logs whose positions cannot be compared."""
-
-
-class GroupSpecError(DatabusError):
-    """A consumer-group member that cannot exist (index outside the group)."""
 
 
 class Change(Protocol):
@@ -258,41 +249,23 @@ class SinkState:
                      for table, keys in doc["positions"].items() for key, (i, scn, seq, ts) in keys.items()}
         return cls(positions=positions, discards=dict(doc.get("discards", {})))
 
-
-class PositionStore(Protocol):
-    def load(self) -> SinkState | None: ...
-    def save(self, state: SinkState) -> None: ...
+    def copy(self) -> SinkState:
+        return SinkState(dict(self.positions), dict(self.discards))
 
 
-class FilePositionStore:
-    """A JSON file, replaced atomically (fsync + rename) on every save."""
+class FilePositionStore(FileStore[SinkState]):
+    """A sink's positions in a JSON file."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-
-    def load(self) -> SinkState | None:
-        if not self.path.exists():
-            return None
-        return SinkState.from_json(json.loads(self.path.read_text()), str(self.path))
-
-    def save(self, state: SinkState) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.path, state.to_json())
+        super().__init__(path, lambda doc: SinkState.from_json(doc, str(path)))
 
 
-class MemoryPositionStore:
-    """Holds the state in memory: replays are discarded within one process only."""
+class MemoryPositionStore(MemoryStore[SinkState]):
+    """Holds the state in memory: replays are discarded within one process only. Keeps its own copy: the
+    sink goes on changing the maps it saved."""
 
     def __init__(self) -> None:
-        self.state: SinkState | None = None
-
-    def load(self) -> SinkState | None:
-        if self.state is None:
-            return None
-        return SinkState(dict(self.state.positions), dict(self.state.discards))
-
-    def save(self, state: SinkState) -> None:
-        self.state = SinkState(dict(state.positions), dict(state.discards))
+        super().__init__(copy=SinkState.copy)
 
 
 # -- the sink guard ----------------------------------------------------------------------
@@ -307,9 +280,10 @@ class IdempotentSink:
     dropped with it, so a redelivered window is not counted twice.
     """
 
-    def __init__(self, apply: Callable[[Any], Any] | None = None, store: PositionStore | None = None) -> None:
+    def __init__(self, apply: Callable[[Any], Any] | None = None,
+                 store: CheckpointStore[SinkState] | None = None) -> None:
         self.apply = apply
-        self.store: PositionStore = store or MemoryPositionStore()
+        self.store: CheckpointStore[SinkState] = store or MemoryPositionStore()
         state = self.store.load() or SinkState()
         self._held = state.positions
         self._discards = state.discards

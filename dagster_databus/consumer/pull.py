@@ -1,4 +1,4 @@
-"""The pull API over the change log, after Canal's meta manager (seed 001).
+"""The pull API over the change log, after Canal's meta manager (a cursor and subscription per client id).
 
 ``MetaManager`` keeps each client identity's subscription (tables, filter) and its cursor, the
 last acknowledged position, under ``<lake>/consumers/<source>/``, as numbered versions written
@@ -21,14 +21,10 @@ from dagster_databus.consumer.filters import PartitionFilter
 from dagster_databus.core.events import ChangeEvent
 from dagster_databus.core.identifiers import is_plain_name
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import DatabusError
+from dagster_databus.errors import PullError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.storage.lake import Lake, as_lake
 from dagster_databus.storage.objects import LakeObjects
-
-
-class PullError(DatabusError):
-    """A pull-API call out of order or for an unknown client."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +204,8 @@ class PullConsumer:
         return batch
 
     def ack(self, batch_id: int) -> None:
-        """Acknowledge the oldest outstanding batch; acking out of order is refused (seed 001)."""
+        """Acknowledge the oldest outstanding batch; acking out of order is refused, as Canal refuses it: the
+        cursor only moves past batches in the order they were handed out."""
         if not self.outstanding:
             raise PullError(f"batch {batch_id} acked, but no batch is outstanding for {self.client_id!r}",
                             "ack only batch ids returned by get_without_ack")

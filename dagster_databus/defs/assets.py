@@ -17,9 +17,11 @@ from pydantic import Field
 
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, SourceConfig
+from dagster_databus.core.lag import time_lag
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.defs.checks import sync_check, sync_check_specs
-from dagster_databus.defs.common import RESOURCE, capture_key, changelog_key, clear_errors, pool, snapshot_key
+from dagster_databus.defs.common import capture_key, changelog_key, clear_errors, pool, snapshot_key
+from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.manifest import Manifest
 from dagster_databus.pipeline import CaptureResult
@@ -87,10 +89,9 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
     ]
 
     @dg.multi_asset(name=sync_op_name(name), specs=specs, check_specs=sync_check_specs(source), can_subset=True,
-                    required_resource_keys={RESOURCE}, pool=pool(name, "sync"), op_tags={"databus/source": name})
-    def sync(context: AssetExecutionContext, config: SyncRunConfig) -> Iterator[dg.MaterializeResult |
-                                                                                   dg.AssetCheckResult]:
-        databus = getattr(context.resources, RESOURCE)
+                    pool=pool(name, "sync"), op_tags={"databus/source": name})
+    def sync(context: AssetExecutionContext, config: SyncRunConfig, databus: DatabusResource
+             ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         lake_config: DatabusConfig = databus.config()
         selected = context.selected_asset_keys
         checks = context.selected_asset_check_keys
@@ -199,10 +200,14 @@ def _enforce_retention(context: AssetExecutionContext, config: DatabusConfig, na
 def _capture_lag_seconds(result: CaptureResult, now_ms: int) -> dict[str, float]:
     """``commit_to_log_seconds``: from the newest captured commit to now, this run's capture delay;
     ``lag_seconds``: how far the log is behind the source in time (0 when it read all there was)."""
-    if not result.newest_commit_ms:
-        return {"lag_seconds": 0.0} if result.until >= result.source_hwm else {}
-    delay = round(max(0, now_ms - result.newest_commit_ms) / 1000, 3)
-    return {"commit_to_log_seconds": delay, "lag_seconds": 0.0 if result.until >= result.source_hwm else delay}
+    figures: dict[str, float] = {}
+    if result.newest_commit_ms:
+        figures["commit_to_log_seconds"] = round(max(0, now_ms - result.newest_commit_ms) / 1000, 3)
+    # Behind the source, the log lags by its newest commit's age: the source has newer ones.
+    lag = time_lag(result.source_hwm, result.until, now_ms, result.newest_commit_ms)
+    if lag is not None:
+        figures["lag_seconds"] = round(lag, 3)
+    return figures
 
 
 def _failover_metadata(result: CaptureResult, manifest: Manifest) -> dict[str, object]:

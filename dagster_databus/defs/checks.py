@@ -11,7 +11,10 @@ from dagster import AssetCheckExecutionContext
 
 from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.consumer.pull import MetaManager
-from dagster_databus.defs.common import RESOURCE, capture_key, changelog_key, snapshot_key
+from dagster_databus.core.lag import scn_lag, time_lag
+from dagster_databus.core.scn import Scn
+from dagster_databus.defs.common import capture_key, changelog_key, snapshot_key
+from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.errors import DatabusError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
@@ -91,16 +94,17 @@ def _capture_lag(config: DatabusConfig, source: SourceConfig) -> dg.AssetCheckRe
     except DatabusError as exc:
         return dg.AssetCheckResult(asset_key=key, check_name="capture_lag", passed=False,
                                    metadata={"error": str(exc)})
-    behind = max(0, position.value - (checkpoint.scn.value if checkpoint else 0))
+    captured = checkpoint.scn if checkpoint else Scn.BEGINNING
+    behind = scn_lag(position, captured)
     limit, limit_s = source.poll.max_lag_scn, source.poll.max_lag_seconds
     metadata: dict[str, object] = {
         "lag_scn": behind, "source_scn": dg.MetadataValue.text(str(position)),
         "checkpoint_scn": dg.MetadataValue.text(str(checkpoint.scn) if checkpoint else "none yet")}
-    # In time: nothing pending is no lag; else the source has commits newer than the log's newest.
+    # In time: the source has commits newer than the log's newest, so the log lags by that one's age.
     newest = ChangeLog(config.lake, source.name).commit_ms_through(checkpoint.scn) if checkpoint else None
-    lag_s = 0.0 if not behind else (time.time() * 1000 - newest) / 1000 if newest else None
+    lag_s = time_lag(position, captured, int(time.time() * 1000), newest)
     if lag_s is not None:
-        metadata["lag_seconds"] = round(max(0.0, lag_s), 3)
+        metadata["lag_seconds"] = round(lag_s, 3)
     # Limits only when set: a placeholder such as -1 would show and plot as a real figure.
     if limit is not None:
         metadata["max_lag_scn"] = limit
@@ -118,9 +122,10 @@ def build_reconcile_checks(source: SourceConfig) -> dg.AssetChecksDefinition:
              for t in source.tables]
 
     @dg.multi_asset_check(specs=specs, name=f"{name}_reconciliation", can_subset=True,
-                          required_resource_keys={RESOURCE}, op_tags={"databus/source": name})
-    def reconciliation(context: AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
-        config = getattr(context.resources, RESOURCE).config()
+                          op_tags={"databus/source": name})
+    def reconciliation(context: AssetCheckExecutionContext, databus: DatabusResource
+                       ) -> Iterator[dg.AssetCheckResult]:
+        config = databus.config()
         for check_key in context.selected_asset_check_keys:
             r = reconcile_table(config, source, check_key.asset_key.path[-1], context.log.info)
             yield _reconciled_result(check_key.asset_key, r)
@@ -160,7 +165,7 @@ def _freshness(config: DatabusConfig, source: str, table: str, limit_s: float | 
     head = log.committed_scn()
     applied_ms = applied_commit_ms(DeltaSnapshot(config.lake, source, table), log, applied)
     head_ms = log.commit_ms_through(head)
-    lag_s = 0.0 if applied >= head else (max(0, head_ms - applied_ms) / 1000 if applied_ms and head_ms else None)
+    lag_s = time_lag(head, applied, head_ms, applied_ms)
     metadata: dict[str, object] = {"applied_scn": dg.MetadataValue.text(str(applied)),
                                    "log_scn": dg.MetadataValue.text(str(head))}
     if lag_s is not None:

@@ -8,6 +8,8 @@ import dagster as dg
 
 from dagster_databus.errors import ConcurrentRunError, DatabusError, SourceUnavailableError
 
+# The resource's key in the Definitions, and so the name of the parameter assets, checks and ops take
+# it by (``databus: DatabusResource``): Dagster matches a typed resource parameter by its name.
 RESOURCE = "databus"
 TRANSIENT = (SourceUnavailableError, ConcurrentRunError)
 MAX_RETRIES = 3

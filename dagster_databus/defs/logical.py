@@ -6,7 +6,8 @@ from dagster import AssetExecutionContext
 
 from dagster_databus.config import LogicalTableConfig
 from dagster_databus.defs.assets import column_schema
-from dagster_databus.defs.common import RESOURCE, clear_errors, pool, snapshot_key
+from dagster_databus.defs.common import clear_errors, pool, snapshot_key
+from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.snapshot.logical import LogicalSnapshot, LogicalSyncResult, compare_parts, sync_logical
 
 GROUP = "logical"
@@ -22,15 +23,14 @@ def build_logical_asset(logical: LogicalTableConfig) -> dg.AssetsDefinition:
 
     @dg.asset(
         key=logical_key(name), group_name=GROUP, kinds={"delta"},
-        deps=[snapshot_key(p.source, p.table) for p in logical.parts], required_resource_keys={RESOURCE},
+        deps=[snapshot_key(p.source, p.table) for p in logical.parts],
         description=f"Logical Delta table `{name}` merged from the shards {parts}; key (`{logical.shard_column}`, "
                     "primary key), `__part` names each row's shard. Each shard's applied SCN is kept apart, as "
                     "its own Delta transaction id.",
         tags={"databus/role": "logical", "databus/logical_table": name}, pool=pool(GROUP, name),
         automation_condition=dg.AutomationCondition.eager(),
     )
-    def logical_table(context: AssetExecutionContext) -> dg.MaterializeResult:
-        databus = getattr(context.resources, RESOURCE)
+    def logical_table(context: AssetExecutionContext, databus: DatabusResource) -> dg.MaterializeResult:
         with clear_errors(context):
             result = sync_logical(databus.config(), name, progress=context.log.info)
         return dg.MaterializeResult(metadata={
@@ -42,11 +42,11 @@ def build_logical_asset(logical: LogicalTableConfig) -> dg.AssetsDefinition:
 def build_logical_check(logical: LogicalTableConfig) -> dg.AssetChecksDefinition:
     name = logical.name
 
-    @dg.asset_check(asset=logical_key(name), name="parts_match_snapshots", required_resource_keys={RESOURCE},
+    @dg.asset_check(asset=logical_key(name), name="parts_match_snapshots",
                     description="Each shard's rows in the logical table equal its physical snapshot, for the shards "
                                 "whose snapshot is at the same SCN (warns when none is).")
-    def parts_match_snapshots(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        parts = compare_parts(getattr(context.resources, RESOURCE).config(), name)
+    def parts_match_snapshots(databus: DatabusResource) -> dg.AssetCheckResult:
+        parts = compare_parts(databus.config(), name)
         compared = [p for p in parts if p.comparable]
         differing = [p for p in compared if not p.equal]
         metadata: dict[str, object] = {f"scn/{p.label}": dg.MetadataValue.text(

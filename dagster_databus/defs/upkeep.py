@@ -6,14 +6,13 @@ Dagster; a logical table's in that table's pool. Each table's figures are an obs
 (a history table's, prefixed ``history_``, on its snapshot's asset).
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterator
 
 import dagster as dg
 
 from dagster_databus.config import LogicalTableConfig, SourceConfig, UpkeepConfig
-from dagster_databus.defs.common import RESOURCE, clear_errors, pool, snapshot_key
+from dagster_databus.defs.common import clear_errors, pool, snapshot_key
+from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.snapshot.upkeep import UpkeepResult
 
 
@@ -38,12 +37,10 @@ def _figures(r: UpkeepResult) -> dict[str, object]:
 def build_upkeep_job(source: SourceConfig) -> dg.JobDefinition:
     name = source.name
 
-    @dg.op(name=f"{name}_upkeep_step", required_resource_keys={RESOURCE}, pool=pool(name, "sync"),
-           tags={"databus/source": name}, out={})
-    def step(context) -> Iterator[dg.AssetObservation]:  # unannotated: Dagster reads the annotation
+    @dg.op(name=f"{name}_upkeep_step", pool=pool(name, "sync"), tags={"databus/source": name}, out={})
+    def step(context: dg.OpExecutionContext, databus: DatabusResource) -> Iterator[dg.AssetObservation]:
         from dagster_databus.snapshot.upkeep import upkeep_source
 
-        databus = getattr(context.resources, RESOURCE)
         with clear_errors(context):
             for r in upkeep_source(databus.config(), name, databus.spark, progress=context.log.info):
                 yield dg.AssetObservation(asset_key=snapshot_key(name, r.table), metadata=_figures(r))
@@ -63,12 +60,11 @@ def build_logical_upkeep_job(logical: LogicalTableConfig) -> dg.JobDefinition:
 
     name = logical.name
 
-    @dg.op(name=f"{name}_logical_upkeep_step", required_resource_keys={RESOURCE}, pool=pool(GROUP, name),
-           tags={"databus/logical_table": name}, out={})
-    def step(context) -> Iterator[dg.AssetObservation]:  # unannotated: Dagster reads the annotation
+    @dg.op(name=f"{name}_logical_upkeep_step", pool=pool(GROUP, name), tags={"databus/logical_table": name},
+           out={})
+    def step(context: dg.OpExecutionContext, databus: DatabusResource) -> Iterator[dg.AssetObservation]:
         from dagster_databus.snapshot.upkeep import upkeep_logical
 
-        databus = getattr(context.resources, RESOURCE)
         with clear_errors(context):
             result = upkeep_logical(databus.config(), name, databus.spark, progress=context.log.info)
             if result is not None:

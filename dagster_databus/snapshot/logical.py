@@ -1,4 +1,4 @@
-"""Logical tables: sharded physical tables merged into one Delta snapshot (seed 002's group sink).
+"""Logical tables: sharded physical tables merged into one Delta snapshot (as Canal's group event sink merges shards).
 
 ``<lake>/logical/<name>`` holds the rows of every part (a configured table of a configured source)
 under the logical key ``(shard_column, *primary key)``, with ``__part`` naming the part each row
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,7 @@ from deltalake import CommitProperties, Transaction, write_deltalake
 
 from dagster_databus.config import DatabusConfig, LogicalPartConfig, LogicalTableConfig
 from dagster_databus.core.event_columns import CHANGE_META, DELIVERED_META
+from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import META_COLUMNS, Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import LogGapError, SchemaDriftError, ShardCollisionError, SnapshotMissingError
@@ -47,7 +48,6 @@ from dagster_databus.storage.durable import crash_point, disk_errors
 from dagster_databus.storage.lake import Lake
 from dagster_databus.storage.location import LakeLocation
 
-Progress = Callable[[str], None]
 if TYPE_CHECKING:
     from dagster_databus.snapshot.merge import SparkLike
 PART_COLUMN = "__part"

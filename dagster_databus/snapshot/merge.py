@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from dagster_databus.config import DatabusConfig, SourceConfig
+from dagster_databus.core.lag import scn_lag, time_lag
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SchemaDriftError, SnapshotMissingError
@@ -66,16 +67,12 @@ class TableSyncResult:
 
     @property
     def lag_scn(self) -> int:
-        return max(0, self.log_scn.value - self.to_scn.value)
+        return scn_lag(self.log_scn, self.to_scn)
 
     @property
     def lag_seconds(self) -> float | None:
         """How much older the snapshot's newest change is than the log's, in source commit time."""
-        if self.to_scn >= self.log_scn:
-            return 0.0
-        if self.applied_commit_ms is None or self.log_commit_ms is None:
-            return None
-        return max(0, self.log_commit_ms - self.applied_commit_ms) / 1000
+        return time_lag(self.log_scn, self.to_scn, self.log_commit_ms, self.applied_commit_ms)
 
 
 def engine_for(spark: SparkLike, config: DatabusConfig) -> MergeEngine:

@@ -311,20 +311,22 @@ def may_commit_with_delta_spark(config: SparkConfig) -> bool:
 
 def delta_spark_available(spark: SparkSession) -> bool:
     """True when delta-spark's classes load in this session's JVM; for a Connect session, when the server's
-    session names Delta's SQL extension (the client cannot load classes there)."""
+    session names Delta's SQL extension (the client cannot load classes there). Only "no such class" means
+    absent: any other failure (the JVM or the server gone) is raised, not read as absence."""
     if is_connect(spark):
-        try:
-            extensions = spark.conf.get("spark.sql.extensions", None) or ""
-        except Exception:
-            return False
+        extensions = spark.conf.get("spark.sql.extensions", None) or ""  # with a default: never "not set"
         return "delta" in extensions.lower()
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark.sparkContext._jvm
+    loader = jvm.Thread.currentThread().getContextClassLoader()
     try:
-        jvm = spark.sparkContext._jvm
-        loader = jvm.Thread.currentThread().getContextClassLoader()
         jvm.java.lang.Class.forName("io.delta.tables.DeltaTable", True, loader)
-        return True
-    except Exception:
-        return False
+    except Py4JJavaError as exc:
+        if exc.java_exception.getClass().getName() == "java.lang.ClassNotFoundException":
+            return False
+        raise
+    return True
 
 
 def with_spark_properties(fn: Callable[[T], R]) -> Callable[[T], R]:

@@ -1,4 +1,4 @@
-"""Primary/standby failover for MySQL sources (a source's ``host`` and its ``standby``).
+"""Primary/standby failover for MySQL sources (Canal's ``master`` / ``standby`` addresses; docs/ha.md).
 
 When the server a source reads stays unreachable for ``failover.retries`` attempts,
 ``failover.interval_s`` apart, capture switches to the other configured server and finds its
