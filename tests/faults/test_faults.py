@@ -26,6 +26,7 @@ from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import engine_for, sync_source
 from dagster_databus.snapshot.resume import BootstrapProgress
 from dagster_databus.storage.lake import Lake
+from tests.conftest import require_tool
 from tests.faults.loadgen import DDL, TABLE, LoadGenerator, check
 from tests.harness import MysqlHarness, SourceHarness, SqliteHarness, config_document, make_config
 
@@ -214,8 +215,9 @@ def test_replayed_and_out_of_order_windows_change_nothing(kind: str, lake: Path 
     assert_clean(config, generator)
 
 
-@pytest.mark.skipif(FAKETIME is None, reason="Debian's faketime package (libfaketime) is not installed")
 def test_clock_jumps_on_the_capture_host_do_not_reorder_anything(kind: str, tmp_path: Path, request, spark) -> None:
+    require_tool(FAKETIME is not None,
+                 "Debian's faketime package (libfaketime) is not installed: apt-get install faketime")
     _, config, config_file, generator = prepared(kind, tmp_path, request)
     generator.run(30)
     cycle(config, spark)
