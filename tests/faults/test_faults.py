@@ -79,7 +79,7 @@ def assert_clean(config: DatabusConfig, generator: LoadGenerator) -> None:
     assert report.clean, report
 
 
-CAPTURE_POINTS = ["segment_written", "segment_published", "manifest_committed", "checkpoint_written"]
+CAPTURE_POINTS = ["segment_written", "segment_published", "manifest_committed"]
 MERGE_POINTS = ["delta_commit", "delta_committed"]
 
 
@@ -212,6 +212,23 @@ def test_replayed_and_out_of_order_windows_change_nothing(kind: str, lake: Path 
         since = Scn(window.first_scn.value - 1)
         assert engine.merge(snap, log, schema, since, window.scn, lambda _: None) is None
     assert snap.version() == version and snap.read().to_pylist() == rows
+    assert_clean(config, generator)
+    # Windows the snapshot has not applied, each presented alone and out of order: a window above the
+    # snapshot's SCN is merged with every unapplied one before it, one at or below it changes nothing.
+    applied = snap.applied_scn()
+    for _ in range(3):
+        generator.run(30)
+        pipeline.capture(config, "faults")
+    log = ChangeLog(config.lake, "faults")
+    fresh = list(log.read_windows(applied))
+    assert len(fresh) >= 3
+    random.Random(4).shuffle(fresh)
+    for window in fresh:
+        before = snap.applied_scn()
+        merged = engine.merge(snap, log, schema, Scn(window.first_scn.value - 1), window.scn, lambda _: None)
+        assert (merged is None) == (window.scn <= before)
+        assert snap.applied_scn() == max(before, window.scn)
+    assert snap.applied_scn() == log.committed_scn()
     assert_clean(config, generator)
 
 
