@@ -853,8 +853,7 @@ class LogWriter:
         except (ConcurrentRunError, EpochMismatchError):
             self.log.objects.delete(key)  # lost the race: the segment is nobody's
             raise
-        crash_point("manifest_committed")
-        crash_point("checkpoint_written")  # the same version holds both since checkpoints moved into it
+        crash_point("manifest_committed")  # the same version holds the checkpoints
         return info
 
     def schemas(self) -> dict[str, TableSchema]:
