@@ -33,10 +33,10 @@ SOURCE_KINDS = ["sqlite", "mysql", "oracle"]
 SPARK_FIXTURES = {"spark", "spark_cluster", "spark_connect_server", "connect_spark"}
 SPARK_ENGINES = {"spark", "delta-spark"}
 # What marks a test ``server``: a fixture that starts one (here or in its test module: MariaDB pairs and
-# shards, an Oracle harness, `dagster dev`), or a parameter that puts the source or the lake on one. A test
-# that starts a server in its body carries the mark itself.
+# shards, an Oracle harness, `dagster dev`), or a parameter that puts the source, the lake or its objects on
+# one (whatever the parameter is called). A test that starts a server in its body carries the mark itself.
 SERVER_FIXTURES = {"mariadb", "s3", "pair", "servers", "oracle", "dagster_ui"}
-SERVER_PARAMS = {("source", "mysql"), ("source", "oracle"), ("kind", "mysql"), ("lake", "s3")}
+SERVER_PARAMS = {"mysql", "oracle", "s3"}
 # Set by `make test` (so CI): a test that would skip because a system tool is missing fails instead.
 REQUIRE_ALL_ENV = "DATABUS_REQUIRE_ALL"
 
@@ -47,7 +47,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if fixtures & SPARK_FIXTURES or ("lazy_spark" in fixtures and SPARK_ENGINES & set(map(str, params.values()))):
             item.add_marker(pytest.mark.spark)
-        if fixtures & SERVER_FIXTURES or SERVER_PARAMS & {(k, str(v)) for k, v in params.items()}:
+        if fixtures & SERVER_FIXTURES or SERVER_PARAMS & set(map(str, params.values())):
             item.add_marker(pytest.mark.server)
 
 
