@@ -1,10 +1,13 @@
 """Shared fixtures: one Spark session for the whole run, on a real standalone cluster (a master and two
-workers started from the pyspark wheel), real SQLite files, real Delta tables."""
+workers started from the pyspark wheel), real SQLite files, real Delta tables.
+
+Every test is marked ``spark`` or ``server`` when it needs one (``pytest_collection_modifyitems``), so
+``pytest -m 'not spark and not server'`` (``make test-fast``) runs the rest without starting either."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +27,38 @@ from tests.sparkcluster import SparkCluster
 from tests.sparkconnect import start_connect_server
 
 SOURCE_KINDS = ["sqlite", "mysql", "oracle"]
+
+# What marks a test ``spark``: a fixture that starts a Spark session or cluster, or, for a test that takes
+# ``lazy_spark``, a parameter naming an engine that runs on Spark.
+SPARK_FIXTURES = {"spark", "spark_cluster", "spark_connect_server", "connect_spark"}
+SPARK_ENGINES = {"spark", "delta-spark"}
+# What marks a test ``server``: a fixture that starts one (here or in its test module: MariaDB pairs and
+# shards, an Oracle harness, `dagster dev`), or a parameter that puts the source, the lake or its objects on
+# one (whatever the parameter is called). A test that starts a server in its body carries the mark itself.
+SERVER_FIXTURES = {"mariadb", "s3", "pair", "servers", "oracle", "dagster_ui"}
+SERVER_PARAMS = {"mysql", "oracle", "s3"}
+# Set by `make test` (so CI): a test that would skip because a system tool is missing fails instead.
+REQUIRE_ALL_ENV = "DATABUS_REQUIRE_ALL"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if fixtures & SPARK_FIXTURES or ("lazy_spark" in fixtures and SPARK_ENGINES & set(map(str, params.values()))):
+            item.add_marker(pytest.mark.spark)
+        if fixtures & SERVER_FIXTURES or SERVER_PARAMS & set(map(str, params.values())):
+            item.add_marker(pytest.mark.server)
+
+
+def require_tool(present: bool, reason: str) -> None:
+    """Skip with ``reason`` (which names the package to install) when a system tool is missing; under
+    DATABUS_REQUIRE_ALL=1 (`make test`, CI) fail instead, so a passing full run has not skipped it."""
+    if present:
+        return
+    if os.environ.get(REQUIRE_ALL_ENV) == "1":
+        pytest.fail(f"{reason} ({REQUIRE_ALL_ENV}=1: the full suite runs every test)", pytrace=False)
+    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -60,6 +95,13 @@ def spark(spark_cluster: SparkCluster) -> Iterator[object]:
     yield get_spark(SparkConfig(master=spark_cluster.url, conf={
         "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
         "spark.executor.memory": "768m", "spark.cores.max": "2"}))
+
+
+@pytest.fixture
+def lazy_spark(request: pytest.FixtureRequest) -> Callable[[], object]:
+    """The shared session, started when an engine first asks for it: for tests run with each engine, whose
+    local-engine runs never ask (``cycle``, ``sync_source``, ``engine_for`` and ``open_engine`` take it)."""
+    return lambda: request.getfixturevalue("spark")
 
 
 @pytest.fixture(scope="session")

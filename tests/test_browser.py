@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from dagster_databus.demo.workload import ShopWorkload, create_shop
+from tests.conftest import require_tool
 from tests.mariadb import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,6 +37,7 @@ def graphql(url: str, query: str) -> dict:
 
 @pytest.fixture
 def dagster_ui(tmp_path: Path):
+    require_tool(Path(CHROMIUM).exists(), "Debian's chromium package is not installed: apt-get install chromium")
     create_shop(tmp_path / "shop.db")
     ShopWorkload(tmp_path / "shop.db", seed=5).run(20)
     config = tmp_path / "databus.yaml"

@@ -116,7 +116,7 @@ def test_only_one_writer_per_source(tmp_path: Path) -> None:
         pass
 
 
-CRASH_POINTS = ["segment_written", "segment_published", "manifest_committed", "checkpoint_written"]
+CRASH_POINTS = ["segment_written", "segment_published", "manifest_committed"]
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)

@@ -76,6 +76,7 @@ def test_materialize_everything_twice_reports_metadata(tmp_path: Path, spark) ->
     assert_snapshots_match(load_config(config_path))
 
 
+@pytest.mark.spark  # started in the test
 def test_the_cli_command_from_the_readme_captures_and_merges_on_the_first_run(tmp_path: Path) -> None:
     config_path = write_config(tmp_path)
     ShopWorkload(tmp_path / "shop.db", seed=9).run(25)
@@ -132,6 +133,7 @@ def test_a_run_over_two_sources_runs_their_steps_in_parallel_processes(tmp_path:
     assert started["east_sync_step"] != started["west_sync_step"], "each source's step ran in a process of its own"
 
 
+@pytest.mark.spark  # started in the test
 def test_a_failed_run_shows_the_capture_layers_message(tmp_path: Path) -> None:
     config_path = write_config(tmp_path, tables=[{"name": "invoices", "primary_key": ["id"]}])
     with dg.instance_for_test() as instance:

@@ -20,20 +20,20 @@ from tests.harness import SourceHarness, make_config
 
 @pytest.mark.parametrize("engine", ["spark", "local"])
 def test_soft_deletes_keep_the_row_marked_and_readers_pass_over_it(source: SourceHarness, tmp_path: Path,
-                                                                    engine: str, spark) -> None:
+                                                                    engine: str, lazy_spark) -> None:
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name VARCHAR(32), qty INTEGER)",
                     *[f"INSERT INTO items VALUES ({i}, 'item {i}', {i})" for i in range(1, 31)]])
     document = source.source_config("shop", [("items", ["id"])], change_data_feed=True)
     document["tables"][0].update(deletes="soft", history=True)
     config = make_config(tmp_path / "lake", document, merge={"engine": engine, "file_rows": 8})
-    cycle(config, spark)
+    cycle(config, lazy_spark)
     source.execute(["UPDATE items SET qty = 100 WHERE id = 5"])
-    cycle(config, spark)
+    cycle(config, lazy_spark)
     source.execute(["DELETE FROM items WHERE id IN (5, 6, 7, 25)",
                     "DELETE FROM items WHERE id = 999", "INSERT INTO items VALUES (40, 'new', 1)"])
-    result = cycle(config, spark)[0]
+    result = cycle(config, lazy_spark)[0]
     source.execute(["INSERT INTO items VALUES (6, 'back', 2)"])
-    cycle(config, spark)
+    cycle(config, lazy_spark)
     assert result.counts.deleted == 4
     snap = DeltaSnapshot(config.lake, "shop", "items")
     raw = {r["id"]: r for r in snap.delta().to_pyarrow_table().to_pylist()}
@@ -47,8 +47,8 @@ def test_soft_deletes_keep_the_row_marked_and_readers_pass_over_it(source: Sourc
     assert snap.row_count() == len(raw) - 3
     assert reconcile_table(config, config.sources[0], "items").equal
     # A history started again from the snapshot (a rebuild) starts from its current rows only.
-    cycle(config, spark)
-    sync_source(spark, config, "shop", mode="rebuild")
+    cycle(config, lazy_spark)
+    sync_source(lazy_spark, config, "shop", mode="rebuild")
     current = as_of(config.lake, "shop", "items", scn=snap.applied_scn())
     assert sorted(current["id"].to_pylist()) == sorted(k for k in raw if k not in deleted)
     # The change feed saw each soft delete as what it did to the table: an update of the row.

@@ -297,6 +297,7 @@ def test_the_changelog_asset_reports_the_switch(pair, tmp_path: Path, spark,
     _assert_snapshot_equals(load_config(path), MysqlHarness(replica, harness.database))
 
 
+@pytest.mark.server  # started in the test
 def test_verify_names_a_standby_that_does_not_log_what_it_replicates(tmp_path: Path) -> None:
     primary = MariaDBServer(server_id=1)
     standby = MariaDBServer(server_id=2)  # no --log-slave-updates

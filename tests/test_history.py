@@ -140,14 +140,14 @@ def history_rows(config: DatabusConfig, table: str) -> list[tuple[Any, ...]]:
 
 @pytest.mark.parametrize("engine", ["spark", "local"])
 def test_the_history_as_of_any_captured_scn_equals_the_source_then(source: SourceHarness, lake: Path | Lake,
-                                                                   engine: str, spark) -> None:
+                                                                   engine: str, lazy_spark) -> None:
     source.create_shop()
     config = history_config(source, lake, engine)
     workload = source.workload(seed=29)
     workload.run(30)
     pipeline.install(config, "shop")
     pipeline.capture(config, "shop")
-    sync_source(spark, config, "shop")
+    sync_source(lazy_spark, config, "shop")
     seen: list[tuple[Scn, dict[str, list[dict[str, Any]]]]] = []
     for round_ in range(4):
         for _ in range(2):
@@ -155,9 +155,9 @@ def test_the_history_as_of_any_captured_scn_equals_the_source_then(source: Sourc
             pipeline.capture(config, "shop")
             seen.append((ChangeLog(config.lake, "shop").committed_scn(), source_rows(config)))
         if round_ % 2:  # histories merged over one window and over several
-            results = sync_source(spark, config, "shop")
+            results = sync_source(lazy_spark, config, "shop")
             assert all(r.history is not None and r.history.to_scn == r.to_scn for r in results)
-    sync_source(spark, config, "shop")
+    sync_source(lazy_spark, config, "shop")
     assert len({scn for scn, _ in seen}) == len(seen)
     for scn, expected in seen:
         assert_history_equals(config, scn, expected)
@@ -166,9 +166,9 @@ def test_the_history_as_of_any_captured_scn_equals_the_source_then(source: Sourc
     assert closed > 20, "the workload updated and deleted rows: versions were closed"
 
     # A replay changes nothing; a rebuild starts again from the bootstrap and replays the log to the same rows.
-    sync_source(spark, config, "shop")
+    sync_source(lazy_spark, config, "shop")
     assert {t: history_rows(config, t) for t, _ in SHOP} == before
-    results = sync_source(spark, config, "shop", mode="rebuild")
+    results = sync_source(lazy_spark, config, "shop", mode="rebuild")
     assert all(r.history is not None and r.history.started_at is not None for r in results)
     assert {t: history_rows(config, t) for t, _ in SHOP} == before
 
@@ -272,7 +272,7 @@ def test_a_history_the_log_no_longer_reaches_is_refused_until_rebuilt(source: So
 
 @pytest.mark.parametrize("engine", ["spark", "local"])
 def test_a_truncate_without_row_events_closes_the_versions_it_emptied(mariadb, tmp_path: Path, engine: str,
-                                                                       spark) -> None:
+                                                                       lazy_spark) -> None:
     from tests.harness import MysqlHarness
 
     source = MysqlHarness(mariadb)
@@ -283,13 +283,13 @@ def test_a_truncate_without_row_events_closes_the_versions_it_emptied(mariadb, t
     config = make_config(tmp_path / "lake", document, merge={"engine": engine, "file_rows": 8})
     pipeline.install(config, "shop")
     pipeline.capture(config, "shop")
-    sync_source(spark, config, "shop")
+    sync_source(lazy_spark, config, "shop")
     seen = []
 
     def step(*statements: str) -> None:
         source.execute(list(statements))
         pipeline.capture(config, "shop")
-        sync_source(spark, config, "shop")
+        sync_source(lazy_spark, config, "shop")
         seen.append((ChangeLog(config.lake, "shop").committed_scn(), read_rows(open_source(config.sources[0]),
                                                                                 "notes")))
 

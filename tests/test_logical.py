@@ -147,11 +147,11 @@ def interleaved_round(shards: Shards, round_no: int) -> None:
 
 
 def test_interleaved_shards_with_colliding_keys_merge_into_one_logical_table(servers, tmp_path: Path, engine: str,
-                                                                            spark) -> None:
+                                                                            lazy_spark) -> None:
     shards = make_shards(servers, tmp_path, engine=engine)
     seed(shards)
     shards.capture()
-    shards.merge_physical(spark)  # bootstraps each physical snapshot
+    shards.merge_physical(lazy_spark)  # bootstraps each physical snapshot
     interleaved_round(shards, 0)
     shards.capture()  # the physical merges lag behind: the logical table reads the logs itself
 
@@ -286,14 +286,14 @@ def test_a_schema_change_rolled_out_shard_by_shard(servers, tmp_path: Path, spar
     shards.assert_equal()
 
 
-def test_a_data_shard_column_is_used_and_a_key_on_two_shards_is_refused(servers, tmp_path: Path, spark,
+def test_a_data_shard_column_is_used_and_a_key_on_two_shards_is_refused(servers, tmp_path: Path, lazy_spark,
                                                                         engine: str) -> None:
     ddl = "CREATE TABLE users (id BIGINT PRIMARY KEY, region VARCHAR(10), name VARCHAR(40))"
     shards = make_shards(servers, tmp_path, ddl=(ddl, ddl, ddl), shard_column="region", engine=engine)
     for i, region in enumerate(("eu", "us", "ap")):
         shards.write(i, *[("INSERT INTO users VALUES (?, ?, ?)", (n, region, f"{region}-{n}")) for n in (1, 2, 3)])
     shards.capture()
-    shards.merge_physical(spark)
+    shards.merge_physical(lazy_spark)
     sync_logical(shards.config, "users")
     shards.assert_equal()
     assert "shard" not in shards.logical.read().column_names
@@ -332,13 +332,13 @@ def test_a_data_shard_column_is_used_and_a_key_on_two_shards_is_refused(servers,
 
 
 def test_a_data_shard_column_that_collides_at_the_first_load_writes_nothing(servers, tmp_path: Path,
-                                                                            spark, engine: str) -> None:
+                                                                            lazy_spark, engine: str) -> None:
     ddl = "CREATE TABLE users (id BIGINT PRIMARY KEY, region VARCHAR(10), name VARCHAR(40))"
     shards = make_shards(servers, tmp_path, ddl=(ddl, ddl, ddl), shard_column="region", engine=engine)
     for i in range(3):
         shards.write(i, ("INSERT INTO users VALUES (?, ?, ?)", (1, "eu" if i < 2 else "ap", f"n{i}")))
     shards.capture()
-    shards.merge_physical(spark)
+    shards.merge_physical(lazy_spark)
     with pytest.raises(ShardCollisionError, match=r"key \(region='eu', id=1\) arrives from parts eu, us"):
         sync_logical(shards.config, "users")
     assert not shards.logical.exists()

@@ -47,14 +47,14 @@ def rows(config) -> list[dict]:
     return sorted(snapshot(config).read(with_meta=True).to_pylist(), key=lambda r: r["id"])
 
 
-def test_first_sync_bootstraps_existing_rows_then_merges_changes(setup, spark) -> None:
+def test_first_sync_bootstraps_existing_rows_then_merges_changes(setup, lazy_spark) -> None:
     source, config = setup
-    first = cycle(config, spark)[0]
+    first = cycle(config, lazy_spark)[0]
     assert first.bootstrapped_at is not None and first.bootstrap_rows == 1 and first.engine == config.merge.engine
     source.execute([("INSERT INTO items VALUES (?, ?, ?)", (2, "b", 2.0)),
                     ("UPDATE items SET price = ? WHERE id = ?", (9.5, 1))])
     source.execute(["DELETE FROM items WHERE id = 2", ("INSERT INTO items VALUES (?, ?, NULL)", (3, "c"))])
-    second = cycle(config, spark)[0]
+    second = cycle(config, lazy_spark)[0]
     assert (second.counts.inserted, second.counts.updated, second.counts.deleted) == (1, 1, 0)
     assert second.events == 4 and second.events_by_op == {"i": 2, "u": 1, "d": 1} and second.windows >= 1
     assert [(r["id"], r["name"], r["price"]) for r in rows(config)] == [(1, "seed", 9.5), (3, "c", None)]
@@ -62,69 +62,79 @@ def test_first_sync_bootstraps_existing_rows_then_merges_changes(setup, spark) -
     assert_snapshots_match(config)
 
 
-def test_merging_twice_changes_nothing(setup, spark) -> None:
+def test_merging_twice_changes_nothing(setup, lazy_spark) -> None:
     source, config = setup
-    cycle(config, spark)
+    cycle(config, lazy_spark)
     source.execute([("UPDATE items SET name = ? WHERE id = ?", ("x", 1)),
                     ("INSERT INTO items VALUES (?, ?, ?)", (2, "b", 2.0))])
-    cycle(config, spark)
+    cycle(config, lazy_spark)
     version, data = snapshot(config).version(), rows(config)
-    again = sync_source(spark, config, "shop")[0]
+    again = sync_source(lazy_spark, config, "shop")[0]
     assert again.events == 0 and snapshot(config).version() == version and rows(config) == data
 
 
-def test_replaying_old_windows_changes_nothing(setup, spark) -> None:
+def test_replaying_old_windows_changes_nothing(setup, lazy_spark) -> None:
     source, config = setup
-    cycle(config, spark)
+    cycle(config, lazy_spark)
     source.execute([("UPDATE items SET name = ? WHERE id = ?", ("old", 1))])
-    cycle(config, spark)
+    cycle(config, lazy_spark)
     middle = snapshot(config).applied_scn()
     source.execute([("UPDATE items SET name = ? WHERE id = ?", ("new", 1)), "DELETE FROM items WHERE id = 1",
                     ("INSERT INTO items VALUES (?, ?, ?)", (1, "reborn", 3.0))])
-    cycle(config, spark)
+    cycle(config, lazy_spark)
     version, data = snapshot(config).version(), rows(config)
     assert data[0]["name"] == "reborn"
 
     # The whole log again, and then just the older window, presented to the engine.
     log = ChangeLog(config.lake, "shop")
     schema = log.schemas.latest("items")[1]
-    engine = open_engine(config, lambda: spark)
+    engine = open_engine(config, lazy_spark)
     for since, until in [(Scn.BEGINNING, snapshot(config).applied_scn()), (Scn.BEGINNING, middle)]:
         assert sum(s.tables.get("items", 0) for s in log.manifest().between(since, until)) > 0
         assert engine.merge(snapshot(config), log, schema, since, until, lambda _: None) is None
     assert snapshot(config).version() == version and rows(config) == data
 
+    # The whole log once more, now ending in a window the snapshot has not applied: the merge runs, and
+    # reads the log from the SCN the snapshot has applied on, so the replayed windows are not read again.
+    source.execute([("UPDATE items SET price = ? WHERE id = ?", (4.0, 1))])
+    pipeline.capture(config, "shop")
+    log = ChangeLog(config.lake, "shop")
+    merged = engine.merge(snapshot(config), log, schema, Scn.BEGINNING, log.committed_scn(), lambda _: None)
+    assert merged is not None and merged.stats.events == 1
+    assert (merged.counts.inserted, merged.counts.updated, merged.counts.deleted) == (0, 1, 0)
+    assert [(r["id"], r["name"], r["price"]) for r in rows(config)] == [(1, "reborn", 4.0)]
 
-def test_merge_into_a_snapshot_that_was_never_bootstrapped_is_refused(setup, spark) -> None:
+
+def test_merge_into_a_snapshot_that_was_never_bootstrapped_is_refused(setup, lazy_spark) -> None:
     _, config = setup
     pipeline.install(config, "shop")
     pipeline.capture(config, "shop")
     log = ChangeLog(config.lake, "shop")
     schema = open_source(config.sources[0]).schemas()["items"]
     with pytest.raises(SnapshotMissingError, match="bootstrap"):
-        open_engine(config, lambda: spark).merge(snapshot(config), log, schema, Scn.BEGINNING, Scn(5), lambda _: None)
+        open_engine(config, lazy_spark).merge(snapshot(config), log, schema, Scn.BEGINNING, Scn(5), lambda _: None)
     assert not snapshot(config).exists()
 
 
-def test_table_without_changes_records_the_log_position(setup, spark) -> None:
+def test_table_without_changes_records_the_log_position(setup, lazy_spark) -> None:
     source, config = setup
     source.execute(["CREATE TABLE other (id INTEGER PRIMARY KEY, v TEXT)"])
     config = make_config(config.lake, source.source_config("shop", [("items", ["id"]), ("other", ["id"])]),
                          merge={"engine": config.merge.engine})
-    cycle(config, spark)
+    cycle(config, lazy_spark)
     source.execute([("INSERT INTO items VALUES (?, ?, ?)", (7, "n", 1.0))])
-    results = {r.table: r for r in cycle(config, spark)}
+    results = {r.table: r for r in cycle(config, lazy_spark)}
     log_scn = ChangeLog(config.lake, "shop").committed_scn()
     assert results["other"].events == 0 and results["other"].to_scn == log_scn
     assert DeltaSnapshot(config.lake, "shop", "other").applied_scn() == log_scn
     assert results["items"].lag_scn == 0 == results["other"].lag_scn
 
 
-def test_snapshot_carries_source_columns_and_metadata_columns(setup, spark) -> None:
+def test_snapshot_carries_source_columns_and_metadata_columns(setup, lazy_spark) -> None:
     source, config = setup
-    cycle(config, spark)
+    cycle(config, lazy_spark)
     source.execute([("INSERT INTO items VALUES (?, ?, ?)", (2, "b", 2.0))])
-    cycle(config, spark)  # a merged row, not only bootstrapped ones
+    cycle(config, lazy_spark)  # a merged row, not only bootstrapped ones
     schema = snapshot(config).read(with_meta=True).schema
     assert schema.names == ["id", "name", "price", "__scn", "__op", "__commit_ts"]
     # INTEGER is 64-bit in SQLite, 32-bit in MySQL, NUMBER(*,0) in Oracle, whose REAL is a FLOAT(63) (docs/types.md).
@@ -134,7 +144,7 @@ def test_snapshot_carries_source_columns_and_metadata_columns(setup, spark) -> N
     pipeline.capture(config, "shop")  # nothing new: a no-op
 
 
-def test_an_older_image_never_overwrites_a_newer_one_locally(tmp_path: Path, spark) -> None:
+def test_an_older_image_never_overwrites_a_newer_one_locally(tmp_path: Path) -> None:
     """The per-key guard of the local engine's MERGE: a batch that claims a newer range but carries an
     older image of a key, and a delete of it, changes nothing."""
     source = SqliteHarness(tmp_path / "src.db")
@@ -142,9 +152,9 @@ def test_an_older_image_never_overwrites_a_newer_one_locally(tmp_path: Path, spa
                     "INSERT INTO items VALUES (1, 'seed', 1.0)"])
     config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]),
                          merge={"engine": "local"})
-    cycle(config, spark)
+    cycle(config, None)
     source.execute([("UPDATE items SET name = ? WHERE id = ?", ("newest", 1))])
-    cycle(config, spark)
+    cycle(config, None)
     current = rows(config)[0]
     schema = ChangeLog(config.lake, "shop").schemas.latest("items")[1]
     stale = pa.table({
@@ -188,7 +198,7 @@ def test_a_task_never_lets_an_older_change_replace_a_newer_row(tmp_path: Path, s
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_tables_sync_side_by_side_and_one_that_fails_does_not_stop_the_others(tmp_path: Path, spark,
+def test_tables_sync_side_by_side_and_one_that_fails_does_not_stop_the_others(tmp_path: Path, lazy_spark,
                                                                                engine: str) -> None:
     """The spark engine syncs a source's tables in threads (merge.parallel_tables), the local engine one at a
     time; results come in table order either way. A table that fails (another run holds its snapshot) does
@@ -208,12 +218,12 @@ def test_tables_sync_side_by_side_and_one_that_fails_does_not_stop_the_others(tm
     pipeline.capture(config, "shop")
     held = DeltaSnapshot(config.lake, "shop", "t2")
     with held.lock("snapshot shop.t2 (the test)", ""), pytest.raises(ConcurrentRunError, match=r"shop\.t2 is locked"):
-        sync_source(spark, config, "shop", progress=progress)
+        sync_source(lazy_spark, config, "shop", progress=progress)
     assert [DeltaSnapshot(config.lake, "shop", name).exists() for name in names] == [True, False, True, True]
     assert len(threads) > 1 if engine == "spark" else threads == {threading.current_thread().name}
 
     source.execute([(f"UPDATE {name} SET v = 'changed' WHERE id < 5", ()) for name in names])
-    results = cycle(config, spark)
+    results = cycle(config, lazy_spark)
     assert [r.table for r in results] == names
     assert [r.bootstrapped_at is not None for r in results] == [False, True, False, False]
     assert_snapshots_match(config)

@@ -46,6 +46,7 @@ def shop(harness: MysqlHarness, tmp_path: Path, **extra):
     return make_config(tmp_path / "lake", harness.source_config("shop", SHOP, **extra))
 
 
+@pytest.mark.server  # started in the test
 def test_preflight_reports_every_missing_setting_at_once(tmp_path: Path) -> None:
     server = MariaDBServer(binlog=True, extra_args=["--binlog-format=STATEMENT", "--binlog-row-image=MINIMAL",
                                                     "--binlog-row-metadata=MINIMAL"])
@@ -62,6 +63,7 @@ def test_preflight_reports_every_missing_setting_at_once(tmp_path: Path) -> None
         server.close()
 
 
+@pytest.mark.server  # started in the test
 def test_preflight_on_a_server_with_binary_logging_off(tmp_path: Path) -> None:
     server = MariaDBServer(binlog=False)
     try:

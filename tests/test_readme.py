@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -18,6 +20,7 @@ def _block_after(text: str, marker: str) -> str:
     return re.search(r"```[a-z]*\n(.*?)```", rest, re.DOTALL).group(1)  # type: ignore[union-attr]
 
 
+@pytest.mark.spark  # started in the test
 def test_the_demo_prints_the_table_the_readme_shows(tmp_path: Path) -> None:
     # The demo's own config, in a folder of its own: its relative paths put the lake under tmp_path.
     (tmp_path / "config").mkdir()

@@ -18,7 +18,8 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ChangeLogCorruptError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.columns import table_changes
-from dagster_databus.snapshot.delta import DeltaSnapshot, conform_changes
+from dagster_databus.snapshot.delta import DeltaSnapshot, conform_changes, merge_with_delta_rs
+from dagster_databus.snapshot.engines import local as local_engine
 from dagster_databus.snapshot.engines.delta_spark import reduce_latest
 from dagster_databus.snapshot.engines.local import apply_changes, reduced_in_process
 from dagster_databus.snapshot.merge import sync_source
@@ -131,7 +132,7 @@ def test_in_process_and_spark_reduce_give_the_same_rows_from_a_real_log(tmp_path
     assert list(tmp_path.glob("databus-reduce-*")) == []
 
 
-def test_a_replayed_range_streams_nothing_into_the_snapshot(tmp_path: Path, spark) -> None:
+def test_a_replayed_range_streams_nothing_into_the_snapshot(tmp_path: Path, spark, monkeypatch) -> None:
     source = SqliteHarness(tmp_path / "source.db")
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)",
                     ("INSERT INTO items VALUES (?, ?)", (1, "a"))])
@@ -145,6 +146,24 @@ def test_a_replayed_range_streams_nothing_into_the_snapshot(tmp_path: Path, spar
     with reduced_in_process(log, schema, Scn.BEGINNING, log.committed_scn(), memory_bytes=1 << 20) as (changes, _):
         assert apply_changes(snap, schema, changes, log.committed_scn()) is None
     assert snap.version() == version and snap.read().to_pylist() == [{"id": 1, "name": "b"}]
+
+    # The replayed range again, now ending in a change the snapshot has not applied: past the early return,
+    # the stream reaches the MERGE holding that change alone (the replayed update of id 1 is dropped).
+    source.execute(["INSERT INTO items VALUES (2, 'c')"])
+    pipeline.capture(config, "shop")
+    streamed: list[dict] = []
+
+    def merge_seen(target, key, changes, props, **options):
+        rows = changes.read_all() if isinstance(changes, pa.RecordBatchReader) else changes
+        streamed.extend(rows.to_pylist())
+        return merge_with_delta_rs(target, key, rows, props, **options)
+
+    monkeypatch.setattr(local_engine, "merge_with_delta_rs", merge_seen)
+    log = ChangeLog(config.lake, "shop")
+    with reduced_in_process(log, schema, Scn.BEGINNING, log.committed_scn(), memory_bytes=1 << 20) as (changes, _):
+        counts = apply_changes(snap, schema, changes, log.committed_scn())
+    assert [r["id"] for r in streamed] == [2] and (counts.inserted, counts.updated, counts.deleted) == (1, 0, 0)
+    assert sorted(snap.read().to_pylist(), key=lambda r: r["id"]) == [{"id": 1, "name": "b"}, {"id": 2, "name": "c"}]
 
 
 def test_the_local_engine_never_starts_spark(tmp_path: Path) -> None:

@@ -43,22 +43,22 @@ def _table(snap: DeltaSnapshot, rows: list[dict]):
 
 @pytest.mark.parametrize("engine", ["spark", "local"])
 def test_a_key_range_read_again_repairs_that_range_and_leaves_the_rest(source: SourceHarness, tmp_path: Path,
-                                                                       spark, engine: str) -> None:
+                                                                       lazy_spark, engine: str) -> None:
     source.create_shop()
     config = make_config(tmp_path / "lake", source.source_config("shop", SHOP), merge={"engine": engine})
     workload = source.workload(seed=11)
     workload.run(60)
-    cycle(config, spark)
+    cycle(config, lazy_spark)
     snap, keys = damaged(config, "orders", "id")
     workload.run(20)  # the log goes on over the damage
-    cycle(config, spark)
+    cycle(config, lazy_spark)
     upper = keys[len(keys) // 2]
     outside = max(snap.read().column("id").to_pylist())
     DeltaTable(snap.uri, storage_options=snap.storage_options).update(predicate=f"id = {outside}",
                                                                       updates={"total": "-2"})
     applied = snap.applied_scn()
     rows = pipeline.row_selection(config, "shop", ["orders"], after=[-1], through=[upper])
-    [result] = sync_source(spark, config, "shop", ["orders"], mode="refresh", rows=rows)
+    [result] = sync_source(lazy_spark, config, "shop", ["orders"], mode="refresh", rows=rows)
     refreshed = result.refreshed
     assert refreshed is not None and refreshed.deletes_checked and refreshed.ranges >= 1
     source_rows = {r["id"]: r for r in read_rows(open_source(config.source("shop")), "orders")}
@@ -73,8 +73,8 @@ def test_a_key_range_read_again_repairs_that_range_and_leaves_the_rest(source: S
     # The log goes on over the rows read: later changes apply as usual, and the damage outside the range is
     # all a whole refresh still has to repair.
     workload.run(20)
-    cycle(config, spark)
-    [whole] = sync_source(spark, config, "shop", ["orders"], mode="refresh")
+    cycle(config, lazy_spark)
+    [whole] = sync_source(lazy_spark, config, "shop", ["orders"], mode="refresh")
     assert whole.refreshed is not None and whole.refreshed.rows_read == len(read_rows(
         open_source(config.source("shop")), "orders"))
     assert_snapshots_match(config)

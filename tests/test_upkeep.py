@@ -35,7 +35,7 @@ def _types(schema: pa.Schema) -> str:
 
 
 @pytest.mark.parametrize("engine", ["spark", "local"])
-def test_upkeep_joins_small_files_keeps_every_row_and_what_rebuild_needs(tmp_path: Path, lake: Path | Lake, spark,
+def test_upkeep_joins_small_files_keeps_every_row_and_what_rebuild_needs(tmp_path: Path, lake: Path | Lake, lazy_spark,
                                                                           engine: str) -> None:
     source = SqliteHarness(tmp_path / "shop.db")
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL)",
@@ -43,18 +43,18 @@ def test_upkeep_joins_small_files_keeps_every_row_and_what_rebuild_needs(tmp_pat
     config = make_config(lake, source.source_config("shop", [("items", ["id"])],
                                                                  upkeep={"retain_hours": 0}),
                          merge={"engine": engine, "file_rows": 20})
-    cycle(config, spark)  # ten files of twenty rows
+    cycle(config, lazy_spark)  # ten files of twenty rows
     snap = DeltaSnapshot(config.lake, "shop", "items")
     for step in range(4):  # merges that thin files out, and add new keys: small files
         source.execute([("DELETE FROM items WHERE id % 20 IN (?, ?, ?, ?)", tuple(4 * step + k for k in range(4))),
                         "UPDATE items SET price = price + 1 WHERE id % 20 = 19",
                         *[("INSERT INTO items VALUES (?, 'added', 2.5)", (1000 + 5 * step + k,)) for k in range(5)]])
-        cycle(config, spark)
+        cycle(config, lazy_spark)
     for step in range(4):  # merges of new keys alone: a file each (delta-rs's MERGE, the local engine)
         source.execute([("INSERT INTO items VALUES (?, 'appended', 3.5)", (2000 + 3 * step + k,)) for k in range(3)])
-        cycle(config, spark)
+        cycle(config, lazy_spark)
     before = (_rows(snap), snap.applied_scn(), snap.bootstrap_scn())
-    [result] = upkeep_source(config, "shop", spark)
+    [result] = upkeep_source(config, "shop", lazy_spark)
     assert result.files_before >= 5 and result.compacted >= 4
     # The spark engine's files are all of the table's types; the local engine's merged file is rewritten too, in
     # files of merge.file_rows rows.
@@ -67,20 +67,20 @@ def test_upkeep_joins_small_files_keeps_every_row_and_what_rebuild_needs(tmp_pat
     assert result.vacuumed > 0  # files the merges replaced, older than retain_hours (0)
     assert (_rows(snap), snap.applied_scn(), snap.bootstrap_scn()) == before  # no row, no SCN moved
     assert snap.delta().history(1)[0]["operation"] != "WRITE" or result.checkpoint_version == snap.version()
-    [again] = upkeep_source(config, "shop", spark)
+    [again] = upkeep_source(config, "shop", lazy_spark)
     # Key order kept and table types written: nothing to join or rewrite.
     assert again.compacted == again.retyped == 0 and again.files_after == result.files_after
     source.execute([("INSERT INTO items VALUES (?, ?, ?)", (i, "new", 1.0)) for i in range(300, 320)])
     source.execute(["UPDATE items SET name = 'changed' WHERE id IN (19, 99, 199)"])
-    cycle(config, spark)  # merges route by the compacted files' key bounds
+    cycle(config, lazy_spark)  # merges route by the compacted files' key bounds
     assert_snapshots_match(config)
     # VACUUM kept the last bootstrap's files: rebuild restores that version and replays the log.
-    sync_source(spark, config, "shop", mode="rebuild")
+    sync_source(lazy_spark, config, "shop", mode="rebuild")
     assert_snapshots_match(config)
 
 
 @pytest.mark.parametrize("engine", ["spark", "local"])
-def test_upkeep_of_a_history_table_keeps_every_version_in_key_order(tmp_path: Path, spark, engine: str) -> None:
+def test_upkeep_of_a_history_table_keeps_every_version_in_key_order(tmp_path: Path, lazy_spark, engine: str) -> None:
     from dagster_databus.consumer.history import as_of
     from dagster_databus.snapshot.history import HistoryTable
 
@@ -90,17 +90,17 @@ def test_upkeep_of_a_history_table_keeps_every_version_in_key_order(tmp_path: Pa
     document = source.source_config("shop", [("items", ["id"])], upkeep={"retain_hours": 0})
     document["tables"][0]["history"] = True
     config = make_config(tmp_path / "lake", document, merge={"engine": engine, "file_rows": 20})
-    cycle(config, spark)
+    cycle(config, lazy_spark)
     for step in range(6):
         source.execute([f"UPDATE items SET price = price + 1 WHERE id % 10 = {step}",
                         f"DELETE FROM items WHERE id = {90 + step}",
                         ("INSERT INTO items VALUES (?, 'added', 1.0)", (500 + step,))])
-        cycle(config, spark)
+        cycle(config, lazy_spark)
     hist = HistoryTable(config.lake, "shop", "items")
     versions = sorted(map(repr, hist.read(with_meta=True).to_pylist()))
     # Larger files wanted now: the history's files (split evenly as they grew, 10 to 20 rows) are small for them.
     results = upkeep_source(make_config(tmp_path / "lake", document, merge={"engine": engine, "file_rows": 100}),
-                            "shop", spark)
+                            "shop", lazy_spark)
     assert [r.kind for r in results] == ["snapshot", "history"]
     history = results[1]
     # The spark engine's files are joined into fewer; delta-rs's MERGE (local engine) keeps the history in one file
@@ -113,7 +113,7 @@ def test_upkeep_of_a_history_table_keeps_every_version_in_key_order(tmp_path: Pa
     assert sorted(map(repr, hist.read(with_meta=True).to_pylist())) == versions
     applied = hist.applied_scn()
     source.execute(["UPDATE items SET name = 'after upkeep' WHERE id IN (1, 50, 99)"])
-    cycle(config, spark)  # history merges route by the compacted files' key bounds
+    cycle(config, lazy_spark)  # history merges route by the compacted files' key bounds
     now = {r["id"]: r for r in as_of(config.lake, "shop", "items", scn=hist.applied_scn()).to_pylist()}
     then = {r["id"]: r for r in as_of(config.lake, "shop", "items", scn=applied).to_pylist()}
     assert {k: v["name"] for k, v in now.items() if k in (1, 50, 99)} == dict.fromkeys((1, 50, 99), "after upkeep")

@@ -280,7 +280,6 @@ class LogWriter:
             self.log.objects.delete(key)  # lost the race: the segment is nobody's
             raise
         crash_point("manifest_committed")
-        crash_point("checkpoint_written")  # the same version holds both since checkpoints moved into it
         return info
 
     def schemas(self) -> dict[str, TableSchema]:
