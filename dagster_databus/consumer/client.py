@@ -77,6 +77,17 @@ class SequentialDispatcher:
         """No threads to stop."""
 
 
+def dispatcher(consumer: DatabusConsumer | Callable[[], DatabusConsumer],
+               workers: int) -> SequentialDispatcher | ParallelDispatcher:
+    """The consumer called in order on the caller's thread, or ``workers`` consumers from the factory
+    ``consumer`` on threads of their own."""
+    if workers <= 1:
+        return SequentialDispatcher(consumer if isinstance(consumer, DatabusConsumer) else consumer())
+    if not callable(consumer) or isinstance(consumer, DatabusConsumer):
+        raise ValueError("parallel dispatch needs a consumer factory (one consumer per worker)")
+    return ParallelDispatcher([consumer() for _ in range(workers)])
+
+
 class ParallelDispatcher:
     """N consumers on N threads (Databus's parallel consumer execution): data events are dispatched by key, so
     each key's events stay in order on one worker; boundaries are broadcast with barriers:
@@ -288,13 +299,7 @@ class DatabusClient:
         # redelivers at most the windows since the last save (at least once, never lost).
         self.checkpoint_every_windows = checkpoint_every_windows
         self.checkpoint_every_s = checkpoint_every_s
-        if workers > 1:
-            if not callable(consumer) or isinstance(consumer, DatabusConsumer):
-                raise ValueError("parallel dispatch needs a consumer factory (one consumer per worker)")
-            self.dispatcher: SequentialDispatcher | ParallelDispatcher = ParallelDispatcher(
-                [consumer() for _ in range(workers)])
-        else:
-            self.dispatcher = SequentialDispatcher(consumer if isinstance(consumer, DatabusConsumer) else consumer())
+        self.dispatcher = dispatcher(consumer, workers)
 
     # -- subscription ------------------------------------------------------------------
 

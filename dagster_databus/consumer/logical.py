@@ -61,9 +61,8 @@ from dagster_databus.consumer.checkpoints import (
 from dagster_databus.consumer.client import (
     DatabusConsumer,
     DeliveryStats,
-    ParallelDispatcher,
-    SequentialDispatcher,
     deliver_window,
+    dispatcher,
     follow,
 )
 from dagster_databus.consumer.ordering import GroupMember, IdempotentSink, log_lineage
@@ -78,28 +77,16 @@ FORMAT = 1
 
 
 @dataclass(frozen=True, slots=True)
-class LogicalEvent:
-    """A change of a logical table: a part's ``ChangeEvent`` renamed, keyed and labelled.
-
-    Has ``ChangeEvent``'s fields (``scn``, ``seq``, ``table``, ``op``, ``key``, ``row``,
-    ``commit_ts_ms``), so consumers written for ``ChangeEvent`` work unchanged. ``scn`` is the
-    part's own log SCN: compare it only with SCNs of the same ``part``.
+class LogicalEvent(ChangeEvent):
+    """A change of a logical table: a part's ``ChangeEvent`` renamed, keyed and labelled, so consumers
+    written for ``ChangeEvent`` work unchanged. ``table`` is the logical table, ``key`` is (shard value,
+    *physical primary key), ``row`` has the shard column. ``scn`` is the part's own log SCN: compare it
+    only with SCNs of the same ``part``.
     """
 
-    scn: Scn
-    seq: int
-    table: str  # the logical table
-    op: Op
-    key: tuple[Any, ...]  # (shard value, *physical primary key)
-    row: Mapping[str, Any]  # with the shard column
-    commit_ts_ms: int
     part: str  # the part's label
     source: str
     physical_table: str
-
-    def as_change_event(self) -> ChangeEvent:
-        return ChangeEvent(scn=self.scn, seq=self.seq, table=self.table, op=self.op, key=self.key, row=self.row,
-                           commit_ts_ms=self.commit_ts_ms)
 
 
 # -- checkpoints -------------------------------------------------------------------------
@@ -221,13 +208,7 @@ class LogicalTableClient:
         self.bootstrap, self.bootstrap_batch_rows = bootstrap, bootstrap_batch_rows
         self._lineages: dict[str, str] = {}
         self._primary_keys: dict[str, tuple[str, ...]] = {}
-        if workers > 1:
-            if not callable(consumer) or isinstance(consumer, DatabusConsumer):
-                raise ValueError("parallel dispatch needs a consumer factory (one consumer per worker)")
-            self.dispatcher: SequentialDispatcher | ParallelDispatcher = ParallelDispatcher(
-                [consumer() for _ in range(workers)])
-        else:
-            self.dispatcher = SequentialDispatcher(consumer if isinstance(consumer, DatabusConsumer) else consumer())
+        self.dispatcher = dispatcher(consumer, workers)
 
     @classmethod
     def from_config(cls, config: DatabusConfig, name: str,

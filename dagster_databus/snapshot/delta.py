@@ -22,6 +22,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
+from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.storage.durable import exclusive_lock
 from dagster_databus.storage.lake import Lake, as_lake
 from dagster_databus.storage.location import LakeLocation
@@ -126,6 +127,17 @@ class DeltaSnapshot(DeltaFolder):
         super().__init__(lake, "snapshot", source, table)
         self.app_id = f"databus:{source}.{table}"
         self.source, self.table = source, table
+
+    def bootstrapped(self) -> tuple[DeltaTable, Scn]:
+        """The table as it is now and the SCN that version reflects; refused, naming the fix, before its
+        bootstrap."""
+        table = self._table()
+        version = table.transaction_version(self.app_id) if table is not None else None
+        if table is None or version is None:
+            raise SnapshotMissingError(
+                f"snapshot {self.source}.{self.table} has not been bootstrapped ({self.uri})",
+                f"materialize the {self.source}/{self.table} asset, which bootstraps it first")
+        return table, Scn(version)
 
     def applied_scn(self) -> Scn | None:
         """The SCN the snapshot reflects, read from the Delta log; None before bootstrap."""

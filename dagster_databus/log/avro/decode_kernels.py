@@ -9,6 +9,7 @@ import numba
 import numpy as np
 
 from dagster_databus.log.avro.decode_program import BOOL, BYTES, DOUBLE, FLOAT, LONG
+from dagster_databus.log.avro.text_kernels import plain_decimal
 
 # What ``decode_records`` returns first: OK, a failure, or FULL (a branch's range of columns is full).
 OK, TRUNCATED, BAD_BRANCH, BAD_NULL, TOO_WIDE, TRAILING, FULL = range(7)
@@ -203,25 +204,8 @@ def copy_values(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, offse
 def plain_numbers(text: np.ndarray, offsets: np.ndarray, present: np.ndarray) -> bool:  # pragma: no cover
     """Whether every present value is plain decimal text, ``-?(0|[1-9][0-9]*)(\\.[0-9]+)?``."""
     for i in range(len(offsets) - 1):
-        at, end = offsets[i], offsets[i + 1]
-        if not present[i]:
-            continue
-        if text[at] == 0x2D:  # -
-            at += 1
-        if at == end or not 0x30 <= text[at] <= 0x39:
+        if present[i] and not plain_decimal(text, offsets[i], offsets[i + 1], True):
             return False
-        if text[at] == 0x30 and at + 1 < end and text[at + 1] != 0x2E:  # a leading zero
-            return False
-        while at < end and 0x30 <= text[at] <= 0x39:
-            at += 1
-        if at < end:
-            if text[at] != 0x2E or at + 1 == end:  # .
-                return False
-            at += 1
-            while at < end:
-                if not 0x30 <= text[at] <= 0x39:
-                    return False
-                at += 1
     return True
 
 

@@ -12,6 +12,8 @@ import numpy as np
 from numba import types
 from numba.typed import List
 
+from dagster_databus.log.avro.text_kernels import plain_decimal
+
 # A scalar integer in the kernels: a Python int or a numpy one (numba compiles both to int64).
 Int = int | np.int64
 
@@ -372,22 +374,6 @@ def plain_decimals(offsets: np.ndarray, text: np.ndarray, valid: np.ndarray, nul
     for i in range(off, off + n):
         if nulls and not (valid[i >> 3] >> (i & 7)) & 1:
             continue
-        at, end = offsets[i], offsets[i + 1]
-        if at < end and text[at] == 0x2D:
-            at += 1
-        digits = at
-        while at < end and 0x30 <= text[at] <= 0x39:
-            at += 1
-        if at == digits:
+        if not plain_decimal(text, offsets[i], offsets[i + 1], False):
             return False
-        if at < end:
-            if text[at] != 0x2E:
-                return False
-            at += 1
-            if at == end:
-                return False
-            while at < end:
-                if not 0x30 <= text[at] <= 0x39:
-                    return False
-                at += 1
     return True

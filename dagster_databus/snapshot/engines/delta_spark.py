@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ConfigError, SnapshotMissingError
+from dagster_databus.errors import ConfigError
 from dagster_databus.snapshot.delta import SOFT_DELETE, DeltaSnapshot, MergeCounts, merge_clauses
 from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, SparkProvider, range_rows, soft_deletes
 from dagster_databus.snapshot.reduce import ChangeStats
@@ -123,11 +123,7 @@ class DeltaSparkEngine:
 
     def merge(self, snap: DeltaSnapshot, log: ChangeLog, schema: TableSchema, since: Scn, until: Scn,
               progress: Progress) -> Merged | None:
-        applied = snap.applied_scn()
-        if applied is None:
-            raise SnapshotMissingError(
-                f"snapshot {snap.source}.{snap.table} has not been bootstrapped ({snap.uri})",
-                f"materialize the {snap.source}/{snap.table} asset, which bootstraps it first")
+        applied = snap.bootstrapped()[1]
         if until <= applied:
             return None
         spark = self.spark

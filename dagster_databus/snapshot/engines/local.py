@@ -20,7 +20,6 @@ from deltalake import CommitProperties, Transaction, write_deltalake
 from dagster_databus.core.progress import Progress, Ticker
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.log.columns import change_schema, table_changes
 from dagster_databus.snapshot.commit import OPERATION_KEY
 from dagster_databus.snapshot.delta import (
@@ -66,7 +65,7 @@ class LocalEngine:
 
     def merge(self, snap: DeltaSnapshot, log: ChangeLog, schema: TableSchema, since: Scn, until: Scn,
               progress: Progress) -> Merged | None:
-        applied = require_bootstrapped(snap)
+        applied = snap.bootstrapped()[1]
         if until <= applied:
             return None
         since = max(since, applied)
@@ -83,7 +82,7 @@ class LocalEngine:
         from dagster_databus.snapshot.files import TableFiles
         from dagster_databus.snapshot.refresh import RangeChanges, finds_deletes
 
-        require_bootstrapped(snap)
+        snap.bootstrapped()[1]
         read = source.ranges(table, range_rows(self.config, source), rows)
         schema = read.schema
         target = schema.arrow(with_meta=True)
@@ -302,16 +301,6 @@ def reduced_in_process(log: ChangeLog, schema: TableSchema, since: Scn, until: S
         reducer.close()
 
 
-def require_bootstrapped(snap: DeltaSnapshot) -> Scn:
-    """The snapshot's applied SCN; refused (naming the fix) before its bootstrap."""
-    applied = snap.applied_scn()
-    if applied is None:
-        raise SnapshotMissingError(
-            f"snapshot {snap.source}.{snap.table} has not been bootstrapped ({snap.uri})",
-            f"materialize the {snap.source}/{snap.table} asset, which bootstraps it first")
-    return applied
-
-
 def apply_changes(snap: DeltaSnapshot, schema: TableSchema, changes: pa.Table | pa.RecordBatchReader,
                   until: Scn, soft: bool = False) -> MergeCounts | None:
     """MERGE reduced changes (one row per key, in the snapshot's columns) that bring the snapshot up to
@@ -320,7 +309,7 @@ def apply_changes(snap: DeltaSnapshot, schema: TableSchema, changes: pa.Table | 
     A replay (``until`` at or below the applied SCN) changes nothing and returns None; rows at or
     below the applied SCN are dropped; per key, the MERGE applies only newer SCNs.
     """
-    applied = require_bootstrapped(snap)
+    applied = snap.bootstrapped()[1]
     if until <= applied:
         return None
     if isinstance(changes, pa.Table):

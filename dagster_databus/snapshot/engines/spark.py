@@ -22,7 +22,6 @@ from dagster_databus.core.event_columns import CHANGE_META
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.log.columns import change_schema
 from dagster_databus.snapshot.commit import (
     OPERATION_KEY,
@@ -141,10 +140,7 @@ class SparkEngine:
         their keys; the merge's apply tasks rewrite those files (``_rewrite``)."""
         from dagster_databus.snapshot.refresh import RangeChanges, finds_deletes
 
-        current = snap.existing()
-        if current is None or current.transaction_version(snap.app_id) is None:
-            raise SnapshotMissingError(f"snapshot {snap.source}.{table} has not been bootstrapped ({snap.uri})",
-                                       f"materialize the {snap.source}/{table} asset first, which bootstraps it")
+        current, _ = snap.bootstrapped()
         read = source.ranges(table, range_rows(self.config, source), rows)
         schema = read.schema
         target = schema.arrow(with_meta=True)
@@ -231,12 +227,8 @@ class SparkEngine:
               progress: Progress) -> Merged | None:
         from deltalake import Transaction
 
-        table = snap.existing()  # the version this merge reads and commits against
-        applied = table.transaction_version(snap.app_id) if table is not None else None
-        if table is None or applied is None:
-            raise SnapshotMissingError(
-                f"snapshot {snap.source}.{snap.table} has not been bootstrapped ({snap.uri})",
-                f"materialize the {snap.source}/{snap.table} asset, which bootstraps it first")
+        table, bootstrapped = snap.bootstrapped()  # the version this merge reads and commits against
+        applied = bootstrapped.value
         if until.value <= applied:
             return None
         target = schema.arrow(with_meta=True)

@@ -11,7 +11,7 @@ is pinned under a brief global read lock.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing
 from typing import Any
 
@@ -170,15 +170,20 @@ class MysqlBootstrap(MysqlBinlog):
             cur.execute(f"SELECT {columns} FROM `{table}` {clause}ORDER BY {kcols} LIMIT %s", (*params, batch_rows))
             return cur.fetchall()
 
-        def batches() -> Iterator[pa.RecordBatch]:
-            try:
-                for rows in keyset_pages(fetch, ALL_KEYS, row_key(key_index), batch_rows):
-                    yield convert(rows)
-            finally:
-                cur.execute("COMMIT")
-                conn.close()
+        pages = keyset_pages(fetch, ALL_KEYS, row_key(key_index), batch_rows)
+        return TableSnapshot(scn=scn, schema=schema, batches=self._batches_then_close(conn, cur, pages, convert))
 
-        return TableSnapshot(scn=scn, schema=schema, batches=batches())
+    @staticmethod
+    def _batches_then_close(conn: Connection, cur: Any, pages: Iterable[Sequence[Any]],
+                            convert: Callable[[Sequence[Any]], pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Each page of rows read in a read-only snapshot, converted; the snapshot ends and the connection
+        closes when the reader is done (or stops early)."""
+        try:
+            for rows in pages:
+                yield convert(rows)
+        finally:
+            cur.execute("COMMIT")
+            conn.close()
 
 
     def _read_only_snapshot(self, cur: Any) -> Scn:

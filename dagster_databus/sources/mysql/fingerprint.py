@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-
-import pyarrow as pa
+from collections.abc import Sequence
 
 from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import TableSchema
@@ -54,15 +52,8 @@ class MysqlFingerprint(MysqlBootstrap):
         cur.execute(self._fingerprint_sql("fingerprint_rows.sql", schema, buckets))
         convert = schema.batch(lambda c: bootstrap_value(c, self.config.zero_dates), f"reconciliation of {table}")
 
-        def batches() -> Iterator[pa.RecordBatch]:
-            try:
-                while rows := cur.fetchmany(self.config.bootstrap_chunk_rows):
-                    yield convert(rows)
-            finally:
-                cur.execute("COMMIT")
-                conn.close()
-
-        return TableSnapshot(scn=scn, schema=schema, batches=batches())
+        pages = iter(lambda: cur.fetchmany(self.config.bootstrap_chunk_rows) or None, None)  # to an empty page
+        return TableSnapshot(scn=scn, schema=schema, batches=self._batches_then_close(conn, cur, pages, convert))
 
 
     @staticmethod
