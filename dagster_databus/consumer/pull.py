@@ -23,6 +23,7 @@ from dagster_databus.core.identifiers import is_plain_name
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import PullError
 from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.storage.documents import VersionedDocuments
 from dagster_databus.storage.lake import Lake, as_lake
 from dagster_databus.storage.objects import LakeObjects
 
@@ -56,23 +57,31 @@ class MetaManager:
         self.objects = objects if objects is not None else self.lake.objects
         self.prefix = f"consumers/{source}/"
 
-    def _key(self, client_id: str, version: int) -> str:
+    def _versioned(self, client_id: str) -> VersionedDocuments:
         if not is_plain_name(client_id):
             raise PullError(f"client id {client_id!r} is not a plain name", "use letters, digits and underscores")
-        # Version 0 is where an earlier dagster-databus kept the document (one file, replaced in place).
-        if version == 0:
-            return f"{self.prefix}{client_id}.json"
-        return f"{self.prefix}{client_id}/meta/{version:020d}.json"
+        return VersionedDocuments(self.objects, f"{self.prefix}{client_id}/meta/")
+
+    def _legacy_key(self, client_id: str) -> str:
+        """Version 0: where an earlier dagster-databus kept the document (one file, replaced in place)."""
+        return f"{self.prefix}{client_id}.json"
 
     def _versions(self, client_id: str) -> list[int]:
-        self._key(client_id, 0)
-        folder = f"{self.prefix}{client_id}/meta/"
-        return sorted(int(o.key[len(folder):-5]) for o in self.objects.list(folder) if o.key.endswith(".json"))
+        return self._versioned(client_id).versions()
+
+    def _read(self, client_id: str, version: int) -> bytes | None:
+        return self._versioned(client_id).read(version) if version else self.objects.read(self._legacy_key(client_id))
+
+    def _delete(self, client_id: str, version: int) -> None:
+        if version:
+            self._versioned(client_id).delete(version)
+        else:
+            self.objects.delete(self._legacy_key(client_id))
 
     def _load_versioned(self, client_id: str) -> tuple[dict[str, Any] | None, int]:
         """(document, its version): the newest; (None, 0) for a client that is not subscribed."""
         for version in reversed([0, *self._versions(client_id)]):
-            data = self.objects.read(self._key(client_id, version))
+            data = self._read(client_id, version)
             if data is not None:
                 return json.loads(data), version
         return None, 0
@@ -85,14 +94,14 @@ class MetaManager:
         if expected is None:
             expected = self._load_versioned(client_id)[1]
         following = expected + 1
-        if not self.objects.create(self._key(client_id, following), json.dumps(doc).encode()):
+        if not self._versioned(client_id).create(following, json.dumps(doc).encode()):
             raise PullError(
                 f"client {client_id!r} of source {self.source!r} was moved on by another process while this one "
                 f"held it at version {expected}: another consumer with the same client id is running",
                 "run one consumer per client id; restart this one to resume from the stored cursor")
         for old in [0, *self._versions(client_id)]:
             if old < following - self.KEEP + 1 or old == 0:
-                self.objects.delete(self._key(client_id, old))
+                self._delete(client_id, old)
         return following
 
     def subscribe(self, client_id: str, tables: list[str] | None = None, filter: str | None = None) -> Subscription:
@@ -113,7 +122,7 @@ class MetaManager:
 
     def unsubscribe(self, client_id: str) -> None:
         for version in [0, *self._versions(client_id)]:
-            self.objects.delete(self._key(client_id, version))
+            self._delete(client_id, version)
 
     def _clients(self) -> list[str]:
         names = set()
