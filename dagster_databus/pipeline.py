@@ -49,10 +49,24 @@ class CaptureResult:
         return scn_lag(self.source_hwm, self.until)
 
 
-def _resume(src: Any, log: ChangeLog, progress: Progress) -> Any:
-    """Sources with a standby read from the server their checkpoint names, failing over if it is down."""
-    resume = getattr(src, "resume", None)
-    return resume(log, progress) if resume is not None else None
+def _resume(src: Any, log: ChangeLog, progress: Progress) -> None:
+    """Sources with a standby read from the server their checkpoint names, failing over if it is down. The
+    source decides the switch under the log's writer lock, and it is committed to the log (lineage and
+    checkpoint) before any change is read from the new server: sources read the log, they do not write it."""
+    check = getattr(src, "check_server", None)
+    checkpoint = log.checkpoint()
+    if check is None or checkpoint is None:
+        return
+    down = check(checkpoint.state, progress)
+    if down is None:
+        return
+    with log.writer() as writer:
+        checkpoint = log.checkpoint()  # again, under the lock: another run may have switched already
+        assert checkpoint is not None
+        planned = src.plan_switch(checkpoint, down, progress)
+        if planned is not None:
+            switch, state = planned
+            writer.switch_epoch(Scn.parse(switch.resume_scn), switch.to_epoch, state, switch.record())
 
 
 def install(config: DatabusConfig, source: str, progress: Progress = lambda _: None) -> InstallReport:

@@ -24,15 +24,14 @@ from contextlib import closing
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from dagster_databus.core.scn import Scn
 from dagster_databus.errors import LogGapError, SourceUnavailableError, StandbyBehindError
 from dagster_databus.sources.mysql.connect import Connection
 from dagster_databus.sources.mysql.servers import other_role
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
-    from dagster_databus.log.changelog import ChangeLog
+    from dagster_databus.log.manifest import Checkpoint
     from dagster_databus.sources.mysql.positions import MysqlPositions
 
 _GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
@@ -242,36 +241,34 @@ def fail_over(source: MysqlPositions, state: dict[str, str], checkpoint_ms: int,
     return switch, new_state
 
 
-def resume(source: MysqlPositions, log: ChangeLog, progress: Callable[[str], None]) -> Switch | None:
-    """Point ``source`` at the server its checkpoint names; fail over if that one stays down.
-
-    The switch is committed to the change log (manifest lineage + checkpoint) under the log's
-    writer lock before any change is read from the new server.
-    """
-    checkpoint = log.checkpoint()
-    if checkpoint is None:
-        return None
-    source.attach(checkpoint.state)
+def check_server(source: MysqlPositions, state: Mapping[str, str],
+                 progress: Callable[[str], None]) -> SourceUnavailableError | None:
+    """Point ``source`` at the server the checkpoint ``state`` names; the error that server gave if it stayed
+    down for ``failover.retries`` attempts and the source has a standby to fail over to, else None."""
+    source.attach(state)
     settings = source.config.failover
     if source.config.standby is None:
         return None
     down = unreachable(source, settings.retries, settings.interval_s)
-    if down is None:
+    if down is not None:
+        progress(f"{source.name}: {source.describe()} did not answer {settings.retries} attempts "
+                 f"{settings.interval_s:g}s apart ({down.problem}); failing over to the {other_role(source.role)}")
+    return down
+
+
+def plan_switch(source: MysqlPositions, checkpoint: Checkpoint, down: SourceUnavailableError,
+                progress: Callable[[str], None]) -> tuple[Switch, dict[str, str]] | None:
+    """The switch to the other server and the checkpoint state to resume with, decided from ``checkpoint`` as
+    read under the log's writer lock (another run may have switched already: then its server is attached and
+    None returned, as when the server answers again). The caller commits it to the change log before any
+    change is read from the new server."""
+    source.attach(checkpoint.state)
+    if unreachable(source, 1, 0) is None:
         return None
-    progress(f"{source.name}: {source.describe()} did not answer {settings.retries} attempts "
-             f"{settings.interval_s:g}s apart ({down.problem}); failing over to the {other_role(source.role)}")
-    with log.writer() as writer:
-        checkpoint = log.checkpoint()  # again, under the lock: another run may have switched already
-        assert checkpoint is not None
-        source.attach(checkpoint.state)
-        if unreachable(source, 1, 0) is None:
-            return None
-        switch, state = fail_over(source, dict(checkpoint.state), checkpoint.updated_ms, checkpoint.epoch,
-                                  down.problem)
-        state["switched_ms"] = str(int(time.time() * 1000))
-        if switch.method == "timestamp" and switch.last_commit_ts is not None:
-            state["reread_through"] = str(switch.last_commit_ts)
-        writer.switch_epoch(Scn.parse(switch.resume_scn), switch.to_epoch, state, switch.record())
-    progress(f"{source.name}: now reading {switch.to_server} from {switch.resume_file}:{switch.resume_offset} "
-             f"(found by {switch.method}; era {switch.era})")
-    return switch
+    switch, state = fail_over(source, dict(checkpoint.state), checkpoint.updated_ms, checkpoint.epoch, down.problem)
+    state["switched_ms"] = str(int(time.time() * 1000))
+    if switch.method == "timestamp" and switch.last_commit_ts is not None:
+        state["reread_through"] = str(switch.last_commit_ts)
+    progress(f"{source.name}: switching to {switch.to_server}, resuming at {switch.resume_file}:"
+             f"{switch.resume_offset} (found by {switch.method}; era {switch.era})")
+    return switch, state

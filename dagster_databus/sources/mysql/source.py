@@ -3,24 +3,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from dagster_databus.core.scn import Scn
-from dagster_databus.sources.mysql.failover import Switch, resume
+from dagster_databus.errors import SourceUnavailableError
+from dagster_databus.sources.mysql.failover import Switch, check_server, plan_switch
 from dagster_databus.sources.mysql.fingerprint import MysqlFingerprint
 
 if TYPE_CHECKING:
-    from dagster_databus.log.changelog import ChangeLog
+    from dagster_databus.log.manifest import Checkpoint
 
 
 class MysqlSource(MysqlFingerprint):
     kind = "mysql"
     sees_ddl = True  # DDL arrives in the binlog: a changed table is re-bootstrapped, not refused
 
-    def resume(self, log: ChangeLog, progress: Callable[[str], None]) -> Switch | None:
-        """Read from the checkpoint's server; fail over to the other one if it stays down."""
-        return resume(self, log, progress)
+    def check_server(self, state: Mapping[str, str], progress: Callable[[str], None]) -> SourceUnavailableError | None:
+        """Read from the server a checkpoint's ``state`` names; why it is down, if failing over is called for."""
+        return check_server(self, state, progress)
+
+    def plan_switch(self, checkpoint: Checkpoint, down: SourceUnavailableError,
+                    progress: Callable[[str], None]) -> tuple[Switch, dict[str, str]] | None:
+        """The failover to the other server, decided under the log's writer lock (``failover.plan_switch``)."""
+        return plan_switch(self, checkpoint, down, progress)
 
     def release(self, through: Scn) -> None:
         """Binlogs are the server's to expire; capture keeps nothing on the source."""
