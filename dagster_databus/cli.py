@@ -188,7 +188,7 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
             print(f"  consumer {client:<17}{cursor or '-'!s:>12}{'':>24}{_behind(manifest.last_scn, at):>8}"
                   f"{state}")
     for logical in config.logical_tables:
-        from dagster_databus.snapshot.logical import LogicalSnapshot
+        from dagster_databus.snapshot.logical.table import LogicalSnapshot
 
         snap = LogicalSnapshot(config.lake, logical.name)
         print(f"logical {logical.name}")

@@ -277,7 +277,7 @@ def enforce_retention(config: DatabusConfig, source: str) -> RetentionResult | N
     from dagster_databus.log.retention import apply_retention
     from dagster_databus.snapshot.delta import DeltaSnapshot
     from dagster_databus.snapshot.history import HistoryTable
-    from dagster_databus.snapshot.logical import LogicalSnapshot
+    from dagster_databus.snapshot.logical.table import LogicalSnapshot
 
     source_cfg = config.source(source)
     limits = source_cfg.retention

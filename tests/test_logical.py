@@ -19,7 +19,9 @@ from dagster_databus.config import DatabusConfig, LogicalTableConfig, load_confi
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.errors import SchemaDriftError, ShardCollisionError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.logical import LogicalSnapshot, compare_parts, sync_logical
+from dagster_databus.snapshot.logical.compare import compare_parts
+from dagster_databus.snapshot.logical.sync import sync_logical
+from dagster_databus.snapshot.logical.table import LogicalSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.sources import open_source, read_rows

@@ -122,7 +122,8 @@ def test_upkeep_of_a_history_table_keeps_every_version_in_key_order(tmp_path: Pa
 
 def test_upkeep_of_a_logical_table_keeps_its_rows_and_parts(tmp_path: Path, spark) -> None:
     from dagster_databus.config import parse_config
-    from dagster_databus.snapshot.logical import LogicalSnapshot, sync_logical
+    from dagster_databus.snapshot.logical.sync import sync_logical
+    from dagster_databus.snapshot.logical.table import LogicalSnapshot
     from dagster_databus.snapshot.upkeep import upkeep_logical
 
     shards = [SqliteHarness(tmp_path / f"shard{n}.db") for n in range(2)]

@@ -35,7 +35,7 @@ The callbacks are ``client.DatabusConsumer``'s. ``on_start_data_event_sequence``
 ``ordering.IdempotentSink`` whose positions are per part lineage.
 
 With ``bootstrap=True``, a consumer with no checkpoint, or one a part's log can no longer
-continue, first gets the logical Delta table (``snapshot/logical.py``) as inserts, every part at
+continue, first gets the logical Delta table (``snapshot/logical/``) as inserts, every part at
 the SCN that table holds it at (one table version), then each part's log after that SCN: no gap,
 nothing twice. Without it, a part with no checkpoint starts at the oldest change its log holds,
 or at ``start[label]``, and a part whose checkpoint is older than its log retains, or from a log
@@ -341,7 +341,7 @@ class LogicalTableClient:
 
     def _bootstrap(self, manifests: Mapping[str, Manifest], stats: LogicalRunStats) -> LogicalCheckpoint:
         """Deliver the logical table as inserts, each part at its SCN there; return the checkpoint after it."""
-        from dagster_databus.snapshot.logical import PART_COLUMN, LogicalSnapshot
+        from dagster_databus.snapshot.logical.table import PART_COLUMN, LogicalSnapshot
 
         data, scns = LogicalSnapshot(self.lake, self.table.name).read_pinned([p.label for p in self.parts])
         first = min(scns.values())

@@ -170,7 +170,7 @@ def upkeep_logical(config: DatabusConfig, name: str, spark: Any, progress: Progr
                    ) -> UpkeepResult | None:
     """Upkeep of logical table ``name`` (``upkeep_folder``), holding its lock; None before its first load. A
     logical table loads again from its parts' snapshots, so VACUUM keeps no version of its own for that."""
-    from dagster_databus.snapshot.logical import PART_COLUMN, LogicalSnapshot
+    from dagster_databus.snapshot.logical.table import PART_COLUMN, LogicalSnapshot
     from dagster_databus.snapshot.merge import engine_for
 
     logical = config.logical_table(name)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.snapshot.files import TableFile
     from dagster_databus.snapshot.history import HistoryTable
-    from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
+    from dagster_databus.snapshot.logical.table import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource, RowSelection
 
 # Starts (or returns) the process's Spark session: engines call it only when they run a Spark job.

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from dagster_databus.config import DatabusConfig
     from dagster_databus.log.changelog import ChangeLog
-    from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
+    from dagster_databus.snapshot.logical.table import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource, RowSelection
 
 

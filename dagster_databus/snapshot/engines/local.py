@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
     from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.snapshot.history import HistoryTable
-    from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
+    from dagster_databus.snapshot.logical.table import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource, RowSelection
 
 
@@ -230,14 +230,14 @@ class LocalEngine:
 
     def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
                      progress: Progress) -> dict[str, int]:
-        from dagster_databus.snapshot.logical import load_in_process
+        from dagster_databus.snapshot.logical.in_process import load_in_process
 
         return load_in_process(target, layout, parts)
 
     def merge_logical(self, target: LogicalSnapshot, layout: LogicalLayout,
                       ranges: Sequence[tuple[LogicalPart, Scn, Scn]],
                       progress: Progress) -> tuple[dict[str, dict[str, int]], MergeCounts]:
-        from dagster_databus.snapshot.logical import merge_in_process
+        from dagster_databus.snapshot.logical.in_process import merge_in_process
 
         return merge_in_process(target, layout, ranges, self.memory_bytes, self.spill_dir, progress)
 

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
     from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.snapshot.history import HistoryTable
-    from dagster_databus.snapshot.logical import LogicalLayout, LogicalPart, LogicalSnapshot
+    from dagster_databus.snapshot.logical.table import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource, RowSelection
     from dagster_databus.spark.merge_tasks import MergePlan
 
@@ -402,7 +402,7 @@ class SparkEngine:
         one task per physical data file copies it, with the part's label, into the logical table."""
         from deltalake import CommitProperties, Transaction
 
-        from dagster_databus.snapshot.logical import LAYOUT_KEY, PART_COLUMN
+        from dagster_databus.snapshot.logical.table import LAYOUT_KEY, PART_COLUMN
         from dagster_databus.spark.deltafiles import FileRead
 
         reads, txns, rows = [], [], {}
@@ -438,7 +438,7 @@ class SparkEngine:
         one part's own log."""
         from deltalake import Transaction
 
-        from dagster_databus.snapshot.logical import LAYOUT_KEY, PART_COLUMN
+        from dagster_databus.snapshot.logical.table import LAYOUT_KEY, PART_COLUMN
 
         spark = self.spark()
         F = sql_functions(spark)
@@ -478,7 +478,7 @@ class SparkEngine:
         """With a data shard column: no NULL shard, no logical key from two parts, and (for changes) no key
         arriving from one part while the table holds it from another; raises ``ShardCollisionError``."""
         from dagster_databus.snapshot.engines.delta_spark import reduce_latest
-        from dagster_databus.snapshot.logical import PART_COLUMN, collision, null_shard
+        from dagster_databus.snapshot.logical.table import PART_COLUMN, collision, null_shard
         from dagster_databus.spark.deltafiles import FileRead
 
         spark = self.spark()
