@@ -46,6 +46,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy dagster_databus/core dagster_databus/storage dagster_databus/log
 	$(VENV)/bin/pylint --disable=all --enable=duplicate-code --min-similarity-lines=$(DUP_LINES) --ignore-imports=yes \
 	  --ignore-signatures=yes --ignore-docstrings=yes --ignore-comments=yes --score=no dagster_databus
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_oracle_grammar.py
 
 bench: prereqs $(STAMP)
 	$(PY) -m benchmarks.run_all
