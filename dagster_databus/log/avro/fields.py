@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dagster_databus.core.types import NUMBER_LOGICAL_TYPE, TIME_LOGICAL_TYPE, ColumnType
+from dagster_databus.core.types import NUMBER_LOGICAL_TYPE, TIME_LOGICAL_TYPE, ColumnType, Kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,11 +24,12 @@ class Field:
 
 
 _PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
-_PRIMITIVE_KINDS = {"boolean": "boolean", "int": "integer", "long": "long", "float": "float", "double": "double",
-                    "string": "string", "bytes": "binary"}
-_LOGICAL_KINDS = {("int", "date"): "date", ("long", "timestamp-micros"): "timestamp",
-                  ("long", "local-timestamp-micros"): "timestamp_ntz", ("long", TIME_LOGICAL_TYPE): "time",
-                  ("string", NUMBER_LOGICAL_TYPE): "number"}
+_PRIMITIVE_KINDS: dict[str, Kind] = {
+    "boolean": "boolean", "int": "integer", "long": "long", "float": "float", "double": "double", "string": "string",
+    "bytes": "binary"}
+_LOGICAL_KINDS: dict[tuple[str, str], Kind] = {
+    ("int", "date"): "date", ("long", "timestamp-micros"): "timestamp", ("long", "local-timestamp-micros"): "timestamp_ntz",
+    ("long", TIME_LOGICAL_TYPE): "time", ("string", NUMBER_LOGICAL_TYPE): "number"}
 # Shape of a field's Avro type: (nullable, primitive, logicalType, precision, scale).
 Shape = tuple[bool, str, str | None, int, int]
 
@@ -49,9 +50,9 @@ def fields_of(record: Mapping[str, Any]) -> list[Field]:
             kind = _LOGICAL_KINDS.get((primitive, logical))
             if kind is None:
                 raise ValueError(f"field {spec['name']}: logical type {logical!r} on {primitive} is not a product type")
-            column = ColumnType(kind)  # type: ignore[arg-type]
+            column = ColumnType(kind)
         else:
-            column = ColumnType(_PRIMITIVE_KINDS[primitive])  # type: ignore[arg-type]
+            column = ColumnType(_PRIMITIVE_KINDS[primitive])
         fields.append(Field(spec["name"], column, nullable))
     return fields
 
