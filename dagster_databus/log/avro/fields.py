@@ -28,8 +28,9 @@ _PRIMITIVE_KINDS: dict[str, Kind] = {
     "boolean": "boolean", "int": "integer", "long": "long", "float": "float", "double": "double", "string": "string",
     "bytes": "binary"}
 _LOGICAL_KINDS: dict[tuple[str, str], Kind] = {
-    ("int", "date"): "date", ("long", "timestamp-micros"): "timestamp", ("long", "local-timestamp-micros"): "timestamp_ntz",
-    ("long", TIME_LOGICAL_TYPE): "time", ("string", NUMBER_LOGICAL_TYPE): "number"}
+    ("int", "date"): "date", ("long", "timestamp-micros"): "timestamp",
+    ("long", "local-timestamp-micros"): "timestamp_ntz", ("long", TIME_LOGICAL_TYPE): "time",
+    ("string", NUMBER_LOGICAL_TYPE): "number"}
 # Shape of a field's Avro type: (nullable, primitive, logicalType, precision, scale).
 Shape = tuple[bool, str, str | None, int, int]
 
