@@ -174,8 +174,8 @@ class MysqlBootstrap(MysqlBinlog):
         return TableSnapshot(scn=scn, schema=schema, batches=self._batches_then_close(conn, cur, pages, convert))
 
     @staticmethod
-    def _batches_then_close(conn: Connection, cur: Any, pages: Iterable[Sequence[Any]],
-                            convert: Callable[[Sequence[Any]], pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def _batches_then_close(conn: Connection, cur: Any, pages: Iterable[list[Any]],
+                            convert: Callable[[list[Any]], pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Each page of rows read in a read-only snapshot, converted; the snapshot ends and the connection
         closes when the reader is done (or stops early)."""
         try:

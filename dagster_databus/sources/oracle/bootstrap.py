@@ -3,7 +3,7 @@ range ``AS OF SCN`` the same SCN: the union of the ranges is exactly the table a
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -80,24 +80,31 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
     # The raw key columns trail the exact-value expressions: keyset paging binds them as they are.
     exact = [select_expression(quoted, declared, quoted) for quoted, declared in spec["columns"]]
     select, table, page, scn = ", ".join([*exact, *keys]), spec["table"], int(spec["page_rows"]), read.scn.value
-    width = len(schema.columns)
     convert = schema.batch(oracle_value, f"bootstrap of {schema.table} as of SCN {scn}")
     conn = oracledb.connect(**spec["connection"])
     conn.outputtypehandler = output_type_handler
+    batches = pages_as_of(conn, table, select, keys, scn, page, where, read.where, len(schema.columns), convert)
+    return TableSnapshot(scn=read.scn, schema=schema, batches=batches)
+
+
+def pages_as_of(conn: Any, table: str, select: str, keys: Sequence[str], scn: int, page: int, start: KeyRange,
+                predicate: str | None, width: int, convert: Callable[[list[Any]], pa.RecordBatch]
+                ) -> Iterator[pa.RecordBatch]:
+    """The rows of ``table`` (quoted) as of SCN ``scn`` in key range ``start`` (and ``predicate``), ``page``
+    rows per query in key order, converted. ``select`` lists ``width`` exact-value expressions and then the
+    raw key columns ``keys``, which keyset paging binds as they are and ``convert`` leaves out. The
+    connection closes when the reader is done (or stops early)."""
     cur = conn.cursor()
 
     def fetch(keys_range: KeyRange) -> list[Any]:
-        clause, binds = selection_clause(keys, keys_range, read.where)
+        clause, binds = selection_clause(keys, keys_range, predicate)
         cur.execute(f"SELECT {select} FROM {table} AS OF SCN :scn{clause} ORDER BY {', '.join(keys)} "
                     "FETCH FIRST :n ROWS ONLY", {"scn": scn, "n": page, **binds})
         return cur.fetchall()
 
-    def batches() -> Iterator[pa.RecordBatch]:
-        try:
-            for rows in keyset_pages(fetch, where, lambda row: tuple(row[width:]), page):
-                yield convert(rows)  # the trailing raw key columns are not converted
-        finally:
-            cur.close()
-            conn.close()
-
-    return TableSnapshot(scn=read.scn, schema=schema, batches=batches())
+    try:
+        for rows in keyset_pages(fetch, start, lambda row: tuple(row[width:]), page):
+            yield convert(rows)
+    finally:
+        cur.close()
+        conn.close()

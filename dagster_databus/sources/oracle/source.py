@@ -16,8 +16,6 @@ from contextlib import AbstractContextManager, closing, nullcontext
 from functools import partial
 from typing import Any
 
-import pyarrow as pa
-
 from dagster_databus.config import OracleSourceConfig
 from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.progress import Progress, quiet
@@ -34,7 +32,6 @@ from dagster_databus.sources.base import (
     ALL_KEYS,
     ALL_ROWS,
     InstallReport,
-    KeyRange,
     PollStats,
     RangeRead,
     RowSelection,
@@ -42,7 +39,6 @@ from dagster_databus.sources.base import (
     TableSnapshot,
     check_column_name,
     in_buckets,
-    keyset_pages,
     not_installed,
     require_installed,
     require_mapped,
@@ -51,7 +47,7 @@ from dagster_databus.sources.base import (
     streamed_fingerprint,
     table_schemas,
 )
-from dagster_databus.sources.oracle.bootstrap import check_selection, key_ranges, selection_clause
+from dagster_databus.sources.oracle.bootstrap import check_selection, key_ranges, pages_as_of
 from dagster_databus.sources.oracle.sql import (
     CORE_SCRIPTS,
     Statement,
@@ -421,30 +417,16 @@ class OracleSource:
         schema = self.preflight()[table]
         mapping = self._columns[table]
         conn = self._connect()
-        cur = conn.cursor()
-        scn = self._current_scn(cur)
+        with closing(conn.cursor()) as cur:
+            scn = self._current_scn(cur)
         actual = quote(self._actual[table])
         keys = [quote(mapping[k]) for k in schema.primary_key]
         # The raw key columns trail the exact-value expressions: keyset paging binds them as they are.
-        cols = ", ".join([self._select_list(table, schema.column_names), *keys])
-        order = ", ".join(keys)
-        width = len(schema.columns)
+        select = ", ".join([self._select_list(table, schema.column_names), *keys])
         convert = schema.batch(oracle_value, f"bootstrap of {table} as of SCN {scn.value}")
-
-        def fetch(where: KeyRange) -> list[Any]:
-            clause, binds = selection_clause(keys, where, None)
-            cur.execute(f"SELECT {cols} FROM {actual} AS OF SCN :scn{clause} ORDER BY {order} FETCH FIRST :n ROWS ONLY",
-                        scn=scn.value, n=batch_rows, **binds)
-            return cur.fetchall()
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            try:
-                for rows in keyset_pages(fetch, ALL_KEYS, lambda row: tuple(row[width:]), batch_rows):
-                    yield convert(rows)  # the trailing raw key columns are not converted
-            finally:
-                conn.close()
-
-        return TableSnapshot(scn=scn, schema=schema, batches=batches())
+        batches = pages_as_of(conn, actual, select, keys, scn.value, batch_rows, ALL_KEYS, None, len(schema.columns),
+                              convert)
+        return TableSnapshot(scn=scn, schema=schema, batches=batches)
 
     def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
         """Key ranges of the table as of the database SCN now; every range is read as of that SCN."""
