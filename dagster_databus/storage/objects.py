@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
+from dagster_databus.storage.durable import fsync_dir
 from dagster_databus.storage.location import LakeLocation
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ class LocalObjects:
         path = self._path(key)
         tmp = self._staged(path, data)
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
     def put_file(self, key: str, local: Path) -> None:
         path = self._path(key)
@@ -107,7 +108,7 @@ class LocalObjects:
         with open(local, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(local, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
     def reader(self, key: str) -> BinaryIO:
         return open(self._path(key), "rb")
@@ -123,7 +124,7 @@ class LocalObjects:
             return False
         finally:
             tmp.unlink()
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         return True
 
     def list(self, prefix: str) -> builtins.list[ObjectInfo]:
@@ -161,14 +162,6 @@ class LocalObjects:
             f.flush()
             os.fsync(f.fileno())
         return tmp
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class StoreObjects:
