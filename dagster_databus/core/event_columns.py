@@ -11,24 +11,28 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
+from dagster_databus.core.types import ColumnType
+
 
 class EventColumn(NamedTuple):
     name: str
-    type: pa.DataType
+    type: ColumnType  # Arrow, Avro and Spark types all follow from it
     doc: str = ""  # written into the change log's Avro schema
 
 
+_LONG, _INT, _TEXT = ColumnType("long"), ColumnType("integer"), ColumnType("string")
 EVENT_COLUMNS: tuple[EventColumn, ...] = (
-    EventColumn("__scn", pa.int64()),
-    EventColumn("__window_scn", pa.int64(), "end SCN of the consistency window"),
-    EventColumn("__seq", pa.int32(), "position within the window"),
-    EventColumn("__op", pa.string(), "i, u or d"),
-    EventColumn("__key", pa.string(), "primary key values as a JSON array (core.events.encode_key)"),
-    EventColumn("__partition", pa.int32(), "crc32(key) mod 65536, for server-side filters"),
-    EventColumn("__commit_ts_ms", pa.int64()),
+    EventColumn("__scn", _LONG),
+    EventColumn("__window_scn", _LONG, "end SCN of the consistency window"),
+    EventColumn("__seq", _INT, "position within the window"),
+    EventColumn("__op", _TEXT, "i, u or d"),
+    EventColumn("__key", _TEXT, "primary key values as a JSON array (core.events.encode_key)"),
+    EventColumn("__partition", _INT, "crc32(key) mod 65536, for server-side filters"),
+    EventColumn("__commit_ts_ms", _LONG),
 )
-EVENT_SCHEMA = pa.schema([(c.name, c.type) for c in EVENT_COLUMNS])
+EVENT_SCHEMA = pa.schema([(c.name, c.type.arrow()) for c in EVENT_COLUMNS])
 EVENT_NAMES: tuple[str, ...] = tuple(EVENT_SCHEMA.names)
+EVENT_TYPES: dict[str, ColumnType] = {c.name: c.type for c in EVENT_COLUMNS}
 # What a reader of the log delivers beside a table's columns, in this order: each event's place in
 # commit order, its operation and commit time (the key is in the row's own columns).
 DELIVERED_META: tuple[str, ...] = ("__scn", "__seq", "__window_scn", "__op", "__commit_ts_ms")

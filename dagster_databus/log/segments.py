@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from dagster_databus.core.event_columns import EVENT_COLUMNS, EVENT_NAMES
 from dagster_databus.core.schema import TableSchema
-from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import ChangeLogCorruptError, UnsupportedTypeError
 from dagster_databus.log.avro.container import read_container
 from dagster_databus.log.avro.decoder import Decoded, Decoder
@@ -26,15 +25,12 @@ if TYPE_CHECKING:
     from dagster_databus.log.manifest import SegmentInfo
     from dagster_databus.log.schemas import SchemaRegistry
 
-# The Avro type of each event column's Arrow type.
-_AVRO = {"int64": "long", "int32": "int", "string": "string"}
 # The event's own fields, after the table's columns in each row record of a segment. Columns named
 # like these are refused when the segment schema is built (they would also clash in the snapshot).
 EVENT_FIELDS: list[dict[str, Any]] = [
-    {"name": c.name, "type": _AVRO[str(c.type)], **({"doc": c.doc} if c.doc else {})} for c in EVENT_COLUMNS]
+    {"name": c.name, "type": c.type.avro(), **({"doc": c.doc} if c.doc else {})} for c in EVENT_COLUMNS]
 # How the columnar encoder writes them (``EVENT_SCHEMA`` holds them in Arrow).
-EVENT_AVRO_FIELDS = tuple(Field(f["name"], ColumnType({"int": "integer"}.get(f["type"], f["type"])), nullable=False)
-                          for f in EVENT_FIELDS)
+EVENT_AVRO_FIELDS = tuple(Field(c.name, c.type, nullable=False) for c in EVENT_COLUMNS)
 ROW_NAMESPACE = "databus.segment"
 TableVersion = tuple[str, int]
 

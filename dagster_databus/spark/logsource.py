@@ -19,13 +19,12 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from dagster_databus.core.event_columns import CHANGE_META
+from dagster_databus.core.event_columns import CHANGE_META, EVENT_TYPES
 from dagster_databus.errors import DatabusError, for_task
 from dagster_databus.storage.lake import Lake
 
-_SPARK_TYPES = {"int64": "long", "int32": "int", "string": "string"}
 # Columns the reader adds after the table's own, in Spark's DDL.
-META_SPARK = ", ".join(f"`{name}` {_SPARK_TYPES[str(typ)]}" for name, typ in CHANGE_META)
+META_SPARK = ", ".join(f"`{name}` {EVENT_TYPES[name].spark()}" for name, _ in CHANGE_META)
 META_NAMES = tuple(name for name, _ in CHANGE_META)
 
 

@@ -82,7 +82,7 @@ class LocalEngine:
         from dagster_databus.snapshot.files import TableFiles
         from dagster_databus.snapshot.refresh import RangeChanges, finds_deletes
 
-        snap.bootstrapped()[1]
+        snap.bootstrapped()  # refused, naming the fix, before the snapshot's bootstrap
         read = source.ranges(table, range_rows(self.config, source), rows)
         schema = read.schema
         target = schema.arrow(with_meta=True)
