@@ -8,12 +8,12 @@ the databases themselves before a run writes anything.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from dagster_databus.core.cron import cron_problem
 from dagster_databus.core.identifiers import PLAIN_NAME, RESERVED_PREFIX, is_plain_name
@@ -205,10 +205,59 @@ class SqliteSourceConfig(_SourceBase):
 
 
 class StandbyConfig(_Strict):
-    """A standby (replica) of a MySQL source's server, with the same data and ``log_slave_updates``."""
+    """A standby (replica) of a MySQL source's server, with the same data and ``log_slave_updates``. The
+    source's ``tls`` applies to it too; its RSA key pair is its own (``server_public_key``)."""
 
     host: str
     port: int = Field(default=3306, ge=1, le=65535)
+    server_public_key: Path | None = None
+
+
+# MySQL's --ssl-mode, as docs/mysql.md ("TLS and authentication") describes each.
+TlsMode = Literal["disabled", "preferred", "required", "verify_ca", "verify_identity"]
+_VERIFYING: tuple[TlsMode, ...] = ("verify_ca", "verify_identity")
+
+
+class MysqlTlsConfig(_Strict):
+    """TLS to a MySQL source's servers, the primary and its standby. Only the modes' rules are checked here:
+    the files are read when a connection is made (in the process that makes it, a Spark task's too), so
+    processes that never connect (the Dagster webserver, consumers) need not hold a client key."""
+
+    mode: TlsMode = "preferred"
+    # The CA certificate(s), PEM, the server's certificate must chain to; verify_* without it: the system's
+    # trust store (a server whose certificate a public CA signed, as some managed services' are).
+    ca: Path | None = None
+    # A client certificate and its private key, PEM: for accounts created REQUIRE X509 / SUBJECT / ISSUER.
+    cert: Path | None = None
+    key: Path | None = Field(default=None, validate_default=True)
+
+    @field_validator("ca")
+    @classmethod
+    def _ca_is_verified(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        mode = info.data.get("mode")
+        if value is not None and mode not in _VERIFYING:
+            raise ValueError(f"ca is what verify_ca and verify_identity check the server's certificate against, and "
+                             f"mode {mode} checks nothing: set mode: verify_ca (or verify_identity), or remove ca")
+        return value
+
+    @field_validator("cert")
+    @classmethod
+    def _cert_needs_tls(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        mode = info.data.get("mode")
+        if value is not None and mode in ("disabled", "preferred"):
+            raise ValueError(f"a client certificate is presented only over TLS, which mode {mode} does not insist "
+                             "on: set mode: required, verify_ca or verify_identity, or remove cert and key")
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _key_with_cert(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        cert = info.data.get("cert")
+        if (value is None) != (cert is None) and "cert" in info.data:
+            given, missing = ("key", "cert") if cert is None else ("cert", "key")
+            raise ValueError(f"{given} is given without {missing}: the client certificate (cert) and its private "
+                             "key (key) go together; give both, or neither")
+        return value
 
 
 class FailoverConfig(_Strict):
@@ -238,6 +287,10 @@ class MysqlSourceConfig(_ServerSourceBase):
     zero_dates: Literal["error", "null"] = "error"
     standby: StandbyConfig | None = None
     failover: FailoverConfig = FailoverConfig()
+    tls: MysqlTlsConfig = MysqlTlsConfig()
+    # The primary's RSA public key (PEM), for caching_sha2_password (and sha256_password) full authentication
+    # without TLS; unset, the client asks the server for it (docs/mysql.md, "TLS and authentication").
+    server_public_key: Path | None = None
     # How a bootstrap's key range is pinned to a binlog position (docs/architecture.md, "Online snapshots"):
     # snapshot: the position MariaDB reports for a consistent snapshot; watermark: a write to the signal
     # table _databus_signal (install creates it) that orders the read after every commit before the
@@ -483,7 +536,8 @@ def _resolve_paths(config: DatabusConfig, base: Path) -> DatabusConfig:
         p = p.expanduser()
         return p if p.is_absolute() else (base / p).resolve()
 
-    sources = tuple(s.model_copy(update={"path": resolve(s.path)}) if s.kind == "sqlite" else s
+    sources = tuple(s.model_copy(update={"path": resolve(s.path)}) if s.kind == "sqlite"
+                    else _resolve_mysql_paths(s, resolve) if s.kind == "mysql" else s
                     for s in config.sources)
     spark = config.spark
     if spark.delta_jars is not None:
@@ -493,6 +547,21 @@ def _resolve_paths(config: DatabusConfig, base: Path) -> DatabusConfig:
         merge = merge.model_copy(update={"spill_dir": resolve(merge.spill_dir)})
     return config.model_copy(update={"sources": sources, "spark": spark,
                                      "merge": merge})
+
+
+def _resolve_mysql_paths(source: MysqlSourceConfig, resolve: Callable[[Path], Path]) -> MysqlSourceConfig:
+    """The TLS files and public keys of a MySQL source, taken from the config's folder when relative."""
+
+    def maybe(p: Path | None) -> Path | None:
+        return resolve(p) if p is not None else None
+
+    tls = source.tls.model_copy(update={"ca": maybe(source.tls.ca), "cert": maybe(source.tls.cert),
+                                        "key": maybe(source.tls.key)})
+    update: dict[str, Any] = {"tls": tls, "server_public_key": maybe(source.server_public_key)}
+    if source.standby is not None:
+        update["standby"] = source.standby.model_copy(
+            update={"server_public_key": maybe(source.standby.server_public_key)})
+    return source.model_copy(update=update)
 
 
 def _config_error(exc: ValidationError) -> ConfigError:

@@ -11,7 +11,7 @@ is pinned under a brief global read lock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing
 from typing import Any
 
@@ -114,6 +114,11 @@ def _binlog_end(cur: Any, source: str) -> tuple[str, int]:
     return str(row[0]), int(row[1])
 
 
+def open_task_connection(connection: Mapping[str, Any]) -> Connection:
+    """The connection a range's task opens from its spec's ``connection`` (``MysqlBootstrap.task_connection``)."""
+    return Connection(**connection, autocommit=True, charset="utf8mb4")
+
+
 def read_range(read: RangeRead, index: int) -> TableSnapshot:
     """Range ``index`` of ``read``, in its own consistent snapshot at the position it reports."""
     spec, schema, where = read.spec, read.schema, read.ranges[index]
@@ -123,7 +128,7 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
     marks = ", ".join(["%s"] * len(key))
     key_index = [schema.column_names.index(k) for k in key]
     convert = schema.batch(lambda c: bootstrap_value(c, spec["zero_dates"]), f"bootstrap of {table}")
-    conn = Connection(**spec["connection"], autocommit=True, charset="utf8mb4")
+    conn = open_task_connection(spec["connection"])
     try:
         cur = conn.cursor()
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -202,13 +207,16 @@ class MysqlBootstrap(MysqlBinlog):
             ranges = (key_ranges(cur, table, schema.primary_key, rows_per_range, rows) if reads != "lock"
                       else (rows.keys,))
         c = self.config
-        host, port = self.address()
-        connection = {"host": host, "port": port, "user": c.user, "password": c.resolved_password(),
-                      "database": c.database, "connect_timeout": c.connect_timeout_s}
-        spec = {"connection": connection, "zero_dates": c.zero_dates, "era": self.era,
+        spec = {"connection": self.task_connection(), "zero_dates": c.zero_dates, "era": self.era,
                 "page_rows": min(rows_per_range, 10_000), "reads": reads}
         return RangeRead("mysql", self.name, schema, spec, ranges, scn=None, where=rows.where)
 
+
+    def task_connection(self) -> dict[str, Any]:
+        """What a range's task connects with (``open_task_connection``): the active server's address, the
+        login and the TLS settings (file paths: the files must be readable on the executors too), as plain
+        data that travels in the Spark job."""
+        return {**self.connection_settings(), "database": self.config.database}
 
     def check_selection(self, table: str, rows: RowSelection) -> None:
         schema = self.preflight()[table]

@@ -15,7 +15,7 @@ from dagster_databus.config import MysqlSourceConfig
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import CaptureNotInstalledError, ConfigError, SourceUnavailableError
-from dagster_databus.sources.mysql.connect import Connection
+from dagster_databus.sources.mysql.connect import Connection, TlsRefused, tls_kwargs
 
 Role = Literal["primary", "standby"]
 
@@ -83,25 +83,35 @@ class MysqlServers:
 
     # -- connections -------------------------------------------------------------------
 
-    def connection_settings(self) -> dict[str, Any]:
+    def connection_settings(self, role: Role | None = None) -> dict[str, Any]:
+        """pymysql keyword arguments (for ``connect.Connection``) that reach and log in to the active server,
+        or ``role``'s, with the source's TLS settings: plain data, as the binlog stream and Spark tasks take."""
         c = self.config
-        host, port = self.address()
-        return {"host": host, "port": port, "user": c.user, "passwd": c.resolved_password(),
-                "connect_timeout": c.connect_timeout_s}
+        host, port = self.address(role)
+        return {"host": host, "port": port, "user": c.user, "password": c.resolved_password(),
+                "connect_timeout": c.connect_timeout_s, **tls_kwargs(c, standby=(role or self.role) == "standby")}
 
     def connect(self, database: bool = True, role: Role | None = None) -> pymysql.Connection:
         """A connection to the active server, or to ``role``'s."""
         c = self.config
         host, port = self.address(role)
+        settings = self.connection_settings(role)
         try:
-            return Connection(host=host, port=port, user=c.user, password=c.resolved_password(),
-                                   database=c.database if database else None, autocommit=True,
-                                   connect_timeout=c.connect_timeout_s, charset="utf8mb4")
+            return Connection(**settings, database=c.database if database else None, autocommit=True,
+                              charset="utf8mb4")
+        except TlsRefused as exc:
+            standby = (role or self.role) == "standby"
+            setting = f"standby.{exc.setting}" if standby and exc.setting == "host" else exc.setting
+            raise ConfigError(self._field(setting), exc.problem, exc.fix) from None
         except pymysql.err.OperationalError as exc:
             code = exc.args[0] if exc.args else 0
             if code == 1045:
+                fix = "correct the user and password (or password_env) for this server"
+                if "server_public_key" in settings and c.tls.mode in ("disabled", "preferred"):
+                    fix += ("; without TLS the password travels under the RSA key server_public_key names: check "
+                            "it is this server's current public key")
                 raise ConfigError(self._field("password"), f"access denied for user {c.user!r} at {host}:{port}",
-                                  "correct the user and password (or password_env) for this server") from None
+                                  fix) from None
             if code == 1044:  # the account may log in but not use the database: the server names the account
                 account = re.search(r"'[^']*'@'[^']*'", str(exc.args[-1]))
                 grant = f"GRANT SELECT ON `{c.database}`.* TO {account.group(0) if account else repr(c.user)}"
@@ -118,7 +128,6 @@ class MysqlServers:
                 "check host and port, that the server is running and that this machine may connect to it",
                 source=self.name,
             ) from None
-
 
     def _query_one(self, cur: Any, sql: str) -> Any:
         cur.execute(sql)
