@@ -55,6 +55,11 @@ class SchemaDriftError(DatabusError):
     """A table's columns changed while its capture triggers still had the old shape."""
 
 
+class BinlogEventError(DatabusError):
+    """A binlog event capture must not read past: damaged, of a kind it does not decode, or one that would
+    make the change log wrong (the event type, its position and the fix are in the message)."""
+
+
 class ConcurrentRunError(DatabusError):
     """Another process holds the lock on this source's log or this table's snapshot."""
 

@@ -122,6 +122,9 @@ def validate(config: DatabusConfig) -> Validation:
             # they are capture objects, missing or out of date, which install creates or updates.
             install = f". Fix: run `databus install --source {source.name}`" if source.kind != "mysql" else ""
             found += [f"{problem}{install}" for problem in src.verify()]
+            described = getattr(src, "notes", None)  # what a server source says of itself (version, settings)
+            if described is not None:
+                notes[source.name] += described()
         except DatabusError as exc:
             found.append(f"{exc.problem}. Fix: {exc.fix}")
     return Validation(problems, notes)

@@ -305,8 +305,8 @@ def test_watermark_reads_without_their_signal_table_say_how_to_create_it(mariadb
 def test_a_second_binlog_reader_with_the_capture_server_id_is_named_a_concurrent_run(
         mariadb: MariaDBServer, tmp_path: Path, error: tuple[int, str]) -> None:
     """Two captures of one source sharing only an object-store lake both reach the server, which keeps
-    one binlog reader per replica server id. pymysqlreplication reconnects on its own while streaming
-    (the log's commit then fences the loser), so this is the error where it does not: the server's
+    one binlog reader per replica server id. Capture reopens a dump connection the server dropped while
+    streaming (the log's commit then fences the loser), so this is the error where it does not: the server's
     refusal as the server words it (a seam: the race itself cannot be staged reliably)."""
     import pymysql
 

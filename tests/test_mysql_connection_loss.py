@@ -1,7 +1,7 @@
 """Losing the source mid-capture: nothing is lost and nothing is captured twice.
 
-Two real failures: the binlog connection is killed (python-mysql-replication reconnects and
-resumes by itself), and the server crashes (capture fails with SourceUnavailableError, and
+Two real failures: the binlog connection is killed (capture reopens it at the last transaction
+boundary and goes on), and the server crashes (capture fails with SourceUnavailableError, and
 the next run resumes from the durable checkpoint)."""
 
 from __future__ import annotations

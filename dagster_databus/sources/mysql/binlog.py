@@ -1,56 +1,57 @@
-"""Reading a MySQL source's binlog: row events decoded with the table map's shape, grouped into whole
-transactions and chunks, DDL noted for the schema-change policy.
+"""Reading a MySQL source's binlog: every event checked against the event table (``wire.codes``), row
+events decoded by column with their table map's shape, grouped into whole transactions and batches,
+DDL noted for the schema-change policy.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import closing
-from typing import Any
+from dataclasses import replace
+from typing import Any, NoReturn
 
+import numpy as np
 import pymysql
 
-from dagster_databus.core.batch import ChangeBatch, ChangeBatchBuilder
-from dagster_databus.core.events import Op
+from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import LogGapError, SourceUnavailableError, UnsupportedTypeError
+from dagster_databus.errors import BinlogEventError, LogGapError, SourceUnavailableError, UnsupportedTypeError
 from dagster_databus.sources.base import PollStats
-from dagster_databus.sources.mysql.connect import Connection
-from dagster_databus.sources.mysql.types import (
-    EMPTY_SET_SOURCE,
-    ZERO_DATE,
-    ZERO_DATE_SOURCES,
-    binlog_column_type,
-    binlog_source_type,
-    binlog_value,
-    compatible,
-)
+from dagster_databus.sources.mysql.types import MysqlType
 from dagster_databus.sources.mysql.verify import MysqlVerify
+from dagster_databus.sources.mysql.wire import codes
+from dagster_databus.sources.mysql.wire.codes import Disposition, event_type
+from dagster_databus.sources.mysql.wire.gtid import gtid_text
+from dagster_databus.sources.mysql.wire.rows import Shape, Transactions, parse_rows
+from dagster_databus.sources.mysql.wire.stream import DumpStream, Event
+from dagster_databus.sources.mysql.wire.tablemap import (
+    BINARY_COLLATION,
+    ENUM,
+    SET,
+    BinlogColumn,
+    TableMap,
+    parse_table_map,
+)
+from dagster_databus.sources.mysql.wire.unpack import payload_events, plain_rows, query_database, query_text
+from dagster_databus.sources.mysql.wire.values import column_type, compatible, cutter, source_type
 
 _DDL = re.compile(
     r"^\s*(?:/\*.*?\*/\s*)*(ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE|TRUNCATE(?:\s+TABLE)?|DROP\s+TABLE(?:\s+IF\s+EXISTS)?"
     r"|RENAME\s+TABLE|CREATE\s+(?:OR\s+REPLACE\s+)?TABLE(?:\s+IF\s+NOT\s+EXISTS)?)\s+([`\w.]+)",
     re.IGNORECASE | re.DOTALL,
 )
-
-
-# A row change read from the binlog, converted at its commit: (table, op, values, shape, commit ms, converter).
-Pending = tuple[str, Op, dict[str, Any], TableSchema, int, Any]
-
-
-def _with_none_sources(values: dict[str, Any], none_sources: Mapping[str, str] | None) -> dict[str, Any]:
-    """Row values with the NULLs that are not NULL in the source told apart: an empty SET and a zero date."""
-    if not none_sources:
-        return values
-    out = dict(values)
-    for name, reason in none_sources.items():
-        if reason == EMPTY_SET_SOURCE:
-            out[name] = ""
-        elif reason in ZERO_DATE_SOURCES:
-            out[name] = ZERO_DATE
-    return out
+# Statements a row-based binlog writes inside a transaction, which neither end it nor change rows.
+_INSIDE = re.compile(r"^\s*(SAVEPOINT|ROLLBACK\s+(WORK\s+)?TO|RELEASE\s+SAVEPOINT|XA\s+(START|BEGIN|END))\b",
+                     re.IGNORECASE)
+# A row change logged as a statement (binlog_format=STATEMENT or MIXED in the writing session).
+_DML = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(INSERT|REPLACE|UPDATE|DELETE|LOAD\s+DATA|LOAD\s+XML)\b",
+                  re.IGNORECASE | re.DOTALL)
+# The server dropped the connection (CR_SERVER_GONE_ERROR, CR_SERVER_LOST), and how often to resume.
+_LOST = (2006, 2013)
+_RECONNECTS = 3
+_GTIDS = (codes.GTID, codes.ANONYMOUS_GTID, codes.GTID_TAGGED, codes.MARIADB_GTID)
 
 
 class MysqlBinlog(MysqlVerify):
@@ -58,176 +59,311 @@ class MysqlBinlog(MysqlVerify):
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
              state: Mapping[str, str] | None = None) -> Iterator[ChangeBatch]:
-        from pymysqlreplication import BinLogStreamReader
-        from pymysqlreplication.event import (
-            FormatDescriptionEvent,
-            MariadbGtidEvent,
-            QueryEvent,
-            RotateEvent,
-            XidEvent,
-        )
-        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-
         self.schemas()
         with closing(self.connect()) as conn, conn.cursor() as cur:
             start_file = self._check_position(cur, since, epoch, state or {})
             bound_file, bound_pos = self._master_status(cur)
+            mariadb = self.server_version(cur).mariadb
         bound = self.scn(bound_file, bound_pos)
         stats.source_hwm = bound
         if since >= bound:
             return
-        tables = {t.name for t in self.config.tables}
-        stream = BinLogStreamReader(
-            connection_settings=self.connection_settings(), pymysql_wrapper=Connection,
-            server_id=self.config.replica_server_id(),
-            resume_stream=True, blocking=False, log_file=start_file, log_pos=since.binlog_parts()[2],
-            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
-                         FormatDescriptionEvent, MariadbGtidEvent],
-        )
-        chunk = ChangeBatchBuilder()
-        pending: list[Pending] = []
-        created = (state or {}).get("binlog_created", "")
-        # The last transaction read: its GTID and commit time find the position again on a standby.
-        done = {k: v for k, v in (state or {}).items() if k in ("gtid", "commit_ts")}
-        gtid = ""
-        current_file = start_file
+        poll = _Poll(self, start_file, since, bound, stats, state or {}, mariadb)
         try:
-            for event in stream:
-                if isinstance(event, RotateEvent):
-                    current_file = event.next_binlog
-                    continue
-                if isinstance(event, FormatDescriptionEvent):
-                    created = str(event.timestamp)
-                    continue
-                position = self.scn(current_file, event.packet.log_pos)
-                if isinstance(event, MariadbGtidEvent):
-                    pending = []
-                    gtid = event.gtid
-                    continue
-                if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
-                    if event.schema == self.config.database and event.table in tables:
-                        pending += self._row_changes(event, event.timestamp * 1000)
-                    continue
-                commit = isinstance(event, XidEvent)
-                if isinstance(event, QueryEvent):
-                    query = event.query.strip() if isinstance(event.query, str) else event.query.decode()
-                    if query.upper() == "BEGIN":
-                        pending = []
-                        continue
-                    commit = query.upper() == "COMMIT"
-                    if not commit:
-                        self._note_ddl(event, query, position, stats)
-                if position <= since:
-                    pending = []
-                    continue
-                if commit or isinstance(event, QueryEvent):  # a COMMIT, or DDL: its own transaction
-                    done = {"gtid": gtid, "commit_ts": str(event.timestamp)} if gtid else {
-                        "commit_ts": str(event.timestamp)}
-                stats.until = position
-                stats.state = {**self.base_state(current_file, created), **done}
-                if commit and pending:
-                    if self._changes_shape(pending) and chunk.events:
-                        # One shape per table in a batch: the batch before the change is written first.
-                        stats.chunks += 1
-                        yield chunk.build()
-                        chunk = ChangeBatchBuilder()
-                    self._add_window(chunk, pending, position)
-                    pending = []
-                    if chunk.events >= self.config.poll.chunk_rows:
-                        stats.chunks += 1
-                        yield chunk.build()
-                        chunk = ChangeBatchBuilder()
-                if position >= bound:
-                    break
+            yield from poll.read()
         except pymysql.err.OperationalError as exc:
             self._refuse_second_reader(exc)
             if exc.args and exc.args[0] == 1236:
                 raise LogGapError(
-                    f"the server refused to stream binlog {current_file} for source {self.name!r}: {exc.args[-1]}",
+                    f"the server refused to stream binlog {start_file} for source {self.name!r}: {exc.args[-1]}",
                     f"run `databus bootstrap --source {self.name}`, or set sources.{self.name}.on_purged: bootstrap",
                     source=self.name) from None
             raise SourceUnavailableError(
                 f"lost the binlog connection to source {self.name!r}: {exc.args[-1] if exc.args else exc}",
                 "run again: capture resumes from the last durable checkpoint", source=self.name) from None
         finally:
-            stream.close()
-        if chunk.events:
-            stats.chunks += 1
-            yield chunk.build()
+            poll.close()
 
-    def _row_changes(self, event: Any, ts_ms: int) -> list[Pending]:
-        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
-
-        schema, convert = self._event_schema(event)
-        out = []
-        for row in event.rows:
-            if isinstance(event, UpdateRowsEvent):
-                before = _with_none_sources(row["before_values"], row.get("before_none_sources"))
-                after = _with_none_sources(row["after_values"], row.get("after_none_sources"))
-                if any(before[k] != after[k] for k in schema.primary_key):
-                    out.append((event.table, Op.DELETE, before, schema, ts_ms, convert))
-                    out.append((event.table, Op.INSERT, after, schema, ts_ms, convert))
-                else:
-                    out.append((event.table, Op.UPDATE, after, schema, ts_ms, convert))
-            elif isinstance(event, DeleteRowsEvent):
-                out.append((event.table, Op.DELETE, _with_none_sources(row["values"], row.get("none_sources")),
-                            schema, ts_ms, convert))
-            else:
-                out.append((event.table, Op.INSERT, _with_none_sources(row["values"], row.get("none_sources")),
-                            schema, ts_ms, convert))
-        return out
-
-    def _event_schema(self, event: Any) -> tuple[TableSchema, Any]:
-        """The table's shape as the binlog's table map describes it at this event, and the converter of its
-        rows (cached per shape: SET members or BINARY widths may differ between shapes of one schema)."""
-        shape = (event.table, tuple(tuple((k, repr(v)) for k, v in sorted(c.data.items())) for c in event.columns))
-        cached = self._shapes.get(shape)
+    def shape(self, table_map: TableMap) -> Shape:
+        """The table's shape as this table map describes it (cached per shape: SET members or BINARY widths
+        may differ between shapes of one schema)."""
+        cache_key = (table_map.table, table_map.columns, table_map.named)
+        cached = self._shapes.get(cache_key)
         if cached is None:
-            schema = self._shape_schema(event)
-            by_name = {c.name: c for c in event.columns}
-            cached = self._shapes[shape] = (schema, schema.column_converter(
-                lambda column: binlog_value(by_name[column.name], column, self.config.zero_dates)))
+            columns = table_map.columns if table_map.named else self._named(table_map)
+            schema = self._shape_schema(table_map.table, columns)
+            by_name = {c.name: c for c in columns}
+            cutters = tuple(cutter(by_name[c.name], c, self.config.zero_dates) for c in schema.columns)
+            key = np.array([schema.column_names.index(k) for k in schema.primary_key], np.int64)
+            widths = np.array([c.width for c in columns], np.int64)
+            cached = self._shapes[cache_key] = Shape(schema, widths, key, cutters)
         return cached
 
-    def _shape_schema(self, event: Any) -> TableSchema:
-        known = self.schemas()[event.table]
+    def _named(self, table_map: TableMap) -> tuple[BinlogColumn, ...]:
+        """A table map without column names (servers before MySQL 8.0.1 / MariaDB 10.5, or
+        binlog_row_metadata=MINIMAL): names, signedness, binary-ness and ENUM/SET members from the table's
+        definition, when the map's column types still match it."""
+        known = self.schemas()[table_map.table].columns
+        if len(known) != len(table_map.columns):
+            raise BinlogEventError(
+                f"a table map of {table_map.table!r} has {len(table_map.columns)} columns without names, but the "
+                f"table now has {len(known)}: the columns cannot be matched",
+                "SET GLOBAL binlog_row_metadata = 'FULL' (MySQL 8.0.1+, MariaDB 10.5+) so the binlog names them, "
+                f"then run `databus bootstrap --source {self.name}`", table=table_map.table)
+        named = []
+        for col, same in zip(table_map.columns, known, strict=True):
+            declared = MysqlType.parse(same.source_type)
+            extra: dict[str, Any] = {"name": same.name, "unsigned": declared.unsigned}
+            if same.type.kind == "binary" and col.type not in (ENUM, SET):
+                extra["collation"] = BINARY_COLLATION
+            if col.type in (ENUM, SET):
+                extra["members"] = declared.args
+            named.append(replace(col, **extra))
+        return tuple(named)
+
+    def _shape_schema(self, table: str, columns: tuple[BinlogColumn, ...]) -> TableSchema:
+        known = self.schemas()[table]
         by_name = {c.name: c for c in known.columns}
-        columns = []
-        for col in event.columns:
-            ctype = binlog_column_type(col)
+        out = []
+        for col in columns:
+            ctype = column_type(col)
             same = by_name.get(col.name)
             if same is not None and compatible(same, col, ctype):
-                columns.append(same)
+                out.append(same)
                 continue
             if ctype is None:
                 raise UnsupportedTypeError(
-                    f"source {self.name!r}, table {event.table!r}: the binlog has column {col.name} as "
-                    f"{binlog_source_type(col)}, a type with no mapping to a change-log and snapshot type",
+                    f"source {self.name!r}, table {table!r}: the binlog has column {col.name} as "
+                    f"{source_type(col)}, a type with no mapping to a change-log and snapshot type",
                     "change the column to a mapped type (docs/types.md), then run "
-                    f"`databus bootstrap --source {self.name}`", source=self.name, table=event.table)
-            columns.append(Column(name=col.name, type=ctype, source_type=binlog_source_type(col)))
-        schema = TableSchema(source=self.name, table=event.table, columns=tuple(columns),
-                             primary_key=known.primary_key)
+                    f"`databus bootstrap --source {self.name}`", source=self.name, table=table)
+            out.append(Column(name=col.name, type=ctype, source_type=source_type(col)))
+        schema = TableSchema(source=self.name, table=table, columns=tuple(out), primary_key=known.primary_key)
         return known if schema == known else schema
 
-    def _changes_shape(self, pending: list[Pending]) -> bool:
-        current = self.schemas()
-        return any(schema is not current[table] and schema != current[table] for table, _, _, schema, _, _ in pending)
-
-    def _add_window(self, chunk: ChangeBatchBuilder, pending: list[Pending], position: Scn) -> None:
-        """The transaction's row changes into ``chunk``; the shapes they were decoded with become the
-        current ones (for ``schemas()``)."""
-        for seq, (_, op, values, schema, ts_ms, convert) in enumerate(pending):
-            chunk.add(schema, convert, op.value, values, position, seq, ts_ms)
+    def current_shapes(self, shapes: Mapping[str, Shape]) -> None:
+        """The shapes a committed batch was decoded with become the current ones (for ``schemas()``)."""
         assert self._schemas is not None
-        self._schemas.update({table: schema for table, _, _, schema, _, _ in pending})
+        self._schemas.update({table: shape.schema for table, shape in shapes.items()})
 
-    def _note_ddl(self, event: Any, query: str, position: Scn, stats: PollStats) -> None:
+    def refuse_value(self, schema: TableSchema, index: int, value: object, reason: str, where: str) -> NoReturn:
+        raise schema.value_error(schema.columns[index], value, reason, where)
+
+    def note_ddl(self, database: str, query: str, position: Scn, stats: PollStats) -> None:
         match = _DDL.match(query)
         if not match:
             return
         target = match.group(2).replace("`", "")
         schema, _, table = target.rpartition(".")
-        schema = schema or (event.schema.decode() if isinstance(event.schema, bytes) else event.schema)
-        if schema == self.config.database and table in {t.name for t in self.config.tables}:
+        if (schema or database) == self.config.database and table in {t.name for t in self.config.tables}:
             stats.ddl.append((position, table, query))
+
+    def statement_changes(self, database: str, query: str) -> bool:
+        """Whether a query event is a row change of a captured table logged as a statement."""
+        if not _DML.match(query):
+            return False
+        names = {t.name.lower() for t in self.config.tables}
+        words = {w.lower() for w in re.findall(r"\w+", query)}
+        return bool(names & words) and (database == self.config.database or self.config.database.lower() in words)
+
+
+class _Poll:
+    """One poll's reading of the stream: events in, whole transactions out, in batches."""
+
+    def __init__(self, source: MysqlBinlog, file: str, since: Scn, bound: Scn, stats: PollStats,
+                 state: Mapping[str, str], mariadb: bool) -> None:
+        self.source, self.since, self.bound, self.stats = source, since, bound, stats
+        self.mariadb = mariadb
+        self.file = file
+        self.resume = (file, since.binlog_parts()[2])  # the last transaction boundary read
+        self.conn: Any = None
+        self.created = state.get("binlog_created", "")
+        # The last transaction read: its GTID and commit time find the position again on a standby.
+        self.done = {k: v for k, v in state.items() if k in ("gtid", "commit_ts")}
+        self.gtid = ""
+        self.tables = {t.name for t in source.config.tables}
+        self.maps: dict[int, Shape | None] = {}
+        self.map_cache: dict[bytes, TableMap] = {}
+        self.tx = Transactions(source.refuse_value)
+        self.batch_state: dict[str, str] = {}  # the checkpoint state of the last committed window
+
+    def read(self) -> Iterator[ChangeBatch]:
+        chunk_rows = self.source.config.poll.chunk_rows
+        for e, log_pos, where in self._events():
+            position = self.source.scn(self.file, log_pos) if log_pos else None
+            if not self._handle(e, position, where):
+                continue
+            assert position is not None
+            self.resume = (self.file, log_pos)
+            if self.tx.pending:
+                if self.tx.reshapes() and self.tx.rows:
+                    yield from self._batch()
+                self.tx.commit(position)
+                self.batch_state = dict(self.stats.state)
+                if self.tx.rows >= chunk_rows:
+                    yield from self._batch()
+            if position >= self.bound:
+                break
+        self.tx.discard()  # a transaction the stream ended inside is read again by the next poll
+        yield from self._batch()
+
+    def _events(self) -> Iterator[tuple[Event, int, str]]:
+        """Each event with the position it ends at (a transaction payload's events end where it ends, so a
+        resumed read never starts inside one) and where it is, for messages.
+
+        A dump connection the server drops (killed, timed out) is opened again at the last transaction
+        boundary read, a few times; the transaction it was inside is read again whole."""
+        lost: pymysql.err.OperationalError | None = None
+        for attempt in range(_RECONNECTS + 1):
+            self.close()
+            self.file = self.resume[0]
+            try:
+                stream = self.open_stream(*self.resume)
+            except SourceUnavailableError:
+                if lost is None:
+                    raise
+                raise lost from None  # the server is gone, not only the connection
+            self.tx.discard()
+            try:
+                for event in stream:
+                    where = f"{self.file}:{event.log_pos}"
+                    if event.type == codes.TRANSACTION_PAYLOAD:
+                        inside = f"{where} (inside its transaction payload)"
+                        for inner in payload_events(event, inside):
+                            yield inner, event.log_pos, inside
+                    else:
+                        yield event, event.log_pos, where
+                return
+            except pymysql.err.OperationalError as exc:
+                if attempt == _RECONNECTS or not exc.args or exc.args[0] not in _LOST:
+                    raise
+                lost = exc
+
+    def open_stream(self, file: str, position: int) -> Iterable[Event]:
+        """The server's binlog from ``file``:``position``, on a connection of its own."""
+        self.conn = self.source.connect(database=False)
+        return DumpStream(self.conn, self.source.config.replica_server_id(), file, position)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def _batch(self) -> Iterator[ChangeBatch]:
+        shapes = self.tx.shapes
+        batch = self.tx.build()
+        if batch is None:
+            return
+        # The checkpoint moves to the batch's last window, with that window's state.
+        until, state = self.stats.until, self.stats.state
+        self.stats.state = self.batch_state
+        self.source.current_shapes(shapes)
+        self.stats.chunks += 1
+        yield batch
+        self.stats.until, self.stats.state = until, state
+
+    def _handle(self, e: Event, position: Scn | None, where: str) -> bool:
+        """Take one event; whether it ended a transaction (or was a statement of its own) at ``position``."""
+        code = e.type
+        if code == codes.ROTATE:
+            self.file = bytes(e.body[8:]).decode()
+            return False
+        if code == codes.FORMAT_DESCRIPTION:
+            self.created = str(e.timestamp)
+            return False
+        if code in _GTIDS:
+            self.tx.discard()
+            self.gtid = gtid_text(code, e)
+            return False
+        if code == codes.TABLE_MAP:
+            self._table_map(e, where)
+            return False
+        if code in codes.ROWS or code == codes.PARTIAL_UPDATE_ROWS:
+            self._rows(e, position, where)
+            return False
+        entry = event_type(code, e.flags)
+        if code in (codes.QUERY, codes.QUERY_COMPRESSED):
+            if not self._query(e, position, where):
+                return False
+        elif code == codes.XA_PREPARE and (e.body[0] == 1 or not self.tx.pending):
+            # XA COMMIT ... ONE PHASE commits here; a prepared XA transaction of other tables leaves nothing
+            # of ours waiting on its outcome.
+            if e.body[0] != 1:
+                return False
+        elif entry.disposition is Disposition.IGNORE:
+            return False
+        elif entry.disposition is Disposition.STOP:
+            self._stop(entry, where)
+        if position is None:
+            return False
+        if position <= self.since:
+            self.tx.discard()
+            return False
+        self.done = {"gtid": self.gtid, "commit_ts": str(e.timestamp)} if self.gtid else {
+            "commit_ts": str(e.timestamp)}
+        self.stats.until = position
+        self.stats.state = {**self.source.base_state(self.file, self.created), **self.done}
+        return True
+
+    def _stop(self, entry: codes.EventType, where: str) -> NoReturn:
+        raise BinlogEventError(
+            f"binlog event {entry} at {where} of source {self.source.name!r}: capture stops here, before anything "
+            "after it is committed to the change log", entry.why.format(source=self.source.name),
+            source=self.source.name, event=entry.name, position=where)
+
+    def _table_map(self, e: Event, where: str) -> None:
+        body = e.body
+        table_id = int.from_bytes(body[:6], "little")
+        shape_bytes = bytes(body[6:])
+        table_map = self.map_cache.get(shape_bytes)
+        if table_map is None:
+            table_map = self.map_cache[shape_bytes] = parse_table_map(body, self.mariadb, where)
+        ours = table_map.database == self.source.config.database and table_map.table in self.tables
+        self.maps[table_id] = self.source.shape(table_map) if ours else None
+
+    def _rows(self, e: Event, position: Scn | None, where: str) -> None:
+        table_id = int.from_bytes(e.body[:6], "little")
+        if table_id not in self.maps:
+            raise BinlogEventError(
+                f"{event_type(e.type)} at {where} names table id {table_id}, which no table map before it defined",
+                "the stream began inside a transaction or the binlog is damaged there: run capture again",
+                source=self.source.name, position=where)
+        shape = self.maps[table_id]
+        if shape is None:
+            return  # a table capture does not follow
+        if e.type == codes.PARTIAL_UPDATE_ROWS:
+            self._stop(event_type(e.type), where)
+        if position is not None and position <= self.since:
+            return
+        body = plain_rows(e.type, e.body, where)
+        self.tx.add(shape, parse_rows(e.type, body, len(shape.widths), where, self.source.name), e.timestamp * 1000,
+                    where)
+
+    def _query(self, e: Event, position: Scn | None, where: str) -> bool:
+        """A query event: whether it ends a transaction (COMMIT, a DDL statement)."""
+        query = query_text(e.body, e.type == codes.QUERY_COMPRESSED, where).strip()
+        upper = query.upper()
+        if upper == "BEGIN":
+            self.tx.discard()
+            return False
+        if upper in ("COMMIT", "ROLLBACK") or (upper.startswith("XA COMMIT") and upper.endswith("ONE PHASE")):
+            # ROLLBACK is written for a transaction that changed non-transactional tables: those changes
+            # happened and are in the binlog before it.
+            return True
+        if _INSIDE.match(query):
+            return False
+        if upper.startswith(("XA COMMIT", "XA ROLLBACK")):
+            # The outcome of a transaction prepared earlier: had it changed captured rows, capture would
+            # have stopped at its XA_PREPARE_LOG_EVENT.
+            return True
+        database = query_database(e.body)
+        if self.source.statement_changes(database, query):
+            raise BinlogEventError(
+                f"binlog event {event_type(e.type)} at {where} of source {self.source.name!r} changes a captured "
+                f"table as a statement ({query[:120]!r}), not as row images: capture stops here",
+                "set binlog_format=ROW globally and in every session that writes captured tables (a session's "
+                f"SET binlog_format overrides the server's), then run `databus bootstrap --source {self.source.name}`",
+                source=self.source.name, position=where)
+        if position is not None:
+            self.source.note_ddl(database, query, position, self.stats)
+        return True  # DDL: a transaction of its own

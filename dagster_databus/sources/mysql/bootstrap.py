@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import CaptureNotInstalledError, ConfigError
+from dagster_databus.errors import ConfigError
 from dagster_databus.sources.base import (
     ALL_KEYS,
     ALL_ROWS,
@@ -35,6 +35,7 @@ from dagster_databus.sources.mysql.binlog import MysqlBinlog
 from dagster_databus.sources.mysql.connect import Connection
 from dagster_databus.sources.mysql.types import bootstrap_value, select_expression
 from dagster_databus.sources.mysql.verify import SIGNAL_TABLE
+from dagster_databus.sources.mysql.versions import binlog_end
 
 
 def key_ranges(cursor: Any, table: str, key: Sequence[str], rows_per_range: int,
@@ -82,7 +83,7 @@ def snapshot_position(cur: Any, era: int, source: str, watermark: bool = False) 
     it. The snapshot may hold later transactions too; the merge replays them from the log over its rows
     (an event applies only over an older row), so no lock is needed."""
     if watermark:
-        file, offset = _binlog_end(cur, source)
+        file, offset = binlog_end(cur, source)
         cur.execute(f"REPLACE INTO `{SIGNAL_TABLE}` (source, written_at, position) VALUES (%s, NOW(6), %s)",
                     (source, f"{file}:{offset}"))
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
@@ -99,19 +100,10 @@ def snapshot_position(cur: Any, era: int, source: str, watermark: bool = False) 
     cur.execute("FLUSH TABLES WITH READ LOCK")
     try:
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        file, offset = _binlog_end(cur, source)
+        file, offset = binlog_end(cur, source)
     finally:
         cur.execute("UNLOCK TABLES")
     return Scn.from_binlog(int(file.rsplit(".", 1)[1]), offset, era)
-
-
-def _binlog_end(cur: Any, source: str) -> tuple[str, int]:
-    cur.execute("SHOW MASTER STATUS")
-    row = cur.fetchone()
-    if not row:
-        raise CaptureNotInstalledError(f"MySQL source {source!r} has binary logging off",
-                                       "enable log_bin under [mysqld] and restart the server", source=source)
-    return str(row[0]), int(row[1])
 
 
 def open_task_connection(connection: Mapping[str, Any]) -> Connection:

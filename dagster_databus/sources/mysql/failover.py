@@ -25,8 +25,10 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from dagster_databus.errors import LogGapError, SourceUnavailableError, StandbyBehindError
-from dagster_databus.sources.mysql.connect import Connection
 from dagster_databus.sources.mysql.servers import other_role
+from dagster_databus.sources.mysql.wire import codes
+from dagster_databus.sources.mysql.wire.stream import DumpStream
+from dagster_databus.sources.mysql.wire.unpack import query_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -138,36 +140,30 @@ def _transaction_starts(source: MysqlPositions, file: str) -> list[tuple[int, in
     The resume offset is the end of the transaction before (4 for the file's first): reading from
     there yields the transaction whole, plus at most some non-transactional events.
     """
-    from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
-
-    stream = BinLogStreamReader(connection_settings=source.connection_settings(), pymysql_wrapper=Connection,
-                                server_id=source.config.replica_server_id(), resume_stream=True, blocking=False,
-                                log_file=file, log_pos=4,
-                                only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, RotateEvent])
     starts: list[tuple[int, int]] = []
     previous_end, opened = 4, False  # opened: a GTID event began the transaction, so BEGIN is no new start
+    conn = source.connect(database=False)
     try:
-        for event in stream:
-            if isinstance(event, RotateEvent):
-                if event.next_binlog != file:
+        for event in DumpStream(conn, source.config.replica_server_id(), file, 4):
+            code = event.type
+            if code == codes.ROTATE:
+                if bytes(event.body[8:]).decode() != file:
                     break
-                continue
-            if isinstance(event, MariadbGtidEvent | GtidEvent):
+            elif code in (codes.MARIADB_GTID, codes.GTID, codes.ANONYMOUS_GTID, codes.GTID_TAGGED):
                 starts.append((previous_end, event.timestamp))
                 opened = True
-            elif isinstance(event, XidEvent):
-                previous_end, opened = event.packet.log_pos, False
-            elif isinstance(event, QueryEvent):
-                query = (event.query if isinstance(event.query, str) else event.query.decode()).strip().upper()
-                if query == "BEGIN":
+            elif code in (codes.XID, codes.TRANSACTION_PAYLOAD):
+                previous_end, opened = event.log_pos, False
+            elif code in (codes.QUERY, codes.QUERY_COMPRESSED):
+                query = query_text(event.body, code == codes.QUERY_COMPRESSED, f"{file}:{event.log_pos}")
+                if query.strip().upper() == "BEGIN":
                     if not opened:
                         starts.append((previous_end, event.timestamp))
                     opened = True
                 else:  # COMMIT, or DDL (a transaction of its own)
-                    previous_end, opened = event.packet.log_pos, False
+                    previous_end, opened = event.log_pos, False
     finally:
-        stream.close()
+        conn.close()
     return starts
 
 

@@ -12,10 +12,11 @@ from typing import Any
 import pymysql
 
 from dagster_databus.core.scn import Position, Scn
-from dagster_databus.errors import CaptureNotInstalledError, ConcurrentRunError, EpochMismatchError, LogGapError
-from dagster_databus.sources.mysql.connect import Connection
+from dagster_databus.errors import ConcurrentRunError, EpochMismatchError, LogGapError
 from dagster_databus.sources.mysql.schema import MysqlSchemas
 from dagster_databus.sources.mysql.servers import file_number
+from dagster_databus.sources.mysql.versions import ServerVersion, binlog_end
+from dagster_databus.sources.mysql.wire.stream import FORMAT_DESCRIPTION, DumpStream
 
 
 class MysqlPositions(MysqlSchemas):
@@ -30,11 +31,10 @@ class MysqlPositions(MysqlSchemas):
         return f"{identity}:{v.get('log_bin_basename', '').rsplit('/', 1)[-1]}"
 
     def _master_status(self, cur: Any) -> tuple[str, int]:
-        row = self._query_one(cur, "SHOW MASTER STATUS")
-        if not row:
-            raise CaptureNotInstalledError(f"MySQL source {self.name!r} has binary logging off",
-                                           "enable log_bin under [mysqld] and restart the server", source=self.name)
-        return row[0], int(row[1])
+        return binlog_end(cur, self.name)
+
+    def server_version(self, cur: Any) -> ServerVersion:
+        return ServerVersion.of(cur)
 
     def high_water_mark(self) -> Scn:
         with closing(self.connect()) as conn, conn.cursor() as cur:
@@ -43,21 +43,16 @@ class MysqlPositions(MysqlSchemas):
 
     def binlog_created(self, file: str) -> str:
         """The creation time of a binlog file (its format description event), as text."""
-        from pymysqlreplication import BinLogStreamReader
-        from pymysqlreplication.event import FormatDescriptionEvent
-
-        stream = BinLogStreamReader(connection_settings=self.connection_settings(), pymysql_wrapper=Connection,
-                                    server_id=self.config.replica_server_id(), resume_stream=True,
-                                    log_file=file, log_pos=4, blocking=False,
-                                    only_events=[FormatDescriptionEvent])
+        conn = self.connect(database=False)
         try:
-            for event in stream:
-                return str(event.timestamp)
+            for event in DumpStream(conn, self.config.replica_server_id(), file, 4):
+                if event.type == FORMAT_DESCRIPTION:
+                    return str(event.timestamp)
         except pymysql.err.OperationalError as exc:
             self._refuse_second_reader(exc)
             raise
         finally:
-            stream.close()
+            conn.close()  # before the rest of the file: the dump ends with the connection
         return ""
 
     @contextmanager

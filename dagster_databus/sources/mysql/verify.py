@@ -50,9 +50,7 @@ class MysqlVerify(MysqlPositions):
 
     def _server_problems(self, cur: Any, standby: bool) -> list[str]:
         problems = []
-        cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', "
-                    "'binlog_row_image', 'binlog_row_metadata', 'server_id', 'log_slave_updates')")
-        settings = {k.lower(): str(v) for k, v in cur.fetchall()}
+        settings = self._settings(cur)
         wanted = [("log_bin", "ON", "enable binary logging: add 'log_bin' (and 'server_id') under [mysqld] "
                    "and restart the server"),
                   ("binlog_format", "ROW", "SET GLOBAL binlog_format = 'ROW' (and binlog_format=ROW under "
@@ -63,8 +61,18 @@ class MysqlVerify(MysqlPositions):
             wanted.append(("binlog_row_metadata", "FULL", "SET GLOBAL binlog_row_metadata = 'FULL' (and "
                            "binlog_row_metadata=FULL under [mysqld]); capture needs column names in the binlog"))
         if standby:
-            wanted.append(("log_slave_updates", "ON", "add log_slave_updates under [mysqld] and restart: a standby "
-                           "must write what it replicates to its own binlog for capture to read it after a failover"))
+            name = "log_replica_updates" if "log_replica_updates" in settings else "log_slave_updates"
+            wanted.append((name, "ON", f"add {name} under [mysqld] and restart: a standby must write what it "
+                           "replicates to its own binlog for capture to read it after a failover"))
+        if "PARTIAL_JSON" in settings.get("binlog_row_value_options", "").upper():
+            problems.append("binlog_row_value_options is 'PARTIAL_JSON', so updates of JSON columns are logged as "
+                            "diffs without the whole new value: SET GLOBAL binlog_row_value_options = '' (and "
+                            "binlog_row_value_options='' under [mysqld])")
+        if settings.get("mysql56_temporal_format", "ON").upper() == "OFF":
+            problems.append("mysql56_temporal_format is 'OFF', so new TIME, DATETIME and TIMESTAMP columns with "
+                            "fractional seconds are logged in MariaDB's old format, which the binlog does not "
+                            "describe: SET GLOBAL mysql56_temporal_format = ON (and under [mysqld]), then rebuild "
+                            "such columns (ALTER TABLE ... FORCE)")
         for name, value, fix in wanted:
             if settings.get(name, "").upper() != value:
                 problems.append(f"{name} is {settings.get(name, 'unset')!r}, needs {value!r}: {fix}")
@@ -85,6 +93,27 @@ class MysqlVerify(MysqlPositions):
                                 f"{'*.*' if privilege != 'SELECT' else '`' + self.config.database + '`.*'} TO "
                                 f"{account}")
         return problems
+
+    @staticmethod
+    def _settings(cur: Any) -> dict[str, str]:
+        """The server variables capture depends on (lower-case names), as the server has them."""
+        cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', 'binlog_row_image', "
+                    "'binlog_row_metadata', 'server_id', 'log_slave_updates', 'log_replica_updates', "
+                    "'binlog_row_value_options', 'mysql56_temporal_format', 'log_bin_compress', "
+                    "'binlog_transaction_compression', 'binlog_checksum')")
+        return {k.lower(): str(v) for k, v in cur.fetchall()}
+
+    def notes(self) -> list[str]:
+        """What ``validate`` tells about the server besides its problems: its version, and the binlog settings
+        capture supports that users are sometimes told to turn off."""
+        with closing(self.connect()) as conn, conn.cursor() as cur:
+            version = self.server_version(cur)
+            settings = self._settings(cur)
+        notes = [f"{version}, binlog checksum {settings.get('binlog_checksum', 'NONE')}"]
+        for name in ("log_bin_compress", "binlog_transaction_compression"):
+            if settings.get(name, "").upper() == "ON":
+                notes.append(f"{name} is ON: compressed events are decoded (supported)")
+        return notes
 
     def require_installed(self) -> None:
         require_installed(self, lambda problems: not_installed(
