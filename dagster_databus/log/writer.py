@@ -16,7 +16,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -30,7 +30,7 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Position, Scn
 from dagster_databus.errors import ChangeLogFormatError, ConcurrentRunError, EpochMismatchError
 from dagster_databus.log.avro.container import write_container
-from dagster_databus.log.avro.encoder import encode_blocks
+from dagster_databus.log.avro.encoder import iter_blocks
 from dagster_databus.log.manifest import (
     KEEP_VERSIONS,
     Checkpoint,
@@ -293,10 +293,12 @@ class LogWriter:
             self._segment = (dict(self.versions), records, rows)
         return self._segment[1], self._segment[2]
 
-    def _encode(self, batch: ChangeBatch, rows: dict[str, tuple[str, int]], order: np.ndarray | None) -> list[pa.Array]:
-        """Every event of ``batch`` as its Avro record (its table's union branch), in commit order, in blocks."""
+    def _encode(self, batch: ChangeBatch, rows: dict[str, tuple[str, int]],
+                order: np.ndarray | None) -> Iterator[pa.Array]:
+        """Every event of ``batch`` as its Avro record (its table's union branch), in commit order, in blocks
+        (encoded as the container takes them)."""
         branch = {table: i for i, (table, _) in enumerate(rows.values())}
-        return encode_blocks([(events, row_fields(self.log.schemas, table, self.versions[table]), branch[table])
+        return iter_blocks([(events, row_fields(self.log.schemas, table, self.versions[table]), branch[table])
                               for table, events in batch.tables.items()], order)
 
 

@@ -9,10 +9,11 @@ import json
 import os
 import sys
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
+from itertools import islice
 from typing import BinaryIO, Literal, TypeVar, overload
 
 import numpy as np
@@ -161,9 +162,10 @@ class _Reader:
         return self.read(size)
 
 
-def write_container(f: BinaryIO, schema: object, blocks: Sequence[pa.Array], metadata: Mapping[str, str],
+def write_container(f: BinaryIO, schema: object, blocks: Iterable[pa.Array], metadata: Mapping[str, str],
                     codec: str = "zstandard", level: int = 1) -> None:
-    """An Avro object container file of already-encoded records, one Avro block per array of ``blocks``."""
+    """An Avro object container file of already-encoded records, one Avro block per array of ``blocks``
+    (taken a wave at a time: a lazy ``blocks`` is never held whole)."""
     if codec not in _CODECS:
         raise ValueError(f"codec {codec!r}: this writer compresses with {', '.join(_CODECS)}")
     sync = os.urandom(16)
@@ -177,10 +179,12 @@ def write_container(f: BinaryIO, schema: object, blocks: Sequence[pa.Array], met
     f.write(header)
     pack = _CODECS[codec]
     # Both codecs let go of the GIL while they compress: blocks are packed on every core at once.
-    for records, block in zip(blocks, on_cores(lambda records: pack(_data(records), level), blocks), strict=True):
-        f.write(_varint_bytes(len(records)) + _varint_bytes(len(block)))
-        f.write(block)
-        f.write(sync)
+    pending = iter(blocks)
+    while wave := list(islice(pending, os.cpu_count() or 1)):
+        for records, block in zip(wave, on_cores(lambda records: pack(_data(records), level), wave), strict=True):
+            f.write(_varint_bytes(len(records)) + _varint_bytes(len(block)))
+            f.write(block)
+            f.write(sync)
 
 
 def _data(records: pa.Array) -> memoryview:

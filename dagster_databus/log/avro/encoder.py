@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import decimal
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -79,10 +79,14 @@ def encode_records(batch: pa.RecordBatch, fields: Sequence[Field], union_index: 
 def encode_blocks(tables: Sequence[_Table], order: np.ndarray | None = None,
                   block_records: int = BLOCK_RECORDS) -> list[pa.Array]:
     """The records of several record batches (each with its fields and union branch), in ``order``
-    (positions into the batches' rows, one after the other) or as given, cut into blocks.
+    (positions into the batches' rows, one after the other) or as given, cut into blocks."""
+    return list(iter_blocks(tables, order, block_records))
 
-    Blocks are encoded on every core at once: the kernel lets go of the GIL.
-    """
+
+def iter_blocks(tables: Sequence[_Table], order: np.ndarray | None = None,
+                block_records: int = BLOCK_RECORDS) -> Iterator[pa.Array]:
+    """``encode_blocks``, a few blocks at a time: each wave is encoded on every core at once (the kernel
+    lets go of the GIL), and only the waves not yet consumed are held, not the whole segment."""
     program = _Program(tables)
     if order is None:  # each table's rows in chunks (blocks) of equal size, enough to keep every core busy
         blocks = [np.arange(first + start, first + min(start + size, rows), dtype=np.int64)
@@ -93,7 +97,9 @@ def encode_blocks(tables: Sequence[_Table], order: np.ndarray | None = None,
         if len(positions) and (positions.min() < 0 or positions.max() >= program.starts[-1]):
             raise IndexError(f"order: positions must be in 0..{program.starts[-1] - 1}, the tables' rows")
         blocks = [positions[start:start + block_records] for start in range(0, len(positions), block_records)]
-    return on_cores(program.encode, blocks)
+    wave = max(os.cpu_count() or 1, 1)
+    for start in range(0, len(blocks), wave):
+        yield from on_cores(program.encode, blocks[start:start + wave])
 
 
 def _chunk_rows(rows: int, most: int) -> int:
