@@ -21,12 +21,14 @@ from dagster_databus.sources import open_source, read_rows
 from dagster_databus.spark.connect_server import ConnectServer
 from dagster_databus.storage.lake import Lake
 from tests.harness import ORACLE_ENV, ORACLE_SKIP, MysqlHarness, OracleHarness, SourceHarness, SqliteHarness
-from tests.mariadb import MariaDBServer
+from tests.mariadb import COMPRESSED_BINLOG, MariaDBServer
 from tests.s3server import S3Server
 from tests.sparkcluster import SparkCluster
 from tests.sparkconnect import start_connect_server
 
 SOURCE_KINDS = ["sqlite", "mysql", "oracle"]
+# The behavioural suite also runs on a MariaDB that compresses its binlog (log_bin_compress).
+BEHAVIOUR_KINDS = [*SOURCE_KINDS, "mysql-compressed"]
 
 # What marks a test ``spark``: a fixture that starts a Spark session or cluster, or, for a test that takes
 # ``lazy_spark``, a parameter naming an engine that runs on Spark.
@@ -35,8 +37,8 @@ SPARK_ENGINES = {"spark", "delta-spark"}
 # What marks a test ``server``: a fixture that starts one (here or in its test module: MariaDB pairs and
 # shards, an Oracle harness, `dagster dev`), or a parameter that puts the source, the lake or its objects on
 # one (whatever the parameter is called). A test that starts a server in its body carries the mark itself.
-SERVER_FIXTURES = {"mariadb", "s3", "pair", "servers", "oracle", "dagster_ui"}
-SERVER_PARAMS = {"mysql", "oracle", "s3"}
+SERVER_FIXTURES = {"mariadb", "mariadb_compressed", "own_server", "s3", "pair", "servers", "oracle", "dagster_ui"}
+SERVER_PARAMS = {"mysql", "mysql-compressed", "oracle", "s3"}
 # Set by `make test` (so CI): a test that would skip because a system tool is missing fails instead.
 REQUIRE_ALL_ENV = "DATABUS_REQUIRE_ALL"
 
@@ -114,15 +116,32 @@ def mariadb() -> Iterator[MariaDBServer]:
         server.close()
 
 
-@pytest.fixture(params=SOURCE_KINDS)
-def source(request: pytest.FixtureRequest, tmp_path: Path) -> SourceHarness:
+@pytest.fixture(scope="session")
+def mariadb_compressed() -> Iterator[MariaDBServer]:
+    """A second MariaDB server whose binlog is compressed: its query and row events are the compressed kinds."""
+    server = MariaDBServer(extra_args=COMPRESSED_BINLOG)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def source_harness(request: pytest.FixtureRequest, tmp_path: Path) -> SourceHarness:
+    """The harness of the source kind ``request.param`` names."""
     if request.param == "sqlite":
         return SqliteHarness(tmp_path / "source.db")
     if request.param == "oracle":
         if not all(os.environ.get(k) for k in ORACLE_ENV):
             pytest.skip(ORACLE_SKIP)
         return OracleHarness()
+    if request.param == "mysql-compressed":
+        return MysqlHarness(request.getfixturevalue("mariadb_compressed"))
     return MysqlHarness(request.getfixturevalue("mariadb"))
+
+
+@pytest.fixture(params=SOURCE_KINDS)
+def source(request: pytest.FixtureRequest, tmp_path: Path) -> SourceHarness:
+    return source_harness(request, tmp_path)
 
 
 def require_delta_spark(spark: object, to: str) -> None:

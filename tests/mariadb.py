@@ -18,6 +18,8 @@ import pymysql
 from dagster_databus.spark.connect_server import free_port
 
 BINARIES = ("mariadbd", "mariadb-install-db")
+# MariaDB's binlog compression, with a threshold low enough that nearly every query and row event is compressed.
+COMPRESSED_BINLOG = ("--log-bin-compress=ON", "--log-bin-compress-min-len=10")
 
 
 def find_binary(name: str) -> str | None:

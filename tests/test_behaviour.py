@@ -1,18 +1,25 @@
-"""The behavioural suite every source kind that can run here must pass (SQLite and MariaDB), on a
-local lake and on an object-store lake (the S3-compatible test server)."""
+"""The behavioural suite every source kind that can run here must pass (SQLite and MariaDB, the latter also
+with its binlog compressed), on a local lake and on an object-store lake (the S3-compatible test server)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dagster_databus import pipeline
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.storage.lake import Lake
-from tests.conftest import assert_snapshots_match, cycle
+from tests.conftest import BEHAVIOUR_KINDS, assert_snapshots_match, cycle, source_harness
 from tests.harness import SourceHarness, make_config
 
 TABLES = [("items", ["id"]), ("tags", ["item_id", "tag"])]
+
+
+@pytest.fixture(params=BEHAVIOUR_KINDS)
+def source(request: pytest.FixtureRequest, tmp_path: Path) -> SourceHarness:
+    return source_harness(request, tmp_path)
 SHOP = [("customers", ["id"]), ("orders", ["id"]), ("order_items", ["order_id", "line_no"])]
 
 
