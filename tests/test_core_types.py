@@ -14,6 +14,7 @@ import fastavro
 import pyarrow as pa
 import pytest
 
+from dagster_databus.core.batch import encode_keys
 from dagster_databus.core.events import encode_key
 from dagster_databus.core.schema import Column, TableSchema, same
 from dagster_databus.core.types import ColumnType, float32, float32_text, json_value
@@ -127,6 +128,19 @@ def test_encode_key_is_the_compact_json_of_each_values_text_form(key: tuple) -> 
     # The stored key is compared across paths and hashed into partitions: its form may never drift.
     assert encode_key(key) == json.dumps([json_value(v) for v in key], separators=(",", ":"), ensure_ascii=False)
     assert json.loads(encode_key(key)) == [json_value(v) for v in key]
+
+
+@pytest.mark.parametrize("columns", [
+    [pa.array([0, -1, 2**63 - 1, -(2**63)], pa.int64())],
+    [pa.array([1, 2, 3, 4], pa.int8()), pa.array(["a", "é☃𝄞", "", "with space"])],
+    [pa.array(["plain", 'quote"', "back\\slash", "tab\t"]), pa.array([7, 8, 9, 10], pa.uint32())],
+    [pa.array(["nul\x00", "bell\x07", "line\nbreak", "\x1f"])],
+    [pa.array([1, None, 3, 4], pa.int32())],
+])
+def test_keys_encoded_by_column_are_the_keys_encoded_one_by_one(columns: list[pa.Array]) -> None:
+    rows = list(zip(*(c.to_pylist() for c in columns), strict=True))
+    assert encode_keys(columns, rows).to_pylist() == [encode_key(r) for r in rows]
+    assert encode_keys(columns, lambda: rows).to_pylist() == [encode_key(r) for r in rows]
 
 
 def test_columns_of_canonical_values_skip_the_per_value_checks_with_the_same_result() -> None:

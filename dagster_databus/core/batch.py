@@ -9,7 +9,7 @@ columns of ``EVENT_SCHEMA`` (``core.event_columns``). Commit order across tables
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import groupby
@@ -167,14 +167,41 @@ def batch_schema(schema: TableSchema) -> pa.Schema:
     return pa.schema([*schema.arrow(with_meta=False), *EVENT_SCHEMA])
 
 
-def encode_keys(columns: Sequence[pa.Array], values: Sequence[Sequence[object]] | None = None) -> pa.Array:
-    """``core.events.encode_key`` of every row: by column for one integer key column; else per row
-    from ``values`` (the key tuples, in canonical Python values)."""
-    if len(columns) == 1 and pa.types.is_integer(columns[0].type) and not columns[0].null_count:
-        return pc.binary_join_element_wise("[", columns[0].cast(pa.string()), "]", "")
+def encode_keys(columns: Sequence[pa.Array],
+                values: Sequence[Sequence[object]] | Callable[[], Sequence[Sequence[object]]] | None = None
+                ) -> pa.Array:
+    """``core.events.encode_key`` of every row. By column when every key column is an integer or a text
+    column with nothing JSON must escape (the common keys); else per row from ``values``: the key tuples in
+    canonical Python values, or a function that makes them (only called when needed)."""
+    fast = _keys_by_column(columns)
+    if fast is not None:
+        return fast
+    if callable(values):
+        values = values()
     if values is None:
         values = list(zip(*(c.to_pylist() for c in columns), strict=True))
     return pa.array([encode_key(v) for v in values], pa.string())
+
+
+def _keys_by_column(columns: Sequence[pa.Array]) -> pa.Array | None:
+    """The JSON arrays of the keys, joined by Arrow kernels; None when a column needs the per-row form."""
+    parts = []
+    for column in columns:
+        if column.null_count:
+            return None
+        if pa.types.is_integer(column.type):
+            parts.append(column.cast(pa.string()))
+        elif pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            if len(column) and pc.any(pc.match_substring_regex(column, _JSON_ESCAPED)).as_py():
+                return None
+            parts.append(pc.binary_join_element_wise('"', column.cast(pa.string()), '"', ""))
+        else:
+            return None
+    joined = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, ",")
+    return pc.binary_join_element_wise("[", joined, "]", "")
+
+
+_JSON_ESCAPED = r'[\x00-\x1f"\\]'  # what JSON writes escaped: control characters, quotes, backslashes
 
 
 def partitions(keys: pa.Array | Sequence[str]) -> pa.Array:

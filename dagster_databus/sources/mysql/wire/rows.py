@@ -385,7 +385,7 @@ def _table_batch(parts: list[_Changes], scns: np.ndarray) -> pa.RecordBatch:
         windows, seqs, ops, stamps = windows[order], seqs[order], ops[order], stamps[order]
     at = {name: i for i, name in enumerate(schema.column_names)}
     key_arrays = [columns[at[name]] for name in schema.primary_key]
-    keys = encode_keys(key_arrays, None if _int_key(key_arrays) else list(zip(
+    keys = encode_keys(key_arrays, lambda: list(zip(
         *(schema.column(name).type.from_arrow(columns[at[name]]) for name in schema.primary_key), strict=True)))
     window_scns = pa.array(scns[windows], pa.int64())
     del windows
@@ -393,7 +393,3 @@ def _table_batch(parts: list[_Changes], scns: np.ndarray) -> pa.RecordBatch:
     arrays = [*columns, window_scns, window_scns, pa.array(seqs, pa.int32()), op_names, keys, partitions(keys),
               pa.array(stamps, pa.int64())]
     return pa.RecordBatch.from_arrays(arrays, schema=batch_schema(schema))
-
-
-def _int_key(arrays: list[pa.Array]) -> bool:
-    return len(arrays) == 1 and pa.types.is_integer(arrays[0].type) and not arrays[0].null_count
