@@ -43,6 +43,10 @@ def _write(server: MariaDBServer, rows: int, per_transaction: int) -> None:
     conn.close()
 
 
+def _binlog_bytes(server: MariaDBServer) -> int:
+    return sum(int(r[1]) for r in server.query("SHOW BINARY LOGS"))
+
+
 def compare(server: MariaDBServer, rows: int, per_transaction: int, label: str) -> None:
     """Our capture vs python-mysql-replication vs mysqlbinlog, on ``rows`` inserts ``per_transaction`` a
     transaction."""
@@ -52,7 +56,9 @@ def compare(server: MariaDBServer, rows: int, per_transaction: int, label: str) 
         config = _config(server, work)
         pipeline.install(config, "b")
         start_file, start_pos = server.query("SHOW BINLOG STATUS")[0][:2]
+        before = _binlog_bytes(server)
         _write(server, rows, per_transaction)
+        size = _binlog_bytes(server) - before
         checkpoint = (work / "lake" / "log" / "b").resolve()
         saved = work / "start"
         shutil.copytree(checkpoint, saved)
@@ -90,7 +96,7 @@ def compare(server: MariaDBServer, rows: int, per_transaction: int, label: str) 
                    ("mysqlbinlog decoding rows to text", best_of(mysqlbinlog), rows)]
         ours_s = timings[0][1]
         print(f"\n{label}: {rows:,} row events, {per_transaction:,} a transaction ({rows // per_transaction:,} "
-              f"transactions), {binlog.stat().st_size / 2**20:.1f} MiB of binlog")
+              f"transactions), {size / 2**20:.1f} MiB of binlog")
         for name, seconds, delivered in timings:
             ratio = "" if seconds is ours_s else f"   ours takes {ours_s / seconds:5.2f}x its time"
             lost = "" if delivered == rows else f"   (delivered {delivered:,} of {rows:,} row events)"
@@ -124,10 +130,10 @@ def _capture_in_a_process(server: MariaDBServer, rows: int, run: int) -> tuple[i
                                      str(work), str(rows)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert capturer.stdin is not None and capturer.stdout is not None
         assert capturer.stdout.readline().strip() == "warm"
-        before = sum(int(r[1]) for r in server.query("SHOW BINARY LOGS"))
+        before = _binlog_bytes(server)
         server.execute(f"INSERT INTO bench.items SELECT {first} + seq, CONCAT('item ', seq), seq * 0.5, seq % 97, "
                        f"IF(seq % 3, NULL, 'x') FROM seq_1_to_{rows}", database="bench")
-        size = sum(int(r[1]) for r in server.query("SHOW BINARY LOGS")) - before
+        size = _binlog_bytes(server) - before
         capturer.stdin.write("go\n")
         capturer.stdin.flush()
         growth = int(capturer.stdout.readline())
