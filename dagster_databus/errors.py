@@ -55,6 +55,10 @@ class SchemaDriftError(DatabusError):
     """A table's columns changed while its capture triggers still had the old shape."""
 
 
+class NullKeyError(DatabusError):
+    """A captured row's key holds NULL: it identifies no row, and rows sharing it would fold into one."""
+
+
 class BinlogEventError(DatabusError):
     """A binlog event capture must not read past: damaged, of a kind it does not decode, or one that would
     make the change log wrong (the event type, its position and the fix are in the message)."""

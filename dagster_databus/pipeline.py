@@ -122,6 +122,9 @@ def validate(config: DatabusConfig) -> Validation:
             # they are capture objects, missing or out of date, which install creates or updates.
             install = f". Fix: run `databus install --source {source.name}`" if source.kind != "mysql" else ""
             found += [f"{problem}{install}" for problem in src.verify()]
+            null_keys = getattr(src, "null_keys", None)  # tables whose key holds NULL, which capture refuses
+            if null_keys is not None:
+                found += null_keys()
             described = getattr(src, "notes", None)  # what a server source says of itself (version, settings)
             if described is not None:
                 notes[source.name] += described()

@@ -154,7 +154,8 @@ class ChangeBatchBuilder:
             key_arrays = [arrays[at[k]] for k in schema.primary_key]
             # Keys as encode_key writes an event's key: from the canonical values (time as timedelta, ...).
             canonical = [schema.column(k).type.from_arrow(arrays[at[k]]) for k in schema.primary_key]
-            keys = encode_keys(key_arrays, list(zip(*canonical, strict=True)))
+            keys = encode_keys(key_arrays, list(zip(*canonical, strict=True)), schema,
+                               f"the change events of SCN {rows.windows[0]} to {rows.windows[-1]}")
             scns = pa.array([w.value for w in rows.windows], pa.int64())
             arrays += [scns, scns, pa.array(rows.seqs, pa.int32()), pa.array(rows.ops, pa.string()), keys,
                        partitions(keys), pa.array(rows.commits, pa.int64())]
@@ -168,11 +169,14 @@ def batch_schema(schema: TableSchema) -> pa.Schema:
 
 
 def encode_keys(columns: Sequence[pa.Array],
-                values: Sequence[Sequence[object]] | Callable[[], Sequence[Sequence[object]]] | None = None
-                ) -> pa.Array:
+                values: Sequence[Sequence[object]] | Callable[[], Sequence[Sequence[object]]] | None = None,
+                schema: TableSchema | None = None, where: str = "change events") -> pa.Array:
     """``core.events.encode_key`` of every row. By column when every key column is an integer or a text
     column with nothing JSON must escape (the common keys); else per row from ``values``: the key tuples in
-    canonical Python values, or a function that makes them (only called when needed)."""
+    canonical Python values, or a function that makes them (only called when needed). With ``schema``, a
+    NULL in a key is refused (``TableSchema.refuse_null_keys``) before anything is encoded."""
+    if schema is not None:
+        schema.refuse_null_keys(columns, where)
     fast = _keys_by_column(columns)
     if fast is not None:
         return fast

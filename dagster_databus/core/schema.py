@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute
 
 from dagster_databus.core.types import ColumnType
-from dagster_databus.errors import SchemaMismatchError, TypeValueError
+from dagster_databus.errors import NullKeyError, SchemaMismatchError, TypeValueError
 
 # Metadata columns every snapshot carries beside the source's own columns. Delta's only
 # timestamp type has microsecond precision, so commit times are stored that way.
@@ -159,9 +160,24 @@ class TableSchema:
                     except TypeValueError as exc:
                         raise self.value_error(column, raw, str(exc), where, fix) from None
                 arrays.append(column.type.to_arrow(values))
+            self.refuse_null_keys([arrays[self.column_names.index(k)] for k in self.primary_key], where)
             return pa.RecordBatch.from_arrays(arrays, schema=arrow)
 
         return batch
+
+    def refuse_null_keys(self, keys: Sequence[pa.Array], where: str) -> None:
+        """Raise ``NullKeyError`` when a key column holds NULL: such a row cannot be told from another with a
+        NULL key (SQLite and UNIQUE keys allow several), so a snapshot keyed by it would fold them into one."""
+        nulls = [name for name, array in zip(self.primary_key, keys, strict=True) if array.null_count]
+        if not nulls:
+            return
+        rows = int(sum(pa.compute.sum(array.is_null()).as_py() or 0 for array in keys if array.null_count))
+        raise NullKeyError(
+            f"source {self.source!r}, table {self.table!r}: key column(s) {', '.join(nulls)} hold NULL ({where}; "
+            f"{rows} NULL value(s)): a NULL key identifies no row, and rows sharing it would be folded into one",
+            f"give the rows a key (UPDATE ... SET {nulls[0]} = ... WHERE {nulls[0]} IS NULL) and declare the key "
+            f"columns NOT NULL, or configure a key that is never NULL; then run `databus bootstrap --source "
+            f"{self.source}` if capture stopped", source=self.source, table=self.table, columns=nulls)
 
     def rows_from_arrow(self, data: pa.Table | pa.RecordBatch) -> list[dict[str, Any]]:
         """Snapshot rows with this schema's columns back as canonical values (what consumers receive);

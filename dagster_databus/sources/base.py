@@ -102,6 +102,21 @@ def require_unique_key(key: Sequence[str], unique_column_sets: Iterable[set[str]
             "name the table's PRIMARY KEY columns, or add a UNIQUE index on the columns you named")
 
 
+def null_key_problem(schema: TableSchema, found: bool) -> str | None:
+    """``validate``'s problem for a table whose key columns hold NULL (``found``), with the fix."""
+    if not found:
+        return None
+    key = ", ".join(schema.primary_key)
+    return (f"table {schema.table!r} has rows whose key ({key}) holds NULL: a NULL key identifies no row, and rows "
+            f"sharing it would fold into one, so capture and bootstrap refuse them. Fix: give those rows a key and "
+            f"declare the key columns NOT NULL, or configure a key that is never NULL")
+
+
+def null_key_query(table: str, key: Sequence[str]) -> str:
+    """SQL finding one row whose key holds NULL; ``table`` and ``key`` already quoted by the caller."""
+    return f"SELECT 1 FROM {table} WHERE {' OR '.join(f'{k} IS NULL' for k in key)}"
+
+
 @dataclass(frozen=True, slots=True)
 class InstallReport:
     epoch: str

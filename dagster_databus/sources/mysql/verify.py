@@ -11,7 +11,13 @@ import pymysql
 
 from dagster_databus.errors import CaptureNotInstalledError, ConfigError, SourceUnavailableError
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.base import InstallReport, not_installed, require_installed
+from dagster_databus.sources.base import (
+    InstallReport,
+    not_installed,
+    null_key_problem,
+    null_key_query,
+    require_installed,
+)
 from dagster_databus.sources.mysql.positions import MysqlPositions
 from dagster_databus.sources.mysql.servers import other_role
 
@@ -102,6 +108,17 @@ class MysqlVerify(MysqlPositions):
                     "'binlog_row_value_options', 'mysql56_temporal_format', 'log_bin_compress', "
                     "'binlog_transaction_compression', 'binlog_checksum')")
         return {k.lower(): str(v) for k, v in cur.fetchall()}
+
+    def null_keys(self) -> list[str]:
+        """A problem for each configured table whose key columns hold NULL (a UNIQUE key may)."""
+        problems = []
+        with closing(self.connect()) as conn, conn.cursor() as cur:
+            for schema in self.schemas().values():
+                cur.execute(null_key_query(f"`{schema.table}`", [f"`{k}`" for k in schema.primary_key]) + " LIMIT 1")
+                problem = null_key_problem(schema, cur.fetchone() is not None)
+                if problem:
+                    problems.append(problem)
+        return problems
 
     def notes(self) -> list[str]:
         """What ``validate`` tells about the server besides its problems: its version, and the binlog settings

@@ -40,6 +40,8 @@ from dagster_databus.sources.base import (
     check_column_name,
     in_buckets,
     not_installed,
+    null_key_problem,
+    null_key_query,
     require_installed,
     require_mapped,
     require_unique_key,
@@ -442,6 +444,18 @@ class OracleSource:
                 "table": actual, "key": keys, "page_rows": min(rows_per_range, 10_000),
                 "columns": [[quote(mapping[col.name]), col.source_type] for col in schema.columns]}
         return RangeRead("oracle", self.name, schema, spec, ranges, scn=scn, where=rows.where)
+
+    def null_keys(self) -> list[str]:
+        """A problem for each configured table whose key columns hold NULL (a UNIQUE key may)."""
+        problems = []
+        with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
+            for table, schema in self.preflight().items():
+                keys = [quote(self._columns[table][k]) for k in schema.primary_key]
+                cur.execute(null_key_query(quote(self._actual[table]), keys) + " FETCH FIRST 1 ROWS ONLY")
+                problem = null_key_problem(schema, cur.fetchone() is not None)
+                if problem:
+                    problems.append(problem)
+        return problems
 
     def check_selection(self, table: str, rows: RowSelection) -> None:
         schema = self.preflight()[table]

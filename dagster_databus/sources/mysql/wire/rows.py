@@ -386,7 +386,8 @@ def _table_batch(parts: list[_Changes], scns: np.ndarray) -> pa.RecordBatch:
     at = {name: i for i, name in enumerate(schema.column_names)}
     key_arrays = [columns[at[name]] for name in schema.primary_key]
     keys = encode_keys(key_arrays, lambda: list(zip(
-        *(schema.column(name).type.from_arrow(columns[at[name]]) for name in schema.primary_key), strict=True)))
+        *(schema.column(name).type.from_arrow(columns[at[name]]) for name in schema.primary_key), strict=True)),
+        schema, f"the change events of the transactions committed at SCN {scns[windows[0]]} to {scns[windows[-1]]}")
     window_scns = pa.array(scns[windows], pa.int64())
     del windows
     op_names = pa.DictionaryArray.from_arrays(pa.array(ops, pa.int8()), _OP_NAMES).cast(pa.string())
