@@ -335,12 +335,15 @@ def with_spark_properties(fn: Callable[[T], R]) -> Callable[[T], R]:
     (a Connect block tags its own operations in the thread that runs them)."""
     pyspark = sys.modules.get("pyspark")
     context = pyspark.SparkContext._active_spark_context if pyspark is not None else None
-    if context is None:
+    # A context another thread is still creating is already the active one, but has no JVM side (``_jsc``)
+    # until the JVM's SparkContext is up: this thread has set no properties on it, so there are none to copy.
+    jsc = getattr(context, "_jsc", None)
+    if jsc is None:
         return fn
-    properties = context._jsc.sc().getLocalProperties().clone()
+    properties = jsc.sc().getLocalProperties().clone()
 
     def run(arg: T) -> R:
-        context._jsc.sc().setLocalProperties(properties)
+        jsc.sc().setLocalProperties(properties)
         return fn(arg)
 
     return run
