@@ -488,10 +488,32 @@ def load_config(path: str | Path | None = None) -> DatabusConfig:
             f"point {CONFIG_ENV} at a readable YAML file",
         ) from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)
+    except _DuplicateKeyError as exc:
+        raise ConfigError(str(file), str(exc), "keep one of them: YAML takes the last silently, which is rarely "
+                          "what was meant") from None
     except yaml.YAMLError as exc:
         raise ConfigError(str(file), f"not valid YAML: {exc}", "fix the YAML syntax at the line shown") from None
     return parse_config(raw, base=file.resolve().parent, origin=file)
+
+
+class _DuplicateKeyError(yaml.YAMLError):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (``lake:`` twice, the second ``/``)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                first = seen[key].start_mark.line + 1
+                raise _DuplicateKeyError(f"key {key!r} is given twice in one mapping (lines {first} and "
+                                         f"{key_node.start_mark.line + 1})")
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
 
 
 def parse_config(raw: Any, base: Path, origin: Path | None = None) -> DatabusConfig:
