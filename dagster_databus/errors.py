@@ -55,6 +55,10 @@ class SchemaDriftError(DatabusError):
     """A table's columns changed while its capture triggers still had the old shape."""
 
 
+class SnapshotDamagedError(DatabusError):
+    """A Delta table of the lake names data files that are gone or not the size it recorded."""
+
+
 class NullKeyError(DatabusError):
     """A captured row's key holds NULL: it identifies no row, and rows sharing it would fold into one."""
 

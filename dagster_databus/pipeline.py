@@ -111,6 +111,7 @@ def validate(config: DatabusConfig) -> Validation:
                                 "credentials that may write the bucket (storage_options)")
     for source in config.sources:
         found = problems[source.name] = []
+        found += lake_damage(config, source.name, [t.name for t in source.tables])
         try:
             src = open_source(source, config.lake)
             tables = src.preflight()  # tables exist, keys are the primary keys, every column type is mapped
@@ -131,6 +132,33 @@ def validate(config: DatabusConfig) -> Validation:
         except DatabusError as exc:
             found.append(f"{exc.problem}. Fix: {exc.fix}")
     return Validation(problems, notes)
+
+
+def lake_damage(config: DatabusConfig, source: str, tables: Sequence[str]) -> list[str]:
+    """What is damaged in a source's part of the lake, each with its fix: change-log segments missing or
+    truncated, and data files a snapshot or history table names that are missing or not their recorded size."""
+    from dagster_databus.snapshot.delta import DeltaSnapshot
+    from dagster_databus.snapshot.history import HistoryTable
+
+    found = []
+    log = ChangeLog(config.lake, source)
+    try:
+        log_damage = log.damage() if log.checkpoint() is not None else []
+    except DatabusError as exc:
+        log_damage = [exc.problem]
+    if log_damage:
+        found.append(f"the change log of source {source!r} is damaged: {'; '.join(log_damage)}. Fix: restore the "
+                     f"segments from a backup, or run `databus bootstrap --source {source}` to start the log and "
+                     "snapshots afresh")
+    for table in tables:
+        for folder, fix in ((DeltaSnapshot(config.lake, source, table),
+                             f"run `databus snapshot --source {source} --tables {table}`"),
+                            (HistoryTable(config.lake, source, table),
+                             f"run `databus bootstrap --source {source}` (a history table is rebuilt with its log)")):
+            damaged = folder.damage()
+            if damaged:
+                found.append(f"{'; '.join(damaged)}. Fix: {fix}")
+    return found
 
 
 def bootstrap(config: DatabusConfig, source: str) -> str | None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,7 +23,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import SnapshotMissingError
+from dagster_databus.errors import DatabusError, SnapshotDamagedError, SnapshotMissingError
 from dagster_databus.storage.durable import exclusive_lock
 from dagster_databus.storage.lake import Lake, as_lake
 from dagster_databus.storage.location import LakeLocation
@@ -118,6 +119,41 @@ class DeltaFolder:
     def row_count(self) -> int:
         table = self._table()
         return 0 if table is None else live_dataset(table.to_pyarrow_dataset()).count_rows()
+
+    def damage(self) -> list[str]:
+        """Data files the table's current version names that are missing, or not the size it recorded (a
+        file deleted or truncated behind Delta's back): one listing of the table's folder."""
+        table = self._table()
+        if table is None:
+            return []
+        actions = table.get_add_actions(flatten=True)
+        paths = [unquote(p) for p in actions.column("path").to_pylist()]
+        sizes = actions.column("size_bytes").to_pylist()
+        stored = {info.key[len(self.key) + 1:]: info.size for info in self.lake.objects.list(f"{self.key}/")}
+        problems = []
+        for path, size in zip(paths, sizes, strict=True):
+            held = stored.get(path)
+            if held is None:
+                problems.append(f"data file {path} of {self.key} (version {table.version()}) is missing")
+            elif held != size:
+                problems.append(f"data file {path} of {self.key} is {held} bytes, Delta recorded {size}")
+        return problems
+
+    @contextlib.contextmanager
+    def damage_named(self, fix: str) -> Iterator[None]:
+        """Run a read or write of the table; when it fails on a table whose files are damaged, raise
+        ``SnapshotDamagedError`` naming them and ``fix`` instead of the engine's error about one file."""
+        try:
+            yield
+        except DatabusError:
+            raise
+        except Exception as exc:
+            damaged = self.damage()
+            if not damaged:
+                raise
+            raise SnapshotDamagedError(f"the Delta table {self.uri} is damaged: {'; '.join(damaged[:5])}"
+                                       f"{f' (and {len(damaged) - 5} more)' if len(damaged) > 5 else ''}", fix,
+                                       table=self.key) from exc
 
 
 class DeltaSnapshot(DeltaFolder):

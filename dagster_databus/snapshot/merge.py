@@ -107,7 +107,9 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
     if source is not None:
         source.check_selection(table, rows)
     lock = snap.lock(f"snapshot {source_cfg.name}.{table}", "wait for the other merge of this table to finish")
-    with lock:
+    repair = (f"run `databus snapshot --source {source_cfg.name} --tables {table}`: it reads the table afresh from "
+              "the source into a new version (the change log is kept)")
+    with lock, snap.damage_named(repair):
         log.require_intact()
         bootstrapped_at, bootstrap_rows, ranges = None, 0, {}
         if mode == "rebuild":

@@ -136,10 +136,12 @@ def reconcile_table(config: DatabusConfig, source_cfg: SourceConfig, table: str,
     log = ChangeLog(config.lake, source_cfg.name)
     src = source.fingerprint(table, progress)  # the SCN now; the source's side goes on in the background
     side = _SnapshotSide(config, log, snap, src.schema, progress)
-    problem = side.bring_to(src.scn)
-    if problem:
-        return Reconciliation(table, src.scn, False, problem, pushed_down=src.pushed_down)
-    mine = side.fingerprint()  # meanwhile
+    with snap.damage_named(f"run `databus snapshot --source {source_cfg.name} --tables {table}`, then reconcile "
+                           "again"):
+        problem = side.bring_to(src.scn)
+        if problem:
+            return Reconciliation(table, src.scn, False, problem, pushed_down=src.pushed_down)
+        mine = side.fingerprint()  # meanwhile
     differing = src.fingerprint.differing(mine)
     differences: tuple[RowDifference, ...] = ()
     if differing:
