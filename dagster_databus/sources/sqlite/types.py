@@ -157,7 +157,17 @@ def _datetime(value: Any, zoned: bool) -> Any:
     # SQLite's date functions read text without an offset as UTC.
     offset = dt.timedelta(0) if zone in (None, "Z") else (
         (-1 if zone[0] == "-" else 1) * dt.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
-    return value.replace(tzinfo=dt.timezone(offset))
+    try:
+        zoned_value = value.replace(tzinfo=dt.timezone(offset))
+    except ValueError as exc:  # an offset of a day or more
+        raise TypeValueError(f"its offset {zone}: {exc}") from None
+    try:
+        return zoned_value.astimezone(dt.UTC)
+    except OverflowError:
+        # '9999-12-31 23:30:00-01:00' is 10000-01-01 in UTC: no timestamp holds it (Python's, Avro's or Delta's
+        # years run 1..9999), so it is refused as any value outside the type is.
+        raise TypeValueError(f"it is {'after 9999-12-31' if value.year == 9999 else 'before 0001-01-01'} once "
+                             "taken to UTC, outside the years 1 to 9999 a timestamp holds") from None
 
 
 def _time(value: Any) -> Any:

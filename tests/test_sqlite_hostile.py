@@ -1,0 +1,82 @@
+"""Careless and hostile input to a SQLite source: tables rebuilt by renaming, dropped and re-created or renamed
+away; keys that compare without case; two sources on one database file; text that is not UTF-8; timestamps that
+leave the calendar once taken to UTC. Each either ends with the snapshot equal to the table, or is refused with
+the problem and the fix and writes nothing."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dagster_databus import pipeline
+from dagster_databus.config import DatabusConfig
+from dagster_databus.errors import (
+    SchemaMismatchError,
+)
+from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.snapshot.merge import sync_source
+from tests.harness import SqliteHarness, make_config
+
+Spark = Callable[[], Any]
+
+
+def database(tmp_path: Path, *ddl: str) -> SqliteHarness:
+    harness = SqliteHarness(tmp_path / "source.db")
+    harness.execute(list(ddl))
+    return harness
+
+
+def configured(harness: SqliteHarness, tmp_path: Path, table: str = "t", key: tuple[str, ...] = ("k",),
+               engine: str = "local", **extra: Any) -> DatabusConfig:
+    return make_config(tmp_path / "lake", harness.source_config("shop", [(table, list(key))], **extra),
+                       merge={"engine": engine, "file_rows": 2})
+
+
+def sync(config: DatabusConfig, spark: Spark, source: str = "shop") -> None:
+    """What a sync step does: install (idempotent), capture, merge every snapshot."""
+    pipeline.install(config, source)
+    pipeline.capture(config, source)
+    sync_source(spark, config, source)
+
+
+def snapshot(config: DatabusConfig, table: str = "t", source: str = "shop") -> list[dict[str, Any]]:
+    return sorted(DeltaSnapshot(config.lake, source, table).read().to_pylist(), key=repr)
+
+
+def live(harness: SqliteHarness, table: str = "t") -> list[dict[str, Any]]:
+    with sqlite3.connect(harness.path) as conn:
+        conn.text_factory = bytes
+        cursor = conn.execute(f'SELECT * FROM "{table}"')
+        names = [d[0] for d in cursor.description]
+        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    return sorted(({k: v.decode() if isinstance(v, bytes) else v for k, v in r.items()} for r in rows), key=repr)
+
+
+def triggers_on(harness: SqliteHarness, table: str) -> list[str]:
+    return [r[0] for r in harness.query(f"SELECT name FROM sqlite_master WHERE type = 'trigger' "
+                                        f"AND tbl_name = '{table}' ORDER BY name")]
+
+
+# -- 5. timestamps outside the calendar once taken to UTC --------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["9999-12-31 23:30:00-01:00", "0001-01-01 00:30:00+01:00"])
+def test_a_timestamp_that_leaves_the_calendar_in_utc_is_refused_naming_it(tmp_path: Path, lazy_spark: Spark,
+                                                                         value: str) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, at TIMESTAMP)",
+                       "INSERT INTO t VALUES (1, '2024-06-01 12:00:00+02:00')")
+    config = configured(harness, tmp_path)
+    sync(config, lazy_spark)
+    refused = rf"(?s)column t\.at .*'{re.escape(value)}'.*UTC"
+    harness.execute([("INSERT INTO t VALUES (2, ?)", (value,))])
+    before = ChangeLog(config.lake, "shop").checkpoint()
+    with pytest.raises(SchemaMismatchError, match=refused):
+        pipeline.capture(config, "shop")
+    assert ChangeLog(config.lake, "shop").checkpoint() == before
+    with pytest.raises(SchemaMismatchError, match=refused):  # the bootstrap's road
+        sync_source(lazy_spark, config, "shop", mode="bootstrap")
