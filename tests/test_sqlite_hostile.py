@@ -63,6 +63,24 @@ def triggers_on(harness: SqliteHarness, table: str) -> list[str]:
                                         f"AND tbl_name = '{table}' ORDER BY name")]
 
 
+# -- 2. keys that compare without case ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_a_key_changed_only_in_case_replaces_the_row(tmp_path: Path, lazy_spark: Spark, engine: str) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k TEXT COLLATE NOCASE PRIMARY KEY, v INTEGER)",
+                       "INSERT INTO t VALUES ('a', 1), ('B', 2), ('c', 3), ('D', 4), ('e', 5)")
+    config = configured(harness, tmp_path, engine=engine)
+    sync(config, lazy_spark)
+    harness.execute(["UPDATE t SET k = 'A' WHERE k = 'a'", "UPDATE t SET v = 20 WHERE k = 'b'",
+                     "UPDATE t SET k = 'd', v = 40 WHERE k = 'D'"])
+    sync(config, lazy_spark)
+    assert snapshot(config) == live(harness)
+    assert sorted(r["k"] for r in snapshot(config)) == ["A", "B", "c", "d", "e"]
+    harness.execute(["UPDATE t SET k = 'a' WHERE k = 'A'", "DELETE FROM t WHERE k = 'C'"])
+    sync(config, lazy_spark)
+    assert snapshot(config) == live(harness)
+
+
 # -- 5. timestamps outside the calendar once taken to UTC --------------------------------------------------------
 
 @pytest.mark.parametrize("value", ["9999-12-31 23:30:00-01:00", "0001-01-01 00:30:00+01:00"])

@@ -168,7 +168,10 @@ class SqliteSource:
     def _render_triggers(self, schema: TableSchema, rowid_key: str | None) -> str:
         """The table's triggers; ``rowid_key`` names its INTEGER PRIMARY KEY rowid alias, if it has one."""
         key = [schema.column(k) for k in schema.primary_key]
-        unchanged = " AND ".join(f"OLD.{quote_sqlite(k)} IS NEW.{quote_sqlite(k)}" for k in schema.primary_key)
+        # Binary-exact: under the column's own collation (NOCASE, RTRIM, ...) 'a' and 'A' may be equal, but the
+        # snapshot's keys are the stored values, so a change of case is a new key (a delete and an insert).
+        unchanged = " AND ".join(f"OLD.{quote_sqlite(k)} IS NEW.{quote_sqlite(k)} COLLATE BINARY"
+                                 for k in schema.primary_key)
         names = {k: quote_sqlite(v) for k, v in self._trigger_names(schema.table).items()}
         return sqlfiles.render(
             "sqlite", "table_triggers.sql", table=quote_sqlite(schema.table),
@@ -277,7 +280,8 @@ class SqliteSource:
         image = _image("cur", schema.columns, rowid)
         script = sqlfiles.render(
             "sqlite", "repair_rows.sql", table=quote_sqlite(schema.table), table_literal=quote_literal(schema.table),
-            image=image, now_ms=NOW_MS, key=", ".join(f"cur.{quote_sqlite(k)}" for k in schema.primary_key),
+            image=image, now_ms=NOW_MS,
+            key=", ".join(f"cur.{quote_sqlite(k)} COLLATE BINARY" for k in schema.primary_key),
             extracted=", ".join(f"json_extract(row, '$.{k}')" for k in schema.primary_key),
             extracted_t=", ".join(f"json_extract(t.row, '$.{k}')" for k in schema.primary_key))
         for statement in _split(script):
