@@ -15,9 +15,7 @@ import pytest
 
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig
-from dagster_databus.errors import (
-    SchemaMismatchError,
-)
+from dagster_databus.errors import ConfigError, SchemaDriftError, SchemaMismatchError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
@@ -61,6 +59,100 @@ def live(harness: SqliteHarness, table: str = "t") -> list[dict[str, Any]]:
 def triggers_on(harness: SqliteHarness, table: str) -> list[str]:
     return [r[0] for r in harness.query(f"SELECT name FROM sqlite_master WHERE type = 'trigger' "
                                         f"AND tbl_name = '{table}' ORDER BY name")]
+
+
+# -- 1. tables rebuilt, dropped, renamed away ----------------------------------------------------------------
+
+REBUILD = ["ALTER TABLE t RENAME TO t_old",
+           "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)",
+           "INSERT INTO t SELECT * FROM t_old"]
+
+
+def rebuilt_by_renaming(tmp_path: Path, spark: Spark, policy: str) -> tuple[SqliteHarness, DatabusConfig]:
+    """A synced table, one more change, then SQLite's recommended rebuild (rename it away, create it again, copy
+    the rows) followed by writes to both tables."""
+    harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)",
+                       "INSERT INTO t VALUES (1, 'one'), (2, 'two')")
+    config = configured(harness, tmp_path, schema_changes=policy)
+    sync(config, spark)
+    harness.execute(["INSERT INTO t VALUES (3, 'three')"])
+    harness.execute(REBUILD)
+    harness.execute(["UPDATE t_old SET v = 'old only' WHERE k = 1", "INSERT INTO t_old VALUES (10, 'old only')",
+                     "DELETE FROM t_old WHERE k = 2"])
+    harness.execute(["UPDATE t SET v = 'new' WHERE k = 2", "INSERT INTO t VALUES (20, 'new')"])
+    return harness, config
+
+
+@pytest.mark.parametrize("policy", ["evolve", "resnapshot"])
+def test_a_table_rebuilt_by_renaming_is_read_again_and_the_old_tables_changes_never_reach_it(
+        tmp_path: Path, lazy_spark: Spark, policy: str) -> None:
+    harness, config = rebuilt_by_renaming(tmp_path, lazy_spark, policy)
+    problems = pipeline.validate(config).problems["shop"]
+    assert any("t_old" in p and "renamed" in p for p in problems), problems
+    sync(config, lazy_spark)
+    assert snapshot(config) == live(harness)
+    log = ChangeLog(config.lake, "shop")
+    assert all(e.event.row is None or e.event.row.get("v") != "old only" for e in log.read()), \
+        "a change of t_old reached t's change log"
+    [ddl] = log.ddl.records()
+    assert "t_old" in ddl.statement
+    # The triggers follow the table's name: t's changes arrive, t_old's do not.
+    assert triggers_on(harness, "t_old") == [] and len(triggers_on(harness, "t")) == 4
+    harness.execute(["UPDATE t_old SET v = 'old only' WHERE k = 3", "INSERT INTO t VALUES (30, 'new')",
+                     "DELETE FROM t WHERE k = 1"])
+    sync(config, lazy_spark)
+    assert snapshot(config) == live(harness)
+
+
+def test_a_table_rebuilt_by_renaming_stops_capture_under_the_stop_policy(tmp_path: Path, lazy_spark: Spark) -> None:
+    harness, config = rebuilt_by_renaming(tmp_path, lazy_spark, "stop")
+    before = ChangeLog(config.lake, "shop").checkpoint()
+    held = snapshot(config)
+    pipeline.install(config, "shop")
+    with pytest.raises(SchemaDriftError, match=r"(?s)'t'.*renamed to 't_old'.*databus bootstrap --source shop"):
+        pipeline.capture(config, "shop")
+    assert ChangeLog(config.lake, "shop").checkpoint() == before
+    assert snapshot(config) == held
+    pipeline.bootstrap(config, "shop")
+    sync(config, lazy_spark)
+    assert snapshot(config) == live(harness)
+
+
+@pytest.mark.parametrize("policy", ["evolve", "stop"])
+def test_a_table_dropped_and_created_again_is_read_again_or_stops(tmp_path: Path, lazy_spark: Spark,
+                                                                  policy: str) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)",
+                       "INSERT INTO t VALUES (1, 'one'), (2, 'two')")
+    config = configured(harness, tmp_path, schema_changes=policy)
+    sync(config, lazy_spark)
+    harness.execute(["DROP TABLE t", "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)",
+                     "INSERT INTO t VALUES (2, 'again'), (5, 'five')"])
+    if policy == "stop":
+        pipeline.install(config, "shop")
+        with pytest.raises(SchemaDriftError, match=r"(?s)'t'.*databus bootstrap --source shop"):
+            pipeline.capture(config, "shop")
+        pipeline.bootstrap(config, "shop")
+    sync(config, lazy_spark)
+    assert snapshot(config) == live(harness) == [{"k": 2, "v": "again"}, {"k": 5, "v": "five"}]
+
+
+def test_a_table_renamed_away_is_refused_naming_its_new_name_until_renamed_back(tmp_path: Path,
+                                                                                lazy_spark: Spark) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)", "INSERT INTO t VALUES (1, 'one')")
+    config = configured(harness, tmp_path)
+    sync(config, lazy_spark)
+    harness.execute(["ALTER TABLE t RENAME TO t_gone", "INSERT INTO t_gone VALUES (2, 'two')"])
+    before, held = ChangeLog(config.lake, "shop").checkpoint(), snapshot(config)
+    renamed = r"(?s)table 't' .*renamed to 't_gone'.*ALTER TABLE \"t_gone\" RENAME TO \"t\""
+    problems = pipeline.validate(config).problems["shop"]
+    assert any("renamed to 't_gone'" in p for p in problems), problems
+    for step in (lambda: pipeline.install(config, "shop"), lambda: pipeline.capture(config, "shop")):
+        with pytest.raises(ConfigError, match=renamed):
+            step()
+    assert ChangeLog(config.lake, "shop").checkpoint() == before and snapshot(config) == held
+    harness.execute(['ALTER TABLE "t_gone" RENAME TO "t"'])  # the fix: its changes meanwhile were t's
+    sync(config, lazy_spark)
+    assert snapshot(config) == live(harness) == [{"k": 1, "v": "one"}, {"k": 2, "v": "two"}]
 
 
 # -- 2. keys that compare without case ---------------------------------------------------------------------

@@ -22,7 +22,7 @@ END;
 -- writes the delete of the old one). No WHEN: an update costs this trigger alone, as the rekey trigger
 -- fires only for statements that set a key column (UPDATE OF, with the rowid's names where the key
 -- is the rowid), so per-key ordering in the snapshot stays simple at no cost to other updates.
--- {key_unchanged} compares the key COLLATE BINARY: under a NOCASE key 'a' IS 'A', but the snapshot keys rows
+-- The key comparison is COLLATE BINARY: under a NOCASE key 'a' IS 'A', but the snapshot keys rows
 -- by their stored bytes, so a change of case must be a delete of the old key and an insert of the new one.
 DROP TRIGGER IF EXISTS {trg_update};
 CREATE TRIGGER {trg_update} AFTER UPDATE ON {table}

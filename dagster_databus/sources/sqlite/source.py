@@ -129,6 +129,7 @@ class SqliteSource:
         where = self._field(f"tables[{index}]")
         info = conn.execute(f"PRAGMA table_info({quote_sqlite(table)})").fetchall()
         if not info:
+            self._refuse_renamed_away(conn, table, where)
             existing = [r[0] for r in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_databus\\_%' "
                 "ESCAPE '\\' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
@@ -149,6 +150,21 @@ class SqliteSource:
         key = resolve_key(columns, key, table, where)
         require_unique_key(key, self._unique_sets(conn, table, info), table, where)
         return TableSchema(source=self.name, table=table, columns=tuple(columns), primary_key=key)
+
+    def _refuse_renamed_away(self, conn: sqlite3.Connection, table: str, where: str) -> None:
+        """Raise when the missing ``table`` was renamed: its capture triggers moved with it to the table it is now."""
+        homes = _trigger_homes(conn)
+        moved = sorted({homes[n] for n in self._trigger_names(table).values() if n in homes})
+        if not moved:
+            return
+        raise ConfigError(
+            f"{where}.name",
+            f"table {table!r} does not exist in {self.config.path}: it was renamed to {moved[0]!r} (the capture "
+            f"triggers of {table} moved with it), and no table {table!r} was created again",
+            f"rename it back (ALTER TABLE {quote_sqlite(moved[0])} RENAME TO {quote_sqlite(table)}): the changes made "
+            f"to it meanwhile are then captured as {table}'s; or, to capture it under its new name, set {where}.name "
+            f"to {moved[0]} (its snapshot is then read afresh)",
+        )
 
     @staticmethod
     def _unique_sets(conn: sqlite3.Connection, table: str, info: list[Any]) -> list[set[str]]:
@@ -189,8 +205,9 @@ class SqliteSource:
 
     def install(self) -> InstallReport:
         """Create or update the capture objects in one write transaction. A version 2 install is
-        converted in place; a table whose columns changed (or whose triggers went missing) since its
-        triggers were rendered gets a drift range over the changes that may be wrong, then new triggers."""
+        converted in place; a table whose columns changed (or whose triggers went missing, or moved to a table
+        it was renamed to) since its triggers were rendered gets a drift range over the changes that may be
+        wrong, then new triggers."""
         schemas = self.preflight()
         changed, unchanged = [], []
         with closing(self._connect()) as conn:
@@ -208,7 +225,7 @@ class SqliteSource:
                 if migrate:
                     for statement in _split(sqlfiles.load("sqlite", "migrate_v2_rows.sql")):
                         conn.execute(statement)
-                changes = {c.table: c for c in self._note_changes(conn, schemas, existing_sql)}
+                changes = {c.table: c for c in self._note_changes(conn, schemas)}
                 for table, schema in schemas.items():
                     script, wanted = self._wanted_triggers(conn, schema)
                     if wanted != {existing_sql.get(name) for name in self._trigger_names(table).values()}:
@@ -231,42 +248,53 @@ class SqliteSource:
         return InstallReport(epoch=epoch, version=CAPTURE_VERSION, changed=tuple(changed),
                              unchanged=tuple(unchanged))
 
-    def _note_changes(self, conn: sqlite3.Connection, schemas: Mapping[str, TableSchema],
-                      triggers: Mapping[str, str]) -> list[_Change]:
+    def _note_changes(self, conn: sqlite3.Connection, schemas: Mapping[str, TableSchema]) -> list[_Change]:
         """Holding the write lock (install, before it renders triggers): for each captured table whose columns
-        differ from those its triggers were rendered for, or whose triggers are missing, a marker row placing
-        the change in the stream and a drift range over the changes since the last check, which old
-        triggers may have written wrong (or, triggers missing, not at all). The check moves to the newest SCN."""
+        differ from those its triggers were rendered for, or whose triggers are missing or attached to another
+        table (renamed away), a marker row placing the change in the stream and a drift range over the changes
+        since the last check, which old triggers may have written wrong (or, triggers missing, not at all; or,
+        moved, for the other table: those are dropped). The check moves to the newest SCN."""
         checked = int(self._settings(conn).get("checked_scn", "0"))
         shapes = _shapes(conn)
         hwm = conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0]
         changes = []
-        for table, (lost, now) in self._stale(conn, schemas, shapes, triggers).items():
+        for table, stale in self._stale(conn, schemas, shapes).items():
             if table not in shapes:
                 continue  # never captured here: nothing to compare with
-            reason = "triggers" if lost else "columns"
-            statement = (f"capture triggers of {table} were missing: changes made meanwhile were never captured"
-                         if lost else _describe_change(table, shapes[table], now))
+            reason = "columns" if stale.reason == "columns" else "triggers"
+            statement = _describe_stale(table, stale, shapes[table], checked)
             marker = conn.execute(sqlfiles.load("sqlite", "mark_change.sql"), {
                 "tbl": table, "change": json.dumps({"statement": statement, "reason": reason})}).fetchone()[0]
+            if stale.reason == "moved":
+                # The changes logged under the table's name since the last check may be the renamed table's:
+                # none of them may reach this table's snapshot (it is read again instead).
+                conn.execute(sqlfiles.load("sqlite", "drop_moved.sql"),
+                             {"tbl": table, "after_scn": checked, "marker_scn": marker})
             conn.execute(sqlfiles.load("sqlite", "record_drift.sql"), {
-                "tbl": table, "after_scn": checked, "through_scn": marker, "columns": json.dumps(now),
+                "tbl": table, "after_scn": checked, "through_scn": marker, "columns": json.dumps(stale.now),
                 "reason": reason})
             changes.append(_Change(table, checked, hwm, reason, shapes[table]))
         conn.execute(sqlfiles.load("sqlite", "set_checked.sql"), {"scn": hwm})
         return changes
 
-    def _stale(self, conn: sqlite3.Connection, schemas: Mapping[str, TableSchema], shapes: Mapping[str, Any],
-               triggers: Mapping[str, str]) -> dict[str, tuple[bool, list[list[Any]]]]:
-        """The captured tables whose triggers are missing or whose columns are not those (``shapes``) the
-        triggers were rendered for (a table without a recorded shape counts as changed), each with
-        (triggers missing, its columns now)."""
+    def _stale(self, conn: sqlite3.Connection, schemas: Mapping[str, TableSchema],
+               shapes: Mapping[str, Any]) -> dict[str, _Stale]:
+        """The captured tables whose triggers are attached to another table (it was renamed, and a table of its
+        name created again: the triggers moved with the renamed one), missing (dropped with the table), or
+        whose columns are not those (``shapes``) the triggers were rendered for (a table without a recorded
+        shape counts as changed)."""
+        homes = _trigger_homes(conn)
         stale = {}
         for table in schemas:
             now = _shape(conn, table)
-            lost = any(name not in triggers for name in self._trigger_names(table).values())
-            if lost or table not in shapes or _names_and_types(shapes[table]) != _names_and_types(now):
-                stale[table] = (lost, now)
+            names = self._trigger_names(table).values()
+            elsewhere = sorted({homes[n] for n in names if n in homes and homes[n].lower() != table.lower()})
+            if elsewhere:
+                stale[table] = _Stale("moved", now, elsewhere[0])
+            elif any(name not in homes for name in names):
+                stale[table] = _Stale("missing", now)
+            elif table not in shapes or _names_and_types(shapes[table]) != _names_and_types(now):
+                stale[table] = _Stale("columns", now)
         return stale
 
     def _repair(self, conn: sqlite3.Connection, schema: TableSchema, change: _Change) -> bool:
@@ -291,10 +319,11 @@ class SqliteSource:
     def _require_current(self, conn: sqlite3.Connection, schemas: Mapping[str, TableSchema]) -> None:
         """Holding the poll's write lock: every captured table still has the triggers and columns install
         rendered them for (install checked just before; this closes the gap), so the check moves up."""
-        stale = self._stale(conn, schemas, _shapes(conn), self._trigger_sql(conn))
+        stale = self._stale(conn, schemas, _shapes(conn))
         if stale:
-            raise self._install_error([f"table {table}: its columns or triggers changed while capture started"
-                                       for table in stale])
+            raise self._install_error([_moved_problem(table, found.moved_to) if found.moved_to else
+                                       f"table {table}: its columns or triggers changed while capture started"
+                                       for table, found in stale.items()])
         hwm = conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0]
         conn.execute(sqlfiles.load("sqlite", "set_checked.sql"), {"scn": hwm})
 
@@ -330,11 +359,15 @@ class SqliteSource:
             present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             problems += [f"capture table {t} is missing" for t in CORE_TABLES if t not in present]
             triggers = self._trigger_sql(conn)
+            homes = _trigger_homes(conn)
             for table, schema in schemas.items():
                 _, wanted = self._wanted_triggers(conn, schema)
                 names = list(self._trigger_names(table).values())
                 missing = [n for n in names if n not in triggers]
-                if missing:
+                elsewhere = sorted({homes[n] for n in names if n in homes and homes[n].lower() != table.lower()})
+                if elsewhere:
+                    problems.append(_moved_problem(table, elsewhere[0]))
+                elif missing:
                     problems.append(f"table {table}: trigger(s) {', '.join(missing)} missing")
                 elif {triggers[n] for n in names} != wanted:
                     problems.append(f"table {table}: triggers are out of date with the table's columns")
@@ -425,7 +458,7 @@ class SqliteSource:
         first = conn.execute(sqlfiles.load("sqlite", "first_stale.sql"), {
             "since_scn": since.value, "until_scn": until.value, "tables": json.dumps(list(tables))}).fetchone()
         if first is not None:
-            raise self._stale_error(first[0], first[1], first[3])
+            raise self._stale_error(first[0], first[1], first[3], first[4])
 
     def _check_lineage(self, settings: dict[str, str], since: Scn, epoch: str | None,
                        conn: sqlite3.Connection) -> None:
@@ -454,12 +487,14 @@ class SqliteSource:
                 source=self.name,
             )
 
-    def _stale_error(self, table: str, scn: int, reason: str) -> SchemaDriftError:
+    def _stale_error(self, table: str, scn: int, reason: str, statement: str | None = None) -> SchemaDriftError:
         problem = (f"table {table!r} of source {self.name!r} changed its columns while its capture triggers "
                    f"still had the old ones: the change at SCN {scn} (and any after it until the triggers were "
                    "re-installed) may lack the new columns" if reason == "columns" else
                    f"the capture triggers of table {table!r} of source {self.name!r} were missing until install "
                    f"put them back (SCN {scn}): the table's changes meanwhile never reached the txlog")
+        if reason == "triggers" and statement and statement.startswith("RENAME TABLE"):
+            problem += f" ({statement})"
         return SchemaDriftError(
             problem,
             f"re-install capture (materialize '{self.name}/capture'), then run "
@@ -572,6 +607,41 @@ def _tagged_affinity(declared: str) -> bool:
     one only if it is not a whole number, which a long column refuses whatever its digits)."""
     upper = declared.upper()
     return "INT" not in upper and not any(a in upper for a in _TEXT_AFFINITY)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stale:
+    """Why a captured table's triggers no longer match it: ``columns`` changed, triggers ``missing`` (dropped
+    with the table), or ``moved`` with the table when it was renamed (to ``moved_to``) and created again."""
+
+    reason: str  # columns | missing | moved
+    now: list[list[Any]]  # the table's columns now (``_shape``)
+    moved_to: str | None = None
+
+
+def _describe_stale(table: str, stale: _Stale, before: Sequence[Sequence[Any]], checked: int) -> str:
+    """The marker's statement for a stale table: what a DDL record holds and ``snapshot.evolve`` reads (a rename
+    or missing triggers are never evolved in place: the table is read again)."""
+    if stale.reason == "moved":
+        return (f"RENAME TABLE {table} TO {stale.moved_to}: {table} was renamed to {stale.moved_to!r} and created "
+                f"again; the capture triggers of {table} were missing from the new table (they had moved with "
+                f"{stale.moved_to}), so its changes were never captured, and the changes logged for {table} after "
+                f"SCN {checked}, which may be {stale.moved_to}'s, were dropped")
+    if stale.reason == "missing":
+        return f"capture triggers of {table} were missing: changes made meanwhile were never captured"
+    return _describe_change(table, before, stale.now)
+
+
+def _moved_problem(table: str, moved_to: str) -> str:
+    return (f"table {table}: its capture triggers are attached to table {moved_to}: {table} was renamed to "
+            f"{moved_to!r} and created again, and changes of {moved_to} are logged as {table}'s. Install moves the "
+            f"triggers back to {table}, drops what they logged since the last check, and the table's schema_changes "
+            "policy has it read again (or stops)")
+
+
+def _trigger_homes(conn: sqlite3.Connection) -> dict[str, str]:
+    """Each trigger's name with the table it is attached to (a rename of the table takes its triggers along)."""
+    return dict(conn.execute("SELECT name, tbl_name FROM sqlite_master WHERE type = 'trigger'").fetchall())
 
 
 @dataclass(frozen=True, slots=True)
