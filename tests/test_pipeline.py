@@ -153,9 +153,10 @@ def test_writes_between_a_column_added_and_reinstall_are_repaired_and_the_snapsh
 
 
 @pytest.mark.parametrize("policy", ["evolve", "stop"])
-def test_a_column_added_with_a_default_is_read_again_or_stops_as_the_policy_says(tmp_path: Path, spark,
-                                                                                  policy: str) -> None:
+def test_a_column_added_with_a_default_is_filled_in_the_lake_or_stops_as_the_policy_says(tmp_path: Path, spark,
+                                                                                          policy: str) -> None:
     config, workload = synced_shop(tmp_path, spark, schema_changes=policy)
+    held = {r["id"]: r["__scn"] for r in DeltaSnapshot(config.lake, "shop", "orders").read(with_meta=True).to_pylist()}
     with sqlite3.connect(tmp_path / "shop.db") as conn:
         conn.execute("ALTER TABLE orders ADD COLUMN channel TEXT DEFAULT 'web'")
     pipeline.install(config, "shop")
@@ -169,8 +170,14 @@ def test_a_column_added_with_a_default_is_read_again_or_stops_as_the_policy_says
             sync_source(spark, config, "shop")
         assert DeltaSnapshot(config.lake, "shop", "orders").applied_scn() == before
         return
-    # Every existing row now holds 'web' without a change event: only a read of the table can follow.
+    # Every existing row now holds 'web' without a change event: the snapshot fills it in itself, without reading
+    # the table again, and the rows no event touched keep their SCN.
     results = {r.table: r for r in sync_source(spark, config, "shop")}
-    assert results["orders"].bootstrapped_at is not None and results["customers"].bootstrapped_at is None
-    assert set(DeltaSnapshot(config.lake, "shop", "orders").read()["channel"].to_pylist()) == {"web"}
+    assert results["orders"].bootstrapped_at is None and results["customers"].bootstrapped_at is None
+    assert results["orders"].evolved == "added channel (filled with web)"
+    rows = DeltaSnapshot(config.lake, "shop", "orders").read(with_meta=True).to_pylist()
+    assert set(r["channel"] for r in rows) == {"web"}
+    changed = {e.event.key[0] for e in ChangeLog(config.lake, "shop").read() if e.event.table == "orders"}
+    kept = [r for r in rows if r["id"] in held and r["id"] not in changed]
+    assert kept and all(r["__scn"] == held[r["id"]] for r in kept)
     assert_snapshots_match(config)

@@ -2,7 +2,8 @@
 
 The merge (in-process and in Spark tasks) reads the log through this: each batch has the
 table's latest columns in their snapshot (Delta) types, then the event metadata. A column an
-older schema version lacks is null; a dropped column is left out.
+older schema version lacks is null, or the constant default it was added with (the value the
+source gave the rows that existed then); a dropped column is left out.
 
 Segments are decoded in bulk by the one segment reader (``log.segments.decode_tables``: no Python
 per value, no per-record dicts).
@@ -11,6 +12,7 @@ per value, no per-record dicts).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,13 +45,14 @@ def segment_changes(log: ChangeLog, segment: SegmentInfo, schema: TableSchema, s
     """The events of ``schema.table`` in one segment (see ``table_changes``); with ``byte_range``, those
     of the blocks that begin in it (a part of a large segment, read by one of several tasks)."""
     target = change_schema(schema)
+    fills = {name: value for name, value in log.schemas.added_fills(schema.table).items() if name in target.names}
     low, high = pa.scalar(since.value, pa.int64()), pa.scalar(until.value if until else 2**63 - 1, pa.int64())
     try:
         for decoded, wanted in decode_tables(log, segment, {schema.table}, byte_range):
             if len(wanted) > 1:  # a segment holds one schema version per table: one branch, in log order
                 raise ValueError(f"{len(wanted)} row records of table {schema.table!r}")
             for _, decoded_batch, _ in decoded:
-                batch = _conform(decoded_batch, target)
+                batch = _conform(decoded_batch, target, fills)
                 scn = batch.column("__scn")
                 batch = batch.filter(pc.and_(pc.greater(scn, low), pc.less_equal(scn, high)))
                 for start in range(0, batch.num_rows, rows):
@@ -58,8 +61,17 @@ def segment_changes(log: ChangeLog, segment: SegmentInfo, schema: TableSchema, s
         raise undecodable(log, segment, exc) from None
 
 
-def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+def _conform(batch: pa.RecordBatch, target: pa.Schema, fills: dict[str, Any]) -> pa.RecordBatch:
+    """A batch of an older schema version in ``target``'s columns: a column it lacks is its added default
+    (``fills``), or null."""
     names = batch.schema.names
-    arrays = [batch.column(f.name).cast(f.type) if f.name in names else pa.nulls(batch.num_rows, f.type)
+    arrays = [batch.column(f.name).cast(f.type) if f.name in names else missing(f, batch.num_rows, fills)
               for f in target]
     return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def missing(field: pa.Field, rows: int, fills: dict[str, Any]) -> pa.Array:
+    """A column rows of an older shape lack: the value the source gave such rows (``fills``), or null."""
+    if field.name not in fills:
+        return pa.nulls(rows, field.type)
+    return pa.repeat(fills[field.name], rows).cast(field.type)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import fastavro
 
+from dagster_databus.core.defaults import NOT_CONSTANT, constant_value
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import ChangeLogFormatError, SchemaDriftError
@@ -79,6 +80,23 @@ class SchemaRegistry:
     def latest(self, table: str) -> tuple[int, TableSchema] | None:
         versions = self.versions(table)
         return (versions[-1], self.load(table, versions[-1])) if versions else None
+
+    def added_fills(self, table: str) -> dict[str, Any]:
+        """Columns added after the table's first version with a constant default (``core.defaults``), as
+        they were added: column → the value the source gave every row that existed then, in its snapshot
+        (Arrow) form. Events written before such a column existed are read with that value, not NULL
+        (``log.columns``)."""
+        versions = self.versions(table)
+        first: dict[str, tuple[int, Column]] = {}
+        for version in versions:
+            for column in self.load(table, version).columns:
+                first.setdefault(column.name, (version, column))
+        fills = {}
+        for name, (version, column) in first.items():
+            value = constant_value(column.default, column.type) if version != versions[0] else None
+            if value is not None and value is not NOT_CONSTANT:
+                fills[name] = column.type.to_arrow([value])[0]
+        return fills
 
     def record(self, table: str, version: int) -> dict[str, Any]:
         """The version's Avro row record (a copy without databus's own annotations)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +24,7 @@ from deltalake.exceptions import TableNotFoundError
 from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import DatabusError, SnapshotDamagedError, SnapshotMissingError
+from dagster_databus.log.columns import missing
 from dagster_databus.storage.durable import exclusive_lock
 from dagster_databus.storage.lake import Lake, as_lake
 from dagster_databus.storage.location import LakeLocation
@@ -365,8 +366,9 @@ def conform_changes(data: pa.Table | pa.RecordBatch, target: pa.Schema) -> pa.Ta
     return pa.Table.from_arrays(columns, schema=target)
 
 
-def conform_rows(data: pa.Table, target: pa.Schema) -> pa.Table:
-    """Snapshot rows written under an older schema in ``target``'s columns: a column they lack is null."""
+def conform_rows(data: pa.Table, target: pa.Schema, fills: Mapping[str, pa.Scalar] | None = None) -> pa.Table:
+    """Snapshot rows written under an older schema in ``target``'s columns: a column they lack is null, or its
+    value in ``fills`` (the constant default it was added with)."""
     names = data.column_names
-    return pa.Table.from_arrays([data[f.name].cast(f.type) if f.name in names else pa.nulls(data.num_rows, f.type)
-                                 for f in target], schema=target)
+    return pa.Table.from_arrays([data[f.name].cast(f.type) if f.name in names
+                                 else missing(f, data.num_rows, fills or {}) for f in target], schema=target)

@@ -275,7 +275,7 @@ def apply_schema_changes(snap: DeltaSnapshot, log: ChangeLog, source_cfg: Source
             source=source_cfg.name, table=table, scn=pending[0].scn.value)
     if policy == "evolve" and change is not None:
         if change.in_place:
-            rows = engine.evolve(snap, latest[1], last.scn, progress)
+            rows = engine.evolve(snap, latest[1], last.scn, progress, change.filled)
             progress(f"{table}: evolved in place at SCN {last.scn} ({change.describe()}; {rows:,} rows rewritten)")
             return applied, change.describe()
         progress(f"{table}: reading the table again: the change at SCN {last.scn} cannot evolve in place: "

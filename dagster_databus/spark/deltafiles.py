@@ -29,6 +29,7 @@ class FileRead:
     order_by: tuple[str, ...] = ()
     as_history: bool = False  # snapshot rows turned into a history's first versions (``snapshot.history``)
     live: bool = False  # a snapshot's current rows only (``snapshot.delta.live``: no soft-deleted ones)
+    fills: Mapping[str, pa.Scalar] = field(default_factory=dict)  # columns the file lacks, and their value
 
     def read(self, schema: pa.Schema | None = None) -> pa.Table:
         """The file's rows (with ``then``: the files' rows, joined), each file conformed to ``schema`` if given
@@ -102,7 +103,7 @@ class _FilesReader(DataSourceReader):
         data = held.select([n for n in wanted if n in held.column_names])
         for name, value in file.constants.items():
             data = data.append_column(name, pa.array([value] * data.num_rows, pa.string()))
-        data = conform_rows(data, schema)
+        data = conform_rows(data, schema, file.fills)
         if "sink" not in self.options:
             yield from data.to_batches()
             return

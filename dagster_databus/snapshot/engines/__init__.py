@@ -12,7 +12,7 @@ one engine to another between runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
@@ -114,9 +114,11 @@ class MergeEngine(Protocol):
         """Fold the log's changes in (``since``, ``until``] into the history (``snapshot.history.fold``: a change in
         ``tracked`` columns or a delete ends a version) and record ``until``, in one commit; None for a replay."""
 
-    def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
-        """Rewrite every row of the snapshot in ``schema``'s columns (added ones null, widened ones cast), with
-        ``scn`` as the schema change it absorbed, in one commit; the applied SCN stays. Rows rewritten."""
+    def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress,
+               fills: Mapping[str, pa.Scalar] | None = None) -> int:
+        """Rewrite every row of the snapshot in ``schema``'s columns (added ones null, or the value in ``fills``:
+        a constant default; widened ones cast), each row's ``__scn`` kept, with ``scn`` as the schema change it
+        absorbed, in one commit; the applied SCN stays. Rows rewritten."""
 
     def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
                      progress: Progress) -> dict[str, int]:

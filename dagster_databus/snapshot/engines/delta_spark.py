@@ -9,7 +9,7 @@ them this engine is refused with that fix.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dagster_databus.core.progress import Progress
@@ -31,6 +31,7 @@ from dagster_databus.spark.session import (
 from dagster_databus.spark.wire import pack
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from dagster_databus.config import DatabusConfig
@@ -56,10 +57,11 @@ class DeltaSparkEngine:
                               "merge.engine: spark")
         return session
 
-    def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
+    def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress,
+               fills: Mapping[str, pa.Scalar] | None = None) -> int:
         from dagster_databus.snapshot.engines.spark import SparkEngine
 
-        return SparkEngine(self.config, self._spark).evolve(snap, schema, scn, progress)  # the same table layout
+        return SparkEngine(self.config, self._spark).evolve(snap, schema, scn, progress, fills)  # the same layout
 
     def compact(self, snap: Any, table: Any, key: Sequence[str], groups: Sequence[Sequence[Any]],
                 progress: Progress) -> int:

@@ -8,7 +8,7 @@ past ``merge.memory_mb``), and the reduced rows stream into delta-rs's MERGE.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -131,10 +131,11 @@ class LocalEngine:
             remove_uncommitted(snap, prefix, added if committed else ())
         return len(added)
 
-    def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
+    def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress,
+               fills: Mapping[str, pa.Scalar] | None = None) -> int:
         """The table read whole, conformed and overwritten in this process (the engine for small tables)."""
         table = snap.delta()
-        rows = conform_rows(table.to_pyarrow_table(), schema.arrow(with_meta=True))
+        rows = conform_rows(table.to_pyarrow_table(), schema.arrow(with_meta=True), fills)
         crash_point("delta_commit")
         with disk_errors(f"evolving {snap.source}.{schema.table} in Delta", snap.path):
             write_deltalake(table, rows, mode="overwrite", schema_mode="overwrite",

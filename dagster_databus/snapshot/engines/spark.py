@@ -12,7 +12,7 @@ never needed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -179,7 +179,8 @@ class SparkEngine:
             snap.key, "compacting", "compact", progress)
         return len(report.added)
 
-    def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress) -> int:
+    def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress,
+               fills: Mapping[str, pa.Scalar] | None = None) -> int:
         """One task per data file reads it in the new columns and writes it back; one overwrite commit."""
         from deltalake import CommitProperties, Transaction
 
@@ -192,7 +193,7 @@ class SparkEngine:
                                                   "databus.schema_change_scn": str(scn)})
         target = schema.arrow(with_meta=True)
         report = self._copy_files(
-            snap, [FileRead(location(snap), path) for path in paths], target,
+            snap, [FileRead(location(snap), path, fills=dict(fills or {})) for path in paths], target,
             lambda added: commit_files(snap, target, added, props, f"databus snapshot of {snap.source}.{schema.table}"),
             f"{snap.source}.{schema.table}", "evolving", "delta", progress)
         return report.total("rows")

@@ -10,6 +10,7 @@ from functools import partial
 from typing import Any
 
 from dagster_databus.core.schema import Column, TableSchema
+from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import ConfigError
 from dagster_databus.sources.base import (
     check_column_name,
@@ -36,8 +37,9 @@ class MysqlSchemas(MysqlServers):
     def _table_schema(self, cur: Any, index: int, table: str, key: tuple[str, ...]) -> TableSchema:
         where = self._field(f"tables[{index}]")
         cur.execute(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, COLUMN_DEFAULT FROM information_schema.COLUMNS "
-            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (self.config.database, table))
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, COLUMN_DEFAULT, EXTRA, VERSION() "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (self.config.database, table))
         rows = cur.fetchall()
         if not rows:
             cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s ORDER BY 1",
@@ -46,10 +48,10 @@ class MysqlSchemas(MysqlServers):
             raise ConfigError(f"{where}.name", f"table {table!r} does not exist in database {self.config.database!r}",
                               f"use one of the database's tables: {existing}")
         columns, unmapped = [], []
-        for name, _data_type, column_type, default in rows:
+        for name, _data_type, column_type, default, extra, version in rows:
             check_column_name(name, table, where)
-            default = None if default is None or str(default).upper() == "NULL" else str(default)
             ctype = mysql_column_type(column_type)
+            default = _sql_default(default, extra, ctype, "mariadb" in str(version).lower())
             if ctype is None:
                 unmapped.append(f"{name} {column_type}")
                 continue
@@ -63,3 +65,18 @@ class MysqlSchemas(MysqlServers):
             unique.setdefault(index_name, set()).add(column)
         require_unique_key(key, unique.values(), table, where)
         return TableSchema(source=self.name, table=table, columns=tuple(columns), primary_key=key)
+
+
+def _sql_default(default: Any, extra: str, ctype: ColumnType | None, mariadb: bool) -> str | None:
+    """A column's default as SQL literal text (``core.defaults``), or in parentheses when it is an expression.
+    MariaDB reports it so; MySQL reports a literal's bare value and marks expressions ``DEFAULT_GENERATED``."""
+    if default is None or (mariadb and str(default).upper() == "NULL"):
+        return None
+    text = str(default)
+    if mariadb:
+        return text
+    if "DEFAULT_GENERATED" in str(extra).upper() or text.upper().startswith(("CURRENT_TIMESTAMP", "NOW(")):
+        return f"({text})"
+    if ctype is not None and ctype.kind in ("byte", "short", "integer", "long", "decimal", "float", "double"):
+        return text
+    return "'" + text.replace("'", "''") + "'"
