@@ -173,6 +173,38 @@ def test_a_key_changed_only_in_case_replaces_the_row(tmp_path: Path, lazy_spark:
     assert snapshot(config) == live(harness)
 
 
+# -- 3. two sources on one database file ---------------------------------------------------------------------
+
+def test_a_second_source_on_the_same_file_is_refused(tmp_path: Path, lazy_spark: Spark) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)",
+                       "CREATE TABLE u (k INTEGER PRIMARY KEY, v TEXT)", "INSERT INTO t VALUES (1, 'one')")
+    (tmp_path / "alias.db").symlink_to(harness.path)
+    config = make_config(tmp_path / "lake", harness.source_config("first", [("t", ["k"])]),
+                         {**harness.source_config("second", [("u", ["k"])]), "path": str(tmp_path / "alias.db")},
+                         merge={"engine": "local"})
+    sync(config, lazy_spark, "first")
+    owned = r"(?s)already captured by source 'first'.*one source"
+    problems = pipeline.validate(config).problems["second"]
+    assert any("already captured by source 'first'" in p for p in problems), problems
+    with pytest.raises(ConfigError, match=owned):
+        pipeline.install(config, "second")
+    with pytest.raises(ConfigError, match=owned):
+        pipeline.capture(config, "second")
+    assert ChangeLog(config.lake, "second").checkpoint() is None
+    assert triggers_on(harness, "u") == []
+    harness.execute(["INSERT INTO t VALUES (2, 'two')"])
+    sync(config, lazy_spark, "first")  # the owner goes on undisturbed
+    assert snapshot(config, source="first") == live(harness)
+
+
+def test_the_owner_name_is_recorded_by_install_and_kept(tmp_path: Path) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
+    config = configured(harness, tmp_path)
+    pipeline.install(config, "shop")
+    pipeline.install(config, "shop")
+    assert harness.query("SELECT value FROM _databus_settings WHERE name = 'owner_source'") == [("shop",)]
+
+
 # -- 5. timestamps outside the calendar once taken to UTC --------------------------------------------------------
 
 @pytest.mark.parametrize("value", ["9999-12-31 23:30:00-01:00", "0001-01-01 00:30:00+01:00"])

@@ -118,8 +118,29 @@ class SqliteSource:
 
     def preflight(self) -> Mapping[str, TableSchema]:
         with closing(self._connect()) as conn:
+            self._require_owner(conn)
             self._schemas = table_schemas(self.config.tables, partial(self._table_schema, conn))
         return self._schemas
+
+    def _require_owner(self, conn: sqlite3.Connection) -> None:
+        """Refuse a database another source captures (its name is recorded by that source's install)."""
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (CORE_TABLES[0],)).fetchone() is None:
+            return  # never installed: no owner yet
+        row = conn.execute(sqlfiles.load("sqlite", "owner.sql")).fetchone()
+        if row is None or row[0] == self.name:
+            return
+        owner, path = row[0], self.config.path
+        raise ConfigError(
+            self._field("path"),
+            f"database {path} is already captured by source {owner!r} (recorded by its install): one database "
+            f"is captured by one source, since its txlog, pruning and schema checks serve them all, and source "
+            f"{self.name!r} would lose changes to {owner!r}'s pruning",
+            f"capture these tables in source {owner!r} (list them under its tables) instead of in a second source "
+            f"on the same file, in this config or another; if source {owner!r} is gone for good (renamed or "
+            f"removed), release the database with DELETE FROM _databus_settings WHERE name = 'owner_source' in "
+            f"{path}, then run `databus install --source {self.name}` and `databus bootstrap --source {self.name}`",
+        )
 
     def schemas(self) -> Mapping[str, TableSchema]:
         return self._schemas if self._schemas is not None else self.preflight()
@@ -222,6 +243,8 @@ class SqliteSource:
                                        version=CAPTURE_VERSION)
                 for statement in _split(core):
                     conn.execute(statement)
+                self._require_owner(conn)  # again, holding the write lock
+                conn.execute(sqlfiles.load("sqlite", "set_owner.sql"), {"source": self.name})
                 if migrate:
                     for statement in _split(sqlfiles.load("sqlite", "migrate_v2_rows.sql")):
                         conn.execute(statement)
@@ -318,7 +341,9 @@ class SqliteSource:
 
     def _require_current(self, conn: sqlite3.Connection, schemas: Mapping[str, TableSchema]) -> None:
         """Holding the poll's write lock: every captured table still has the triggers and columns install
-        rendered them for (install checked just before; this closes the gap), so the check moves up."""
+        rendered them for (install checked just before; this closes the gap), so the check moves up. The
+        database is still this source's."""
+        self._require_owner(conn)
         stale = self._stale(conn, schemas, _shapes(conn))
         if stale:
             raise self._install_error([_moved_problem(table, found.moved_to) if found.moved_to else
