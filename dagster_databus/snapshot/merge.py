@@ -105,6 +105,7 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
     # Opened where the source is read: a refresh (its filter refused before anything is written) or a bootstrap.
     source = open_source(source_cfg, config.lake) if mode == "refresh" else None
     if source is not None:
+        source.require_installed()  # a read of the source needs its capture objects (a position to pin it to)
         source.check_selection(table, rows)
     lock = snap.lock(f"snapshot {source_cfg.name}.{table}", "wait for the other merge of this table to finish")
     repair = (f"run `databus snapshot --source {source_cfg.name} --tables {table}`: it reads the table afresh from "
@@ -126,7 +127,9 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
             progress(f"{table}: re-bootstrapping, the snapshot holds columns in other types: {'; '.join(retyped)}")
             applied = None
         if applied is None:
-            source = source or open_source(source_cfg, config.lake)
+            if source is None:
+                source = open_source(source_cfg, config.lake)
+                source.require_installed()
             with disk_errors(f"bootstrapping {source_cfg.name}.{table} into Delta", snap.path):
                 done = engine.bootstrap(snap, source, table, progress)
             log.schemas.register(done.schema)
