@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from dagster_databus.cli import main
+from dagster_databus.snapshot.delta import DeltaSnapshot
 from tests.harness import SqliteHarness
 
 
@@ -24,4 +25,4 @@ def test_a_snapshot_before_install_says_to_install(tmp_path: Path, args: list[st
     err = capsys.readouterr().err
     assert "capture is not installed" in err and "databus install --source shop" in err, err
     assert "Spark executor" not in err
-    assert not (tmp_path / "lake" / "snapshot").exists()
+    assert not DeltaSnapshot(tmp_path / "lake", "shop", "t").exists()
