@@ -159,6 +159,20 @@ class ConsumerError(DatabusError):
     """A window kept failing in the consumer's callbacks; the checkpoint stayed before it."""
 
 
+class ConsumerPositionError(ConsumerError):
+    """A start position or checkpoint the change log cannot continue from without skipping changes (past the
+    log's end, or older than it retains with bootstrap off)."""
+
+
+class SubscriptionMismatchError(ConsumerError):
+    """A checkpoint or pull cursor kept for one subscription (source, tables, partition filter, group) used
+    with another it does not cover: resuming would silently skip what it never delivered."""
+
+
+class CheckpointFormatError(ConsumerError):
+    """A checkpoint file or document that is not a consumer checkpoint this version reads."""
+
+
 class LogicalCheckpointError(ConsumerError):
     """A part's checkpoint cannot be resumed from its change log (gone past retention, restarted, or
     belonging to another part)."""

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from dagster_databus.consumer.coverage import Coverage
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ConcurrentRunError
+from dagster_databus.errors import CheckpointFormatError, ConcurrentRunError
 from dagster_databus.storage.documents import VersionedDocuments
 from dagster_databus.storage.durable import write_json_atomic
 
@@ -52,11 +53,20 @@ class FileStore(Generic[D]):
     def load(self) -> D | None:
         if not self.path.exists():
             return None
-        return self.decode(json.loads(self.path.read_text()))
+        try:
+            return self.decode(json.loads(self.path.read_text()))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CheckpointFormatError(
+                f"{self.path} is not a consumer checkpoint this version reads ({type(exc).__name__}: {exc})",
+                "name the checkpoint file this consumer wrote (not its config or output); to start afresh, "
+                "name a new file") from exc
 
     def save(self, checkpoint: D) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.path, checkpoint.to_json())
+
+    def describe(self) -> str:
+        return f"file {self.path}"
 
 
 class MemoryStore(Generic[D]):
@@ -75,22 +85,41 @@ class MemoryStore(Generic[D]):
     def save(self, checkpoint: D) -> None:
         self.checkpoint = checkpoint if self.copy is None else self.copy(checkpoint)
 
+    def describe(self) -> str:
+        return "in memory"
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumerCheckpoint:
-    """Everything at or below ``scn`` has been delivered. After a bootstrap, ``table_floors`` holds
-    each table's snapshot SCN: log events of that table at or below it were in the snapshot."""
+    """Everything ``covers`` subscribes to at or below ``scn`` has been delivered. ``scn`` is a position of
+    ``epoch`` in the change log ``log_id`` names. After a bootstrap, ``table_floors`` holds each table's
+    snapshot SCN: log events of that table at or below it were in the snapshot.
+
+    ``log_id`` and ``covers`` are None in a checkpoint written before they were recorded: it is taken to
+    cover the subscription it is used with, and records that subscription at its next save
+    (``coverage``). The JSON keys ``log_id`` and ``covers`` appear only when set, so such a checkpoint
+    (and a logical-table checkpoint's parts, which record neither) keeps its earlier shape.
+    """
 
     scn: Scn
     epoch: str | None = None
     table_floors: dict[str, int] = field(default_factory=dict)
+    log_id: str | None = None
+    covers: Coverage | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"scn": str(self.scn), "epoch": self.epoch, "table_floors": self.table_floors}
+        doc: dict[str, Any] = {"scn": str(self.scn), "epoch": self.epoch, "table_floors": self.table_floors}
+        if self.log_id:
+            doc["log_id"] = self.log_id
+        if self.covers is not None:
+            doc["covers"] = self.covers.to_json()
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ConsumerCheckpoint:
-        return cls(scn=Scn.parse(doc["scn"]), epoch=doc.get("epoch"), table_floors=doc.get("table_floors", {}))
+        covers = doc.get("covers")
+        return cls(scn=Scn.parse(doc["scn"]), epoch=doc.get("epoch"), table_floors=doc.get("table_floors", {}),
+                   log_id=doc.get("log_id") or None, covers=Coverage.from_json(covers) if covers else None)
 
 
 class FileCheckpointStore(FileStore[ConsumerCheckpoint]):
@@ -126,13 +155,25 @@ class LakeCheckpointStore:
     def _versions(self) -> list[int]:
         return self.documents.versions()
 
+    def describe(self) -> str:
+        return f"{self.objects.location.described()}/{self.prefix}"
+
     def load(self) -> Any:
         versions = self._versions()
         self.version = versions[-1] if versions else 0
         if not versions:
             return None
         data = self.documents.read(versions[-1])
-        return self.decode(json.loads(data)) if data is not None else self.load()
+        if data is None:  # dropped since it was listed: a newer one is there
+            return self.load()
+        try:
+            return self.decode(json.loads(data))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CheckpointFormatError(
+                f"checkpoint version {versions[-1]} at {self.describe()} is not a consumer checkpoint this version "
+                f"reads ({type(exc).__name__}: {exc})",
+                "upgrade dagster-databus if a newer one wrote it; else start the consumer afresh under a new name"
+            ) from exc
 
     def save(self, checkpoint: Any) -> None:
         if self.version is None:

@@ -17,6 +17,13 @@ position the sink already applied for their key (replays after a restart from an
 checkpoint, or after a crash between the consumer's commit and the checkpoint's) are discarded
 before they reach a callback. A rolled-back window was not applied, so it is delivered again.
 ``group=`` makes this client one member of a consumer group split by key (``ordering.KeyRouter``).
+
+A checkpoint records what it covers (``coverage.Coverage``: the source, the tables, the partition filter
+and the group member) and the change log it is a position of (its epoch and log id). A run refuses a
+checkpoint that does not cover what the client subscribes to now (``SubscriptionMismatchError``: a table,
+partition or member added would silently miss its bootstrap and its earlier changes; fewer is fine), and
+one past the end of the log (``ConsumerPositionError``); ``start=``, the position a client without a
+checkpoint starts after, is refused past the end too.
 """
 
 from __future__ import annotations
@@ -29,13 +36,21 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dagster_databus.consumer.checkpoints import CheckpointStore, ConsumerCheckpoint, MemoryCheckpointStore
+from dagster_databus.consumer.coverage import Coverage
 from dagster_databus.consumer.filters import PartitionFilter
 from dagster_databus.consumer.ordering import Change, GroupMember, IdempotentSink, KeyRouter, log_lineage
 from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import CallbackFailed, ConsumerError, SnapshotMissingError
+from dagster_databus.errors import (
+    CallbackFailed,
+    ConsumerError,
+    ConsumerPositionError,
+    SnapshotMissingError,
+    SubscriptionMismatchError,
+)
 from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.log.manifest import Manifest
 from dagster_databus.storage.lake import Lake, as_lake
 
 
@@ -271,14 +286,20 @@ class RunStats(DeliveryStats):
 
 
 class DatabusClient:
-    """Delivers one source's change log to a consumer (or to N consumers in parallel)."""
+    """Delivers one source's change log to a consumer (or to N consumers in parallel).
+
+    ``start``: where a client whose store holds no checkpoint starts, after this SCN (as a checkpoint at
+    it would; one before the log's start bootstraps, or is refused without ``bootstrap``); without it such
+    a client bootstraps, or starts at the log's start without ``bootstrap``.
+    """
 
     def __init__(self, lake: Lake | str | Path, source: str, consumer: DatabusConsumer | Callable[[], DatabusConsumer],
                  tables: Sequence[str] | None = None, partition_filter: PartitionFilter | str | None = None,
                  checkpoints: CheckpointStore[ConsumerCheckpoint] | None = None, workers: int = 1, max_retries: int = 3,
                  bootstrap: bool = True, bootstrap_batch_rows: int = 10_000,
                  dedupe: IdempotentSink | bool = False, group: GroupMember | str | None = None,
-                 checkpoint_every_windows: int = 1, checkpoint_every_s: float | None = None) -> None:
+                 checkpoint_every_windows: int = 1, checkpoint_every_s: float | None = None,
+                 start: Scn | None = None) -> None:
         self.lake = as_lake(lake)
         self.source = source
         self.log = ChangeLog(self.lake, source)
@@ -291,6 +312,8 @@ class DatabusClient:
         self.bootstrap_batch_rows = bootstrap_batch_rows
         self.sink = IdempotentSink() if dedupe is True else None if dedupe is False else dedupe
         self.group = GroupMember.parse(group) if isinstance(group, str) else group
+        self.coverage = Coverage.of(source, self.tables, self.filter, self.group)  # recorded in each checkpoint
+        self.start = start
         self.lineage = ""  # of the log being delivered; set by run()
         if checkpoint_every_windows < 1 or (checkpoint_every_s is not None and checkpoint_every_s < 0):
             raise ValueError("checkpoint_every_windows must be >= 1 and checkpoint_every_s >= 0")
@@ -321,29 +344,40 @@ class DatabusClient:
         checkpoint = self.checkpoints.load()
         manifest = self.log.manifest()
         self.lineage = log_lineage(self.source, manifest)
-        stale = checkpoint is not None and (
-            checkpoint.scn < manifest.start_scn
-            # A failover switched epochs but kept the log: positions of earlier epochs still place.
-            or (checkpoint.epoch is not None and manifest.epoch is not None
-                and not manifest.knows_epoch(checkpoint.epoch)))
+        saved = checkpoint
+        if checkpoint is None and self.start is not None:
+            checkpoint, saved = self._start_at(self.start, manifest), None  # saved at the end of the run at least
+        elif checkpoint is not None and checkpoint.covers is not None and checkpoint.covers.source != self.source:
+            raise self._mismatch(checkpoint, checkpoint.covers.gaps(self.coverage))
+        stale = checkpoint is not None and self._stale(checkpoint, manifest)
         if checkpoint is None or stale:
             if not self.allow_bootstrap:
-                start = manifest.start_scn if checkpoint is None else None
-                if start is None:
-                    raise ConsumerError(
-                        f"consumer checkpoint {checkpoint.scn} is older than the change log of {self.source!r} "
-                        f"retains (it starts after {manifest.start_scn}) or from another epoch",
-                        "allow the consumer to bootstrap from the snapshots")
-                checkpoint = ConsumerCheckpoint(scn=start, epoch=manifest.epoch)
+                if checkpoint is not None:
+                    what = (f"start position SCN {checkpoint.scn} is before the change log of {self.source!r} starts"
+                            if saved is None else
+                            f"consumer checkpoint {checkpoint.scn} ({self._where()}) is older than the change log "
+                            f"of {self.source!r} retains, or of a log or epoch it no longer holds (the source was "
+                            "bootstrapped)")
+                    raise ConsumerPositionError(
+                        f"{what} (the log holds every change after SCN {manifest.start_scn}): starting there "
+                        "would skip the changes in between",
+                        "allow the consumer to bootstrap from the snapshots (leave out --no-bootstrap), or start "
+                        f"a new checkpoint knowingly at or after SCN {manifest.start_scn} (--from-scn)",
+                        source=self.source)
+                checkpoint = saved = self._checkpoint(manifest.start_scn, manifest, {})
             else:
                 if self.sink is not None:
                     # The snapshot restates every key, and positions held from before it may belong to a
                     # log since restarted whose SCNs went back: start this source's positions afresh.
                     self.sink.forget(self.source)
-                checkpoint = self._bootstrap(stats, manifest.epoch)
+                checkpoint = saved = self._bootstrap(stats, manifest)
+        else:
+            self._check_resume(checkpoint, manifest)
         since = checkpoint.scn
-        bound = until or self.log.committed_scn()  # fixed now: later commits wait for the next run
-        saved, unsaved, saved_at = checkpoint, 0, time.monotonic()
+        # Fixed now: later commits wait for the next run. Never past the log's end, so a checkpoint never is.
+        committed = self.log.committed_scn()
+        bound = min(until, committed) if until is not None else committed
+        unsaved, saved_at = 0, time.monotonic()
         for window in self.log.read_windows(since, bound, keep=self._keep):
             events = [e for e in window.events if e.scn.value > checkpoint.table_floors.get(e.table, -1)]
             if events:
@@ -355,15 +389,14 @@ class DatabusClient:
                         self._commit(checkpoint, stats)
                     raise
             since = window.scn
-            checkpoint = ConsumerCheckpoint(scn=window.scn, epoch=manifest.epoch,
-                                            table_floors=checkpoint.table_floors)
+            checkpoint = self._checkpoint(window.scn, manifest, checkpoint.table_floors)
             unsaved += 1
             if unsaved >= self.checkpoint_every_windows or (
                     self.checkpoint_every_s is not None and time.monotonic() - saved_at >= self.checkpoint_every_s):
                 self._commit(checkpoint, stats)
                 saved, unsaved, saved_at = checkpoint, 0, time.monotonic()
         if bound > checkpoint.scn:  # the rest was filtered out: don't scan it again
-            checkpoint = ConsumerCheckpoint(scn=bound, epoch=manifest.epoch, table_floors=checkpoint.table_floors)
+            checkpoint = self._checkpoint(bound, manifest, checkpoint.table_floors)
         if checkpoint is not saved:
             self._commit(checkpoint, stats)
         return stats
@@ -371,6 +404,73 @@ class DatabusClient:
     def follow(self, interval_s: float = 1.0, stop: Callable[[], bool] = lambda: False) -> RunStats:
         """Keep delivering as the log grows until ``stop()`` says so."""
         return follow(self.run, RunStats(), interval_s, stop)
+
+    # -- positions ---------------------------------------------------------------------
+
+    def _checkpoint(self, scn: Scn, manifest: Manifest, floors: dict[str, int]) -> ConsumerCheckpoint:
+        """A checkpoint at ``scn`` of the log ``manifest`` describes, covering this client's subscription."""
+        return ConsumerCheckpoint(scn=scn, epoch=manifest.epoch, table_floors=floors,
+                                  log_id=manifest.log_id or None, covers=self.coverage)
+
+    def _where(self) -> str:
+        describe = getattr(self.checkpoints, "describe", None)
+        return str(describe()) if callable(describe) else type(self.checkpoints).__name__
+
+    @staticmethod
+    def _stale(checkpoint: ConsumerCheckpoint, manifest: Manifest) -> bool:
+        """Whether the log no longer continues ``checkpoint``: it starts after it, or it is a position of an
+        epoch the log does not know or of another log (a restarted one, whose SCNs may have gone back)."""
+        # A failover switched epochs but kept the log: positions of earlier epochs still place.
+        foreign = (checkpoint.epoch is not None and manifest.epoch is not None
+                   and not manifest.knows_epoch(checkpoint.epoch))
+        # A restarted log (databus bootstrap) begins where the source was; a position of the log before it is
+        # the same place only at that start.
+        other_log = (checkpoint.log_id is not None and bool(manifest.log_id) and checkpoint.log_id != manifest.log_id
+                     and checkpoint.scn != manifest.start_scn)
+        return checkpoint.scn < manifest.start_scn or foreign or other_log
+
+    def _start_at(self, start: Scn, manifest: Manifest) -> ConsumerCheckpoint:
+        """The checkpoint a client without one starts from at ``start``; refused past the log's end."""
+        if start > manifest.last_scn:
+            raise ConsumerPositionError(
+                f"start position SCN {start} is past the end of the change log of {self.source!r}, whose last "
+                f"committed SCN is {manifest.last_scn}: the changes after {manifest.last_scn} up to {start} "
+                "would never be delivered once they are captured",
+                f"start at or before SCN {manifest.last_scn} (--from-scn {manifest.last_scn} starts with the next "
+                "change), or leave the start out to bootstrap from the snapshots", source=self.source)
+        return self._checkpoint(start, manifest, {})
+
+    def _check_resume(self, checkpoint: ConsumerCheckpoint, manifest: Manifest) -> None:
+        """Refuse to resume ``checkpoint`` (the log continues it) where it would skip changes in silence."""
+        if checkpoint.scn > manifest.last_scn:
+            nothing = "" if self.log.exists() else f" (there is no change log of {self.source!r} in this lake)"
+            raise ConsumerPositionError(
+                f"consumer checkpoint {checkpoint.scn} ({self._where()}) is past the end of the change log of "
+                f"{self.source!r}, whose last committed SCN is {manifest.last_scn}{nothing}: resuming would skip "
+                f"every change up to {checkpoint.scn} once they are captured",
+                "check that this is the lake and source the checkpoint was made with; a checkpoint started past the "
+                f"end (--from-scn): delete it and start at or before SCN {manifest.last_scn}; a log restored from "
+                "an older copy: start the consumer afresh with a new checkpoint (it bootstraps from the snapshots)",
+                source=self.source)
+        if checkpoint.covers is not None and (gaps := checkpoint.covers.gaps(self.coverage)):
+            raise self._mismatch(checkpoint, gaps)
+
+    def _mismatch(self, checkpoint: ConsumerCheckpoint, gaps: list[str]) -> SubscriptionMismatchError:
+        assert checkpoint.covers is not None
+        if checkpoint.covers.source != self.source:
+            return SubscriptionMismatchError(
+                f"the checkpoint {self._where()} belongs to a consumer of source {checkpoint.covers.source!r}, "
+                f"not {self.source!r}", "give each source's consumer its own checkpoint (another --checkpoint file "
+                "or --consumer name)", source=self.source)
+        return SubscriptionMismatchError(
+            f"the checkpoint {self._where()} was kept at SCN {checkpoint.scn} for {checkpoint.covers.describe()}; "
+            f"this consumer subscribes to {self.coverage.describe()}: {'; '.join(gaps)}. Resuming would silently "
+            f"skip what was added: its bootstrap and every change of it up to SCN {checkpoint.scn}",
+            "give this subscription its own checkpoint (another --checkpoint file or --consumer name): it "
+            "bootstraps every table it names; or resume with the checkpoint's subscription, or a narrower one "
+            "(fewer tables, fewer partitions); or, to skip what came before knowingly, start a new checkpoint "
+            f"with --no-bootstrap --from-scn {checkpoint.scn} (Python: bootstrap=False, start=)",
+            source=self.source)
 
     def close(self) -> None:
         self.dispatcher.close()
@@ -393,7 +493,7 @@ class DatabusClient:
 
     # -- bootstrap ---------------------------------------------------------------------
 
-    def _bootstrap(self, stats: RunStats, epoch: str | None) -> ConsumerCheckpoint:
+    def _bootstrap(self, stats: RunStats, manifest: Manifest) -> ConsumerCheckpoint:
         from dagster_databus.snapshot.delta import DeltaSnapshot
 
         available = self.lake.objects.folders(f"snapshot/{self.source}/")
@@ -403,6 +503,13 @@ class DatabusClient:
         for table, snap in snapshots.items():
             applied = snap.applied_scn()
             if applied is None:
+                known = sorted(set(available) | set(self.lake.objects.folders(self.log.schemas.prefix)))
+                if table not in known:
+                    raise SnapshotMissingError(
+                        f"consumer of {self.source!r} subscribes to table {table!r}, which is neither in the change "
+                        f"log of {self.source!r} nor in its snapshots (tables there: {', '.join(known) or 'none'})",
+                        "check the table's name; a table must be one of the source's configured tables, "
+                        "captured and materialized, before consumers can read it", source=self.source)
                 raise SnapshotMissingError(
                     f"consumer of {self.source!r} must bootstrap, but table {table!r} has no snapshot",
                     f"materialize {self.source}/{table} first")
@@ -416,7 +523,7 @@ class DatabusClient:
                 stats.bootstrap_rows += len(batch)
         self.dispatcher.broadcast("on_end_bootstrap", start)
         stats.bootstrapped = True
-        checkpoint = ConsumerCheckpoint(scn=start, epoch=epoch, table_floors=floors)
+        checkpoint = self._checkpoint(start, manifest, floors)
         self._commit(checkpoint, stats)
         return checkpoint
 

@@ -40,6 +40,19 @@ def parse_ids(text: str) -> frozenset[int]:
     return frozenset(ids)
 
 
+def format_ids(ids: frozenset[int]) -> str:
+    """{1, 2, 5, 6, 7} → ``[1,2,5-7]``: ``parse_ids`` reads it back as the same set."""
+    parts: list[str] = []
+    ordered = sorted(ids)
+    start = 0
+    for i in range(1, len(ordered) + 1):
+        if i == len(ordered) or ordered[i] != ordered[i - 1] + 1:
+            lo, hi = ordered[start], ordered[i - 1]
+            parts.append(str(lo) if lo == hi else f"{lo},{hi}" if hi == lo + 1 else f"{lo}-{hi}")
+            start = i
+    return f"[{','.join(parts)}]"
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionFilter:
     kind: Literal["range", "mod"]
@@ -75,6 +88,25 @@ class PartitionFilter:
 
     def accepts(self, key: list[Any]) -> bool:
         return self.partition(key) in self.ids
+
+    @property
+    def spec(self) -> str:
+        """The filter as ``parse`` reads it, in one canonical form (ids sorted, runs as ranges)."""
+        return f"{self.kind}:{self.size}:{format_ids(self.ids)}"
+
+    def within(self, other: PartitionFilter) -> bool:
+        """Whether every key this filter accepts ``other`` accepts too (provably, for every key; False when
+        that cannot be shown, as between a range and a mod filter).
+
+        mod: ``k % n`` determines ``k % m`` when m divides n (and crc32 likewise), so mod:n:A is within
+        mod:m:B when every a % m is in B. range: ``k // m == (k // i) // (m // i)`` when i divides m, so
+        range:i:A is within range:m:B when every a // (m // i) is in B.
+        """
+        if self.kind != other.kind:
+            return False
+        if self.kind == "mod":
+            return self.size % other.size == 0 and all(i % other.size in other.ids for i in self.ids)
+        return other.size % self.size == 0 and all(i // (other.size // self.size) in other.ids for i in self.ids)
 
     def accepts_encoded(self, key_json: str) -> bool:
         return self.accepts(json.loads(key_json))
