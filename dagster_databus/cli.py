@@ -239,7 +239,21 @@ def _tail(config: DatabusConfig, args: argparse.Namespace) -> int:
         MemoryCheckpointStore,
     )
 
-    config.source(args.source)
+    source = config.source(args.source)
+    configured = [t.name for t in source.tables]
+    unknown = [t for t in args.tables or [] if t not in configured]
+    if unknown:
+        raise ConfigError("--tables", f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not one of the "
+                          f"tables configured for source {source.name!r} ({', '.join(configured)})",
+                          "name tables the source's config lists; a new table must be added there, installed and "
+                          "materialized before it can be tailed")
+    start = _start_position(args.from_scn)
+    if args.checkpoint_every < 1:
+        raise ConfigError("--checkpoint-every", f"{args.checkpoint_every} windows cannot pass between saves",
+                          "give 1 (save after every window) or more")
+    for flag, seconds in (("--checkpoint-seconds", args.checkpoint_seconds), ("--interval", args.interval)):
+        if seconds is not None and not seconds >= 0:  # (a NaN is not >= 0 either)
+            raise ConfigError(flag, f"{seconds} seconds is not a duration", "give 0 or more seconds")
     if args.checkpoint and args.consumer:
         raise ConfigError("--consumer", "--checkpoint and --consumer both name where the checkpoint is kept",
                           "give one: --consumer NAME keeps it in the lake (any machine), --checkpoint FILE here")
@@ -251,12 +265,13 @@ def _tail(config: DatabusConfig, args: argparse.Namespace) -> int:
         store = LakeCheckpointStore.for_consumer(config.lake.objects, args.source, args.consumer)
     elif args.checkpoint:
         store = FileCheckpointStore(args.checkpoint)
-    if args.from_scn is not None and store.load() is None:
-        store.save(ConsumerCheckpoint(scn=Scn.parse(args.from_scn),
-                                      epoch=ChangeLog(config.lake, args.source).manifest().epoch))
+    if start is not None and (held := store.load()) is not None:
+        print(f"note: --from-scn {start} ignored: the checkpoint holds SCN {held.scn} (it applies only to a new "
+              "checkpoint)", file=sys.stderr)
     printer = JsonLinesConsumer(ChangeLog(config.lake, args.source).schemas)
+    # The client refuses a start past the log's end and a checkpoint kept for another subscription.
     client = DatabusClient(config.lake, args.source, printer, tables=args.tables, partition_filter=args.filter,
-                           checkpoints=store, bootstrap=not args.no_bootstrap,
+                           checkpoints=store, bootstrap=not args.no_bootstrap, start=start,
                            checkpoint_every_windows=args.checkpoint_every, checkpoint_every_s=args.checkpoint_seconds)
     try:
         if args.follow:
@@ -269,6 +284,18 @@ def _tail(config: DatabusConfig, args: argparse.Namespace) -> int:
     finally:
         client.close()
     return 0
+
+
+def _start_position(text: str | None) -> Scn | None:
+    """``--from-scn``'s SCN: a whole number from 0 to 2^63-1; anything else is refused."""
+    if text is None:
+        return None
+    try:
+        return Scn.parse(text)
+    except ValueError:
+        raise ConfigError("--from-scn", f"{text!r} is not an SCN (a whole number from 0 to {Scn.MAX})",
+                          "give the SCN to start after, as the change log numbers them (databus status shows where "
+                          "it ends), or leave --from-scn out to bootstrap from the snapshots") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -322,7 +349,8 @@ def _main(argv: list[str] | None) -> int:
     tail.add_argument("--checkpoint", help="checkpoint file (kept across runs, on this machine)")
     tail.add_argument("--consumer", help="keep the checkpoint in the lake under this consumer name (kept across "
                                          "runs on any machine; a second tail of the same name is refused)")
-    tail.add_argument("--from-scn", help="start after this SCN when there is no checkpoint yet")
+    tail.add_argument("--from-scn", help="start after this SCN when there is no checkpoint yet (at most the log's "
+                                         "last committed SCN; an earlier one than the log holds bootstraps)")
     tail.add_argument("--no-bootstrap", action="store_true", help="never read the snapshots first")
     tail.add_argument("--follow", action="store_true", help="keep printing as the log grows (Ctrl-C stops)")
     tail.add_argument("--interval", type=float, default=1.0, help="seconds between polls with --follow")

@@ -263,6 +263,21 @@ def test_a_file_that_is_not_a_checkpoint_is_refused_with_its_name(shop: Shop,
 # -- start positions --------------------------------------------------------------------------------------
 
 
+def test_tail_from_an_scn_past_the_end_of_the_log_is_refused_and_saves_nothing(
+        shop: Shop, capsys: pytest.CaptureFixture[str]) -> None:
+    end = shop.log.committed_scn()
+    checkpoint = shop.tmp_path / "tail.ckpt"
+    assert shop.tail("--from-scn", str(end.value + 6), "--checkpoint", str(checkpoint)) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not checkpoint.exists()
+    assert f"start position SCN {end.value + 6} is past the end of the change log of 'shop'" in captured.err
+    assert f"last committed SCN is {end}" in captured.err and f"--from-scn {end} starts with the next" in captured.err
+    shop.change()  # the log grows past it later: still nothing was saved, nothing is skipped
+    assert shop.tail("--from-scn", str(end), "--checkpoint", str(checkpoint)) == 0
+    assert sorted((e["table"], int(e["scn"]), e["seq"]) for e in printed(capsys)) == sorted(shop.events(end))
+    assert json.loads(checkpoint.read_text())["scn"] == str(shop.log.committed_scn())
+
+
 def test_a_start_past_the_end_is_refused_in_python_and_at_the_end_is_kept(shop: Shop) -> None:
     end = shop.log.committed_scn()
     store = MemoryCheckpointStore()
@@ -272,6 +287,17 @@ def test_a_start_past_the_end_is_refused_in_python_and_at_the_end_is_kept(shop: 
     assert run(shop, store, start=end).events == []
     held = store.load()
     assert held is not None and held.scn == end and held.covers == Coverage("shop")  # recorded even with nothing
+
+
+@pytest.mark.parametrize("bad", ["abc", "-5", "", "1.5", "99999999999999999999"])
+def test_tail_refuses_a_from_scn_that_is_not_an_scn(shop: Shop, bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = shop.tmp_path / "tail.ckpt"
+    assert shop.tail(f"--from-scn={bad}", "--checkpoint", str(checkpoint)) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not checkpoint.exists()
+    assert captured.err == (f"error: config error at --from-scn: {bad!r} is not an SCN (a whole number from 0 to "
+                            f"{Scn.MAX}). Fix: give the SCN to start after, as the change log numbers them (databus "
+                            "status shows where it ends), or leave --from-scn out to bootstrap from the snapshots\n")
 
 
 def test_a_checkpoint_past_the_end_of_the_log_is_refused(shop: Shop, capsys: pytest.CaptureFixture[str]) -> None:
@@ -295,13 +321,49 @@ def test_run_until_past_the_end_saves_no_checkpoint_past_it(shop: Shop) -> None:
     assert held is not None and held.scn == end
 
 
+def test_a_start_before_the_log_starts_bootstraps_or_is_refused_as_before(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shop = Shop(tmp_path)
+    shop.source["retention"] = {"max_bytes": 1}
+    shop.config = make_config(tmp_path / "lake", shop.source, merge={"engine": "local"})
+    shop.path.write_text(json.dumps(config_document(shop.config, [shop.source])))
+    shop.change()
+    shop.snapshot()
+    assert pipeline.enforce_retention(shop.config, "shop") is not None
+    start = shop.log.manifest().start_scn
+    assert start > Scn(1)
+    checkpoint = tmp_path / "tail.ckpt"
+    assert shop.tail("--no-bootstrap", "--from-scn", "1", "--checkpoint", str(checkpoint)) == 2
+    err = capsys.readouterr().err
+    assert "start position SCN 1 is before the change log of 'shop' starts" in err and not checkpoint.exists()
+    boot = run(shop, MemoryCheckpointStore(), start=Scn(1))
+    assert boot.bootstrapped and boot.events
+
+
 # -- tables the source does not have ------------------------------------------------------------------------
+
+
+def test_tail_names_the_configured_tables_for_one_that_is_not(shop: Shop, capsys: pytest.CaptureFixture[str]) -> None:
+    assert shop.tail("--tables", "a", "nosuch") == 2
+    err = capsys.readouterr().err
+    assert err == ("error: config error at --tables: nosuch is not one of the tables configured for source 'shop' "
+                   "(a, b). Fix: name tables the source's config lists; a new table must be added there, installed "
+                   "and materialized before it can be tailed\n")
 
 
 def test_the_client_says_a_table_it_cannot_find_anywhere_is_not_there(shop: Shop) -> None:
     with pytest.raises(SnapshotMissingError, match=r"table 'nosuch', which is neither in the change log of 'shop' "
                                                    r"nor in its snapshots \(tables there: a, b\)"):
         run(shop, MemoryCheckpointStore(), tables=["nosuch"])
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--checkpoint-every", "0"), ("--checkpoint-seconds", "-1"),
+                                             ("--interval", "-0.5")])
+def test_tail_refuses_counts_and_durations_below_zero(shop: Shop, flag: str, value: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert shop.tail(flag, value) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: config error at {flag}: ") and "Fix:" in err
 
 
 # -- what "within" means ------------------------------------------------------------------------------------
