@@ -15,7 +15,7 @@ import pytest
 
 from dagster_databus import pipeline
 from dagster_databus.cli import main as cli
-from dagster_databus.config import DatabusConfig
+from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.consumer.checkpoints import (
     CheckpointStore,
     ConsumerCheckpoint,
@@ -26,6 +26,7 @@ from dagster_databus.consumer.checkpoints import (
 from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
 from dagster_databus.consumer.coverage import Coverage
 from dagster_databus.consumer.filters import PartitionFilter, format_ids, parse_ids
+from dagster_databus.consumer.logical import FileLogicalCheckpointStore, LogicalTableClient
 from dagster_databus.core.events import ChangeEvent
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
@@ -364,6 +365,44 @@ def test_tail_refuses_counts_and_durations_below_zero(shop: Shop, flag: str, val
     assert shop.tail(flag, value) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: config error at {flag}: ") and "Fix:" in err
+
+
+# -- logical tables ------------------------------------------------------------------------------------------
+
+
+def test_a_logical_checkpoint_kept_for_one_group_member_is_refused_for_another(tmp_path: Path) -> None:
+    sources = []
+    for name in ("eu", "us"):
+        db = SqliteHarness(tmp_path / f"{name}.db")
+        db.execute(["CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)"])
+        sources.append((name, db))
+    config = parse_config({"lake": str(tmp_path / "lake"), "sources": [
+        db.source_config(name, [("users", ["id"])]) for name, db in sources],
+        "logical_tables": [{"name": "users", "shard_column": "shard", "parts": [
+            {"source": name, "table": "users", "shard": name} for name, _ in sources]}]}, base=tmp_path)
+    for name, db in sources:
+        pipeline.install(config, name)
+        db.execute([("INSERT INTO users VALUES (?, ?)", (i, name)) for i in range(20)])
+        pipeline.capture(config, name)
+    path = tmp_path / "users.ckpt"
+
+    def run_as(group: str | None) -> Recorder:
+        recorder = Recorder()
+        LogicalTableClient.from_config(config, "users", recorder, checkpoints=FileLogicalCheckpointStore(path),
+                                       group=group).run()
+        return recorder
+
+    assert run_as("1/2").events
+    assert json.loads(path.read_text())["group"] == "1/2"
+    for other in ("0/2", None):
+        with pytest.raises(SubscriptionMismatchError, match="kept for group member 1/2"):
+            run_as(other)
+    run_as("3/4")  # within member 1 of 2: resumes, and records it
+    assert json.loads(path.read_text())["group"] == "3/4"
+    legacy = {k: v for k, v in json.loads(path.read_text()).items() if k != "group"}
+    path.write_text(json.dumps(legacy))  # as earlier versions wrote it: covers any member
+    run_as("0/2")
+    assert json.loads(path.read_text())["group"] == "0/2"
 
 
 # -- what "within" means ------------------------------------------------------------------------------------

@@ -31,7 +31,9 @@ The callbacks are ``client.DatabusConsumer``'s. ``on_start_data_event_sequence``
 ``on_start_source``/``on_end_source`` get the logical table's name; ``event.part`` names the part.
 
 ``group=GroupMember(i, n)`` splits the stream over a consumer group by logical key
-(``ordering.KeyRouter``): each key reaches one member, in order. ``dedupe=`` adds an
+(``ordering.KeyRouter``): each key reaches one member, in order. The checkpoint records the member,
+and a run as another member its keys are not within is refused (``SubscriptionMismatchError``: it
+would skip their changes up to the checkpoint), as ``coverage`` describes. ``dedupe=`` adds an
 ``ordering.IdempotentSink`` whose positions are per part lineage.
 
 With ``bootstrap=True``, a consumer with no checkpoint, or one a part's log can no longer
@@ -65,10 +67,11 @@ from dagster_databus.consumer.client import (
     dispatcher,
     follow,
 )
+from dagster_databus.consumer.coverage import member_within
 from dagster_databus.consumer.ordering import GroupMember, IdempotentSink, log_lineage
 from dagster_databus.core.events import ChangeEvent, Op
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ConsumerError, LogicalCheckpointError
+from dagster_databus.errors import ConsumerError, LogicalCheckpointError, SubscriptionMismatchError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.manifest import Manifest
 from dagster_databus.storage.lake import Lake, as_lake
@@ -107,18 +110,22 @@ class PartPosition:
 
 @dataclass(frozen=True, slots=True)
 class LogicalCheckpoint:
-    """The checkpoint vector of a logical-table consumer: a position per part label."""
+    """The checkpoint vector of a logical-table consumer: a position per part label, and the group member
+    (``"index/size"``) it was kept for; None: no group, or a checkpoint written before members were recorded
+    (it records the member at its next save)."""
 
     table: str
     parts: dict[str, PartPosition] = field(default_factory=dict)
+    group: str | None = None
 
     def scns(self) -> dict[str, Scn]:
         return {label: p.scn for label, p in self.parts.items()}
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "logical_table": self.table,
-                "parts": {label: {"source": p.source, "table": p.table, **p.checkpoint.to_json()}
-                          for label, p in sorted(self.parts.items())}}
+        doc = {"format": FORMAT, "logical_table": self.table,
+               "parts": {label: {"source": p.source, "table": p.table, **p.checkpoint.to_json()}
+                         for label, p in sorted(self.parts.items())}}
+        return doc | ({"group": self.group} if self.group is not None else {})
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], where: str = "") -> LogicalCheckpoint:
@@ -130,7 +137,7 @@ class LogicalCheckpoint:
                 "name for a checkpoint in the lake)")
         return cls(table=doc["logical_table"], parts={
             label: PartPosition(p["source"], p["table"], ConsumerCheckpoint.from_json(p))
-            for label, p in doc["parts"].items()})
+            for label, p in doc["parts"].items()}, group=doc.get("group"))
 
 
 class FileLogicalCheckpointStore(FileStore[LogicalCheckpoint]):
@@ -198,6 +205,7 @@ class LogicalTableClient:
         self.parts = [_Part(i, p, ChangeLog(self.lake, p.source)) for i, p in enumerate(table.parts)]
         self.checkpoints = checkpoints or MemoryLogicalCheckpointStore()
         self.group = GroupMember.parse(group) if isinstance(group, str) else group
+        self.member = f"{self.group.index}/{self.group.size}" if self.group is not None else None  # as recorded
         self.sink = IdempotentSink() if dedupe is True else None if dedupe is False else dedupe
         self.max_retries = max_retries
         unknown = sorted(set(start or {}) - {p.label for p in self.parts})
@@ -298,6 +306,15 @@ class LogicalTableClient:
             raise LogicalCheckpointError(
                 f"the checkpoint is for logical table {saved.table!r}, not {self.table.name!r}",
                 "give each logical table's consumer its own checkpoint file")
+        if saved is not None and saved.group is not None and (
+                self.member is None or not member_within(self.member, saved.group)):
+            raise SubscriptionMismatchError(
+                f"the checkpoint of logical table {self.table.name!r} was kept for group member {saved.group}; this "
+                f"consumer is {'member ' + self.member if self.member else 'not in a group'}, so it owns keys the "
+                f"checkpoint never covered: resuming would silently skip their changes up to it",
+                f"run as member {saved.group} with this checkpoint (or a member within it: one of a group whose "
+                "size it divides, with the same index modulo it); give another member its own checkpoint file "
+                "(or consumer name)")
         vector: dict[str, PartPosition] = {}
         bounds: dict[str, Scn] = {}
         epochs: dict[str, str | None] = {}
@@ -334,8 +351,8 @@ class LogicalTableClient:
             if bound > held.scn:
                 vector[label] = PartPosition(held.source, held.table,
                                              ConsumerCheckpoint(scn=bound, epoch=epochs[label]))
-        if saved is None or vector != saved.parts:
-            self.checkpoints.save(LogicalCheckpoint(self.table.name, dict(vector)))
+        if saved is None or vector != saved.parts or saved.group != self.member:
+            self.checkpoints.save(LogicalCheckpoint(self.table.name, dict(vector), self.member))
         stats.positions = {label: p.scn for label, p in vector.items()}
         return stats
 
@@ -374,7 +391,7 @@ class LogicalTableClient:
         checkpoint = LogicalCheckpoint(self.table.name, {
             p.label: PartPosition(p.config.source, p.config.table,
                                   ConsumerCheckpoint(scn=scns[p.label], epoch=manifests[p.label].epoch))
-            for p in self.parts})
+            for p in self.parts}, self.member)
         self.checkpoints.save(checkpoint)
         return checkpoint
 
@@ -386,7 +403,7 @@ class LogicalTableClient:
         self.dispatcher.close()
 
     def _commit(self, vector: dict[str, PartPosition], scn: Scn) -> None:
-        self.checkpoints.save(LogicalCheckpoint(self.table.name, dict(vector)))  # a copy: stores may keep it
+        self.checkpoints.save(LogicalCheckpoint(self.table.name, dict(vector), self.member))  # a copy: stores keep it
         self.dispatcher.broadcast("on_checkpoint", scn)
 
     def _deliver(self, window: _PartWindow, start: Scn, stats: LogicalRunStats) -> None:
