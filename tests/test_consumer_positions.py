@@ -1,6 +1,6 @@
 """Consumer positions under careless and hostile input: a checkpoint records what it covers (source, log,
 tables, partition filter, group member) and is refused for a subscription it does not cover; a start
-position must be an SCN the log has reached.
+position must be an SCN the log has reached; pull cursors follow the same rules.
 
 SQLite sources, snapshots by the local merge engine: no Spark starts.
 """
@@ -27,11 +27,13 @@ from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
 from dagster_databus.consumer.coverage import Coverage
 from dagster_databus.consumer.filters import PartitionFilter, format_ids, parse_ids
 from dagster_databus.consumer.logical import FileLogicalCheckpointStore, LogicalTableClient
+from dagster_databus.consumer.pull import MetaManager, PullConsumer
 from dagster_databus.core.events import ChangeEvent
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
     CheckpointFormatError,
     ConsumerPositionError,
+    PullError,
     SnapshotMissingError,
     SubscriptionMismatchError,
 )
@@ -403,6 +405,45 @@ def test_a_logical_checkpoint_kept_for_one_group_member_is_refused_for_another(t
     path.write_text(json.dumps(legacy))  # as earlier versions wrote it: covers any member
     run_as("0/2")
     assert json.loads(path.read_text())["group"] == "0/2"
+
+
+# -- pull cursors ---------------------------------------------------------------------------------------------
+
+
+def test_pull_cursors_record_their_log_and_are_refused_where_the_log_does_not_place_them(shop: Shop) -> None:
+    meta = MetaManager(shop.config.lake, "shop")
+    meta.subscribe("billing")
+    consumer = PullConsumer(shop.config.lake, "shop", "billing")
+    batch = consumer.get_without_ack(batch_size=2)
+    consumer.ack(batch.id)
+    manifest = shop.log.manifest()
+    doc, version = meta._load_versioned("billing")
+    assert doc is not None and (doc["epoch"], doc["log_id"]) == (manifest.epoch, manifest.log_id)
+    end = shop.log.committed_scn()
+    for changed, why in (({"cursor": str(end.value + 6)}, "past the end of the log"),
+                         ({"epoch": "another"}, "a position of epoch another"),
+                         ({"log_id": "another"}, "a position of change log another")):
+        doc, version = meta._load_versioned("billing")
+        meta._store("billing", {**doc, **changed}, expected=version)
+        with pytest.raises(PullError, match=why):
+            PullConsumer(shop.config.lake, "shop", "billing").get_without_ack(batch_size=2)
+        meta._store("billing", doc, expected=version + 1)
+    again = PullConsumer(shop.config.lake, "shop", "billing").get_without_ack(batch_size=2)
+    assert again.start == batch.end  # put back: it resumes
+
+
+def test_a_pull_cursor_written_before_logs_were_recorded_resumes_and_records_it(shop: Shop) -> None:
+    meta = MetaManager(shop.config.lake, "shop")
+    meta.subscribe("old", tables=["b"])
+    doc, version = meta._load_versioned("old")
+    assert doc is not None
+    legacy = {k: v for k, v in doc.items() if k not in ("epoch", "log_id")}
+    meta._store("old", legacy, expected=version)
+    consumer = PullConsumer(shop.config.lake, "shop", "old")
+    batch = consumer.get_without_ack(batch_size=1000)
+    assert [(e.table, e.scn.value, e.seq) for e in batch.events] == shop.events(Scn(0), ["b"])
+    consumer.ack(batch.id)
+    assert (meta._load_versioned("old")[0] or {})["log_id"] == shop.log.manifest().log_id
 
 
 # -- what "within" means ------------------------------------------------------------------------------------

@@ -7,6 +7,11 @@ batches without acknowledging them (``get_without_ack``), each with an increasin
 ``ack`` must follow the order batches were handed out; ``rollback`` returns un-acknowledged
 batches for redelivery. Batches hold whole consistency windows. Un-acknowledged batches live
 in memory: after a restart delivery resumes from the cursor (at least once).
+
+A cursor is a position of one change log: its document records the log's epoch and id beside it,
+and a cursor the log no longer places (the source was bootstrapped, the log restored from an older
+copy: before its start, of another epoch or log, past its end) is refused at ``get_without_ack``
+rather than resumed.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dagster_databus.core.identifiers import is_plain_name
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import PullError
 from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.log.manifest import Manifest
 from dagster_databus.storage.documents import VersionedDocuments
 from dagster_databus.storage.lake import Lake, as_lake
 from dagster_databus.storage.objects import LakeObjects
@@ -111,9 +117,9 @@ class MetaManager:
             PartitionFilter.parse(filter)
         doc = self._load(client_id)
         if doc is None:
-            start = ChangeLog(self.lake, self.source).manifest().start_scn
-            doc = {"client_id": client_id, "tables": tables, "filter": filter, "cursor": str(start),
-                   "last_batch_id": 0}
+            manifest = ChangeLog(self.lake, self.source).manifest()
+            doc = {"client_id": client_id, "tables": tables, "filter": filter, "cursor": str(manifest.start_scn),
+                   "last_batch_id": 0, **_log_of(manifest)}
             try:
                 self._store(client_id, doc, expected=0)
             except PullError:  # subscribed by another process meanwhile: theirs stands
@@ -160,6 +166,11 @@ class MetaManager:
         return doc
 
 
+def _log_of(manifest: Manifest) -> dict[str, Any]:
+    """What a cursor document records of the log its cursor is a position of."""
+    return {"epoch": manifest.epoch, "log_id": manifest.log_id or None}
+
+
 class PullConsumer:
     def __init__(self, lake: Lake | str | Path, source: str, client_id: str,
                  objects: LakeObjects | None = None) -> None:
@@ -189,9 +200,8 @@ class PullConsumer:
         ``timeout_s`` for some to arrive; then whatever there is."""
         deadline = time.monotonic() + timeout_s
         start = self._position()
-        if start < self.log.manifest().start_scn:
-            raise PullError(f"client {self.client_id!r} is at SCN {start}, but the log now starts after "
-                            f"{self.log.manifest().start_scn}", "bootstrap the client from the snapshots")
+        manifest = self.log.manifest()
+        self._check(start, manifest)
         while True:
             events: list[ChangeEvent] = []
             end = start
@@ -207,10 +217,33 @@ class PullConsumer:
             return Batch(id=-1, start=start, end=start)
         batch = Batch(id=self.next_batch_id, start=start, end=end, events=tuple(events))
         # Persist the id before handing the batch out, so ids keep increasing across restarts.
-        self._save(last_batch_id=batch.id)
+        self._save(last_batch_id=batch.id, **_log_of(manifest))
         self.next_batch_id += 1
         self.outstanding.append(batch)
         return batch
+
+    def _check(self, start: Scn, manifest: Manifest) -> None:
+        """Refuse a position ``start`` the log no longer places: delivering from it would skip changes."""
+        if start < manifest.start_scn:
+            raise PullError(f"client {self.client_id!r} is at SCN {start}, but the log now starts after "
+                            f"{manifest.start_scn}", "bootstrap the client from the snapshots")
+        held = self.doc or {}
+        epoch, log_id = held.get("epoch"), held.get("log_id")
+        # A failover switches epochs but keeps the log; a restarted log begins where the source was, so a
+        # position of the log before it is the same place only at that start.
+        foreign = epoch is not None and manifest.epoch is not None and not manifest.knows_epoch(epoch)
+        other_log = log_id is not None and bool(manifest.log_id) and log_id != manifest.log_id \
+            and start != manifest.start_scn
+        if foreign or other_log or start > manifest.last_scn:
+            why = (f"a position of epoch {epoch}, but the log is of epoch {manifest.epoch} now" if foreign else
+                   f"a position of change log {log_id}, but the log was restarted since (now {manifest.log_id})"
+                   if other_log else f"past the end of the log (its last committed SCN is {manifest.last_scn})")
+            raise PullError(
+                f"client {self.client_id!r} of source {self.log.source!r} has its cursor at SCN {start}, {why}: "
+                "the log does not place it, and delivering from it would skip changes",
+                "rebuild the client's data from the snapshots, then unsubscribe the client and subscribe it again "
+                "(it starts at the oldest change the log holds); check first that this is the lake the client "
+                "was subscribed in")
 
     def ack(self, batch_id: int) -> None:
         """Acknowledge the oldest outstanding batch; acking out of order is refused, as Canal refuses it: the
