@@ -410,6 +410,26 @@ def test_a_logical_checkpoint_kept_for_one_group_member_is_refused_for_another(t
 # -- pull cursors ---------------------------------------------------------------------------------------------
 
 
+def test_pull_subscribing_a_client_again_to_more_is_refused_and_to_less_is_kept(shop: Shop) -> None:
+    meta = MetaManager(shop.config.lake, "shop")
+    meta.subscribe("billing", tables=["a"], filter="mod:4:[0,1]")
+    consumer = PullConsumer(shop.config.lake, "shop", "billing")
+    batch = consumer.get_without_ack(batch_size=2)
+    consumer.ack(batch.id)
+    for tables, spec in ((["a", "b"], "mod:4:[0,1]"), (None, "mod:4:[0,1]"), (["a"], "mod:4:[0-3]"), (["a"], None)):
+        with pytest.raises(SubscriptionMismatchError, match=f"cursor at SCN {batch.end}"):
+            meta.subscribe("billing", tables=tables, filter=spec)
+    assert meta.subscribe("billing", tables=["a"], filter="mod:4:[1,0]").filter == "mod:4:[0,1]"  # the same
+    narrowed = meta.subscribe("billing", tables=["a"], filter="mod:4:[1]")
+    assert narrowed.tables == ("a",) and narrowed.filter == "mod:4:[1]"
+    assert meta.cursor("billing") == batch.end  # the cursor is kept
+    resumed = PullConsumer(shop.config.lake, "shop", "billing").get_without_ack(batch_size=1000)
+    assert resumed.start == batch.end and resumed.events
+    assert all(e.table == "a" and e.key[0] % 4 == 1 for e in resumed.events)
+    with pytest.raises(SubscriptionMismatchError, match="filter mod:4:\\[0,1\\] accepts keys"):
+        meta.subscribe("billing", tables=["a"], filter="mod:4:[0,1]")  # what it was before narrowing: now more
+
+
 def test_pull_cursors_record_their_log_and_are_refused_where_the_log_does_not_place_them(shop: Shop) -> None:
     meta = MetaManager(shop.config.lake, "shop")
     meta.subscribe("billing")

@@ -11,7 +11,10 @@ in memory: after a restart delivery resumes from the cursor (at least once).
 A cursor is a position of one change log: its document records the log's epoch and id beside it,
 and a cursor the log no longer places (the source was bootstrapped, the log restored from an older
 copy: before its start, of another epoch or log, past its end) is refused at ``get_without_ack``
-rather than resumed.
+rather than resumed. Subscribing an existing client again follows ``coverage``'s rule: the same
+subscription, or a narrower one (fewer tables, fewer partitions), keeps the cursor; one that adds a
+table or partitions the cursor never covered is refused (``SubscriptionMismatchError``), since the
+cursor would skip every change of what was added up to it.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dagster_databus.consumer.coverage import Coverage
 from dagster_databus.consumer.filters import PartitionFilter
 from dagster_databus.core.events import ChangeEvent
 from dagster_databus.core.identifiers import is_plain_name
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import PullError
+from dagster_databus.errors import PullError, SubscriptionMismatchError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.manifest import Manifest
 from dagster_databus.storage.documents import VersionedDocuments
@@ -111,11 +115,12 @@ class MetaManager:
         return following
 
     def subscribe(self, client_id: str, tables: list[str] | None = None, filter: str | None = None) -> Subscription:
-        """Add a client, starting at the oldest change the log holds now; an existing client is left
-        as it is (Canal: "no change if it exists")."""
-        if filter is not None:
-            PartitionFilter.parse(filter)
-        doc = self._load(client_id)
+        """Add a client, starting at the oldest change the log holds now. An existing client subscribed to
+        the same keeps its cursor (Canal: "no change if it exists"), as does one subscribed again to less
+        (fewer tables or partitions: recorded, and its cursor kept); subscribing it to more than its cursor
+        covers is refused with ``SubscriptionMismatchError``."""
+        wanted = Coverage.of(self.source, tables, filter)  # a filter that cannot be parsed is refused here
+        doc, version = self._load_versioned(client_id)
         if doc is None:
             manifest = ChangeLog(self.lake, self.source).manifest()
             doc = {"client_id": client_id, "tables": tables, "filter": filter, "cursor": str(manifest.start_scn),
@@ -124,7 +129,31 @@ class MetaManager:
                 self._store(client_id, doc, expected=0)
             except PullError:  # subscribed by another process meanwhile: theirs stands
                 doc = self._require(client_id)
+                self._resubscribe(client_id, doc, None, wanted)
+        else:
+            doc = self._resubscribe(client_id, doc, version, wanted)
         return Subscription(client_id, tuple(doc["tables"]) if doc["tables"] else None, doc["filter"])
+
+    def _resubscribe(self, client_id: str, doc: dict[str, Any], version: int | None,
+                     wanted: Coverage) -> dict[str, Any]:
+        """The document of ``client_id`` subscribed again to ``wanted``: as it is, or narrowed (written as the
+        version after ``version``); refused when ``wanted`` asks for more than its cursor covers."""
+        held = Coverage.of(self.source, doc["tables"], doc["filter"])
+        if gaps := held.gaps(wanted):
+            raise SubscriptionMismatchError(
+                f"client {client_id!r} of source {self.source!r} is subscribed to {held.describe()}, with its "
+                f"cursor at SCN {doc['cursor']}; subscribing it to {wanted.describe()} asks for more: "
+                f"{'; '.join(gaps)}. Its cursor would silently skip what was added: every change of it up to SCN "
+                f"{doc['cursor']}",
+                "subscribe a new client id for the new subscription (it starts at the oldest change the log holds); "
+                "or subscribe with the client's subscription or a narrower one; or unsubscribe the client and "
+                "subscribe it again to start it over", source=self.source, client=client_id)
+        if held.same_as(wanted) or version is None:
+            return doc
+        narrowed = {**doc, "tables": list(wanted.tables) if wanted.tables is not None else None,
+                    "filter": wanted.filter}
+        self._store(client_id, narrowed, expected=version)
+        return narrowed
 
     def unsubscribe(self, client_id: str) -> None:
         for version in [0, *self._versions(client_id)]:
