@@ -1,0 +1,418 @@
+"""Refresh filters (``databus snapshot --where``, the refresh job's ``where``): parsed, checked and rendered.
+
+A filter comes from whoever can reach the CLI or the Dagster UI, and ends up in a query run with the source's
+credentials, so it is never pasted into SQL. It is parsed with sqlglot in the source's dialect (SQLite,
+MySQL/MariaDB, Oracle), every node of the tree is checked against an allow-list, and the condition that runs
+is rendered back from that tree by this module:
+
+- columns of the table being read, quoted by the project's own quoting (never the user's quotes);
+- string literals as bound parameters (never as text, so no escape rules or server mode can change them);
+- numbers, NULL, TRUE/FALSE; comparison, arithmetic, AND/OR/NOT, IN lists of literals, BETWEEN, LIKE
+  [ESCAPE], IS [NOT] NULL and CASE, each operator in parentheses, so the database groups what was checked;
+- calls of an allow-list of cheap scalar functions per dialect (``FUNCTIONS``), with their arities.
+
+Anything else is refused with a ``ConfigError`` on ``snapshot.where`` naming what and why: subqueries, other
+tables, comments, ';', UNION, other functions, parameters and variables, identifiers that are not the table's
+columns, empty filters. docs/operations.md ("Refresh filters") lists the same for users.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Literal
+
+from sqlglot import Token, TokenType, exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.dialects.mysql import MySQL
+from sqlglot.dialects.oracle import Oracle
+from sqlglot.dialects.sqlite import SQLite
+from sqlglot.errors import ParseError, TokenError
+
+from dagster_databus.errors import ConfigError
+from dagster_databus.sources.base import KeyRange, key_clause
+
+FilterDialect = Literal["sqlite", "mysql", "oracle"]
+
+MAX_LENGTH = 20_000  # characters of filter text
+MAX_DEPTH = 64  # nesting of the parsed tree
+MAX_NODES = 5_000  # nodes of the parsed tree (an IN list of a few thousand literals fits)
+
+# Cheap scalar functions a filter may call: name -> (fewest, most) arguments. Date and time functions only
+# with an argument (SQLite's date() alone is today's date: a value of the clock, not of the row).
+FUNCTIONS: dict[str, dict[str, tuple[int, int]]] = {
+    "sqlite": {
+        "lower": (1, 1), "upper": (1, 1), "length": (1, 1), "substr": (2, 3), "substring": (2, 3),
+        "trim": (1, 2), "ltrim": (1, 2), "rtrim": (1, 2), "abs": (1, 1), "round": (1, 2),
+        "coalesce": (2, 16), "ifnull": (2, 2), "nullif": (2, 2), "instr": (2, 2),
+        "date": (1, 8), "time": (1, 8), "datetime": (1, 8), "julianday": (1, 8), "strftime": (2, 9),
+    },
+    "mysql": {
+        "lower": (1, 1), "upper": (1, 1), "length": (1, 1), "char_length": (1, 1), "substr": (2, 3),
+        "substring": (2, 3), "left": (2, 2), "right": (2, 2), "trim": (1, 1), "ltrim": (1, 1), "rtrim": (1, 1),
+        "abs": (1, 1), "round": (1, 2), "mod": (2, 2), "coalesce": (2, 16), "ifnull": (2, 2), "nullif": (2, 2),
+        "date": (1, 1), "year": (1, 1), "month": (1, 1), "day": (1, 1), "dayofmonth": (1, 1), "hour": (1, 1),
+        "to_days": (1, 1), "datediff": (2, 2), "date_format": (2, 2), "str_to_date": (2, 2),
+    },
+    "oracle": {
+        "lower": (1, 1), "upper": (1, 1), "length": (1, 1), "substr": (2, 3), "trim": (1, 1), "ltrim": (1, 2),
+        "rtrim": (1, 2), "abs": (1, 1), "round": (1, 2), "trunc": (1, 2), "mod": (2, 2), "coalesce": (2, 16),
+        "nvl": (2, 2), "nullif": (2, 2), "to_char": (1, 2), "to_date": (1, 2), "to_number": (1, 1),
+        "add_months": (2, 2), "months_between": (2, 2), "last_day": (1, 1),
+    },
+}
+# Functions SQLite calls for an operator a filter may use (its authorizer sees these names too).
+OPERATOR_FUNCTIONS: dict[str, frozenset[str]] = {"sqlite": frozenset({"like"}), "mysql": frozenset(),
+                                                 "oracle": frozenset()}
+
+_MARK = "\x00"  # around a string literal's number in the text being rendered (no rendered part holds it)
+_NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_COMPARISONS: dict[type[exp.Expression], str] = {
+    exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=",
+}
+_ARITHMETIC: dict[type[exp.Expression], str] = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
+# What some refused nodes are, in the words of the refusal.
+_REFUSED: list[tuple[tuple[type[exp.Expression], ...], str]] = [
+    ((exp.Select, exp.Subquery, exp.Exists), "a subquery (SELECT ...): a filter reads only the table's own row"),
+    ((exp.Union, exp.Intersect, exp.Except), "UNION/INTERSECT/EXCEPT: a filter is one condition, not a query"),
+    ((exp.Attach, exp.Detach), "ATTACH/DETACH: a filter reads only the table being refreshed"),
+    ((exp.Pragma,), "PRAGMA: a filter is a condition, not a statement"),
+    ((exp.Command, exp.Insert, exp.Update, exp.Delete, exp.Drop, exp.Create, exp.Alter),
+     "a statement (or a call the parser reads as one): a filter is one condition"),
+    ((exp.PropertyEQ,), "an assignment (:=)"),
+    ((exp.Placeholder, exp.Parameter, exp.SessionParameter),
+     "a parameter or variable: a filter holds its values as literals"),
+    ((exp.HexString, exp.BitString, exp.National, exp.ByteString, exp.Introducer),
+     "a hex, bit or national string literal: write text as a plain 'quoted' literal"),
+    ((exp.Cast, exp.TryCast), "CAST: compare with a literal of the column's kind, or use an allowed function"),
+    ((exp.Collate,), "COLLATE"),
+    ((exp.Tuple,), "a row value (a, b)"),
+    ((exp.Star,), "*"),
+    ((exp.Dot,), "a qualified name or call (schema.function)"),
+    ((exp.Window,), "a window function"),
+    ((exp.Interval,), "INTERVAL"),
+]
+
+
+@dataclass(frozen=True)
+class Filter:
+    """A refresh filter as it runs: ``sql`` rendered from the checked tree, with its string literals as
+    ``params`` (``?`` for SQLite, ``%s`` for MySQL, ``:w0, :w1, ...`` for Oracle, in order)."""
+
+    text: str  # what the user typed
+    dialect: FilterDialect
+    sql: str
+    params: tuple[Any, ...]
+    functions: frozenset[str]  # the functions the filter may call (SQLite's authorizer allows only these)
+
+    @property
+    def binds(self) -> dict[str, Any]:
+        """Oracle's named binds for ``sql``."""
+        return {f"w{i}": value for i, value in enumerate(self.params)}
+
+
+def check_filter(text: str, dialect: FilterDialect, table: str, columns: Mapping[str, str]) -> Filter:
+    """``text`` checked and rendered for ``dialect``; ``columns`` maps each column of ``table`` a filter may name
+    to its quoted SQL (matched case-insensitively). Raises ``ConfigError`` on ``snapshot.where`` naming what
+    is refused, why, and what to write instead."""
+    renderer = _Renderer(text, dialect, table, columns)
+    return Filter(text, dialect, renderer.render(), tuple(renderer.params),
+                  frozenset(FUNCTIONS[dialect]) | OPERATOR_FUNCTIONS[dialect])
+
+
+def filter_for(where: str | None, dialect: FilterDialect, table: str, columns: Mapping[str, str]
+               ) -> Filter | None:
+    """``check_filter`` of a selection's ``where``; None when it has none."""
+    return None if where is None else check_filter(where, dialect, table, columns)
+
+
+def select_clause(cols: str, marks: str, keys: KeyRange, where: Filter | None) -> tuple[str, list[Any]]:
+    """``base.key_clause`` for ``keys`` and a checked filter: "WHERE ... " (or "") and all its parameters in
+    order (the key bounds', then the filter's literals)."""
+    clause, params = key_clause(cols, marks, keys, where.sql if where is not None else None)
+    return clause, [*params, *(where.params if where is not None else ())]
+
+
+def allowed_summary(dialect: FilterDialect) -> str:
+    """The functions ``dialect`` allows, for a refusal's fix."""
+    return ", ".join(sorted(FUNCTIONS[dialect]))
+
+
+@cache
+def _plain(dialect: FilterDialect) -> Dialect:
+    """The dialect with every function call parsed as a plain call (name and arguments, as typed): no call is
+    rewritten into another function's node, so the allow-list sees and renders exactly what was written."""
+    base = {"sqlite": SQLite, "mysql": MySQL, "oracle": Oracle}[dialect]
+
+    class Parser(base.Parser):  # type: ignore[name-defined,misc]
+        FUNCTIONS: dict[str, Any] = {}
+        FUNCTION_PARSERS: dict[str, Any] = {}
+        NO_PAREN_FUNCTIONS: dict[Any, Any] = {}
+
+    plain = type(f"DatabusFilter{base.__name__}", (base,), {"Parser": Parser})
+    return plain()  # type: ignore[no-any-return]
+
+
+class _Renderer:
+    """One filter's check and rendering (``check_filter``)."""
+
+    def __init__(self, text: str, dialect: FilterDialect, table: str, columns: Mapping[str, str]) -> None:
+        self.text, self.dialect, self.table = text, dialect, table
+        lowered: dict[str, list[str]] = {}
+        for name, quoted in columns.items():
+            lowered.setdefault(name.lower(), []).append(quoted)
+        self.columns = lowered
+        self.names = list(columns)
+        self.functions = FUNCTIONS[dialect]
+        self.literals: list[str] = []  # string literals by their mark's number
+        self.params: list[str] = []  # the same in the order their placeholders appear in the rendered text
+
+    # -- refusals ----------------------------------------------------------------------
+
+    def refuse(self, problem: str, fix: str | None = None) -> ConfigError:
+        what = {"sqlite": "SQLite", "mysql": "MySQL/MariaDB", "oracle": "Oracle"}[self.dialect]
+        general = (f"write one condition on the columns of {self.table!r} ({', '.join(self.names)}) with literals, "
+                   "comparisons, arithmetic, AND/OR/NOT, IN (literals), BETWEEN, LIKE, IS [NOT] NULL, CASE and "
+                   f"the functions {what} filters allow ({allowed_summary(self.dialect)}); docs/operations.md, "
+                   "\"Refresh filters\"")
+        return ConfigError("snapshot.where", f"the refresh filter {self.text!r} cannot select rows of "
+                           f"{self.table!r}: it {problem}", f"{fix}; {general}" if fix else general)
+
+    # -- parsing -----------------------------------------------------------------------
+
+    def render(self) -> str:
+        text = self.text
+        if not text.strip():
+            raise self.refuse("is empty: an empty filter would read every row instead of the ones meant",
+                              "give a condition, or leave the filter out to read every row of the key range")
+        if len(text) > MAX_LENGTH:
+            raise self.refuse(f"is {len(text):,} characters long (at most {MAX_LENGTH:,})",
+                              "select the rows with a shorter condition, or with a key range")
+        dialect = _plain(self.dialect)
+        try:
+            tokens = dialect.tokenize(text)
+        except TokenError:
+            raise self.refuse(f"cannot be read as {self.dialect} SQL: {self._open_quote(text)}",
+                              "close every quote") from None
+        self._check_tokens(text, tokens)
+        try:
+            trees = dialect.parser().parse(tokens, text)
+        except ParseError as exc:
+            first = exc.errors[0] if exc.errors else {}
+            where = f" (at column {first['col']})" if "col" in first else ""
+            raise self.refuse(f"is not a condition {self.dialect} SQL parses: "
+                              f"{first.get('description', 'syntax error')}{where}", "correct the syntax") from None
+        except RecursionError:
+            raise self.refuse(f"nests deeper than {MAX_DEPTH} levels", "write a flatter condition") from None
+        if len(trees) != 1 or trees[0] is None:
+            raise self.refuse("is not one condition", "give one condition")
+        tree = trees[0]
+        if not isinstance(tree, exp.Expression):
+            raise self.refuse(f"uses {type(tree).__name__}, which a refresh filter may not hold")
+        nodes = sum(1 for _ in tree.walk())
+        if nodes > MAX_NODES:
+            raise self.refuse(f"has {nodes:,} parts (at most {MAX_NODES:,})", "use a key range for many rows")
+        sql = self._placeholders(self.node(tree, 0))
+        # What the renderer writes holds no comment, no statement separator and no quote but identifiers'.
+        if any(bad in sql for bad in ("--", "/*", "#", ";", "'", _MARK)):
+            raise RuntimeError(f"a refresh filter rendered to {sql!r}, which it must not: a bug in sources.filters")
+        return sql
+
+    def _placeholders(self, marked: str) -> str:
+        """The rendered text with each literal's mark made the dialect's placeholder, and ``params`` in the order
+        of the placeholders (whatever order the renderer met the literals in)."""
+        def place(match: re.Match[str]) -> str:
+            self.params.append(self.literals[int(match.group(1))])
+            return {"sqlite": "?", "mysql": "%s"}.get(self.dialect, f":w{len(self.params) - 1}")
+
+        return re.sub(f"{_MARK}(\\d+){_MARK}", place, marked)
+
+    def _open_quote(self, text: str) -> str:
+        quotes = [q for q in "'\"`" if text.count(q) % 2]
+        return f"it leaves a {quotes[0]} quote open" if quotes else "it holds text that is not SQL"
+
+    def _check_tokens(self, text: str, tokens: Sequence[Token]) -> None:
+        depth = 0
+        for token in tokens:
+            if token.comments:
+                raise self.refuse("holds a comment (--, /* */ or #): a comment can hide part of the condition, "
+                                  "and MySQL runs the text of /*! */", "remove the comment")
+            if token.token_type == TokenType.SEMICOLON:
+                raise self.refuse("holds a ';' (one condition, not statements)", "remove the ';' and what follows")
+            if token.token_type == TokenType.L_PAREN:
+                depth += 1
+            elif token.token_type == TokenType.R_PAREN:
+                depth -= 1
+                if depth < 0:
+                    raise self.refuse("closes a parenthesis it did not open", "balance the parentheses")
+            elif (self.dialect == "mysql" and token.token_type == TokenType.STRING
+                  and text[token.start:token.start + 1] == '"'):
+                raise self.refuse(f"quotes {token.text!r} in double quotes, which MySQL reads as text, or as a "
+                                  "column under ANSI_QUOTES", "write text in single quotes ('new') and columns "
+                                  "plain or in backticks (`status`)")
+        if not tokens:
+            raise self.refuse("is empty", "give a condition")
+        if depth:
+            raise self.refuse("leaves a parenthesis open", "balance the parentheses")
+
+    # -- rendering ---------------------------------------------------------------------
+
+    def node(self, node: exp.Expression, depth: int) -> str:
+        """``node`` rendered, after checking it is allowed with no arguments but the ones rendered."""
+        render = self._renderer(node)
+        if render is None:
+            raise self.refuse(f"uses {self._describe(node)}")
+        allowed, draw = render
+        self._no_extra(node, allowed, depth)
+        return draw(depth + 1)
+
+    def _no_extra(self, node: exp.Expression, allowed: frozenset[str] | set[str], depth: int) -> None:
+        """Refuse ``node`` if it carries arguments its rendering would drop (a checked tree renders whole)."""
+        if depth > MAX_DEPTH:
+            raise self.refuse(f"nests deeper than {MAX_DEPTH} levels", "write a flatter condition")
+        extra = [k for k, v in node.args.items() if k not in allowed and v not in (None, False, [], "")]
+        if extra:
+            raise self.refuse(f"uses {self._describe(node)} with {', '.join(extra)}")
+
+    def _renderer(self, node: exp.Expression) -> tuple[frozenset[str], Callable[[int], str]] | None:
+        n, d = self.node, self.dialect
+        two = frozenset({"this", "expression"})
+        if isinstance(node, exp.Column):
+            return frozenset({"this", "table", "db", "catalog"}), lambda _: self._column(node)
+        if isinstance(node, exp.Literal | exp.RawString):
+            return frozenset({"this", "is_string"}), lambda _: self._literal(node)
+        if isinstance(node, exp.Null):
+            return frozenset(), lambda _: "NULL"
+        if isinstance(node, exp.Boolean) and d != "oracle":
+            return frozenset({"this"}), lambda _: "TRUE" if node.this else "FALSE"
+        if isinstance(node, exp.Paren):
+            return frozenset({"this"}), lambda k: n(node.this, k)  # every operator is in parentheses anyway
+        if isinstance(node, exp.Not):
+            return frozenset({"this"}), lambda k: f"(NOT {n(node.this, k)})"
+        if isinstance(node, exp.Neg):
+            return frozenset({"this"}), lambda k: f"(-{n(node.this, k)})"
+        if isinstance(node, exp.And | exp.Or):
+            word = "AND" if isinstance(node, exp.And) else "OR"
+            return two, lambda k: f"({n(node.this, k)} {word} {n(node.expression, k)})"
+        symbol = _COMPARISONS.get(type(node)) or _ARITHMETIC.get(type(node))
+        if symbol is not None:
+            return two | {"typed", "safe"}, lambda k: f"({n(node.this, k)} {symbol} {n(node.expression, k)})"
+        if isinstance(node, exp.Mod):
+            return two, lambda k: (f"({n(node.this, k)} % {n(node.expression, k)})" if d == "sqlite"
+                                   else f"MOD({n(node.this, k)}, {n(node.expression, k)})")
+        if isinstance(node, exp.IntDiv) and d == "mysql":
+            return two, lambda k: f"({n(node.this, k)} DIV {n(node.expression, k)})"
+        if isinstance(node, exp.DPipe) and d != "mysql":
+            return two | {"safe"}, lambda k: f"({n(node.this, k)} || {n(node.expression, k)})"
+        if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ) and d != "oracle":
+            eq = isinstance(node, exp.NullSafeEQ)
+            if d == "sqlite":
+                return two, lambda k: f"({n(node.this, k)} IS {'' if eq else 'NOT '}{n(node.expression, k)})"
+            return two, lambda k: (f"({n(node.this, k)} <=> {n(node.expression, k)})" if eq
+                                   else f"(NOT ({n(node.this, k)} <=> {n(node.expression, k)}))")
+        if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null | exp.Boolean):
+            return two | {"negate"}, lambda k: (f"({n(node.this, k)} IS {'NOT ' if node.args.get('negate') else ''}"
+                                                f"{n(node.expression, k)})")
+        if isinstance(node, exp.In):
+            return frozenset({"this", "expressions", "query"}), lambda k: self._in(node, k)
+        if isinstance(node, exp.Between):
+            return frozenset({"this", "low", "high"}), lambda k: (
+                f"({n(node.this, k)} BETWEEN {n(node.args['low'], k)} AND {n(node.args['high'], k)})")
+        if isinstance(node, exp.Like):
+            return two | {"negate"}, lambda k: self._like(node, None, k)
+        if isinstance(node, exp.Escape) and isinstance(node.this, exp.Like):
+            return two, lambda k: self._like(node.this, node.expression, k)
+        if isinstance(node, exp.Case):
+            return frozenset({"this", "ifs", "default"}), lambda k: self._case(node, k)
+        if isinstance(node, exp.Anonymous):
+            return frozenset({"this", "expressions"}), lambda k: self._call(node, k)
+        return None
+
+    def _column(self, node: exp.Column) -> str:
+        if not isinstance(node.this, exp.Identifier):
+            raise self.refuse(f"uses {self._describe(node.this)}")
+        name = node.name
+        qualifier = node.args.get("table")
+        if node.args.get("db") is not None or node.args.get("catalog") is not None:
+            raise self.refuse(f"names {node.sql()}, a column qualified by a database or schema: a filter names "
+                              f"columns of {self.table!r} alone",
+                              f"name columns of {self.table!r}: {', '.join(self.names)}")
+        if qualifier is not None and qualifier.name.lower() != self.table.lower():
+            raise self.refuse(f"names {qualifier.name}.{name}, a column of another table: a filter reads only "
+                              f"{self.table!r}", f"name columns of {self.table!r} alone: {', '.join(self.names)}")
+        found = self.columns.get(name.lower(), [])
+        if len(found) != 1:
+            why = "two columns of the table differ only in case" if found else f"no column of {self.table!r} is"
+            raise self.refuse(f"names {name!r}, and {why} called that (a filter may name only the table's columns)",
+                              f"name a column of {self.table!r}: {', '.join(self.names)}")
+        return found[0]
+
+    def _literal(self, node: exp.Literal | exp.RawString) -> str:
+        if isinstance(node, exp.Literal) and not node.is_string:
+            if not _NUMBER.fullmatch(node.this):
+                raise self.refuse(f"uses the number {node.this!r}, which is not a plain decimal number",
+                                  "write numbers in decimal, as 12, 1.5 or 2e3")
+            return str(node.this)
+        self.literals.append(str(node.this))
+        return f"{_MARK}{len(self.literals) - 1}{_MARK}"
+
+    def _like(self, node: exp.Like, escape: exp.Expression | None, depth: int) -> str:
+        self._no_extra(node, {"this", "expression", "negate"}, depth)
+        negate = "NOT " if node.args.get("negate") else ""
+        tail = f" ESCAPE {self.node(escape, depth)}" if escape is not None else ""
+        return f"({self.node(node.this, depth)} {negate}LIKE {self.node(node.expression, depth)}{tail})"
+
+    def _in(self, node: exp.In, depth: int) -> str:
+        if node.args.get("query") is not None:
+            raise self.refuse("uses a subquery (SELECT ...) in IN (...), which may list only literals",
+                              "list literal values: status IN ('new', 'paid')")
+        items = node.expressions
+        if not items:
+            raise self.refuse("lists nothing in IN ()", "list at least one value")
+        for item in items:
+            value = item.this if isinstance(item, exp.Neg) else item
+            if not isinstance(value, exp.Literal | exp.RawString | exp.Null):
+                raise self.refuse(f"lists {self._describe(item)} in IN (...), which may list only literals",
+                                  "list literal values: status IN ('new', 'paid')")
+        listed = ", ".join(self.node(item, depth) for item in items)
+        return f"({self.node(node.this, depth)} IN ({listed}))"
+
+    def _case(self, node: exp.Case, depth: int) -> str:
+        parts = ["CASE"]
+        if node.this is not None:
+            parts.append(self.node(node.this, depth))
+        for branch in node.args.get("ifs") or []:
+            if not isinstance(branch, exp.If) or branch.args.get("false") is not None:
+                raise self.refuse(f"uses {self._describe(branch)} in CASE")
+            parts += ["WHEN", self.node(branch.this, depth), "THEN", self.node(branch.args["true"], depth)]
+        if node.args.get("default") is not None:
+            parts += ["ELSE", self.node(node.args["default"], depth)]
+        return f"({' '.join(parts)} END)"
+
+    def _call(self, node: exp.Anonymous, depth: int) -> str:
+        name = str(node.this).lower()
+        arity = self.functions.get(name)
+        if arity is None or not isinstance(node.this, str):
+            raise self.refuse(f"calls {node.name}(), which is not a function a {self.dialect} filter may call "
+                              "(only cheap scalar functions on the row are allowed)",
+                              f"use one of {allowed_summary(self.dialect)}")
+        args = node.expressions
+        if not arity[0] <= len(args) <= arity[1]:
+            takes = f"{arity[0]}" if arity[0] == arity[1] else f"{arity[0]} to {arity[1]}"
+            raise self.refuse(f"calls {name}() with {len(args)} argument(s); it takes {takes} here",
+                              f"call {name}() with {takes} argument(s)")
+        return f"{name.upper()}({', '.join(self.node(a, depth) for a in args)})"
+
+    def _describe(self, node: exp.Expression) -> str:
+        for kinds, words in _REFUSED:
+            if isinstance(node, kinds):
+                return words
+        if isinstance(node, exp.Is):
+            return "IS with something other than NULL (write IS NULL, IS NOT NULL, or =)"
+        if isinstance(node, exp.Boolean):
+            return "TRUE/FALSE, which Oracle SQL has no literal for (write a comparison)"
+        sql = node.sql()
+        shown = sql if len(sql) <= 40 else sql[:37] + "..."
+        return f"{type(node).__name__} ({shown}), which a refresh filter may not hold"
