@@ -7,6 +7,10 @@ pages: the range's rows are the table at that position (``RangeRead`` says why t
 MySQL proper reports no such position: each range pins one with a watermark written to the signal
 table (``snapshot_position``), or, with ``bootstrap_reads: lock``, the table is one range whose position
 is pinned under a brief global read lock.
+
+A refresh filter (``RowSelection.where``) runs as ``sources.filters`` rendered it from its parsed tree, its
+text literals bound as parameters (so neither backslash escapes nor the server's sql_mode can change them),
+never as typed.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from dagster_databus.sources.base import (
     row_key,
     split_keys,
 )
+from dagster_databus.sources.filters import Filter, filter_for, select_clause
 from dagster_databus.sources.mysql.binlog import MysqlBinlog
 from dagster_databus.sources.mysql.connect import Connection
 from dagster_databus.sources.mysql.types import bootstrap_value, select_expression
@@ -38,31 +43,36 @@ from dagster_databus.sources.mysql.verify import SIGNAL_TABLE
 from dagster_databus.sources.mysql.versions import binlog_end
 
 
+def mysql_filter(table: str, columns: Sequence[str], where: str | None) -> Filter | None:
+    """A selection's filter checked and rendered for MySQL/MariaDB, naming ``columns`` of ``table`` (None: no
+    filter). Its text holds no ``%`` (modulo renders as MOD()), so pymysql's parameter formatting leaves it be."""
+    return filter_for(where, "mysql", table, {c: f"`{c}`" for c in columns})
+
+
 def key_ranges(cursor: Any, table: str, key: Sequence[str], rows_per_range: int,
-               rows: RowSelection = ALL_ROWS) -> tuple[KeyRange, ...]:
-    """Ranges of about ``rows_per_range`` of the selected rows (``base.split_keys``)."""
+               rows: RowSelection = ALL_ROWS, columns: Sequence[str] = ()) -> tuple[KeyRange, ...]:
+    """Ranges of about ``rows_per_range`` of the selected rows (``base.split_keys``); a filter may name
+    ``columns``."""
     cols = ", ".join(f"`{k}`" for k in key)
     marks = ", ".join(["%s"] * len(key))
+    chosen = mysql_filter(table, columns, rows.where)
 
     def key_at(after: tuple[Any, ...] | None, n: int) -> tuple[Any, ...] | None:
-        where, params = key_clause(cols, marks, KeyRange(after, rows.keys.through), _escaped(rows.where))
+        where, params = select_clause(cols, marks, KeyRange(after, rows.keys.through), chosen)
         cursor.execute(f"SELECT {cols} FROM `{table}` {where}ORDER BY {cols} LIMIT 1 OFFSET %s", (*params, n))
         return cursor.fetchone()
 
     return split_keys(key_at, rows_per_range, rows.keys)
 
 
-def _escaped(predicate: str | None) -> str | None:
-    """A predicate as pymysql's parameter formatting reads it: a literal ``%`` (in LIKE, say) doubled."""
-    return predicate.replace("%", "%%") if predicate is not None else None
-
-
-def check_selection(cursor: Any, table: str, key: Sequence[str], rows: RowSelection) -> None:
-    """Run the selection's query on no rows: the server names an unknown column or a syntax error."""
+def check_selection(cursor: Any, table: str, key: Sequence[str], rows: RowSelection,
+                    columns: Sequence[str] = ()) -> None:
+    """Check the filter (``sources.filters``) and run the selection's query on no rows: the server names what
+    its own check finds."""
     import pymysql
 
-    where, params = key_clause(", ".join(f"`{k}`" for k in key), ", ".join(["%s"] * len(key)), rows.keys,
-                               _escaped(rows.where))
+    where, params = select_clause(", ".join(f"`{k}`" for k in key), ", ".join(["%s"] * len(key)), rows.keys,
+                                  mysql_filter(table, columns, rows.where))
     try:
         cursor.execute(f"SELECT 1 FROM `{table}` {where}LIMIT 0", params)
         cursor.fetchall()
@@ -120,6 +130,7 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
     marks = ", ".join(["%s"] * len(key))
     key_index = [schema.column_names.index(k) for k in key]
     convert = schema.batch(lambda c: bootstrap_value(c, spec["zero_dates"]), f"bootstrap of {table}")
+    chosen = mysql_filter(table, schema.column_names, read.where)  # checked again where it runs
     conn = open_task_connection(spec["connection"])
     try:
         cur = conn.cursor()
@@ -131,7 +142,7 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
         raise
 
     def fetch(keys: KeyRange) -> list[Any]:
-        clause, params = key_clause(kcols, marks, keys, _escaped(read.where))
+        clause, params = select_clause(kcols, marks, keys, chosen)
         cur.execute(f"SELECT {names} FROM `{table}` {clause}ORDER BY {kcols} LIMIT %s", (*params, page))
         return cur.fetchall()
 
@@ -196,8 +207,8 @@ class MysqlBootstrap(MysqlBinlog):
         schema = self.preflight()[table]
         with closing(self.connect()) as conn, conn.cursor() as cur:
             reads = self._bootstrap_reads(cur)
-            ranges = (key_ranges(cur, table, schema.primary_key, rows_per_range, rows) if reads != "lock"
-                      else (rows.keys,))
+            ranges = (key_ranges(cur, table, schema.primary_key, rows_per_range, rows, schema.column_names)
+                      if reads != "lock" else (rows.keys,))
         c = self.config
         spec = {"connection": self.task_connection(), "zero_dates": c.zero_dates, "era": self.era,
                 "page_rows": min(rows_per_range, 10_000), "reads": reads}
@@ -213,7 +224,7 @@ class MysqlBootstrap(MysqlBinlog):
     def check_selection(self, table: str, rows: RowSelection) -> None:
         schema = self.preflight()[table]
         with closing(self.connect()) as conn, conn.cursor() as cur:
-            check_selection(cur, table, schema.primary_key, rows)
+            check_selection(cur, table, schema.primary_key, rows, schema.column_names)
 
     def _consistent_snapshot(self, cur: Any) -> Scn:
         return snapshot_position(cur, self.era, self.name)

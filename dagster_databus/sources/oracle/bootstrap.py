@@ -1,9 +1,12 @@
 """Reading an Oracle table by primary-key ranges, each range on its own connection (a task's), every
-range ``AS OF SCN`` the same SCN: the union of the ranges is exactly the table at that SCN."""
+range ``AS OF SCN`` the same SCN: the union of the ranges is exactly the table at that SCN.
+
+A refresh filter (``RowSelection.where``) runs as ``sources.filters`` rendered it from its parsed tree, with
+its text literals as binds ``:w0, :w1, ...``, never as typed."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -18,16 +21,25 @@ from dagster_databus.sources.base import (
     keyset_pages,
     split_keys,
 )
+from dagster_databus.sources.filters import Filter, filter_for
 from dagster_databus.sources.oracle.sql import after_clause, through_clause
 
 
+def oracle_filter(table: str, columns: Mapping[str, str], where: str | None) -> Filter | None:
+    """A selection's filter checked and rendered for Oracle (None: no filter); ``table`` as named or quoted,
+    ``columns`` maps the snapshot's column names to their quoted dictionary names."""
+    return filter_for(where, "oracle", table.strip('"'), columns)
+
+
 def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_range: int,
-               rows: RowSelection = ALL_ROWS) -> tuple[KeyRange, ...]:
-    """Ranges of about ``rows_per_range`` of the selected rows of the table as of ``scn`` (``base.split_keys``)."""
+               rows: RowSelection = ALL_ROWS, columns: Mapping[str, str] | None = None) -> tuple[KeyRange, ...]:
+    """Ranges of about ``rows_per_range`` of the selected rows of the table as of ``scn`` (``base.split_keys``);
+    a filter may name ``columns`` (``oracle_filter``)."""
     order = ", ".join(keys)
+    chosen = oracle_filter(table, columns or {}, rows.where)
 
     def key_at(after: tuple[Any, ...] | None, n: int) -> tuple[Any, ...] | None:
-        where, binds = selection_clause(keys, KeyRange(after, rows.keys.through), rows.where)
+        where, binds = selection_clause(keys, KeyRange(after, rows.keys.through), chosen)
         cursor.execute(f"SELECT {order} FROM {table} AS OF SCN :scn{where} ORDER BY {order} "
                        "OFFSET :n ROWS FETCH NEXT 1 ROWS ONLY", scn=scn, n=n, **binds)
         return cursor.fetchone()
@@ -35,9 +47,9 @@ def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_
     return split_keys(key_at, rows_per_range, rows.keys)
 
 
-def selection_clause(keys: Sequence[str], where: KeyRange, predicate: str | None) -> tuple[str, dict[str, Any]]:
-    """" WHERE ..." (or "") selecting the key range and ``predicate``, with its binds (Oracle has no row-value
-    comparison: ``oracle.sql.after_clause``)."""
+def selection_clause(keys: Sequence[str], where: KeyRange, predicate: Filter | None) -> tuple[str, dict[str, Any]]:
+    """" WHERE ..." (or "") selecting the key range and the checked filter ``predicate``, with all binds (Oracle
+    has no row-value comparison: ``oracle.sql.after_clause``)."""
     clauses: list[str] = []
     binds: dict[str, Any] = {}
     if where.after is not None:
@@ -47,15 +59,18 @@ def selection_clause(keys: Sequence[str], where: KeyRange, predicate: str | None
         clauses.append(through_clause(keys, "t"))
         binds |= {f"t{i}": v for i, v in enumerate(where.through)}
     if predicate is not None:
-        clauses.append(f"({predicate})")
+        clauses.append(f"({predicate.sql})")
+        binds |= predicate.binds
     return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), binds
 
 
-def check_selection(cursor: Any, table: str, keys: Sequence[str], rows: RowSelection) -> None:
-    """Run the selection's query on no rows: the database names an unknown column or a syntax error."""
+def check_selection(cursor: Any, table: str, keys: Sequence[str], rows: RowSelection,
+                    columns: Mapping[str, str] | None = None) -> None:
+    """Check the filter (``sources.filters``) and run the selection's query on no rows: the database names what
+    its own check finds."""
     import oracledb
 
-    where, binds = selection_clause(keys, rows.keys, rows.where)
+    where, binds = selection_clause(keys, rows.keys, oracle_filter(table, columns or {}, rows.where))
     try:
         cursor.execute(f"SELECT 1 FROM {table}{where} FETCH FIRST 0 ROWS ONLY", **binds)
         cursor.fetchall()
@@ -81,14 +96,16 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
     exact = [select_expression(quoted, declared, quoted) for quoted, declared in spec["columns"]]
     select, table, page, scn = ", ".join([*exact, *keys]), spec["table"], int(spec["page_rows"]), read.scn.value
     convert = schema.batch(oracle_value, f"bootstrap of {schema.table} as of SCN {scn}")
+    quoted = dict(zip(schema.column_names, (q for q, _ in spec["columns"]), strict=True))
+    chosen = oracle_filter(schema.table, quoted, read.where)  # checked again where it runs
     conn = oracledb.connect(**spec["connection"])
     conn.outputtypehandler = output_type_handler
-    batches = pages_as_of(conn, table, select, keys, scn, page, where, read.where, len(schema.columns), convert)
+    batches = pages_as_of(conn, table, select, keys, scn, page, where, chosen, len(schema.columns), convert)
     return TableSnapshot(scn=read.scn, schema=schema, batches=batches)
 
 
 def pages_as_of(conn: Any, table: str, select: str, keys: Sequence[str], scn: int, page: int, start: KeyRange,
-                predicate: str | None, width: int, convert: Callable[[list[Any]], pa.RecordBatch]
+                predicate: Filter | None, width: int, convert: Callable[[list[Any]], pa.RecordBatch]
                 ) -> Iterator[pa.RecordBatch]:
     """The rows of ``table`` (quoted) as of SCN ``scn`` in key range ``start`` (and ``predicate``), ``page``
     rows per query in key order, converted. ``select`` lists ``width`` exact-value expressions and then the

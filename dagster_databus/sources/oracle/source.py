@@ -438,7 +438,7 @@ class OracleSource:
         keys = [quote(mapping[k]) for k in schema.primary_key]
         with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
             scn = self._current_scn(cur)
-            ranges = key_ranges(cur, actual, keys, scn.value, rows_per_range, rows)
+            ranges = key_ranges(cur, actual, keys, scn.value, rows_per_range, rows, self._quoted_columns(table))
         c = self.config
         spec = {"connection": {"user": c.user, "password": c.resolved_password(), "dsn": c.dsn},
                 "table": actual, "key": keys, "page_rows": min(rows_per_range, 10_000),
@@ -461,7 +461,11 @@ class OracleSource:
         schema = self.preflight()[table]
         keys = [quote(self._columns[table][k]) for k in schema.primary_key]
         with closing(self._connect()) as conn, closing(conn.cursor()) as cur:
-            check_selection(cur, quote(self._actual[table]), keys, rows)
+            check_selection(cur, quote(self._actual[table]), keys, rows, self._quoted_columns(table))
+
+    def _quoted_columns(self, table: str) -> dict[str, str]:
+        """The snapshot's column names of ``table`` and their quoted dictionary names (what a filter may name)."""
+        return {name: quote(actual) for name, actual in self._columns[table].items()}
 
     def fingerprint(self, table: str, progress: Progress = quiet) -> SourceFingerprint:
         return streamed_fingerprint(self.snapshot(table), progress)

@@ -4,12 +4,17 @@ Each range reads the txlog's high-water mark and its rows in one read transactio
 the table exactly at that SCN (``RangeRead`` says why the union of ranges read at different SCNs is
 exact). The tasks open the database file by its path: it must be readable there from every Spark
 executor, which holds for local Spark and for a cluster on the database's machine.
+
+A refresh filter (``RowSelection.where``) runs as ``sources.filters`` rendered it, never as typed, and on a
+connection whose authorizer (``reading_only``) lets its statements read the table being read and call the
+filter's allowed functions, nothing else: no other table, no ATTACH, no PRAGMA, no other function.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -24,33 +29,81 @@ from dagster_databus.sources.base import (
     RangeRead,
     RowSelection,
     TableSnapshot,
-    key_clause,
     keyset_pages,
     row_key,
     split_keys,
 )
+from dagster_databus.sources.filters import Filter, filter_for, select_clause
+
+
+def sqlite_filter(table: str, columns: Sequence[str], where: str | None) -> Filter | None:
+    """A selection's filter checked and rendered for SQLite, naming ``columns`` of ``table`` (None: no filter)."""
+    return filter_for(where, "sqlite", table, {c: quote_sqlite(c) for c in columns})
+
+
+# Functions the product's own select list may call around a column (typeof, to read text carried as bytes):
+# each looks at its argument alone.
+_READ_FUNCTIONS = frozenset({"typeof"})
+
+
+@contextmanager
+def reading_only(conn: sqlite3.Connection, table: str, where: Filter | None) -> Iterator[None]:
+    """While a filtered read runs on ``conn``, statements prepared on it may read ``table`` of the main database
+    and call the filter's functions, and do nothing else (SQLite's authorizer): a second fence behind the
+    filter's own check. Without a filter, nothing changes."""
+    if where is None:
+        yield
+        return
+    conn.set_authorizer(_only(table, where.functions | _READ_FUNCTIONS))
+    try:
+        yield
+    finally:
+        conn.set_authorizer(None)
+
+
+def _only(table: str, functions: frozenset[str]) -> Callable[[int, str | None, str | None, str | None,
+                                                                str | None], int]:
+    """The authorizer of ``reading_only``: SELECT, reads of ``table``'s columns, calls of ``functions``."""
+    def authorize(action: int, arg1: str | None, arg2: str | None, database: str | None, _: str | None) -> int:
+        if action == sqlite3.SQLITE_SELECT:
+            return sqlite3.SQLITE_OK
+        # SQLite names no database for a read it makes of the table's own index for IN (...).
+        if action == sqlite3.SQLITE_READ and database in ("main", None) and (arg1 or "").lower() == table.lower():
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in functions:
+            return sqlite3.SQLITE_OK
+        return sqlite3.SQLITE_DENY  # another table, ATTACH, PRAGMA, another function, any write
+
+    return authorize
 
 
 def key_ranges(conn: sqlite3.Connection, table: str, key: Sequence[str], rows_per_range: int,
-               rows: RowSelection = ALL_ROWS) -> tuple[KeyRange, ...]:
-    """Ranges of about ``rows_per_range`` of the selected rows (``base.split_keys``)."""
+               rows: RowSelection = ALL_ROWS, columns: Sequence[str] = ()) -> tuple[KeyRange, ...]:
+    """Ranges of about ``rows_per_range`` of the selected rows (``base.split_keys``); a filter may name
+    ``columns``."""
     cols = ", ".join(quote_sqlite(k) for k in key)
     marks = ", ".join("?" * len(key))
+    where = sqlite_filter(table, columns, rows.where)
 
     def key_at(after: tuple[Any, ...] | None, n: int) -> tuple[Any, ...] | None:
-        where, params = key_clause(cols, marks, KeyRange(after, rows.keys.through), rows.where)
-        return conn.execute(f"SELECT {cols} FROM {quote_sqlite(table)} {where}ORDER BY {cols} LIMIT 1 OFFSET ?",
+        clause, params = select_clause(cols, marks, KeyRange(after, rows.keys.through), where)
+        return conn.execute(f"SELECT {cols} FROM {quote_sqlite(table)} {clause}ORDER BY {cols} LIMIT 1 OFFSET ?",
                             (*params, n)).fetchone()
 
-    return split_keys(key_at, rows_per_range, rows.keys)
+    with reading_only(conn, table, where):
+        return split_keys(key_at, rows_per_range, rows.keys)
 
 
-def check_selection(conn: sqlite3.Connection, table: str, key: Sequence[str], rows: RowSelection) -> None:
-    """Prepare the selection's query (no row is read): SQLite names an unknown column or a syntax error."""
-    where, params = key_clause(", ".join(quote_sqlite(k) for k in key), ", ".join("?" * len(key)), rows.keys,
-                               rows.where)
+def check_selection(conn: sqlite3.Connection, table: str, key: Sequence[str], rows: RowSelection,
+                    columns: Sequence[str] = ()) -> None:
+    """Check the filter (``sources.filters``) and prepare the selection's query (no row is read): SQLite names
+    what its own check finds."""
+    where = sqlite_filter(table, columns, rows.where)
+    clause, params = select_clause(", ".join(quote_sqlite(k) for k in key), ", ".join("?" * len(key)), rows.keys,
+                                   where)
     try:
-        conn.execute(f"SELECT 1 FROM {quote_sqlite(table)} {where}LIMIT 0", params).fetchall()
+        with reading_only(conn, table, where):
+            conn.execute(f"SELECT 1 FROM {quote_sqlite(table)} {clause}LIMIT 0", params).fetchall()
     except sqlite3.Error as exc:
         raise ConfigError("snapshot.where", f"SQLite cannot select {rows.describe()} of {table!r}: {exc}",
                           "write the condition in SQLite's SQL, naming the table's columns") from None
@@ -77,16 +130,22 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
     marks = ", ".join("?" * len(key))
     key_index = [schema.column_names.index(k) for k in key]
     convert = schema.batch(sqlite_value, f"bootstrap of {schema.table}")
+    try:
+        chosen = sqlite_filter(schema.table, schema.column_names, read.where)
+    except BaseException:
+        conn.close()
+        raise
 
     def page(keys: KeyRange) -> list[Any]:
-        clause, params = key_clause(cols, marks, keys, read.where)
+        clause, params = select_clause(cols, marks, keys, chosen)
         return conn.execute(f"SELECT {columns} FROM {quote_sqlite(schema.table)} {clause}ORDER BY {cols} LIMIT ?",
                             (*params, page_rows)).fetchall()
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
-            for rows in keyset_pages(page, where, row_key(key_index), page_rows):
-                yield convert(rows)
+            with reading_only(conn, schema.table, chosen):
+                for rows in keyset_pages(page, where, row_key(key_index), page_rows):
+                    yield convert(rows)
         finally:
             conn.close()
 

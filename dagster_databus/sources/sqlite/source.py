@@ -533,14 +533,15 @@ class SqliteSource:
         """Key ranges each read in its own read transaction with the txlog high-water mark it sees."""
         schema = self.schemas()[table]
         with closing(self._connect()) as conn:
-            ranges = key_ranges(conn, table, schema.primary_key, rows_per_range, rows)
+            ranges = key_ranges(conn, table, schema.primary_key, rows_per_range, rows, schema.column_names)
         spec = {"path": str(Path(self.config.path).resolve()), "busy_timeout_s": self.config.busy_timeout_ms / 1000,
                 "page_rows": min(rows_per_range, 10_000)}
         return RangeRead("sqlite", self.name, schema, spec, ranges, scn=None, where=rows.where)
 
     def check_selection(self, table: str, rows: RowSelection) -> None:
         with closing(self._connect()) as conn:
-            check_selection(conn, table, self.schemas()[table].primary_key, rows)
+            schema = self.schemas()[table]
+            check_selection(conn, table, schema.primary_key, rows, schema.column_names)
 
     def snapshot(self, table: str, batch_rows: int = 50_000) -> TableSnapshot:
         schema = self.schemas()[table]
