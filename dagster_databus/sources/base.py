@@ -179,65 +179,80 @@ class RowSelection:
 
 ALL_ROWS = RowSelection()
 
-_INTEGERS = {"byte", "short", "integer", "long"}
+_INTEGER_BITS = {"byte": 8, "short": 16, "integer": 32, "long": 64}
+_NUMERIC = {*_INTEGER_BITS, "decimal"}  # kinds whose order this process knows as the database does
 
 
 def selection_for(schema: TableSchema, after: Sequence[Any] | None, through: Sequence[Any] | None,
                   where: str | None) -> RowSelection:
     """A ``RowSelection`` from what a user typed (CLI, Dagster run config): key values in key order, one per
-    key column, made the key columns' types (integers, decimals; anything else as text, which every
-    database compares with its dates and strings); ``where`` checked to be one predicate."""
+    key column, made the key columns' types (integers and decimals checked to fit the column's type; anything
+    else as text, which every database compares with its dates and strings), and not an empty range; ``where``
+    kept as typed, refused when empty. The filter itself is checked in the source's dialect by the source
+    (``check_selection``, and again wherever it is read: ``sources.filters``), never pasted into SQL."""
     def key(values: Sequence[Any] | None, what: str) -> tuple[Any, ...] | None:
         if values is None:
             return None
         if len(values) != len(schema.primary_key):
             raise ConfigError(f"snapshot.{what}", f"{len(values)} value(s) for table {schema.table!r}, whose key is "
                               f"({', '.join(schema.primary_key)})", "give one value per key column, in key order")
-        out = []
-        for name, value in zip(schema.primary_key, values, strict=True):
-            kind = schema.column(name).type.kind
-            try:
-                out.append(int(value) if kind in _INTEGERS else decimal.Decimal(str(value)) if kind == "decimal"
-                           else str(value))
-            except (ValueError, decimal.InvalidOperation):
-                raise ConfigError(f"snapshot.{what}", f"{value!r} is not a value of key column {name!r} ({kind})",
-                                  f"give {name} as a {kind}") from None
-        return tuple(out)
+        return tuple(_key_value(schema, name, value, what)
+                     for name, value in zip(schema.primary_key, values, strict=True))
 
-    rows = RowSelection(KeyRange(key(after, "after"), key(through, "through")), (where or "").strip() or None)
-    if rows.where is not None:
-        problem = _predicate_problem(rows.where)
-        if problem:
-            raise ConfigError("snapshot.where", f"{rows.where!r} {problem}",
-                              "give one boolean condition on the table's columns, as a WHERE clause would hold it")
-    return rows
+    keys = KeyRange(key(after, "after"), key(through, "through"))
+    _require_nonempty(schema, keys)
+    if where is not None and not where.strip():
+        raise ConfigError("snapshot.where", f"the refresh filter {where!r} is empty: it would read every row of "
+                          f"{schema.table!r} in the key range instead of the ones meant",
+                          "give a condition on the table's columns, such as status = 'new'; or leave the filter out "
+                          "(no --where, no where in the run config) to read every row of the key range")
+    return RowSelection(keys, where)
 
 
-def _predicate_problem(text: str) -> str | None:
-    """Why ``text`` is not a single predicate to put in parentheses after WHERE, or None."""
-    depth, quote = 0, ""
-    for i, ch in enumerate(text):
-        if quote:
-            if ch == quote:
-                quote = ""
+def _key_value(schema: TableSchema, name: str, value: Any, what: str) -> Any:
+    """A key bound typed as its column: an int in the column's integer range, a finite decimal with no more
+    digits before the point than the column holds, or text."""
+    column = schema.column(name).type
+    kind, bound = column.kind, f"--{what} (key_{what})"
+    try:
+        if kind in _INTEGER_BITS:
+            number = value if isinstance(value, int) and not isinstance(value, bool) else int(str(value).strip())
+            low, high = -(2 ** (_INTEGER_BITS[kind] - 1)), 2 ** (_INTEGER_BITS[kind] - 1) - 1
+            if not low <= number <= high:
+                raise ConfigError(f"snapshot.{what}", f"{bound} {value} is beyond the range of key column {name!r} "
+                                  f"({kind}: {low} to {high}), so it cannot be compared with its keys",
+                                  f"give {name} a value from {low} to {high}; leave {bound} out to leave the range "
+                                  f"open at that end")
+            return number
+        if kind == "decimal":
+            exact = decimal.Decimal(str(value).strip())
+            whole = column.precision - column.scale
+            if not exact.is_finite() or (exact and exact.adjusted() >= whole):
+                raise ConfigError(f"snapshot.{what}", f"{bound} {value} is beyond the range of key column {name!r} "
+                                  f"({column}: at most {whole} digit(s) before the point)",
+                                  f"give {name} a finite value with at most {whole} digit(s) before the point; "
+                                  f"leave {bound} out to leave the range open at that end")
+            return exact
+    except (ValueError, decimal.InvalidOperation):
+        raise ConfigError(f"snapshot.{what}", f"{value!r} is not a value of key column {name!r} ({kind})",
+                          f"give {name} as a {kind}") from None
+    return str(value)
+
+
+def _require_nonempty(schema: TableSchema, keys: KeyRange) -> None:
+    """Refuse bounds that leave no key between them: (after, through] with after at or past through, where the
+    order is known here (numeric key columns, or bounds equal up to the first column where they differ)."""
+    if keys.after is None or keys.through is None:
+        return
+    for name, low, high in zip(schema.primary_key, keys.after, keys.through, strict=True):
+        if low == high:
             continue
-        if ch in "'\"`":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth < 0:
-                return "closes a parenthesis it did not open"
-        elif ch == ";":
-            return "holds a ';' (one condition, not statements)"
-        elif text.startswith(("--", "/*", "#"), i):
-            return "holds a comment"
-    if quote:
-        return f"leaves a {quote} quote open"
-    if depth:
-        return "leaves a parenthesis open"
-    return None
+        if schema.column(name).type.kind not in _NUMERIC or low < high:
+            return  # a text key's order is the database's collation: not decided here
+        break
+    raise ConfigError("snapshot.through", f"keys after {list(keys.after)} through {list(keys.through)} of table "
+                      f"{schema.table!r} are an empty range (after is excluded, through included): nothing would "
+                      "be read", "give --through (key_through) a key above --after (key_after), or leave one out")
 
 
 def split_keys(key_at: Callable[[tuple[Any, ...] | None, int], tuple[Any, ...] | None], rows_per_range: int,
