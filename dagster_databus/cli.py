@@ -349,8 +349,9 @@ def _main(argv: list[str] | None) -> int:
     tail.add_argument("--checkpoint", help="checkpoint file (kept across runs, on this machine)")
     tail.add_argument("--consumer", help="keep the checkpoint in the lake under this consumer name (kept across "
                                          "runs on any machine; a second tail of the same name is refused)")
-    tail.add_argument("--from-scn", help="start after this SCN when there is no checkpoint yet (at most the log's "
-                                         "last committed SCN; an earlier one than the log holds bootstraps)")
+    tail.add_argument("--from-scn", help="start after this SCN when there is no checkpoint yet (at most the SCN the "
+                                         "log has reached, databus status's checkpoint; one before the log's start "
+                                         "bootstraps)")
     tail.add_argument("--no-bootstrap", action="store_true", help="never read the snapshots first")
     tail.add_argument("--follow", action="store_true", help="keep printing as the log grows (Ctrl-C stops)")
     tail.add_argument("--interval", type=float, default=1.0, help="seconds between polls with --follow")

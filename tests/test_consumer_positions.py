@@ -274,7 +274,7 @@ def test_tail_from_an_scn_past_the_end_of_the_log_is_refused_and_saves_nothing(
     captured = capsys.readouterr()
     assert captured.out == "" and not checkpoint.exists()
     assert f"start position SCN {end.value + 6} is past the end of the change log of 'shop'" in captured.err
-    assert f"last committed SCN is {end}" in captured.err and f"--from-scn {end} starts with the next" in captured.err
+    assert f"which has reached SCN {end}" in captured.err and f"--from-scn {end} starts with the next" in captured.err
     shop.change()  # the log grows past it later: still nothing was saved, nothing is skipped
     assert shop.tail("--from-scn", str(end), "--checkpoint", str(checkpoint)) == 0
     assert sorted((e["table"], int(e["scn"]), e["seq"]) for e in printed(capsys)) == sorted(shop.events(end))
@@ -290,6 +290,22 @@ def test_a_start_past_the_end_is_refused_in_python_and_at_the_end_is_kept(shop: 
     assert run(shop, store, start=end).events == []
     held = store.load()
     assert held is not None and held.scn == end and held.covers == Coverage("shop")  # recorded even with nothing
+
+
+def test_a_start_the_log_reached_without_events_is_kept(shop: Shop) -> None:
+    # A poll that found nothing for the log moves its checkpoint past its last event (as a MySQL binlog's
+    # position moves with other tables' changes): every change up to there is in the log, so a consumer may
+    # start there, and resume from there.
+    manifest = shop.log.manifest()
+    last = manifest.last_scn
+    shop.log.writer().advance(Scn(last.value + 5), manifest.epoch or "", dict(manifest.state))
+    store = MemoryCheckpointStore()
+    with pytest.raises(ConsumerPositionError, match=f"which has reached SCN {last.value + 5}"):
+        run(shop, store, start=Scn(last.value + 6))
+    assert run(shop, store, start=Scn(last.value + 5)).events == []
+    held = store.load()
+    assert held is not None and held.scn == Scn(last.value + 5)
+    assert run(shop, store).events == [] and store.load() == held  # resumes at it
 
 
 @pytest.mark.parametrize("bad", ["abc", "-5", "", "1.5", "99999999999999999999"])

@@ -275,6 +275,14 @@ def _commit_sink(sink: IdempotentSink | None, stats: DeliveryStats) -> None:
     stats.discarded += sink.discarded - before
 
 
+def log_end(manifest: Manifest) -> Scn:
+    """The last position a change log has reached: its checkpoint, which polls that found nothing for it move
+    past the last event (``last_scn``). Every change up to it is in the log, so a consumer may start or stand
+    anywhere up to it; a position after it is one the log has not reached."""
+    checkpoint = manifest.checkpoint
+    return max(manifest.last_scn, checkpoint.scn) if checkpoint is not None else manifest.last_scn
+
+
 @dataclass(slots=True)
 class RunStats(DeliveryStats):
     checkpoint: Scn | None = None  # the checkpoint saved last
@@ -431,26 +439,28 @@ class DatabusClient:
 
     def _start_at(self, start: Scn, manifest: Manifest) -> ConsumerCheckpoint:
         """The checkpoint a client without one starts from at ``start``; refused past the log's end."""
-        if start > manifest.last_scn:
+        end = log_end(manifest)
+        if start > end:
             raise ConsumerPositionError(
-                f"start position SCN {start} is past the end of the change log of {self.source!r}, whose last "
-                f"committed SCN is {manifest.last_scn}: the changes after {manifest.last_scn} up to {start} "
-                "would never be delivered once they are captured",
-                f"start at or before SCN {manifest.last_scn} (--from-scn {manifest.last_scn} starts with the next "
-                "change), or leave the start out to bootstrap from the snapshots", source=self.source)
+                f"start position SCN {start} is past the end of the change log of {self.source!r}, which has "
+                f"reached SCN {end}: the changes after {end} up to {start} would never be delivered once they "
+                "are captured",
+                f"start at or before SCN {end} (--from-scn {end} starts with the next change; databus status shows "
+                "where the log is), or leave the start out to bootstrap from the snapshots", source=self.source)
         return self._checkpoint(start, manifest, {})
 
     def _check_resume(self, checkpoint: ConsumerCheckpoint, manifest: Manifest) -> None:
         """Refuse to resume ``checkpoint`` (the log continues it) where it would skip changes in silence."""
-        if checkpoint.scn > manifest.last_scn:
+        end = log_end(manifest)
+        if checkpoint.scn > end:
             nothing = "" if self.log.exists() else f" (there is no change log of {self.source!r} in this lake)"
             raise ConsumerPositionError(
                 f"consumer checkpoint {checkpoint.scn} ({self._where()}) is past the end of the change log of "
-                f"{self.source!r}, whose last committed SCN is {manifest.last_scn}{nothing}: resuming would skip "
-                f"every change up to {checkpoint.scn} once they are captured",
+                f"{self.source!r}, which has reached SCN {end}{nothing}: resuming would skip every change up to "
+                f"{checkpoint.scn} once they are captured",
                 "check that this is the lake and source the checkpoint was made with; a checkpoint started past the "
-                f"end (--from-scn): delete it and start at or before SCN {manifest.last_scn}; a log restored from "
-                "an older copy: start the consumer afresh with a new checkpoint (it bootstraps from the snapshots)",
+                f"end (--from-scn): delete it and start at or before SCN {end}; a log restored from an older copy: "
+                "start the consumer afresh with a new checkpoint (it bootstraps from the snapshots)",
                 source=self.source)
         if checkpoint.covers is not None and (gaps := checkpoint.covers.gaps(self.coverage)):
             raise self._mismatch(checkpoint, gaps)

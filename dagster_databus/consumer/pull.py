@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dagster_databus.consumer.client import log_end
 from dagster_databus.consumer.coverage import Coverage
 from dagster_databus.consumer.filters import PartitionFilter
 from dagster_databus.core.events import ChangeEvent
@@ -263,10 +264,11 @@ class PullConsumer:
         foreign = epoch is not None and manifest.epoch is not None and not manifest.knows_epoch(epoch)
         other_log = log_id is not None and bool(manifest.log_id) and log_id != manifest.log_id \
             and start != manifest.start_scn
-        if foreign or other_log or start > manifest.last_scn:
+        end = log_end(manifest)
+        if foreign or other_log or start > end:
             why = (f"a position of epoch {epoch}, but the log is of epoch {manifest.epoch} now" if foreign else
                    f"a position of change log {log_id}, but the log was restarted since (now {manifest.log_id})"
-                   if other_log else f"past the end of the log (its last committed SCN is {manifest.last_scn})")
+                   if other_log else f"past the end of the log (it has reached SCN {end})")
             raise PullError(
                 f"client {self.client_id!r} of source {self.log.source!r} has its cursor at SCN {start}, {why}: "
                 "the log does not place it, and delivering from it would skip changes",
