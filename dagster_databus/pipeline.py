@@ -111,7 +111,8 @@ def validate(config: DatabusConfig) -> Validation:
                                 "credentials that may write the bucket (storage_options)")
     for source in config.sources:
         found = problems[source.name] = []
-        found += lake_damage(config, source.name, [t.name for t in source.tables])
+        if lake is None:  # a lake that cannot be read holds nothing to check
+            found += lake_damage(config, source.name, [t.name for t in source.tables])
         try:
             src = open_source(source, config.lake)
             tables = src.preflight()  # tables exist, keys are the primary keys, every column type is mapped
