@@ -412,3 +412,41 @@ def test_a_literal_with_quotes_and_backslashes_is_bound_not_pasted(shop: Shop) -
     result = shop.refresh(where)
     assert result.refreshed is not None and result.refreshed.rows_read == 1
     assert shop.held()[4]["balance"] == 0
+
+
+# -- the renderer alone (no database) ---------------------------------------------------------------------
+
+def test_literals_are_bound_in_the_order_their_placeholders_appear() -> None:
+    """The renderer meets ESCAPE's literal, IN's and CASE's in its own order; the parameters follow the text."""
+    columns = {"note": '"note"', "status": '"status"'}
+    where = check_filter("coalesce(note, 'a') IN ('b', 'c') AND status NOT LIKE 'd!%' ESCAPE '!' AND "
+                         "CASE status WHEN 'e' THEN 'f' ELSE 'g' END = 'h'", "sqlite", TABLE, columns)
+    assert where.sql == ('(((COALESCE("note", ?) IN (?, ?)) AND ("status" NOT LIKE ? ESCAPE ?)) AND '
+                         '((CASE "status" WHEN ? THEN ? ELSE ? END) = ?))')
+    assert where.params == ("a", "b", "c", "d!%", "!", "e", "f", "g", "h")
+
+
+def test_oracle_filters_are_rendered_with_binds_and_refused_alike() -> None:
+    """No Oracle server here: what the Oracle source would run, and what it refuses, from the renderer."""
+    from dagster_databus.sources.oracle.bootstrap import selection_clause
+
+    columns = {"id": '"ID"', "status": '"STATUS"', "placed_at": '"PLACED_AT"'}
+    where = check_filter("status = 'new' AND TO_CHAR(placed_at, 'YYYY') = '2024'", "oracle", TABLE, columns)
+    assert where.sql == '(("STATUS" = :w0) AND (TO_CHAR("PLACED_AT", :w1) = :w2))'
+    clause, binds = selection_clause(['"ID"'], KeyRange((1,), (9,)), where)
+    assert clause.endswith(f"AND ({where.sql})") and binds == {"a0": 1, "t0": 9, "w0": "new", "w1": "YYYY",
+                                                               "w2": "2024"}
+    for text, problem in [("SYSDATE > placed_at", "CurrentTimestamp"), ("ROWNUM < 5", "'ROWNUM'"),
+                          ("dbms_pipe.receive_message('a', 10) = 1", "qualified"), ("id = :x", "parameter"),
+                          ("id = TRUE", "TRUE/FALSE"), ("id IN (SELECT id FROM secrets)", "subquery"),
+                          ("id(+) = 1", "join_mark"), ("id = 1 -- x", "comment")]:
+        with pytest.raises(ConfigError, match=re.escape(problem)):
+            check_filter(text, "oracle", TABLE, columns)
+
+
+@pytest.mark.parametrize("text, problem", [("(" * 300 + "id = 1" + ")" * 300, "nests deeper"),
+                                           ("NOT " * 100 + "id = 1", "nests deeper"),
+                                           ("id = 1 OR " * 3000 + "id = 2", "characters long")])
+def test_a_filter_too_deep_or_too_long_is_refused(text: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        check_filter(text, "sqlite", TABLE, {"id": '"id"'})

@@ -67,6 +67,7 @@ FUNCTIONS: dict[str, dict[str, tuple[int, int]]] = {
 OPERATOR_FUNCTIONS: dict[str, frozenset[str]] = {"sqlite": frozenset({"like"}), "mysql": frozenset(),
                                                  "oracle": frozenset()}
 
+_FLATTER = "write a flatter condition: IN (...) for many values of one column"
 _MARK = "\x00"  # around a string literal's number in the text being rendered (no rendered part holds it)
 _NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _COMPARISONS: dict[type[exp.Expression], str] = {
@@ -205,7 +206,7 @@ class _Renderer:
             raise self.refuse(f"is not a condition {self.dialect} SQL parses: "
                               f"{first.get('description', 'syntax error')}{where}", "correct the syntax") from None
         except RecursionError:
-            raise self.refuse(f"nests deeper than {MAX_DEPTH} levels", "write a flatter condition") from None
+            raise self.refuse(f"nests deeper than {MAX_DEPTH} levels", _FLATTER) from None
         if len(trees) != 1 or trees[0] is None:
             raise self.refuse("is not one condition", "give one condition")
         tree = trees[0]
@@ -271,7 +272,7 @@ class _Renderer:
     def _no_extra(self, node: exp.Expression, allowed: frozenset[str] | set[str], depth: int) -> None:
         """Refuse ``node`` if it carries arguments its rendering would drop (a checked tree renders whole)."""
         if depth > MAX_DEPTH:
-            raise self.refuse(f"nests deeper than {MAX_DEPTH} levels", "write a flatter condition")
+            raise self.refuse(f"nests deeper than {MAX_DEPTH} levels", _FLATTER)
         extra = [k for k, v in node.args.items() if k not in allowed and v not in (None, False, [], "")]
         if extra:
             raise self.refuse(f"uses {self._describe(node)} with {', '.join(extra)}")
