@@ -167,7 +167,7 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
         checkpoint = manifest.checkpoint
         try:
             position: Scn | None = open_source(source, config.lake).high_water_mark()
-        except DatabusError:
+        except Exception:  # a report: a source that cannot say where it is (not installed, down) shows "?"
             position = None
         cp = checkpoint.scn if checkpoint else None
         lag = _behind(position, cp)
@@ -177,6 +177,8 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
             applied = DeltaSnapshot(config.lake, source.name, table.name).applied_scn()
             behind = _behind(manifest.last_scn, applied)
             print(f"  {table.name:<26}{'':>12}{applied or '-'!s:>12}{'':>12}{behind:>8}")
+        for problem in pipeline.lake_damage(config, source.name, [t.name for t in source.tables]):
+            print(f"  damaged: {problem}")
         if getattr(source, "standby", None) is not None:
             server = checkpoint.state.get("server", "primary") if checkpoint else "primary"
             switches = "; ".join(f"{e.get('from_server')} -> {e.get('to_server')} by {e.get('method')}"
@@ -365,6 +367,9 @@ def _main(argv: list[str] | None) -> int:
                 "upkeep": _upkeep}
     try:
         return commands[args.command](load_config(args.config), args)
+    except BrokenPipeError:  # the reader stopped reading (`databus status | head`): nothing went wrong here
+        _quiet_stdout()
+        return 0
     except DatabusError as exc:
         print(f"error: {_one_line(exc.problem)}. Fix: {_one_line(exc.fix)}", file=sys.stderr)
         return 2
@@ -373,6 +378,12 @@ def _main(argv: list[str] | None) -> int:
         print(f"error: {exc.strerror or exc}{where}. Fix: check that the path exists and that this user may "
               "read and write it", file=sys.stderr)
         return 2
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush at exit finds no closed pipe either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _one_line(text: str) -> str:
