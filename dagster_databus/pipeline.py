@@ -298,7 +298,7 @@ def row_selection(config: DatabusConfig, source: str, tables: Sequence[str], aft
                   through: Sequence[Any] | None = None, where: str | None = None) -> RowSelection:
     """The rows an on-demand snapshot reads again, from what a user typed: key bounds (one value per key
     column, in key order) and a filter in the source's SQL. Either needs exactly one table."""
-    if after is None and through is None and not (where or "").strip():
+    if after is None and through is None and where is None:  # a blank filter is refused, not widened to every row
         return ALL_ROWS
     if len(tables) != 1:
         raise ConfigError("snapshot.tables", f"a key range or a filter names rows of one table, but {len(tables)} "

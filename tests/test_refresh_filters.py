@@ -214,9 +214,6 @@ def test_a_whitespace_filter_is_refused_with_a_key_range(shop: Shop, capsys: pyt
     assert shop.snap.version() == version
 
 
-@pytest.mark.xfail(strict=True, reason="pipeline.row_selection returns ALL_ROWS for a blank --where without key "
-                                       "bounds (`not (where or '').strip()`), before sources.base.selection_for "
-                                       "can refuse it; it must test `where is None`")
 def test_a_whitespace_filter_alone_is_refused_not_widened_to_every_row(shop: Shop) -> None:
     version = shop.snap.version()
     with pytest.raises(ConfigError, match="is empty"):

@@ -143,7 +143,7 @@ def _tables(config: SyncRunConfig, source: SourceConfig, selected: list[str]) ->
 
 
 def _rows(config: SyncRunConfig, lake_config: DatabusConfig, source: str, tables: list[str]) -> RowSelection:
-    chosen = config.key_after is not None or config.key_through is not None or bool(config.where)
+    chosen = config.key_after is not None or config.key_through is not None or config.where is not None
     if chosen and config.mode != "refresh":
         raise dg.Failure(description=f"run config chooses rows (key_after, key_through, where) but mode is "
                                      f"{config.mode!r}: set mode: refresh to read those rows again")
