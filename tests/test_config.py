@@ -103,7 +103,8 @@ def test_relative_spill_folder_resolves_against_the_config_folder(tmp_path: Path
          "valid integer"),
         (lambda db: minimal(db) + "merge: {memory_mb: 1}\n", "merge.memory_mb", "greater than or equal to 16"),
         (lambda db: "lake: [unclosed", "databus.yaml", "not valid YAML"),
-        (lambda db: minimal(db) + "lake: /\n", "databus.yaml", "key 'lake' is given twice in one mapping (lines 2 and 10)"),
+        (lambda db: minimal(db) + "lake: /\n", "databus.yaml",
+         "key 'lake' is given twice in one mapping (lines 2 and 10)"),
         (lambda db: minimal(db).replace("kind: sqlite", "kind: sqlite\n    kind: mysql"), "databus.yaml",
          "key 'kind' is given twice"),
         (lambda db: minimal(db).replace("lake: ./lake", "lake: s3://bucket/lake\n"
