@@ -202,6 +202,10 @@ class SqliteSourceConfig(_SourceBase):
     path: Path
     prune_txlog: bool = True
     busy_timeout_ms: int = Field(default=30_000, ge=0)
+    # Text that is not valid UTF-8 (SQLite stores whatever bytes it is given): refuse stops capture and bootstrap
+    # naming table, column and key; binary captures the tables' text columns outside the key as binary, every
+    # value by its exact bytes (docs/types.md). A key is always text, and refused when not UTF-8.
+    invalid_utf8: Literal["refuse", "binary"] = "refuse"
 
 
 class StandbyConfig(_Strict):

@@ -205,6 +205,120 @@ def test_the_owner_name_is_recorded_by_install_and_kept(tmp_path: Path) -> None:
     assert harness.query("SELECT value FROM _databus_settings WHERE name = 'owner_source'") == [("shop",)]
 
 
+# -- 4. text that is not UTF-8 -----------------------------------------------------------------------------------
+
+BAD = "CAST(x'61ff62' AS TEXT)"  # 'a', a byte no UTF-8 text holds, 'b'
+
+
+def test_text_that_is_not_utf8_stops_capture_naming_table_column_and_key(tmp_path: Path, lazy_spark: Spark) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)", "INSERT INTO t VALUES (1, 'one')")
+    config = configured(harness, tmp_path)
+    sync(config, lazy_spark)
+    harness.execute([f"INSERT INTO t VALUES (2, {BAD})", "INSERT INTO t VALUES (3, 'three')"])
+    before = ChangeLog(config.lake, "shop").checkpoint()
+    problems = pipeline.validate(config).problems["shop"]
+    assert any("t.v" in p and "(2,)" in p and "UTF-8" in p for p in problems), problems
+    refused = r"(?s)column t\.v .*b'a\\xffb'.*not valid UTF-8.*key \(2,\).*invalid_utf8: binary"
+    for _ in range(2):  # the same refusal each time, never a raw sqlite3 error
+        with pytest.raises(SchemaMismatchError, match=refused):
+            pipeline.capture(config, "shop")
+    assert ChangeLog(config.lake, "shop").checkpoint() == before
+    # The fix as the message gives it: correct the value, then bootstrap.
+    harness.execute(["UPDATE t SET v = 'ab' WHERE k = 2"])
+    pipeline.bootstrap(config, "shop")
+    sync(config, lazy_spark)
+    assert snapshot(config) == live(harness)
+
+
+@pytest.mark.parametrize("policy", ["evolve", "stop"])
+def test_switching_to_binary_carries_the_refused_change_and_reads_the_table_again(tmp_path: Path, lazy_spark: Spark,
+                                                                                   policy: str) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)", "INSERT INTO t VALUES (1, 'one')")
+    config = configured(harness, tmp_path, schema_changes=policy)
+    sync(config, lazy_spark)
+    harness.execute([f"INSERT INTO t VALUES (2, {BAD})"])
+    with pytest.raises(SchemaMismatchError, match="not valid UTF-8"):
+        pipeline.capture(config, "shop")
+    binary = configured(harness, tmp_path, schema_changes=policy, invalid_utf8="binary")
+    if policy == "stop":  # the type of v changes (string to binary): the snapshot stops at the change
+        pipeline.install(binary, "shop")
+        pipeline.capture(binary, "shop")
+        with pytest.raises(SchemaDriftError, match=r"(?s)'t'.*CARRIED AS BINARY"):
+            sync_source(lazy_spark, binary, "shop")
+        return
+    sync(binary, lazy_spark)  # the refused change is carried by its bytes, then the table is read again
+    assert snapshot(binary) == [{"k": 1, "v": b"one"}, {"k": 2, "v": b"a\xffb"}]
+    log = ChangeLog(binary.lake, "shop")
+    assert [e.event.row["v"] for e in log.read() if e.event.row and e.event.row.get("v")] == [b"a\xffb"]
+    assert "CARRIED AS BINARY" in log.ddl.records()[0].statement
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_text_that_is_not_utf8_stops_the_bootstrap_naming_table_column_and_key(tmp_path: Path, lazy_spark: Spark,
+                                                                              engine: str) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k TEXT PRIMARY KEY, v TEXT, n INTEGER, b BLOB)",
+                       "INSERT INTO t VALUES ('a', 'one', 1, x'ff'), ('b', 'two', 2, x'c3')",  # BLOBs: any bytes
+                       f"INSERT INTO t VALUES ('c', {BAD}, 3, NULL)", "INSERT INTO t VALUES ('d', 'four', 4, x'00')")
+    config = configured(harness, tmp_path, engine=engine)
+    pipeline.install(config, "shop")
+    pipeline.capture(config, "shop")
+    with pytest.raises(SchemaMismatchError, match=r"(?s)column t\.v .*b'a\\xffb'.*not valid UTF-8.*key \('c',\)"):
+        sync_source(lazy_spark, config, "shop")
+    assert not DeltaSnapshot(config.lake, "shop", "t").exists()
+
+
+def test_text_that_is_not_utf8_in_a_column_of_another_type_is_refused_too(tmp_path: Path, lazy_spark: Spark) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, d DATE, b BLOB)",
+                       f"INSERT INTO t VALUES (1, '2024-01-01', x'ff'), (2, {BAD}, NULL)")
+    config = configured(harness, tmp_path, invalid_utf8="binary")  # carries text columns only
+    pipeline.install(config, "shop")
+    pipeline.capture(config, "shop")
+    refused = r"(?s)column t\.d \(declared DATE.*b'a\\xffb'.*not valid UTF-8.*key \(2,\)"
+    with pytest.raises(SchemaMismatchError, match=refused):
+        sync_source(lazy_spark, config, "shop")
+    harness.execute([f"INSERT INTO t VALUES (3, {BAD}, x'ff')"])
+    with pytest.raises(SchemaMismatchError, match=refused.replace(r"\(2,\)", r"\(3,\)")):
+        pipeline.capture(config, "shop")
+
+
+def test_a_key_that_is_not_utf8_is_refused_naming_it(tmp_path: Path, lazy_spark: Spark) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k TEXT PRIMARY KEY, v TEXT)", f"INSERT INTO t VALUES ({BAD}, 'x')")
+    config = configured(harness, tmp_path, invalid_utf8="binary")  # binary carries other columns, never keys
+    pipeline.install(config, "shop")
+    problems = pipeline.validate(config).problems["shop"]
+    assert any("t.k" in p and "UTF-8" in p for p in problems), problems
+    pipeline.capture(config, "shop")
+    with pytest.raises(SchemaMismatchError, match=r"(?s)column t\.k .*b'a\\xffb'.*not valid UTF-8"):
+        sync_source(lazy_spark, config, "shop")
+    harness.execute(["DELETE FROM t", "INSERT INTO t VALUES ('fine', 'x')", f"INSERT INTO t VALUES ({BAD}, 'y')"])
+    with pytest.raises(SchemaMismatchError, match=r"(?s)column t\.k .*b'a\\xffb'.*not valid UTF-8.*SCN"):
+        pipeline.capture(config, "shop")
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_text_columns_carried_as_binary_keep_every_byte_on_both_roads(tmp_path: Path, lazy_spark: Spark,
+                                                                      engine: str) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT, note, n INTEGER)",
+                       f"INSERT INTO t VALUES (1, {BAD}, 'plain', 1)",
+                       "INSERT INTO t VALUES (2, 'héllo', 12.5, 2), (3, NULL, 7, 3), (4, x'00ff', 0.1, 4)")
+    config = configured(harness, tmp_path, engine=engine, invalid_utf8="binary")
+    sync(config, lazy_spark)  # the bootstrap
+    expected = [
+        {"k": 1, "v": b"a\xffb", "note": b"plain", "n": 1},
+        {"k": 2, "v": "héllo".encode(), "note": b"12.5", "n": 2},
+        {"k": 3, "v": None, "note": b"7", "n": 3},
+        {"k": 4, "v": b"\x00\xff", "note": b"0.1", "n": 4},
+    ]
+    assert snapshot(config) == sorted(expected, key=repr)
+    # The same rows again through the triggers: every value as the bootstrap read it.
+    harness.execute(["CREATE TABLE copy AS SELECT * FROM t", "DELETE FROM t", "INSERT INTO t SELECT * FROM copy",
+                     f"UPDATE t SET v = {BAD} || v WHERE k = 2"])
+    sync(config, lazy_spark)
+    expected[1]["v"] = b"a\xffb" + "héllo".encode()
+    assert snapshot(config) == sorted(expected, key=repr)
+    assert pipeline.validate(config).ok
+
+
 # -- 5. timestamps outside the calendar once taken to UTC --------------------------------------------------------
 
 @pytest.mark.parametrize("value", ["9999-12-31 23:30:00-01:00", "0001-01-01 00:30:00+01:00"])

@@ -53,6 +53,10 @@ class TxlogChunk:
     ops: pa.Array  # string: i, u, d, or m (a marker, not a change)
     images: pa.Array  # string: each change's row image as the trigger wrote it (JSON)
     commits: np.ndarray  # int64: the trigger's commit-time stamp (ms)
+    # Rows whose image is not UTF-8 (text the application stored with other bytes), with the image's bytes; in
+    # ``images`` such a row holds U+FFFD in their place. The poll refuses those of captured tables by name, unless
+    # the text is in columns carried as bytes (``invalid_utf8: binary``): then the batch reads their own bytes.
+    invalid: tuple[tuple[int, bytes], ...] = ()
 
     def __len__(self) -> int:
         return len(self.scns)
@@ -60,10 +64,14 @@ class TxlogChunk:
     @classmethod
     def parse(cls, row: Sequence[Any], cuts: np.ndarray) -> TxlogChunk | None:
         """One result row of ``poll_chunk.sql`` / ``poll_window_rest.sql``, its changes placed in windows by
-        ``cuts`` (ascending, the last at or above every change); None for no changes."""
+        ``cuts`` (ascending, the last at or above every change); None for no changes. The images come as bytes
+        (text that is not UTF-8 would fail the sqlite3 module's decoding, naming nothing) and are decoded here."""
         count, scns, tables, ops, images, commits = row
         if not count:
             return None
+        invalid: tuple[tuple[int, bytes], ...] = ()
+        if isinstance(images, bytes):
+            images, invalid = _decoded(images)
         op_bytes = ops.encode()
         scn_values = joined_ints(scns)
         at = np.searchsorted(cuts, scn_values, side="left")
@@ -73,7 +81,7 @@ class TxlogChunk:
         chunk = cls(scns=scn_values, windows=cuts[at], tables=_split(tables, ","),
                     ops=pa.StringArray.from_buffers(count, pa.py_buffer(np.arange(count + 1, dtype=np.int32)),
                                                     pa.py_buffer(op_bytes)),
-                    images=_split(images, "\n"), commits=joined_ints(commits))
+                    images=_split(images, "\n"), commits=joined_ints(commits), invalid=invalid)
         lengths = {len(chunk.scns), len(chunk.tables), len(op_bytes), len(chunk.images), len(chunk.commits)}
         if lengths != {count}:
             raise ValueError(f"a txlog chunk of {count} rows split into columns of {sorted(lengths)} values: "
@@ -81,15 +89,18 @@ class TxlogChunk:
         if not np.all(np.diff(chunk.scns) > 0):
             # SQLite joined the rows out of SCN order: put every column in order.
             order = np.argsort(chunk.scns, kind="stable")
+            at = np.empty_like(order)
+            at[order] = np.arange(len(order))  # where each row went
             chunk = cls(chunk.scns[order], chunk.windows[order], chunk.tables.take(order), chunk.ops.take(order),
-                        chunk.images.take(order), chunk.commits[order])
+                        chunk.images.take(order), chunk.commits[order], tuple((int(at[i]), b) for i, b in invalid))
         return chunk
 
     def __add__(self, other: TxlogChunk) -> TxlogChunk:
         return TxlogChunk(np.concatenate([self.scns, other.scns]), np.concatenate([self.windows, other.windows]),
                           pa.concat_arrays([self.tables, other.tables]), pa.concat_arrays([self.ops, other.ops]),
                           pa.concat_arrays([self.images, other.images]),
-                          np.concatenate([self.commits, other.commits]))
+                          np.concatenate([self.commits, other.commits]),
+                          self.invalid + tuple((i + len(self), b) for i, b in other.invalid))
 
 
 def chunk_batch(chunk: TxlogChunk, schemas: Mapping[str, TableSchema],
@@ -132,10 +143,14 @@ def chunk_batch(chunk: TxlogChunk, schemas: Mapping[str, TableSchema],
         schema = schemas[table]
         texts = images if isinstance(at, slice) else images.take(at)
         table_scns = scns[at]
-        try:
-            columns = _columns_by_json(schema, texts)
-        except _Fallback:
-            columns = _columns_by_row(schema, texts, table_scns, decode_row)
+        lenient = _lenient_images(chunk, kept, at, texts)
+        if lenient is not None:  # text carried as bytes that is not UTF-8: by row, from the images' own bytes
+            columns = _columns_by_row(schema, lenient, table_scns, decode_row)
+        else:
+            try:
+                columns = _columns_by_json(schema, texts)
+            except _Fallback:
+                columns = _columns_by_row(schema, texts, table_scns, decode_row)
         by_name = dict(zip(schema.column_names, columns, strict=True))
         keys = encode_keys([by_name[k] for k in schema.primary_key], _key_values(schema, by_name))
         out[table] = pa.RecordBatch.from_arrays([
@@ -149,6 +164,23 @@ def chunk_batch(chunk: TxlogChunk, schemas: Mapping[str, TableSchema],
 def joined_ints(text: str | None) -> np.ndarray:
     """Integers SQLite joined with commas (group_concat), as int64; empty for none."""
     return np.array(text.split(","), dtype=np.int64) if text else np.zeros(0, np.int64)
+
+
+def _decoded(images: bytes) -> tuple[str, tuple[tuple[int, bytes], ...]]:
+    """The joined images as text, and the rows (by position) whose image is not UTF-8, with their bytes: those
+    are decoded with U+FFFD in place of what is not UTF-8 (SQLite's JSON escapes newlines, so a newline
+    separates images)."""
+    try:
+        return images.decode(), ()
+    except UnicodeDecodeError:
+        pass
+    lines, invalid = images.split(b"\n"), []
+    for i, line in enumerate(lines):
+        try:
+            line.decode()
+        except UnicodeDecodeError:
+            invalid.append((i, line))
+    return images.decode("utf-8", "replace"), tuple(invalid)
 
 
 def _split(text: str, separator: str) -> pa.Array:
@@ -280,12 +312,27 @@ def _convert(column: Column, values: pa.Array) -> pa.Array:
     raise AssertionError(kind)
 
 
-def _columns_by_row(schema: TableSchema, texts: pa.Array, scns: np.ndarray,
+def _lenient_images(chunk: TxlogChunk, kept: np.ndarray | None, at: Any, texts: pa.Array) -> list[str] | None:
+    """When some of a table's images in the chunk are not UTF-8 (the poll let them through: their text is in
+    columns carried as bytes), all its images as text, those decoded with surrogate escapes, which the row path
+    turns back into their exact bytes; None when every image is UTF-8."""
+    if not chunk.invalid:
+        return None
+    rows = np.arange(len(chunk)) if kept is None else kept
+    rows = rows[at]
+    raw = dict(chunk.invalid)
+    if not any(int(i) in raw for i in rows):
+        return None
+    return [raw[int(i)].decode("utf-8", "surrogateescape") if int(i) in raw else text
+            for i, text in zip(rows, texts.to_pylist(), strict=True)]
+
+
+def _columns_by_row(schema: TableSchema, texts: pa.Array | Sequence[str], scns: np.ndarray,
                     decode_row: Callable[[str], dict[str, Any]]) -> list[pa.Array]:
     """The row path's conversion, value by value (and its error, naming the change, for a value it refuses)."""
     convert = schema.converter(sqlite_value)
-    rows = [convert(decode_row(text), f"the change at SCN {scn}") for text, scn in zip(texts.to_pylist(), scns,
-                                                                                        strict=True)]
+    images = texts.to_pylist() if isinstance(texts, pa.Array) else texts
+    rows = [convert(decode_row(text), f"the change at SCN {scn}") for text, scn in zip(images, scns, strict=True)]
     return [c.type.to_arrow([r[c.name] for r in rows]) for c in schema.columns]
 
 

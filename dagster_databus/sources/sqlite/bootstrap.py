@@ -111,7 +111,8 @@ def check_selection(conn: sqlite3.Connection, table: str, key: Sequence[str], ro
 
 def read_range(read: RangeRead, index: int) -> TableSnapshot:
     """Range ``index`` of ``read``, with the txlog high-water mark of the same read transaction."""
-    from dagster_databus.sources.sqlite.types import sqlite_value
+    from dagster_databus.sources.sqlite.text import named_invalid_text
+    from dagster_databus.sources.sqlite.types import read_expression, sqlite_value
 
     spec, schema, where = read.spec, read.schema, read.ranges[index]
     key, page_rows = schema.primary_key, int(spec["page_rows"])
@@ -125,7 +126,7 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
             f"source {read.source!r}: a task could not read {spec['path']}: {exc}",
             "the SQLite file must be readable at the same path from every Spark executor; run the spark engine "
             "on the database's machine, or set merge.engine: local", source=read.source) from None
-    columns = ", ".join(quote_sqlite(c.name) for c in schema.columns)
+    columns = ", ".join(read_expression(c) for c in schema.columns)
     cols = ", ".join(quote_sqlite(k) for k in key)
     marks = ", ".join("?" * len(key))
     key_index = [schema.column_names.index(k) for k in key]
@@ -149,4 +150,6 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
         finally:
             conn.close()
 
-    return TableSnapshot(scn=position, schema=schema, batches=batches())
+    return TableSnapshot(scn=position, schema=schema, batches=named_invalid_text(
+        batches(), schema, f"bootstrap of {schema.table}",
+        lambda: sqlite3.connect(f"file:{spec['path']}?mode=rw", uri=True, timeout=float(spec["busy_timeout_s"]))))

@@ -18,7 +18,7 @@ import sqlite3
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, closing, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,12 +33,14 @@ from dagster_databus.core.identifiers import quote_literal, quote_sqlite
 from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Position, Scn
+from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import (
     CaptureNotInstalledError,
     ConfigError,
     EpochMismatchError,
     LogGapError,
     SchemaDriftError,
+    SchemaMismatchError,
 )
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import (
@@ -61,7 +63,15 @@ from dagster_databus.sources.base import (
 )
 from dagster_databus.sources.sqlite.batch import TxlogChunk, chunk_batch, joined_ints
 from dagster_databus.sources.sqlite.bootstrap import check_selection, key_ranges
-from dagster_databus.sources.sqlite.types import sqlite_column_type, sqlite_value
+from dagster_databus.sources.sqlite.text import (
+    change_error,
+    first_invalid_change,
+    first_invalid_row,
+    invalid_text_error,
+    named_invalid_text,
+    naming_invalid_text,
+)
+from dagster_databus.sources.sqlite.types import carried_as_bytes, read_expression, sqlite_column_type, sqlite_value
 
 # 3: a plain rowid txlog, windows by cuts, drift found by the poll (2: the triggers read the epoch and
 # checked the columns per row; 2 also made REAL values travel as exact text).
@@ -170,6 +180,9 @@ class SqliteSource:
         require_mapped(self.name, table, unmapped, "SQLite", "declare DECIMAL(p,s) with 1 <= p and s <= p")
         key = resolve_key(columns, key, table, where)
         require_unique_key(key, self._unique_sets(conn, table, info), table, where)
+        if self.config.invalid_utf8 == "binary":  # text outside the key as its exact bytes (a key stays text)
+            columns = [replace(c, type=ColumnType("binary")) if c.type.kind == "string" and c.name not in key else c
+                       for c in columns]
         return TableSchema(source=self.name, table=table, columns=tuple(columns), primary_key=key)
 
     def _refuse_renamed_away(self, conn: sqlite3.Connection, table: str, where: str) -> None:
@@ -258,7 +271,7 @@ class SqliteSource:
                     else:
                         unchanged.append(table)
                     conn.execute(sqlfiles.load("sqlite", "set_shape.sql"),
-                                 {"tbl": table, "columns": json.dumps(_shape(conn, table))})
+                                 {"tbl": table, "columns": json.dumps(_shape(conn, table, _carried(schema)))})
                     change = changes.get(table)
                     if (change is not None and change.reason == "columns" and change.through > change.after
                             and self.config.schema_policy(table) != "stop" and not self._repair(conn, schema, change)):
@@ -308,8 +321,8 @@ class SqliteSource:
         shape counts as changed)."""
         homes = _trigger_homes(conn)
         stale = {}
-        for table in schemas:
-            now = _shape(conn, table)
+        for table, schema in schemas.items():
+            now = _shape(conn, table, _carried(schema))
             names = self._trigger_names(table).values()
             elsewhere = sorted({homes[n] for n in names if n in homes and homes[n].lower() != table.lower()})
             if elsewhere:
@@ -398,6 +411,27 @@ class SqliteSource:
                     problems.append(f"table {table}: triggers are out of date with the table's columns")
         return problems
 
+    def notes(self) -> list[str]:
+        """What ``databus validate`` (its only caller: a scan of every captured table is too slow for the checks
+        of every sync) says of the source beyond its capture objects. It looks for what capture and the bootstrap
+        would refuse: text that is not UTF-8 in the columns read as text (every captured table scanned once)
+        and in the changes the txlog holds, and raises ``SchemaMismatchError`` naming each table, column and key."""
+        schemas = self.schemas()
+        refused: list[SchemaMismatchError] = []
+        with closing(self._connect()) as conn:
+            for schema in schemas.values():
+                row = first_invalid_row(conn, schema)
+                if row is not None:
+                    column, key, raw = row
+                    refused.append(invalid_text_error(schema, column, raw, f"the row of key {key}"))
+            change = first_invalid_change(conn, list(schemas))
+            if change is not None:
+                error = change_error(schemas[change[1]], change[0], change[2])
+                refused += [error] if error is not None else []
+        if refused:
+            raise SchemaMismatchError("; ".join(e.problem for e in refused), refused[0].fix, source=self.name)
+        return [f"text is valid UTF-8 in the {len(schemas)} captured table(s) and in the txlog"]
+
     def require_installed(self) -> None:
         require_installed(self, self._install_error)
 
@@ -464,6 +498,7 @@ class SqliteSource:
                                                                     "after_scn": int(chunk.scns[-1])}).fetchone(), cuts)
                     chunk = chunk + rest if rest is not None else chunk
                 self._refuse_drift(conn, stop, last, Scn(int(chunk.scns[-1])))
+                self._refuse_invalid_text(chunk, schemas)
                 stats.ddl += _changes_in(chunk, schemas)
                 batch = chunk_batch(chunk, schemas, _decode_json)
                 last = Scn(int(chunk.scns[-1]))  # whole windows: the chunk's rows up to here are all read
@@ -484,6 +519,26 @@ class SqliteSource:
             "since_scn": since.value, "until_scn": until.value, "tables": json.dumps(list(tables))}).fetchone()
         if first is not None:
             raise self._stale_error(first[0], first[1], first[3], first[4])
+
+    def _refuse_invalid_text(self, chunk: TxlogChunk, schemas: Mapping[str, TableSchema]) -> None:
+        """Raise for the first change of a captured table in the chunk whose row image holds text that is not
+        UTF-8 in a column read as text, naming the table, column, value and key (other tables' changes are
+        dropped anyway; columns carried as bytes take such text exactly)."""
+        for i, image in chunk.invalid:
+            table = chunk.tables[i].as_py()
+            if table not in schemas or chunk.ops[i].as_py() == "m":
+                continue
+            scn = int(chunk.scns[i])
+            error = change_error(schemas[table], scn, image)
+            if error is not None:
+                raise error
+            if not any(carried_as_bytes(c) for c in schemas[table].columns):
+                raise SchemaMismatchError(
+                    f"source {self.name!r}: the change at SCN {scn} of table {table!r} holds text that is not valid "
+                    "UTF-8", f"correct the text in the source, then run `databus bootstrap --source {self.name}`",
+                    source=self.name, table=table)
+            # Otherwise the text is in columns carried as bytes (an image an earlier install's triggers wrote
+            # before invalid_utf8 was binary): the batch takes it from the image's own bytes.
 
     def _check_lineage(self, settings: dict[str, str], since: Scn, epoch: str | None,
                        conn: sqlite3.Connection) -> None:
@@ -532,7 +587,7 @@ class SqliteSource:
     def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
         """Key ranges each read in its own read transaction with the txlog high-water mark it sees."""
         schema = self.schemas()[table]
-        with closing(self._connect()) as conn:
+        with closing(self._connect()) as conn, naming_invalid_text(conn, schema, f"bootstrap of {table}"):
             ranges = key_ranges(conn, table, schema.primary_key, rows_per_range, rows, schema.column_names)
         spec = {"path": str(Path(self.config.path).resolve()), "busy_timeout_s": self.config.busy_timeout_ms / 1000,
                 "page_rows": min(rows_per_range, 10_000)}
@@ -550,7 +605,7 @@ class SqliteSource:
         # the same database state, so the snapshot is exactly the source at that SCN.
         conn.execute("BEGIN")
         scn = Scn(conn.execute(sqlfiles.load("sqlite", "high_water_mark.sql")).fetchone()[0])
-        columns = ", ".join(quote_sqlite(c.name) for c in schema.columns)
+        columns = ", ".join(read_expression(c) for c in schema.columns)
         order = ", ".join(quote_sqlite(k) for k in schema.primary_key)
         cursor = conn.execute(f"SELECT {columns} FROM {quote_sqlite(table)} ORDER BY {order}")
         convert = schema.batch(sqlite_value, f"bootstrap of {table}")
@@ -563,7 +618,8 @@ class SqliteSource:
                 conn.execute("COMMIT")
                 conn.close()
 
-        return TableSnapshot(scn=scn, schema=schema, batches=batches())
+        return TableSnapshot(scn=scn, schema=schema,
+                             batches=named_invalid_text(batches(), schema, f"bootstrap of {table}", self._connect))
 
     def fingerprint(self, table: str, progress: Progress = quiet) -> SourceFingerprint:
         return streamed_fingerprint(self.snapshot(table), progress)
@@ -622,6 +678,8 @@ def _image_value(alias: str, column: Column, rowid_key: str | None) -> str:
     if column.name == rowid_key:  # always an integer: SQLite refuses anything else
         return ref
     blob = f"WHEN 'blob' THEN json_object('$b', hex({ref}))"
+    if carried_as_bytes(column):  # text too, so bytes that are not UTF-8 arrive exactly
+        blob = f"WHEN 'blob' THEN json_object('$b', hex({ref})) WHEN 'text' THEN json_object('$b', hex({ref}))"
     if not _tagged_affinity(column.source_type):
         return f"CASE typeof({ref}) {blob} ELSE {ref} END"
     real = f"WHEN 'real' THEN json_object('$r', printf('%!.20e', {ref}))"
@@ -681,8 +739,17 @@ class _Change:
     before: list[list[Any]]  # the shape the old triggers were rendered for
 
 
-def _names_and_types(shape: Sequence[Sequence[Any]]) -> list[tuple[str, str]]:
-    return [(c[0], c[1]) for c in shape]
+def _names_and_types(shape: Sequence[Sequence[Any]]) -> list[tuple[str, str, str]]:
+    return [(c[0], c[1], _carried_form(c)) for c in shape]
+
+
+def _carried_form(column: Sequence[Any]) -> str:
+    """How a shape's column travels: "bytes" for text carried as binary (``invalid_utf8: binary``), else ""."""
+    return str(column[4]) if len(column) > 4 else ""
+
+
+def _carried(schema: TableSchema) -> frozenset[str]:
+    return frozenset(c.name for c in schema.columns if carried_as_bytes(c))
 
 
 def _describe_change(table: str, before: Sequence[Sequence[Any]], after: Sequence[Sequence[Any]]) -> str:
@@ -695,6 +762,9 @@ def _describe_change(table: str, before: Sequence[Sequence[Any]], after: Sequenc
             parts.append(f"RENAME COLUMN {old[0]} TO {new[0]}")
         elif old is not None and new is not None and old[1] != new[1]:
             parts.append(f"CHANGE COLUMN {old[0]} {old[1]} TO {new[1]}")
+        elif old is not None and new is not None and _carried_form(old) != _carried_form(new):
+            form = "BINARY" if _carried_form(new) else "TEXT"  # invalid_utf8 changed: the values' type did
+            parts.append(f"CHANGE COLUMN {old[0]} {old[1]} TO {new[1]} CARRIED AS {form}")
         elif new is None and old is not None:
             parts.append(f"DROP COLUMN {old[0]}")
         elif old is None and new is not None:
@@ -709,10 +779,12 @@ def _shapes(conn: sqlite3.Connection) -> dict[str, list[list[Any]]]:
     return {t: json.loads(c) for t, c in conn.execute("SELECT tbl, columns FROM _databus_shapes").fetchall()}
 
 
-def _shape(conn: sqlite3.Connection, table: str) -> list[list[Any]]:
+def _shape(conn: sqlite3.Connection, table: str, carried: frozenset[str] = frozenset()) -> list[list[Any]]:
     """The table's columns as [name, declared type, not null, default] in column order: what its triggers
-    depend on (name and type) and what an added column gives existing rows."""
-    return [[row[1], row[2] or "", row[3], row[4]] for row in conn.execute(f"PRAGMA table_info({quote_sqlite(table)})")]
+    depend on (name and type) and what an added column gives existing rows; a column ``carried`` as bytes
+    (``invalid_utf8: binary``) has a fifth entry, "bytes", since its triggers and its type differ."""
+    return [[row[1], row[2] or "", row[3], row[4], *(["bytes"] if row[1] in carried else [])]
+            for row in conn.execute(f"PRAGMA table_info({quote_sqlite(table)})")]
 
 
 def _rowid_alias(conn: sqlite3.Connection, table: str) -> str | None:

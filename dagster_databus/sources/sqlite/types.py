@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from dagster_databus.core.identifiers import quote_sqlite
 from dagster_databus.core.schema import Column, passes_through, same
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import TypeValueError
@@ -62,9 +63,29 @@ def sqlite_column_type(declared: str) -> ColumnType | None:
     return ColumnType("double")  # NUMERIC, DECIMAL without precision, MONEY, ...
 
 
+def carried_as_bytes(column: Column) -> bool:
+    """Whether a text column is captured as binary (``invalid_utf8: binary``): its declared type maps to string,
+    but the schema says binary, so each value is its exact bytes whether or not they are UTF-8."""
+    if column.type.kind != "binary":
+        return False
+    mapped = sqlite_column_type(column.source_type)
+    return mapped is not None and mapped.kind == "string"
+
+
+def read_expression(column: Column) -> str:
+    """How the bootstrap selects ``column``: as it is stored, but text carried as bytes as its bytes (the
+    sqlite3 module would decode it, and fail on text that is not UTF-8), as the triggers hex it."""
+    name = quote_sqlite(column.name)
+    if not carried_as_bytes(column):
+        return name
+    return f"CASE typeof({name}) WHEN 'text' THEN CAST({name} AS BLOB) ELSE {name} END"
+
+
 def sqlite_value(column: Column) -> Callable[[Any], Any]:
     """Stored value (int, float, str or bytes, never None) → the canonical value of ``column.type``."""
     kind = column.type.kind
+    if carried_as_bytes(column):
+        return _text_bytes
     if kind == "string":
         return _text
     if kind == "double":
@@ -92,6 +113,16 @@ def _text(value: Any) -> Any:
     if type(value) is float:
         return repr(value)
     return value
+
+
+def _text_bytes(value: Any) -> Any:
+    """A text column's value as its bytes: text (and a BLOB) exactly, a number as the text ``_text`` gives it.
+    Text decoded leniently (surrogate escapes for bytes that are not UTF-8) is given back its bytes."""
+    if type(value) is bytes:
+        return value
+    if type(value) is str:
+        return value.encode("utf-8", "surrogateescape")
+    return _text(value).encode()
 
 
 @passes_through(float)
