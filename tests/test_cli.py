@@ -287,7 +287,7 @@ def test_snapshot_of_a_key_range_repairs_only_that_range(config_path: Path, caps
     assert keys[0] in held and keys[-1] not in held
     assert main(["--config", str(config_path), "snapshot", "--source", "shop", "--tables", "orders",
                  "--where", "id = 'x' OR"]) == 2
-    assert "SQLite cannot select rows where id = 'x' OR of 'orders'" in capsys.readouterr().err
+    assert "the refresh filter \"id = 'x' OR\" cannot select rows of 'orders'" in capsys.readouterr().err
 
 
 def test_upkeep_keeps_a_snapshot_up_from_the_command_line(config_path: Path, capsys: pytest.CaptureFixture[str],
