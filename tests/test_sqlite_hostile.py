@@ -5,6 +5,7 @@ the problem and the fix and writes nothing."""
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from dagster_databus import pipeline
+from dagster_databus.cli import main
 from dagster_databus.config import DatabusConfig
 from dagster_databus.errors import ConfigError, SchemaDriftError, SchemaMismatchError
 from dagster_databus.log.changelog import ChangeLog
@@ -265,6 +267,21 @@ def test_text_that_is_not_utf8_stops_the_bootstrap_naming_table_column_and_key(t
     with pytest.raises(SchemaMismatchError, match=r"(?s)column t\.v .*b'a\\xffb'.*not valid UTF-8.*key \('c',\)"):
         sync_source(lazy_spark, config, "shop")
     assert not DeltaSnapshot(config.lake, "shop", "t").exists()
+
+
+def test_the_command_line_names_text_that_is_not_utf8_without_a_traceback(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)", f"INSERT INTO t VALUES (7, {BAD})")
+    path = tmp_path / "databus.yaml"
+    path.write_text(json.dumps({"lake": "lake", "merge": {"engine": "local"},
+                                "sources": [harness.source_config("shop", [("t", ["k"])])]}))
+    assert main(["--config", str(path), "install"]) == 0
+    capsys.readouterr()
+    for command in (["validate"], ["snapshot", "--source", "shop"]):
+        assert main(["--config", str(path), *command]) == 2, command
+        err = capsys.readouterr().err
+        assert "column t.v" in err and "not valid UTF-8" in err and "(7,)" in err and "Fix:" in err, err
+        assert "Traceback" not in err and "images" not in err
 
 
 def test_text_that_is_not_utf8_in_a_column_of_another_type_is_refused_too(tmp_path: Path, lazy_spark: Spark) -> None:
