@@ -152,7 +152,8 @@ def chunk_batch(chunk: TxlogChunk, schemas: Mapping[str, TableSchema],
             except _Fallback:
                 columns = _columns_by_row(schema, texts, table_scns, decode_row)
         by_name = dict(zip(schema.column_names, columns, strict=True))
-        keys = encode_keys([by_name[k] for k in schema.primary_key], _key_values(schema, by_name))
+        keys = encode_keys([by_name[k] for k in schema.primary_key], _key_values(schema, by_name), schema,
+                           f"the change events of SCN {int(table_scns.min())} to {int(table_scns.max())}")
         out[table] = pa.RecordBatch.from_arrays([
             *columns, pa.array(table_scns, pa.int64()), pa.array(window_scn[at], pa.int64()),
             pa.array(seq[at], pa.int32()), ops if isinstance(at, slice) else ops.take(at), keys, partitions(keys),

@@ -54,6 +54,8 @@ from dagster_databus.sources.base import (
     check_column_name,
     in_buckets,
     not_installed,
+    null_key_problem,
+    null_key_query,
     require_installed,
     require_mapped,
     require_unique_key,
@@ -409,6 +411,18 @@ class SqliteSource:
                     problems.append(f"table {table}: trigger(s) {', '.join(missing)} missing")
                 elif {triggers[n] for n in names} != wanted:
                     problems.append(f"table {table}: triggers are out of date with the table's columns")
+        return problems
+
+    def null_keys(self) -> list[str]:
+        """A problem for each configured table whose key columns hold NULL (SQLite allows it in a PRIMARY KEY
+        that is not an INTEGER PRIMARY KEY, and in UNIQUE columns)."""
+        problems = []
+        with closing(self._connect()) as conn:
+            for schema in self.schemas().values():
+                query = null_key_query(quote_sqlite(schema.table), [quote_sqlite(k) for k in schema.primary_key])
+                problem = null_key_problem(schema, conn.execute(query + " LIMIT 1").fetchone() is not None)
+                if problem:
+                    problems.append(problem)
         return problems
 
     def notes(self) -> list[str]:
