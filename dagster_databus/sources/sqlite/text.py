@@ -103,8 +103,9 @@ def first_invalid_row(conn: sqlite3.Connection, schema: TableSchema) -> tuple[Co
 
 def first_invalid_change(conn: sqlite3.Connection, tables: Sequence[str]) -> tuple[int, str, bytes] | None:
     """The first change of ``tables`` in the txlog whose row image is not UTF-8: (SCN, table, image bytes)."""
-    return _with_check(conn).execute(sqlfiles.load("sqlite", "invalid_txlog.sql"), {
+    row = _with_check(conn).execute(sqlfiles.load("sqlite", "invalid_txlog.sql"), {
         "tables": json.dumps(list(tables)), "non_ascii": NON_ASCII}).fetchone()
+    return None if row is None else (int(row[0]), str(row[1]), bytes(row[2]))
 
 
 def change_error(schema: TableSchema, scn: int, image: bytes) -> SchemaMismatchError | None:
