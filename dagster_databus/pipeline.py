@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dagster_databus.config import DatabusConfig
@@ -109,8 +110,11 @@ def validate(config: DatabusConfig) -> Validation:
     if lake is not None:
         problems["lake"].append(f"{lake}. Fix: point lake: at a folder this user can create and write, or give "
                                 "credentials that may write the bucket (storage_options)")
+    shared = _shared_databases(config)
     for source in config.sources:
         found = problems[source.name] = []
+        if source.name in shared:
+            found.append(shared[source.name])
         if lake is None:  # a lake that cannot be read holds nothing to check
             found += lake_damage(config, source.name, [t.name for t in source.tables])
         try:
@@ -133,6 +137,24 @@ def validate(config: DatabusConfig) -> Validation:
         except DatabusError as exc:
             found.append(f"{exc.problem}. Fix: {exc.fix}")
     return Validation(problems, notes)
+
+
+def _shared_databases(config: DatabusConfig) -> dict[str, str]:
+    """A problem for each SQLite source whose database file another source of the config captures too (the
+    same file by any path): one source's txlog pruning would cut the other's changes."""
+    owners: dict[Path, str] = {}
+    found = {}
+    for source in config.sources:
+        path = getattr(source, "path", None) if source.kind == "sqlite" else None
+        if path is None:
+            continue
+        resolved = Path(path).resolve()
+        owner = owners.setdefault(resolved, source.name)
+        if owner != source.name:
+            found[source.name] = (f"database {resolved} is also captured by source {owner!r}: each database has one "
+                                  f"source, whose txlog pruning would otherwise cut this one's changes. Fix: list this "
+                                  f"source's tables under source {owner!r}, and remove this source")
+    return found
 
 
 def lake_damage(config: DatabusConfig, source: str, tables: Sequence[str]) -> list[str]:

@@ -199,6 +199,19 @@ def test_a_second_source_on_the_same_file_is_refused(tmp_path: Path, lazy_spark:
     assert snapshot(config, source="first") == live(harness)
 
 
+def test_validate_refuses_two_sources_on_one_file_before_either_is_installed(tmp_path: Path) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)",
+                       "CREATE TABLE u (k INTEGER PRIMARY KEY, v TEXT)")
+    (tmp_path / "alias.db").symlink_to(harness.path)
+    config = make_config(tmp_path / "lake", harness.source_config("first", [("t", ["k"])]),
+                         {**harness.source_config("second", [("u", ["k"])]), "path": str(tmp_path / "alias.db")})
+    result = pipeline.validate(config)
+    assert result.problems["first"] == []
+    assert any("is also captured by source 'first'" in p and "remove this source" in p
+               for p in result.problems["second"]), result.problems
+    assert triggers_on(harness, "t") == [] and triggers_on(harness, "u") == [], "validate wrote nothing"
+
+
 def test_the_owner_name_is_recorded_by_install_and_kept(tmp_path: Path) -> None:
     harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
     config = configured(harness, tmp_path)
