@@ -116,6 +116,16 @@ def mariadb() -> Iterator[MariaDBServer]:
         server.close()
 
 
+@pytest.fixture
+def own_server() -> Iterator[MariaDBServer]:
+    """A server of the test's own, for what would disturb others: RESET, PURGE, binlog files rewritten."""
+    server = MariaDBServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 @pytest.fixture(scope="session")
 def mariadb_compressed() -> Iterator[MariaDBServer]:
     """A second MariaDB server whose binlog is compressed: its query and row events are the compressed kinds."""

@@ -146,16 +146,6 @@ def closed_binlog_with_rows(server: MariaDBServer, harness: MysqlHarness) -> str
     return str(file)
 
 
-@pytest.fixture
-def own_server() -> Iterator[MariaDBServer]:
-    """A server whose binlog files a test may rewrite."""
-    server = MariaDBServer()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 def test_an_unknown_event_stops_capture_naming_it_and_commits_nothing_past_it(own_server: MariaDBServer,
                                                                              tmp_path: Path) -> None:
     harness, config = shop(own_server, tmp_path, poll={"chunk_rows": 1})

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +28,6 @@ from tests.harness import MysqlHarness, make_config
 from tests.mariadb import MariaDBServer, free_port
 
 SHOP = [("customers", ["id"]), ("orders", ["id"]), ("order_items", ["order_id", "line_no"])]
-
-
-@pytest.fixture
-def own_server() -> Iterator[MariaDBServer]:
-    """A server of the test's own, for statements that would disturb others (RESET, PURGE)."""
-    server = MariaDBServer()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def shop(harness: MysqlHarness, tmp_path: Path, **extra):

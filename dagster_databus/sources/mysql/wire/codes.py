@@ -32,6 +32,8 @@ class EventType:
 
 _D, _I, _S = Disposition.DECODE, Disposition.IGNORE, Disposition.STOP
 
+_PRE_GA = ("row events of MySQL 5.1 betas, which capture does not read: upgrade the server and run "
+           "`databus bootstrap --source {source}`")
 _STATEMENT = ("it belongs to statement-based logging, whose changes cannot be read as rows; set "
               "binlog_format=ROW (globally and in every session that writes captured tables), then run "
               "`databus bootstrap --source {source}`")
@@ -60,12 +62,9 @@ EVENT_TYPES: dict[int, EventType] = {e.code: e for e in (
     EventType(17, "BEGIN_LOAD_QUERY_EVENT", _S, _STATEMENT),
     EventType(18, "EXECUTE_LOAD_QUERY_EVENT", _S, _STATEMENT),
     EventType(19, "TABLE_MAP_EVENT", _D, "the table and column shapes of the row events after it"),
-    EventType(20, "PRE_GA_WRITE_ROWS_EVENT", _S, "row events of MySQL 5.1 betas, which capture does not read: "
-              "upgrade the server and run `databus bootstrap --source {source}`"),
-    EventType(21, "PRE_GA_UPDATE_ROWS_EVENT", _S, "row events of MySQL 5.1 betas, which capture does not read: "
-              "upgrade the server and run `databus bootstrap --source {source}`"),
-    EventType(22, "PRE_GA_DELETE_ROWS_EVENT", _S, "row events of MySQL 5.1 betas, which capture does not read: "
-              "upgrade the server and run `databus bootstrap --source {source}`"),
+    EventType(20, "PRE_GA_WRITE_ROWS_EVENT", _S, _PRE_GA),
+    EventType(21, "PRE_GA_UPDATE_ROWS_EVENT", _S, _PRE_GA),
+    EventType(22, "PRE_GA_DELETE_ROWS_EVENT", _S, _PRE_GA),
     EventType(23, "WRITE_ROWS_EVENT_V1", _D, "inserted rows"),
     EventType(24, "UPDATE_ROWS_EVENT_V1", _D, "updated rows, before and after"),
     EventType(25, "DELETE_ROWS_EVENT_V1", _D, "deleted rows"),

@@ -291,6 +291,20 @@ _DIG2BYTES = np.array([0, 1, 1, 2, 2, 3, 3, 4, 4, 4], np.int64)
 
 
 @numba.njit(cache=True, nogil=True)
+def _digit_group(buf: np.ndarray, q: int, size: int, count: int, digits: np.ndarray,
+                 nd: int) -> tuple[int, int]:  # pragma: no cover - compiled
+    """``count`` decimal digits held big-endian in ``size`` bytes at ``buf[q]``, written as ASCII at
+    ``digits[nd]``: (the next byte, the next digit)."""
+    v = 0
+    for j in range(size):
+        v = (v << 8) | np.int64(buf[q + j])
+    for k in range(count - 1, -1, -1):
+        digits[nd + k] = 48 + v % 10
+        v //= 10
+    return q + size, nd + count
+
+
+@numba.njit(cache=True, nogil=True)
 def decimals_text(data: np.ndarray, off: np.ndarray, ln: np.ndarray, precision: int, scale: int,
                   offsets: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
     """Packed DECIMAL(precision, scale) → its plain text with exactly ``scale`` fractional digits
@@ -321,42 +335,15 @@ def decimals_text(data: np.ndarray, off: np.ndarray, ln: np.ndarray, precision: 
                 buf[j] ^= 0xFF
         nd = 0
         q = 0
-        # whole digits: the leftover group first, then groups of nine
+        # whole digits: the leftover group first, then groups of nine; then the fraction's, leftover last
         if lead_bytes:
-            v = 0
-            for j in range(lead_bytes):
-                v = (v << 8) | np.int64(buf[q + j])
-            q += lead_bytes
-            for k in range(lead - 1, -1, -1):
-                digits[nd + k] = 48 + v % 10
-                v //= 10
-            nd += lead
+            q, nd = _digit_group(buf, q, lead_bytes, lead, digits, nd)
         for _ in range(whole // 9):
-            v = 0
-            for j in range(4):
-                v = (v << 8) | np.int64(buf[q + j])
-            q += 4
-            for k in range(8, -1, -1):
-                digits[nd + k] = 48 + v % 10
-                v //= 10
-            nd += 9
+            q, nd = _digit_group(buf, q, 4, 9, digits, nd)
         for _ in range(scale // 9):
-            v = 0
-            for j in range(4):
-                v = (v << 8) | np.int64(buf[q + j])
-            q += 4
-            for k in range(8, -1, -1):
-                digits[nd + k] = 48 + v % 10
-                v //= 10
-            nd += 9
+            q, nd = _digit_group(buf, q, 4, 9, digits, nd)
         if trail_bytes:
-            v = 0
-            for j in range(trail_bytes):
-                v = (v << 8) | np.int64(buf[q + j])
-            for k in range(trail - 1, -1, -1):
-                digits[nd + k] = 48 + v % 10
-                v //= 10
-            nd += trail
+            q, nd = _digit_group(buf, q, trail_bytes, trail, digits, nd)
         zero = True
         for k in range(nd):
             if digits[k] != 48:

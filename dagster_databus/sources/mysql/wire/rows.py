@@ -23,7 +23,8 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import BinlogEventError
 from dagster_databus.sources.mysql.wire import kernels as k
-from dagster_databus.sources.mysql.wire.codes import DELETE_ROWS, ROWS_V2, UPDATE_ROWS, event_type
+from dagster_databus.sources.mysql.wire.codes import DELETE_ROWS, UPDATE_ROWS, event_type
+from dagster_databus.sources.mysql.wire.packed import rows_layout
 from dagster_databus.sources.mysql.wire.values import Cutter
 
 WRITE, UPDATE, DELETE = 0, 1, 2
@@ -48,18 +49,10 @@ def parse_rows(code: int, body: memoryview, columns: int | None, where: str, sou
     """The parts of a row event's body; ``columns`` is its table map's column count (None: a table capture
     skips, whose images are not checked)."""
     table_id = int.from_bytes(body[:6], "little")
-    pos = 8
-    if code in ROWS_V2:
-        pos += int.from_bytes(body[8:10], "little")  # the extra data's length counts its own two bytes
-    first = body[pos]
-    if first < 251:
-        count, pos = first, pos + 1
-    else:
-        size = {252: 2, 253: 3, 254: 8}[first]
-        count, pos = int.from_bytes(body[pos + 1:pos + 1 + size], "little"), pos + 1 + size
+    count, pos, images = rows_layout(code, body)
     kind = UPDATE if code in UPDATE_ROWS else DELETE if code in DELETE_ROWS else WRITE
     width = (count + 7) // 8
-    bitmaps = body[pos:pos + width * (2 if kind == UPDATE else 1)]
+    bitmaps = body[pos:images]
     if columns is not None:
         # Every column present; the bits past the last column are whatever the server left (MySQL sets them).
         last = (1 << (count % 8 or 8)) - 1
@@ -72,7 +65,7 @@ def parse_rows(code: int, body: memoryview, columns: int | None, where: str, sou
                 "SET GLOBAL binlog_row_image = 'FULL' (and in my.cnf, and in every session that sets it), then run "
                 f"`databus bootstrap --source {source}`: the changes logged without whole rows cannot be rebuilt",
                 position=where)
-    return RowsEvent(table_id, kind, body[pos + len(bitmaps):])
+    return RowsEvent(table_id, kind, body[images:])
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dagster_databus.errors import BinlogEventError
+from dagster_databus.sources.mysql.wire.packed import net_length
 
 # MySQL's column type codes (enum_field_types) that the binlog writes.
 DECIMAL_OLD, TINY, SHORT, LONG, FLOAT, DOUBLE, NULL, TIMESTAMP, LONGLONG, INT24 = range(10)
@@ -112,13 +113,8 @@ class _Reader:
 
     def packed(self) -> int:
         """A length-encoded integer (net_field_length)."""
-        first = self.byte()
-        if first < 251:
-            return first
-        size = {252: 2, 253: 3, 254: 8}.get(first)
-        if size is None:
-            raise ValueError(f"byte {first} does not start a length-encoded integer")
-        return int.from_bytes(self.take(size), "little")
+        value, self.pos = net_length(self.data, self.pos)
+        return value
 
     def text(self) -> str:
         return bytes(self.take(self.packed())).decode("utf-8", "surrogateescape")

@@ -9,7 +9,8 @@ import zlib
 from collections.abc import Iterator
 
 from dagster_databus.errors import BinlogEventError
-from dagster_databus.sources.mysql.wire.codes import COMPRESSED_ROWS, ROWS_V2, UPDATE_ROWS, event_type
+from dagster_databus.sources.mysql.wire.codes import COMPRESSED_ROWS, event_type
+from dagster_databus.sources.mysql.wire.packed import net_length, rows_layout
 from dagster_databus.sources.mysql.wire.stream import HEADER_SIZE, Event, parse_event
 
 QUERY_POST_HEADER = 13  # thread id 4, exec time 4, database length 1, error code 2, status length 2
@@ -43,17 +44,8 @@ def plain_rows(code: int, body: memoryview, where: str) -> memoryview:
     the bitmaps are not compressed): the body of the plain event of the same kind."""
     if code not in COMPRESSED_ROWS:
         return body
-    pos = 8
-    if code in ROWS_V2:
-        pos += int.from_bytes(body[8:10], "little")
-    first = body[pos]
-    if first < 251:
-        count, pos = first, pos + 1
-    else:
-        size = {252: 2, 253: 3, 254: 8}[first]
-        count, pos = int.from_bytes(body[pos + 1:pos + 1 + size], "little"), pos + 1 + size
-    pos += (count + 7) // 8 * (2 if code in UPDATE_ROWS else 1)
-    return memoryview(bytes(body[:pos]) + inflate(body[pos:], where))
+    _, _, images = rows_layout(code, body)
+    return memoryview(bytes(body[:images]) + inflate(body[images:], where))
 
 
 def query_text(body: memoryview, compressed: bool, where: str) -> str:
@@ -81,11 +73,11 @@ def payload_events(event: Event, where: str) -> Iterator[Event]:
     fields, pos = {}, 0
     body = event.body
     while True:
-        kind, pos = _net_length(body, pos)
+        kind, pos = net_length(body, pos)
         if kind == _END_MARK:
             break
-        length, pos = _net_length(body, pos)
-        value, _ = _net_length(body, pos) if length else (0, pos)
+        length, pos = net_length(body, pos)
+        value, _ = net_length(body, pos) if length else (0, pos)
         fields[kind] = value
         pos += length
     compression = fields.get(_COMPRESSION_TYPE, _NONE)
@@ -117,15 +109,6 @@ def payload_events(event: Event, where: str) -> Iterator[Event]:
                                    "the binlog is damaged there: bootstrap the source", position=where)
         yield inner
         pos += size
-
-
-def _net_length(data: memoryview, pos: int) -> tuple[int, int]:
-    """A length-encoded integer (``net_field_length``) at ``pos``: (value, position after it)."""
-    first = data[pos]
-    if first < 251:
-        return first, pos + 1
-    size = {252: 2, 253: 3, 254: 8}[first]
-    return int.from_bytes(data[pos + 1:pos + 1 + size], "little"), pos + 1 + size
 
 
 # The payload header's fields (Transaction_payload_event, ``OTW_PAYLOAD_*``), and compression types.
