@@ -17,8 +17,8 @@ import dagster as dg
 
 from dagster_databus import pipeline
 from dagster_databus.config import load_config
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.defs.factory import build_definitions
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.spark.session import get_spark
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from dagster_databus import pipeline
 from dagster_databus.config import parse_config
+from dagster_databus.dataplane.delta import DeltaSnapshot
+from dagster_databus.dataplane.history import HistoryTable, history_schema, tracked_columns
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
-from dagster_databus.snapshot.history import HistoryTable, history_schema, tracked_columns
 from dagster_databus.snapshot.merge import engine_for, sync_source
 from dagster_databus.spark.session import get_spark
 

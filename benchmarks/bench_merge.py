@@ -25,10 +25,10 @@ from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.crc32 import crc32_each
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType
+from dagster_databus.dataplane.commit import commit_files, location
+from dagster_databus.dataplane.delta import DeltaSnapshot
+from dagster_databus.dataplane.files import FileWriter, run_prefix
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.commit import commit_files, location
-from dagster_databus.snapshot.delta import DeltaSnapshot
-from dagster_databus.snapshot.files import FileWriter, run_prefix
 from dagster_databus.snapshot.merge import engine_for, sync_table
 from dagster_databus.spark.session import get_spark
 

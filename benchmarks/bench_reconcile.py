@@ -23,7 +23,7 @@ from deltalake import DeltaTable
 from benchmarks.common import peak_rss_growth
 from dagster_databus import pipeline
 from dagster_databus.config import parse_config
-from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import reconcile_table
 from dagster_databus.sources import open_source

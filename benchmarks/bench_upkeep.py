@@ -22,7 +22,7 @@ from deltalake import DeltaTable, write_deltalake
 from benchmarks.common import best_of
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, parse_config
-from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.upkeep import upkeep_source
 from dagster_databus.spark.session import get_spark

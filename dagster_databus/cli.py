@@ -18,10 +18,10 @@ from dagster_databus.core.identifiers import is_plain_name
 from dagster_databus.core.lag import scn_lag
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType, json_value
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError, DatabusError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.schemas import SchemaRegistry
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.sources import open_source
 
 
@@ -190,7 +190,7 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
             print(f"  consumer {client:<17}{cursor or '-'!s:>12}{'':>24}{_behind(manifest.last_scn, at):>8}"
                   f"{state}")
     for logical in config.logical_tables:
-        from dagster_databus.snapshot.logical.table import LogicalSnapshot
+        from dagster_databus.dataplane.logical import LogicalSnapshot
 
         snap = LogicalSnapshot(config.lake, logical.name)
         print(f"logical {logical.name}")

@@ -160,8 +160,8 @@ def _shared_databases(config: DatabusConfig) -> dict[str, str]:
 def lake_damage(config: DatabusConfig, source: str, tables: Sequence[str]) -> list[str]:
     """What is damaged in a source's part of the lake, each with its fix: change-log segments missing or
     truncated, and data files a snapshot or history table names that are missing or not their recorded size."""
-    from dagster_databus.snapshot.delta import DeltaSnapshot
-    from dagster_databus.snapshot.history import HistoryTable
+    from dagster_databus.dataplane.delta import DeltaSnapshot
+    from dagster_databus.dataplane.history import HistoryTable
 
     found = []
     log = ChangeLog(config.lake, source)
@@ -331,10 +331,10 @@ def row_selection(config: DatabusConfig, source: str, tables: Sequence[str], aft
 
 def enforce_retention(config: DatabusConfig, source: str) -> RetentionResult | None:
     """Apply the source's retention limits, keeping everything some snapshot has not absorbed."""
+    from dagster_databus.dataplane.delta import DeltaSnapshot
+    from dagster_databus.dataplane.history import HistoryTable
+    from dagster_databus.dataplane.logical import LogicalSnapshot
     from dagster_databus.log.retention import apply_retention
-    from dagster_databus.snapshot.delta import DeltaSnapshot
-    from dagster_databus.snapshot.history import HistoryTable
-    from dagster_databus.snapshot.logical.table import LogicalSnapshot
 
     source_cfg = config.source(source)
     limits = source_cfg.retention

@@ -14,7 +14,7 @@ import pytest
 
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, SparkConfig
-from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import TableSyncResult, sync_source
 from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.sources import open_source, read_rows

@@ -17,7 +17,7 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.core.defaults import NOT_CONSTANT, constant_value
 from dagster_databus.core.types import ColumnType
-from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from tests.conftest import assert_snapshots_match
 from tests.harness import MysqlHarness, SourceHarness, SqliteHarness, make_config

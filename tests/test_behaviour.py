@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from dagster_databus import pipeline
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.storage.lake import Lake
 from tests.conftest import BEHAVIOUR_KINDS, assert_snapshots_match, cycle, source_harness
 from tests.harness import SourceHarness, make_config

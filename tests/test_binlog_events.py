@@ -16,9 +16,9 @@ import pytest
 
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import BinlogEventError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources.mysql.wire import codes
 from dagster_databus.sources.mysql.wire.codes import EVENT_TYPES, Disposition, event_type

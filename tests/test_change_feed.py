@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.spark.changefeed import read_change_feed
 from dagster_databus.storage.lake import Lake
 from tests.conftest import assert_snapshots_match, cycle, require_delta_spark

@@ -18,9 +18,9 @@ from dagster_databus import pipeline
 from dagster_databus.cli import main
 from dagster_databus.config import load_config
 from dagster_databus.core.scn import Scn
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from tests.harness import MysqlHarness
 from tests.mariadb import MariaDBServer

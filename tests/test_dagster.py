@@ -12,9 +12,9 @@ import dagster as dg
 import pytest
 
 from dagster_databus.config import load_config
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.demo.workload import ShopWorkload, create_shop
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from tests.conftest import assert_snapshots_match
 
 REPO = Path(__file__).resolve().parents[1]
@@ -282,7 +282,7 @@ def test_the_upkeep_job_observes_each_snapshot_with_its_files(tmp_path: Path, sp
 
 
 def test_a_table_with_history_reports_its_versions_on_its_asset(tmp_path: Path, spark) -> None:
-    from dagster_databus.snapshot.history import HistoryTable
+    from dagster_databus.dataplane.history import HistoryTable
 
     config_path = write_config(tmp_path, [{"name": "orders", "primary_key": ["id"], "history": True}])
     workload = ShopWorkload(tmp_path / "shop.db", seed=8)

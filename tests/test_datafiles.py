@@ -16,9 +16,9 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-from dagster_databus.snapshot.commit import commit_files, location
-from dagster_databus.snapshot.delta import DeltaFolder
-from dagster_databus.snapshot.files import STRING_STATS_CHARS, FileWriter, TableFile, TableFiles, delta_stats
+from dagster_databus.dataplane.commit import commit_files, location
+from dagster_databus.dataplane.delta import DeltaFolder
+from dagster_databus.dataplane.files import STRING_STATS_CHARS, FileWriter, TableFile, TableFiles, delta_stats
 from dagster_databus.storage.lake import Lake
 
 D = decimal.Decimal

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from dagster_databus.consumer.history import as_of
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import reconcile_table
 from tests.conftest import assert_snapshots_match, cycle

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import engine_for, sync_table
 from dagster_databus.spark.session import delta_spark_available
 from tests.conftest import assert_snapshots_match, cycle, require_delta_spark

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from dagster_databus.cli import main
-from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from tests.harness import SqliteHarness
 
 

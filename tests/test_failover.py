@@ -17,9 +17,9 @@ from dagster_databus import pipeline
 from dagster_databus.config import load_config
 from dagster_databus.consumer.checkpoints import FileCheckpointStore
 from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError, SourceUnavailableError, StandbyBehindError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import compare_rows, reconcile_table
 from dagster_databus.sources import open_source

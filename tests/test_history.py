@@ -19,9 +19,9 @@ from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.consumer.history import as_of
 from dagster_databus.core.scn import Scn
+from dagster_databus.dataplane.history import HISTORY_META, HistoryTable, fold, from_snapshot
 from dagster_databus.errors import ConfigError, HistoryGapError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.history import HISTORY_META, HistoryTable, fold, from_snapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.sources import open_source, read_rows
@@ -103,7 +103,7 @@ def test_tracked_columns_that_are_not_in_the_table_are_refused(tmp_path: Path) -
             {"name": "t", "primary_key": ["id"], "track_history_columns": ["a"]}]}]}, base=tmp_path)
     from dagster_databus.core.schema import Column, TableSchema
     from dagster_databus.core.types import ColumnType
-    from dagster_databus.snapshot.history import tracked_columns
+    from dagster_databus.dataplane.history import tracked_columns
 
     schema = TableSchema("s", "t", (Column("id", ColumnType("long")), Column("a", ColumnType("string"))), ("id",))
     with pytest.raises(ConfigError, match=r"names column\(s\) nope that t does not have"):

@@ -16,12 +16,12 @@ from deltalake import DeltaTable
 
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, LogicalTableConfig, load_config, parse_config
+from dagster_databus.dataplane.logical import LogicalSnapshot
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.errors import SchemaDriftError, ShardCollisionError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.logical.compare import compare_parts
 from dagster_databus.snapshot.logical.sync import sync_logical
-from dagster_databus.snapshot.logical.table import LogicalSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.sources import open_source, read_rows

@@ -12,6 +12,7 @@ import pytest
 
 from dagster_databus import pipeline
 from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import (
     CaptureNotInstalledError,
     ConfigError,
@@ -21,7 +22,6 @@ from dagster_databus.errors import (
     SourceUnavailableError,
 )
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import MysqlHarness, make_config

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from dagster_databus import pipeline
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import NullKeyError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from tests.harness import MysqlHarness, SourceHarness, SqliteHarness, make_config
 from tests.mariadb import MariaDBServer

@@ -14,12 +14,12 @@ from deltalake import DeltaTable
 from dagster_databus.cli import main as cli
 from dagster_databus.config import load_config
 from dagster_databus.consumer.pull import MetaManager, PullConsumer
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.defs.common import MAX_RETRIES, clear_errors
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.errors import ConfigError, SourceUnavailableError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from tests.conftest import assert_snapshots_match
 
 TABLES = [{"name": "customers", "primary_key": ["id"]}, {"name": "orders", "primary_key": ["id"]},

@@ -10,8 +10,8 @@ import pytest
 
 from dagster_databus import pipeline
 from dagster_databus.core.events import Op
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.sources import open_source
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import ORACLE_ENV, ORACLE_SKIP, OracleHarness, make_config

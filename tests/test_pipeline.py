@@ -9,10 +9,10 @@ import pytest
 
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.errors import SchemaDriftError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import make_config

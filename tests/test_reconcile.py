@@ -17,7 +17,7 @@ from dagster_databus import pipeline
 from dagster_databus.core.fingerprint import BUCKET_BITS, buckets, digests, fingerprint_batches, value_text
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType
-from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.snapshot.reconcile import compare_rows, reconcile_table
 from dagster_databus.sources.mysql.types import fingerprint_text
 from tests.conftest import cycle

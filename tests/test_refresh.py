@@ -11,8 +11,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from dagster_databus import pipeline
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source, read_rows
 from tests.conftest import assert_snapshots_match, cycle
@@ -118,8 +118,8 @@ def test_the_keys_held_in_a_range_follow_key_order_over_every_key_column(tmp_pat
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dagster_databus.snapshot.files import TableFile, TableFiles, TableLocation
-    from dagster_databus.snapshot.refresh import RangeChanges
+    from dagster_databus.dataplane.files import TableFile, TableFiles, TableLocation
+    from dagster_databus.dataplane.refresh import RangeChanges
     from dagster_databus.sources.base import KeyRange
     from dagster_databus.storage.lake import Lake
 

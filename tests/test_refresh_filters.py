@@ -21,8 +21,8 @@ from deltalake import DeltaTable
 from dagster_databus import pipeline
 from dagster_databus.cli import main
 from dagster_databus.config import DatabusConfig
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source, read_rows
 from dagster_databus.sources.base import KeyRange, RangeRead, RowSelection, selection_for

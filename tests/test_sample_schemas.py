@@ -9,7 +9,7 @@ import datetime as dt
 import decimal
 from pathlib import Path
 
-from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import MysqlHarness, SqliteHarness, make_config
 from tests.mariadb import MariaDBServer

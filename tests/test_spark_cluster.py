@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from dagster_databus import pipeline
-from dagster_databus.snapshot.delta import DeltaSnapshot
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.spark.faults import FAULT_PROPERTY
 from dagster_databus.storage.lake import Lake

@@ -15,9 +15,9 @@ import pytest
 
 from dagster_databus import pipeline
 from dagster_databus.config import SparkConfig
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ChangeLogCorruptError, ConfigError, SparkEnvironmentError, SparkUnavailableError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import engine_for, sync_source, sync_table
 from dagster_databus.spark.connect_server import ConnectServer, free_port
 from dagster_databus.spark.session import (

@@ -17,9 +17,9 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.cli import main
 from dagster_databus.config import DatabusConfig
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError, SchemaDriftError, SchemaMismatchError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from tests.harness import SqliteHarness, make_config
 

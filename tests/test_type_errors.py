@@ -14,9 +14,9 @@ from deltalake import write_deltalake
 
 from dagster_databus import pipeline
 from dagster_databus.cli import main
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ChangeLogFormatError, SchemaMismatchError, UnsupportedTypeError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source
 from tests.conftest import assert_snapshots_match, cycle

@@ -28,8 +28,8 @@ from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
 from dagster_databus.consumer.pull import MetaManager, PullConsumer
 from dagster_databus.core.events import ChangeEvent
 from dagster_databus.core.types import ColumnType
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.reconcile import reconcile_table
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import streamed_fingerprint

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot
+from dagster_databus.dataplane.delta import DeltaFolder, DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.upkeep import upkeep_source
 from dagster_databus.storage.lake import Lake
@@ -23,7 +23,7 @@ def _rows(snap: DeltaSnapshot) -> list[dict]:
 
 def _physical_types(folder: DeltaFolder) -> set[str]:
     """The column types of each data file of ``folder``, as written (its Parquet footer)."""
-    from dagster_databus.snapshot.commit import location
+    from dagster_databus.dataplane.commit import location
 
     where = location(folder)
     paths = pa.table(folder.delta().get_add_actions(flatten=True))["path"].to_pylist()
@@ -82,7 +82,7 @@ def test_upkeep_joins_small_files_keeps_every_row_and_what_rebuild_needs(tmp_pat
 @pytest.mark.parametrize("engine", ["spark", "local"])
 def test_upkeep_of_a_history_table_keeps_every_version_in_key_order(tmp_path: Path, lazy_spark, engine: str) -> None:
     from dagster_databus.consumer.history import as_of
-    from dagster_databus.snapshot.history import HistoryTable
+    from dagster_databus.dataplane.history import HistoryTable
 
     source = SqliteHarness(tmp_path / "shop.db")
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL)",
@@ -122,8 +122,8 @@ def test_upkeep_of_a_history_table_keeps_every_version_in_key_order(tmp_path: Pa
 
 def test_upkeep_of_a_logical_table_keeps_its_rows_and_parts(tmp_path: Path, spark) -> None:
     from dagster_databus.config import parse_config
+    from dagster_databus.dataplane.logical import LogicalSnapshot
     from dagster_databus.snapshot.logical.sync import sync_logical
-    from dagster_databus.snapshot.logical.table import LogicalSnapshot
     from dagster_databus.snapshot.upkeep import upkeep_logical
 
     shards = [SqliteHarness(tmp_path / f"shard{n}.db") for n in range(2)]

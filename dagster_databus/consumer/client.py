@@ -504,7 +504,7 @@ class DatabusClient:
     # -- bootstrap ---------------------------------------------------------------------
 
     def _bootstrap(self, stats: RunStats, manifest: Manifest) -> ConsumerCheckpoint:
-        from dagster_databus.snapshot.delta import DeltaSnapshot
+        from dagster_databus.dataplane.delta import DeltaSnapshot
 
         available = self.lake.objects.folders(f"snapshot/{self.source}/")
         tables = self._order(self.tables or available)

@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from dagster_databus.core.scn import Scn
+from dagster_databus.dataplane.history import HistoryTable
 from dagster_databus.errors import SnapshotMissingError
-from dagster_databus.snapshot.history import HistoryTable
 from dagster_databus.storage.lake import Lake
 from dagster_databus.storage.location import LakeLocation
 

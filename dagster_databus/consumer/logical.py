@@ -358,7 +358,7 @@ class LogicalTableClient:
 
     def _bootstrap(self, manifests: Mapping[str, Manifest], stats: LogicalRunStats) -> LogicalCheckpoint:
         """Deliver the logical table as inserts, each part at its SCN there; return the checkpoint after it."""
-        from dagster_databus.snapshot.logical.table import PART_COLUMN, LogicalSnapshot
+        from dagster_databus.dataplane.logical import PART_COLUMN, LogicalSnapshot
 
         data, scns = LogicalSnapshot(self.lake, self.table.name).read_pinned([p.label for p in self.parts])
         first = min(scns.values())

@@ -19,14 +19,14 @@ from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.lag import time_lag
 from dagster_databus.core.schema import TableSchema
+from dagster_databus.dataplane.delta import DeltaFolder, DeltaSnapshot
+from dagster_databus.dataplane.engine import Refreshed
 from dagster_databus.defs.checks import sync_check, sync_check_specs
 from dagster_databus.defs.common import capture_key, changelog_key, clear_errors, pool, snapshot_key
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.manifest import Manifest
 from dagster_databus.pipeline import CaptureResult
-from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot
-from dagster_databus.snapshot.engines import Refreshed
 from dagster_databus.snapshot.merge import HistorySynced, TableSyncResult, engine_for, sync_tables
 from dagster_databus.sources.base import ALL_ROWS, RowSelection
 

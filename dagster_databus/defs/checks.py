@@ -13,11 +13,11 @@ from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.consumer.pull import MetaManager
 from dagster_databus.core.lag import scn_lag, time_lag
 from dagster_databus.core.scn import Scn
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.defs.common import capture_key, changelog_key, snapshot_key
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.errors import DatabusError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import applied_commit_ms
 from dagster_databus.snapshot.reconcile import Reconciliation, reconcile_table, schema_drift
 from dagster_databus.sources import open_source

@@ -5,12 +5,12 @@ import dagster as dg
 from dagster import AssetExecutionContext
 
 from dagster_databus.config import LogicalTableConfig
+from dagster_databus.dataplane.logical import LogicalSnapshot
 from dagster_databus.defs.assets import column_schema
 from dagster_databus.defs.common import clear_errors, pool, snapshot_key
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.snapshot.logical.compare import compare_parts
 from dagster_databus.snapshot.logical.sync import LogicalSyncResult, sync_logical
-from dagster_databus.snapshot.logical.table import LogicalSnapshot
 
 GROUP = "logical"
 

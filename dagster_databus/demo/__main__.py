@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from dagster_databus.config import CONFIG_ENV, config_path_from_env, load_config
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.demo.workload import ShopWorkload, create_shop
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.reconcile import Comparison, compare_rows
 from dagster_databus.sources import open_source, read_rows
 
@@ -68,7 +68,7 @@ def show_history_and_feed(config_path: Path) -> None:
     import pyarrow as pa
 
     from dagster_databus.consumer.history import as_of
-    from dagster_databus.snapshot.history import HistoryTable
+    from dagster_databus.dataplane.history import HistoryTable
 
     config = load_config(config_path)
     for source_cfg in config.sources:

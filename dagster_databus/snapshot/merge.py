@@ -19,11 +19,12 @@ from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.lag import scn_lag, time_lag
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
+from dagster_databus.dataplane.commit import set_change_feed
+from dagster_databus.dataplane.delta import DeltaSnapshot, MergeCounts
+from dagster_databus.dataplane.engine import MergeEngine, Refreshed, SparkProvider
 from dagster_databus.errors import SchemaDriftError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.commit import set_change_feed
-from dagster_databus.snapshot.delta import DeltaSnapshot, MergeCounts
-from dagster_databus.snapshot.engines import MergeEngine, Refreshed, SparkProvider, open_engine
+from dagster_databus.snapshot.engines import open_engine
 from dagster_databus.snapshot.evolve import plan
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import ALL_ROWS, RowSelection
@@ -189,8 +190,8 @@ def sync_history(config: DatabusConfig, source_cfg: SourceConfig, table: str, sn
     (``HistoryGapError``) rather than given a silent gap. When the snapshot was read again since (a TRUNCATE
     or DDL without row events, a bootstrap), the read is folded in as changes at its SCN (``restate_history``).
     """
+    from dagster_databus.dataplane.history import HistoryTable, history_schema, tracked_columns
     from dagster_databus.errors import HistoryGapError
-    from dagster_databus.snapshot.history import HistoryTable, history_schema, tracked_columns
 
     latest = log.schemas.latest(table)
     if latest is None:

@@ -22,8 +22,8 @@ from dagster_databus.core.types import json_value
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
+    from dagster_databus.dataplane.delta import DeltaSnapshot
     from dagster_databus.log.changelog import ChangeLog
-    from dagster_databus.snapshot.delta import DeltaSnapshot
     from dagster_databus.sources.base import CaptureSource
 
 
@@ -124,8 +124,8 @@ def reconcile_table(config: DatabusConfig, source_cfg: SourceConfig, table: str,
     the change log's events up to S applied on the way. Both take memory bounded by a batch, not the
     table. Rows are compared one by one only in the (few) key buckets whose fingerprints differ.
     """
+    from dagster_databus.dataplane.delta import DeltaSnapshot
     from dagster_databus.log.changelog import ChangeLog
-    from dagster_databus.snapshot.delta import DeltaSnapshot
     from dagster_databus.sources import open_source
 
     started = time.monotonic()
@@ -168,8 +168,8 @@ class _SnapshotSide:
 
     def bring_to(self, scn: Scn) -> str | None:
         """Pin the Delta version and gather the changes up to ``scn``; a reason when that cannot be done."""
+        from dagster_databus.dataplane.reduce import NewestPerKey
         from dagster_databus.log.columns import change_schema, table_changes
-        from dagster_databus.snapshot.reduce import NewestPerKey
 
         pinned = self.snap.pinned_dataset()
         if pinned is None:
@@ -275,7 +275,7 @@ def _sortable(value: Any) -> tuple[str, Any]:
 
 def schema_drift(config: DatabusConfig, source_cfg: SourceConfig, table: str) -> list[str]:
     """Differences between the source table's columns and the snapshot's, each described."""
-    from dagster_databus.snapshot.delta import DeltaSnapshot
+    from dagster_databus.dataplane.delta import DeltaSnapshot
     from dagster_databus.sources import open_source
 
     schema = open_source(source_cfg, config.lake).preflight()[table]

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from dagster_databus.core.progress import Progress
-from dagster_databus.snapshot.files import TableFile, TableFiles
+from dagster_databus.dataplane.files import TableFile, TableFiles
 
 if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
-    from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot
-    from dagster_databus.snapshot.engines import MergeEngine
+    from dagster_databus.dataplane.delta import DeltaFolder, DeltaSnapshot
+    from dagster_databus.dataplane.engine import MergeEngine
 
 SMALL = 0.5  # a file under this share of merge.file_rows is worth joining to a neighbour
 TOMBSTONES = "delta.deletedFileRetentionDuration"
@@ -76,7 +76,7 @@ def mistyped(folder: DeltaFolder, files: TableFiles, schema: pa.Schema, joined: 
     """Files not in ``joined`` whose physical column types differ from the table's, each a group of one to
     rewrite in the table's types: delta-rs's MERGE writes strings as ``string_view``, and every read of such a
     file through the table casts them again (the local engine's one file read twice as slowly after 1,000 merges)."""
-    from dagster_databus.snapshot.commit import location
+    from dagster_databus.dataplane.commit import location
 
     where = location(folder)
     taken = {f.path for g in joined for f in g}
@@ -89,7 +89,7 @@ def upkeep_table(snap: DeltaSnapshot, key: Sequence[str], engine: MergeEngine, f
                  progress: Progress, history: bool = False) -> list[UpkeepResult]:
     """Compact, vacuum and checkpoint one snapshot table, and its history table (``history``) when it has one,
     holding the snapshot's lock (its merges, which write both, wait or fail)."""
-    from dagster_databus.snapshot.history import HistoryTable
+    from dagster_databus.dataplane.history import HistoryTable
 
     lock = snap.lock(f"snapshot {snap.source}.{snap.table}", "wait for the upkeep of this table to finish")
     with lock:
@@ -149,7 +149,7 @@ def _sizes(table: object) -> tuple[int, int]:
 def upkeep_source(config: DatabusConfig, source: str, spark: Any, tables: Sequence[str] | None = None,
                   progress: Progress = lambda _: None) -> list[UpkeepResult]:
     """``upkeep_table`` for each (or each named) snapshot of ``source`` that exists, by ``merge.engine``."""
-    from dagster_databus.snapshot.delta import DeltaSnapshot
+    from dagster_databus.dataplane.delta import DeltaSnapshot
     from dagster_databus.snapshot.merge import engine_for
 
     source_cfg = config.source(source)
@@ -170,7 +170,7 @@ def upkeep_logical(config: DatabusConfig, name: str, spark: Any, progress: Progr
                    ) -> UpkeepResult | None:
     """Upkeep of logical table ``name`` (``upkeep_folder``), holding its lock; None before its first load. A
     logical table loads again from its parts' snapshots, so VACUUM keeps no version of its own for that."""
-    from dagster_databus.snapshot.logical.table import PART_COLUMN, LogicalSnapshot
+    from dagster_databus.dataplane.logical import PART_COLUMN, LogicalSnapshot
     from dagster_databus.snapshot.merge import engine_for
 
     logical = config.logical_table(name)

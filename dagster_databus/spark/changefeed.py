@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from dagster_databus.core.wire import pack
+from dagster_databus.dataplane.commit import location
+from dagster_databus.dataplane.reads import FileRead
 from dagster_databus.errors import SnapshotMissingError
-from dagster_databus.snapshot.commit import location
-from dagster_databus.spark.deltafiles import FileRead
-from dagster_databus.spark.wire import pack
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from dagster_databus.snapshot.delta import DeltaFolder
+    from dagster_databus.dataplane.delta import DeltaFolder
 
 FEED_COLUMNS = (pa.field("_change_type", pa.string()), pa.field("_commit_version", pa.int64()),
                 pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")))

@@ -8,41 +8,15 @@ task then yields only the files it wrote, as the bootstrap's tasks do (``spark.t
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from dagster_databus.core.wire import unpack
+from dagster_databus.dataplane.reads import FileRead
 from dagster_databus.errors import DatabusError, for_task
-from dagster_databus.spark.wire import unpack
-
-
-@dataclass(frozen=True, slots=True)
-class FileRead:
-    location: Any  # snapshot.files.TableLocation of the table the file belongs to
-    path: str
-    constants: Mapping[str, str] = field(default_factory=dict)  # string columns added to every row
-    # More files of the same table read with this one and written with it, in ``order_by`` order (compaction).
-    then: tuple[str, ...] = ()
-    order_by: tuple[str, ...] = ()
-    as_history: bool = False  # snapshot rows turned into a history's first versions (``snapshot.history``)
-    live: bool = False  # a snapshot's current rows only (``snapshot.delta.live``: no soft-deleted ones)
-    fills: Mapping[str, pa.Scalar] = field(default_factory=dict)  # columns the file lacks, and their value
-
-    def read(self, schema: pa.Schema | None = None) -> pa.Table:
-        """The file's rows (with ``then``: the files' rows, joined), each file conformed to ``schema`` if given
-        (files other writers wrote may hold other physical types: delta-rs's MERGE writes string views)."""
-        from dagster_databus.snapshot.delta import conform_rows
-
-        parts = [self.location.read(p, columns=None) for p in (self.path, *self.then)]
-        if schema is not None:
-            parts = [conform_rows(p.select([n for n in schema.names if n in p.column_names]), schema) for p in parts]
-        if not self.then:
-            return parts[0]
-        joined = pa.concat_tables(parts)
-        return joined.sort_by([(k, "ascending") for k in self.order_by]) if self.order_by else joined
 
 
 def spark_schema(schema: pa.Schema) -> Any:
@@ -83,8 +57,8 @@ class _FilesReader(DataSourceReader):
             raise for_task(exc) from None
 
     def _read(self, index: int) -> Iterator[Any]:
-        from dagster_databus.snapshot.delta import conform_rows
-        from dagster_databus.snapshot.files import FileWriter, actions_batch
+        from dagster_databus.dataplane.delta import conform_rows
+        from dagster_databus.dataplane.files import FileWriter, actions_batch
 
         if index < 0:
             return
@@ -93,11 +67,11 @@ class _FilesReader(DataSourceReader):
         wanted = [f.name for f in schema if f.name not in file.constants]
         held = file.read(schema if file.then else None)  # a compaction's files joined in one type per column
         if file.live:
-            from dagster_databus.snapshot.delta import live
+            from dagster_databus.dataplane.delta import live
 
             held = live(held)
         if file.as_history:
-            from dagster_databus.snapshot.history import from_snapshot
+            from dagster_databus.dataplane.history import from_snapshot
 
             held = from_snapshot(held)
         data = held.select([n for n in wanted if n in held.column_names])

@@ -48,7 +48,7 @@ class ChangeLogDataSource(DataSource):
 
     def schema(self) -> str:
         if "route" in self.options:
-            from dagster_databus.spark.merge_tasks import ROUTED_SPARK
+            from dagster_databus.dataplane.merging import ROUTED_SPARK
 
             return ROUTED_SPARK
         columns = ", ".join(f"`{c.name}` {c.type.spark()}" for c in self._latest().columns)
@@ -100,7 +100,7 @@ class ChangeLogReader(DataSourceReader):
         try:
             spec = json.loads(partition.value)
             if "route" in self.options:
-                from dagster_databus.spark.wire import unpack
+                from dagster_databus.core.wire import unpack
 
                 # Windows never span segments, and a packed task's segments are read by no other task: its
                 # first segment names it.

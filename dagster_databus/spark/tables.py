@@ -13,27 +13,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from dagster_databus.core.wire import unpack
+from dagster_databus.dataplane.reads import FilesSink
 from dagster_databus.errors import DatabusError, for_task
-from dagster_databus.spark.wire import unpack
-
-
-@dataclass(frozen=True, slots=True)
-class FilesSink:
-    """Where and how a bootstrap's tasks write: the snapshot's folder, its Arrow schema (with the
-    metadata columns), rows per file, the run's file-name prefix and the bootstrap's time."""
-
-    location: Any  # snapshot.files.TableLocation
-    schema: pa.Schema
-    file_rows: int
-    prefix: str
-    read_at_ms: int
-    progress: Any = None  # snapshot.resume.ProgressSpec: where each range records that it started and finished
 
 
 def _spark_type(kind: str) -> str:
@@ -104,8 +91,8 @@ class TableFilesSource(DataSource):
 
 class _FilesReader(_RangesReader):
     def _read(self, read: Any, index: int) -> Iterator[Any]:
-        from dagster_databus.snapshot.delta import with_meta
-        from dagster_databus.snapshot.files import FileWriter, actions_batch
+        from dagster_databus.dataplane.delta import with_meta
+        from dagster_databus.dataplane.files import FileWriter, actions_batch
         from dagster_databus.sources import read_range
         from dagster_databus.spark.faults import task_fault
 
@@ -134,7 +121,7 @@ class TableRefreshSource(DataSource):
         return "databus_table_refresh"
 
     def schema(self) -> str:
-        from dagster_databus.spark.merge_tasks import ROUTED_SPARK
+        from dagster_databus.dataplane.merging import ROUTED_SPARK
 
         return ROUTED_SPARK
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster_databus.config import DatabusConfig
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.reconcile import reconcile_table
 from tests.harness import SourceHarness
 

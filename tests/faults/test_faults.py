@@ -20,11 +20,11 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.scn import Scn
+from dagster_databus.dataplane.delta import DeltaSnapshot
+from dagster_databus.dataplane.resume import BootstrapProgress
 from dagster_databus.errors import ChangeLogCorruptError, ConfigError, DiskFullError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import engine_for, sync_source
-from dagster_databus.snapshot.resume import BootstrapProgress
 from dagster_databus.storage.lake import Lake
 from tests.conftest import require_tool
 from tests.faults.loadgen import DDL, TABLE, LoadGenerator, check

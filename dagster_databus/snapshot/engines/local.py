@@ -20,9 +20,8 @@ from deltalake import CommitProperties, Transaction, write_deltalake
 from dagster_databus.core.progress import Progress, Ticker
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.log.columns import change_schema, table_changes
-from dagster_databus.snapshot.commit import OPERATION_KEY
-from dagster_databus.snapshot.delta import (
+from dagster_databus.dataplane.commit import OPERATION_KEY
+from dagster_databus.dataplane.delta import (
     DeltaFolder,
     DeltaSnapshot,
     MergeCounts,
@@ -34,15 +33,16 @@ from dagster_databus.snapshot.delta import (
     soft_deleted,
     with_meta,
 )
-from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, range_rows, soft_deletes
-from dagster_databus.snapshot.reduce import ChangeStats, NewestPerKey
+from dagster_databus.dataplane.engine import Bootstrapped, Merged, Refreshed, range_rows, soft_deletes
+from dagster_databus.dataplane.reduce import ChangeStats, NewestPerKey
+from dagster_databus.log.columns import change_schema, table_changes
 from dagster_databus.storage.durable import crash_point, disk_errors
 
 if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
+    from dagster_databus.dataplane.history import HistoryTable
+    from dagster_databus.dataplane.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.log.changelog import ChangeLog
-    from dagster_databus.snapshot.history import HistoryTable
-    from dagster_databus.snapshot.logical.table import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource, RowSelection
 
 
@@ -78,9 +78,9 @@ class LocalEngine:
     def refresh(self, snap: DeltaSnapshot, source: CaptureSource, table: str, rows: RowSelection,
                 progress: Progress) -> Refreshed:
         """The key ranges read one after another in this process, their changes MERGEd in one delta-rs commit."""
-        from dagster_databus.snapshot.commit import location
-        from dagster_databus.snapshot.files import TableFiles
-        from dagster_databus.snapshot.refresh import RangeChanges, finds_deletes
+        from dagster_databus.dataplane.commit import location
+        from dagster_databus.dataplane.files import TableFiles
+        from dagster_databus.dataplane.refresh import RangeChanges, finds_deletes
 
         snap.bootstrapped()  # refused, naming the fix, before the snapshot's bootstrap
         read = source.ranges(table, range_rows(self.config, source), rows)
@@ -110,9 +110,9 @@ class LocalEngine:
     def compact(self, snap: DeltaFolder, table: Any, key: Sequence[str], groups: Sequence[Sequence[Any]],
                 progress: Progress) -> int:
         """The groups read and written one after another in this process; one commit."""
-        from dagster_databus.snapshot.commit import commit_merge, location, remove_uncommitted
-        from dagster_databus.snapshot.files import FileWriter, run_prefix
-        from dagster_databus.spark.deltafiles import FileRead
+        from dagster_databus.dataplane.commit import commit_merge, location, remove_uncommitted
+        from dagster_databus.dataplane.files import FileWriter, run_prefix
+        from dagster_databus.dataplane.reads import FileRead
 
         schema = pa.schema(table.schema().to_arrow())
         prefix, added, committed = run_prefix(), [], False
@@ -147,7 +147,7 @@ class LocalEngine:
     def start_history(self, hist: HistoryTable, snap: DeltaSnapshot, version: int, target: pa.Schema, start: Scn,
                       based: Scn, progress: Progress) -> int:
         """The snapshot's rows at ``version`` read in this process and written as the history's first versions."""
-        from dagster_databus.snapshot.history import from_snapshot
+        from dagster_databus.dataplane.history import from_snapshot
 
         rows = conform_rows(from_snapshot(live(snap.delta(version).to_pyarrow_table())), target)
         hist.prepare()
@@ -186,7 +186,7 @@ class LocalEngine:
                         target: pa.Schema, tracked: Sequence[str], scn: Scn, progress: Progress) -> MergeCounts:
         """The snapshot's rows at ``version`` (a bootstrap at ``scn``) and deletes of the keys the history holds
         open that they lack, folded in this process (``snapshot.history.Restated``)."""
-        from dagster_databus.snapshot.history import Restated, open_versions
+        from dagster_databus.dataplane.history import Restated, open_versions
 
         key = list(schema.primary_key)
         rows = live(snap.delta(version).to_pyarrow_table())
@@ -207,7 +207,7 @@ class LocalEngine:
                    target: pa.Schema, props: CommitProperties) -> MergeCounts:
         """Fold ``changes`` into the open versions of their keys and MERGE the result (on key and
         ``__start_scn``) in one delta-rs commit carrying ``props``."""
-        from dagster_databus.snapshot.history import fold, open_versions
+        from dagster_databus.dataplane.history import fold, open_versions
 
         table = hist.delta()
         wanted = pc.field("__end_scn").is_null()

@@ -9,11 +9,11 @@ import pyarrow.compute as pc
 
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import SnapshotMissingError
-from dagster_databus.snapshot.delta import (
+from dagster_databus.dataplane.delta import (
     DeltaSnapshot,
 )
-from dagster_databus.snapshot.logical.table import PART_COLUMN, LogicalSnapshot
+from dagster_databus.dataplane.logical import PART_COLUMN, LogicalSnapshot
+from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.snapshot.reconcile import Comparison, compare_rows
 
 if TYPE_CHECKING:

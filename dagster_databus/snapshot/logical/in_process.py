@@ -15,13 +15,12 @@ from dagster_databus.core.event_columns import CHANGE_META, DELIVERED_META
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import META_COLUMNS
 from dagster_databus.core.scn import Scn
-from dagster_databus.log.columns import change_schema, table_changes
-from dagster_databus.snapshot.delta import (
+from dagster_databus.dataplane.delta import (
     MergeCounts,
     conform_changes,
     merge_with_delta_rs,
 )
-from dagster_databus.snapshot.logical.table import (
+from dagster_databus.dataplane.logical import (
     LAYOUT_KEY,
     PART_COLUMN,
     LogicalLayout,
@@ -31,7 +30,8 @@ from dagster_databus.snapshot.logical.table import (
     key_text,
     null_shard,
 )
-from dagster_databus.snapshot.reduce import NewestPerKey
+from dagster_databus.dataplane.reduce import NewestPerKey
+from dagster_databus.log.columns import change_schema, table_changes
 from dagster_databus.storage.durable import crash_point, disk_errors
 
 if TYPE_CHECKING:

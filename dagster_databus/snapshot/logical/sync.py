@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 from dagster_databus.config import DatabusConfig, LogicalTableConfig
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import LogGapError, SnapshotMissingError
-from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import (
+from dagster_databus.dataplane.delta import (
     DeltaSnapshot,
     MergeCounts,
 )
-from dagster_databus.snapshot.logical.table import LogicalLayout, LogicalPart, LogicalSnapshot, logical_layout
+from dagster_databus.dataplane.logical import LogicalLayout, LogicalPart, LogicalSnapshot, logical_layout
+from dagster_databus.errors import LogGapError, SnapshotMissingError
+from dagster_databus.log.changelog import ChangeLog
 
 if TYPE_CHECKING:
     from dagster_databus.snapshot.merge import SparkLike

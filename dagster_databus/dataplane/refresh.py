@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster_databus.core.schema import TableSchema
-from dagster_databus.snapshot.delta import conform_rows
-from dagster_databus.snapshot.files import TableFiles, TableLocation
+from dagster_databus.dataplane.delta import conform_rows
+from dagster_databus.dataplane.files import TableFiles, TableLocation
 from dagster_databus.sources.base import KeyRange, RangeRead, RowSelection
 
 ORDERED_ALIKE = frozenset({"byte", "short", "integer", "long", "decimal", "date", "timestamp"})

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from dagster_databus.snapshot.files import ACTION_SCHEMA, TaskReport, run_prefix
-from dagster_databus.spark.wire import pack, unpack
+from dagster_databus.core.wire import pack, unpack
+from dagster_databus.dataplane.files import ACTION_SCHEMA, TaskReport, run_prefix
 
 if TYPE_CHECKING:
     from dagster_databus.sources.base import KeyRange

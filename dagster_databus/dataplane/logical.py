@@ -14,12 +14,12 @@ import pyarrow as pa
 from dagster_databus.config import LogicalPartConfig, LogicalTableConfig
 from dagster_databus.core.schema import META_COLUMNS, Column, TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import SchemaDriftError, ShardCollisionError, SnapshotMissingError
-from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.delta import (
+from dagster_databus.dataplane.delta import (
     DeltaFolder,
     DeltaSnapshot,
 )
+from dagster_databus.errors import SchemaDriftError, ShardCollisionError, SnapshotMissingError
+from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.storage.lake import Lake
 from dagster_databus.storage.location import LakeLocation
 

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
+from dagster_databus.core.wire import pack
+from dagster_databus.dataplane.delta import SOFT_DELETE, DeltaSnapshot, MergeCounts, merge_clauses
+from dagster_databus.dataplane.engine import Bootstrapped, Merged, Refreshed, SparkProvider, range_rows, soft_deletes
+from dagster_databus.dataplane.reduce import ChangeStats
 from dagster_databus.errors import ConfigError
-from dagster_databus.snapshot.delta import SOFT_DELETE, DeltaSnapshot, MergeCounts, merge_clauses
-from dagster_databus.snapshot.engines import Bootstrapped, Merged, Refreshed, SparkProvider, range_rows, soft_deletes
-from dagster_databus.snapshot.reduce import ChangeStats
 from dagster_databus.spark.session import (
     delta_spark_available,
     is_connect,
@@ -28,15 +29,14 @@ from dagster_databus.spark.session import (
     sql_window,
     task_errors,
 )
-from dagster_databus.spark.wire import pack
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from dagster_databus.config import DatabusConfig
+    from dagster_databus.dataplane.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.log.changelog import ChangeLog
-    from dagster_databus.snapshot.logical.table import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource, RowSelection
 
 
@@ -59,32 +59,32 @@ class DeltaSparkEngine:
 
     def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress,
                fills: Mapping[str, pa.Scalar] | None = None) -> int:
-        from dagster_databus.snapshot.engines.spark import SparkEngine
+        from dagster_databus.spark.engine import SparkEngine
 
         return SparkEngine(self.config, self._spark).evolve(snap, schema, scn, progress, fills)  # the same layout
 
     def compact(self, snap: Any, table: Any, key: Sequence[str], groups: Sequence[Sequence[Any]],
                 progress: Progress) -> int:
-        from dagster_databus.snapshot.engines.spark import SparkEngine
+        from dagster_databus.spark.engine import SparkEngine
 
         return SparkEngine(self.config, self._spark).compact(snap, table, key, groups, progress)  # same layout
 
     def refresh(self, snap: DeltaSnapshot, source: CaptureSource, table: str, rows: RowSelection,
                 progress: Progress) -> Refreshed:
-        from dagster_databus.snapshot.engines.spark import SparkEngine
+        from dagster_databus.spark.engine import SparkEngine
 
         return SparkEngine(self.config, self._spark).refresh(snap, source, table, rows, progress)  # same layout
 
     def start_history(self, hist: Any, snap: DeltaSnapshot, version: int, target: Any, start: Scn, based: Scn,
                       progress: Progress) -> int:
-        from dagster_databus.snapshot.engines.spark import SparkEngine
+        from dagster_databus.spark.engine import SparkEngine
 
         return SparkEngine(self.config, self._spark).start_history(hist, snap, version, target, start, based,
                                                                    progress)
 
     def restate_history(self, hist: Any, snap: DeltaSnapshot, version: int, schema: TableSchema, target: Any,
                         tracked: Sequence[str], scn: Scn, progress: Progress) -> MergeCounts:
-        from dagster_databus.snapshot.engines.spark import SparkEngine
+        from dagster_databus.spark.engine import SparkEngine
 
         return SparkEngine(self.config, self._spark).restate_history(hist, snap, version, schema, target, tracked,
                                                                      scn, progress)
@@ -92,7 +92,7 @@ class DeltaSparkEngine:
     def merge_history(self, hist: Any, log: ChangeLog, schema: TableSchema, target: Any, tracked: Sequence[str],
                       since: Scn, until: Scn, progress: Progress) -> Merged | None:
         """History tables have our own layout: the spark engine's tasks build them (no delta-spark MERGE)."""
-        from dagster_databus.snapshot.engines.spark import SparkEngine
+        from dagster_databus.spark.engine import SparkEngine
 
         return SparkEngine(self.config, self._spark).merge_history(hist, log, schema, target, tracked, since, until,
                                                                    progress)
@@ -165,14 +165,14 @@ class DeltaSparkEngine:
     def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
                      progress: Progress) -> dict[str, int]:
         """Logical tables are written by the spark engine's tasks (committed through delta-rs)."""
-        from dagster_databus.snapshot.engines.spark import SparkEngine
+        from dagster_databus.spark.engine import SparkEngine
 
         return SparkEngine(self.config, self._spark).load_logical(target, layout, parts, progress)
 
     def merge_logical(self, target: LogicalSnapshot, layout: LogicalLayout,
                       ranges: Sequence[tuple[LogicalPart, Scn, Scn]],
                       progress: Progress) -> tuple[dict[str, dict[str, int]], MergeCounts]:
-        from dagster_databus.snapshot.engines.spark import SparkEngine
+        from dagster_databus.spark.engine import SparkEngine
 
         return SparkEngine(self.config, self._spark).merge_logical(target, layout, ranges, progress)
 

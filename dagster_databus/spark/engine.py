@@ -22,8 +22,8 @@ from dagster_databus.core.event_columns import CHANGE_META
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.log.columns import change_schema
-from dagster_databus.snapshot.commit import (
+from dagster_databus.core.wire import pack
+from dagster_databus.dataplane.commit import (
     OPERATION_KEY,
     change_feed_on,
     commit_bootstrap,
@@ -33,8 +33,8 @@ from dagster_databus.snapshot.commit import (
     location,
     remove_uncommitted,
 )
-from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot, MergeCounts
-from dagster_databus.snapshot.engines import (
+from dagster_databus.dataplane.delta import DeltaFolder, DeltaSnapshot, MergeCounts
+from dagster_databus.dataplane.engine import (
     Bootstrapped,
     Merged,
     Refreshed,
@@ -42,11 +42,12 @@ from dagster_databus.snapshot.engines import (
     range_rows,
     soft_deletes,
 )
-from dagster_databus.snapshot.files import DataFile, TableFiles, TaskReport, run_prefix
-from dagster_databus.snapshot.reduce import ChangeStats
-from dagster_databus.spark.merge_tasks import count_windows
+from dagster_databus.dataplane.files import DataFile, TableFiles, TaskReport, run_prefix
+from dagster_databus.dataplane.merging import count_windows
+from dagster_databus.dataplane.reduce import ChangeStats
+from dagster_databus.log.columns import change_schema
+from dagster_databus.spark.faults import task_fault
 from dagster_databus.spark.session import default_parallelism, job_progress, read_changes, sql_functions, task_errors
-from dagster_databus.spark.wire import pack
 from dagster_databus.storage.durable import crash_point, disk_errors
 
 if TYPE_CHECKING:
@@ -54,11 +55,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from dagster_databus.config import DatabusConfig
+    from dagster_databus.dataplane.history import HistoryTable
+    from dagster_databus.dataplane.logical import LogicalLayout, LogicalPart, LogicalSnapshot
+    from dagster_databus.dataplane.merging import MergePlan
     from dagster_databus.log.changelog import ChangeLog
-    from dagster_databus.snapshot.history import HistoryTable
-    from dagster_databus.snapshot.logical.table import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.sources.base import CaptureSource, RowSelection
-    from dagster_databus.spark.merge_tasks import MergePlan
 
 
 SPLIT_MIN_BYTES = 4 * 2**20  # smaller pieces of a segment cost more in tasks than they save
@@ -74,9 +75,9 @@ class SparkEngine:
     def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
         from dataclasses import replace
 
+        from dagster_databus.dataplane.reads import FilesSink
+        from dagster_databus.dataplane.resume import BootstrapProgress
         from dagster_databus.log.changelog import ChangeLog
-        from dagster_databus.snapshot.resume import BootstrapProgress
-        from dagster_databus.spark.tables import FilesSink
 
         read = source.ranges(table, range_rows(self.config, source))
         store = BootstrapProgress(self.config.lake, snap.source, table)
@@ -138,7 +139,7 @@ class SparkEngine:
                 progress: Progress) -> Refreshed:
         """One task per key range reads it, turns it into changes and routes them to the files that may hold
         their keys; the merge's apply tasks rewrite those files (``_rewrite``)."""
-        from dagster_databus.snapshot.refresh import RangeChanges, finds_deletes
+        from dagster_databus.dataplane.refresh import RangeChanges, finds_deletes
 
         current, _ = snap.bootstrapped()
         read = source.ranges(table, range_rows(self.config, source), rows)
@@ -166,7 +167,7 @@ class SparkEngine:
                 progress: Progress) -> int:
         """One task per group reads its files in key order and writes them as files of ``merge.file_rows`` rows;
         the driver swaps them in one commit that changes no data."""
-        from dagster_databus.spark.deltafiles import FileRead
+        from dagster_databus.dataplane.reads import FileRead
 
         schema = pa.schema(table.schema().to_arrow())
         reads = [FileRead(location(snap), g[0].path, then=tuple(f.path for f in g[1:]), order_by=tuple(key))
@@ -184,7 +185,7 @@ class SparkEngine:
         """One task per data file reads it in the new columns and writes it back; one overwrite commit."""
         from deltalake import CommitProperties, Transaction
 
-        from dagster_databus.spark.deltafiles import FileRead
+        from dagster_databus.dataplane.reads import FileRead
 
         table = snap.delta()
         paths = _paths(table)
@@ -203,7 +204,7 @@ class SparkEngine:
                     progress: Progress) -> TaskReport:
         """Tasks read ``reads`` (``spark.deltafiles.FileRead``) in ``schema`` and write them into ``folder``;
         ``commit(files)`` then commits the files written (fault tests stop at ``<crash>_commit(ted)``)."""
-        from dagster_databus.spark.tables import FilesSink
+        from dagster_databus.dataplane.reads import FilesSink
 
         spark = self.spark()
         prefix = run_prefix()
@@ -258,7 +259,7 @@ class SparkEngine:
         frame of the changes reduced and routed by ``plan.route`` (per log segment) to the files that may
         hold their keys; tasks then reduce them per ``key`` and rewrite the files that do, and the driver
         commits the files with ``txns`` against that version."""
-        from dagster_databus.spark.merge_tasks import MergePlan, balanced_slots
+        from dagster_databus.dataplane.merging import MergePlan, balanced_slots
 
         files = TableFiles.of(table, key, target)
         prefix = run_prefix()
@@ -267,7 +268,8 @@ class SparkEngine:
         partitions, slots = balanced_slots(files, default_parallelism(spark))
         plan = MergePlan(location(folder), target, changes, tuple(key), applied, files, merge.file_rows, prefix,
                          merge.memory_mb * 2**20, str(merge.spill_dir) if merge.spill_dir else None, part_column,
-                         partitions, slots, reads, history, change_feed_on(table) and history is None, soft)
+                         partitions, slots, reads, history, change_feed_on(table) and history is None, soft,
+                         task_fault)
         routed = routed_by(plan)
         committed = False
         report = None
@@ -308,7 +310,7 @@ class SparkEngine:
         one overwrite commit."""
         from deltalake import CommitProperties, Transaction
 
-        from dagster_databus.spark.deltafiles import FileRead
+        from dagster_databus.dataplane.reads import FileRead
 
         reads = [FileRead(location(snap), path, as_history=True, live=True) for path in _paths(snap.delta(version))]
         props = CommitProperties(app_transactions=[Transaction(app_id=hist.app_id, version=start.value),
@@ -352,9 +354,10 @@ class SparkEngine:
         keys), and route them through the history merge's tasks (``snapshot.history.Restated``)."""
         from deltalake import Transaction
 
-        from dagster_databus.snapshot.history import Restated
-        from dagster_databus.spark.deltafiles import FileRead, spark_schema
-        from dagster_databus.spark.merge_tasks import ROUTED_SPARK
+        from dagster_databus.dataplane.history import Restated
+        from dagster_databus.dataplane.merging import ROUTED_SPARK
+        from dagster_databus.dataplane.reads import FileRead
+        from dagster_databus.spark.deltafiles import spark_schema
 
         spark = self.spark()
         key = list(schema.primary_key)
@@ -403,8 +406,8 @@ class SparkEngine:
         one task per physical data file copies it, with the part's label, into the logical table."""
         from deltalake import CommitProperties, Transaction
 
-        from dagster_databus.snapshot.logical.table import LAYOUT_KEY, PART_COLUMN
-        from dagster_databus.spark.deltafiles import FileRead
+        from dagster_databus.dataplane.logical import LAYOUT_KEY, PART_COLUMN
+        from dagster_databus.dataplane.reads import FileRead
 
         reads, txns, rows = [], [], {}
         for part in parts:
@@ -439,7 +442,7 @@ class SparkEngine:
         one part's own log."""
         from deltalake import Transaction
 
-        from dagster_databus.snapshot.logical.table import LAYOUT_KEY, PART_COLUMN
+        from dagster_databus.dataplane.logical import LAYOUT_KEY, PART_COLUMN
 
         spark = self.spark()
         F = sql_functions(spark)
@@ -463,7 +466,7 @@ class SparkEngine:
         progress(f"logical {target.name}: merging in Spark ({spans})")
 
         def routed_by(plan: MergePlan) -> DataFrame:
-            from dagster_databus.spark.merge_tasks import ROUTED_SPARK
+            from dagster_databus.dataplane.merging import ROUTED_SPARK
 
             return events.mapInArrow(plan.route, ROUTED_SPARK)
 
@@ -478,9 +481,9 @@ class SparkEngine:
                            reduce_first: bool = False) -> None:
         """With a data shard column: no NULL shard, no logical key from two parts, and (for changes) no key
         arriving from one part while the table holds it from another; raises ``ShardCollisionError``."""
-        from dagster_databus.snapshot.engines.delta_spark import reduce_latest
-        from dagster_databus.snapshot.logical.table import PART_COLUMN, collision, null_shard
-        from dagster_databus.spark.deltafiles import FileRead
+        from dagster_databus.dataplane.logical import PART_COLUMN, collision, null_shard
+        from dagster_databus.dataplane.reads import FileRead
+        from dagster_databus.spark.delta_spark import reduce_latest
 
         spark = self.spark()
         F = sql_functions(spark)

@@ -27,8 +27,8 @@ import pyarrow.compute as pc
 
 from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
+from dagster_databus.dataplane.delta import DeltaFolder
 from dagster_databus.errors import ConfigError
-from dagster_databus.snapshot.delta import DeltaFolder
 from dagster_databus.storage.lake import Lake
 from dagster_databus.storage.location import LakeLocation
 

@@ -20,9 +20,9 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from dagster_databus.core.scn import Scn
+from dagster_databus.dataplane.delta import DeltaFolder, DeltaSnapshot
+from dagster_databus.dataplane.files import DataFile, TableFile, TableLocation
 from dagster_databus.errors import ConcurrentRunError
-from dagster_databus.snapshot.delta import DeltaFolder, DeltaSnapshot
-from dagster_databus.snapshot.files import DataFile, TableFile, TableLocation
 
 OPERATION_KEY = "databus.operation"
 CHANGE_DATA = "_change_data"  # where a table's change files go (Delta's change data feed)
