@@ -60,7 +60,7 @@ class TableConfig(_Strict):
     # What a delete does to the snapshot: apply (the key's row goes: AUTO CDC's apply_as_deletes), or soft (the
     # row stays, marked __op = 'd' with the delete's SCN and commit time; readers of current rows skip it).
     deletes: Literal["apply", "soft"] = "apply"
-    # A history table (SCD type 2, ``snapshot.history``) beside the snapshot: every version of every row.
+    # A history table (SCD type 2, ``dataplane.history``) beside the snapshot: every version of every row.
     history: bool = False
     # Which columns' changes start a new version (the rest update the current version in place): these
     # only, or every column but these; neither: every column.

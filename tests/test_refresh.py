@@ -1,4 +1,4 @@
-"""On-demand snapshots of chosen rows (``snapshot.refresh``): a key range or a filter read again from the
+"""On-demand snapshots of chosen rows (``dataplane.refresh``): a key range or a filter read again from the
 source and folded into a snapshot that is kept, on every source kind that runs here and both engines. The
 snapshot is damaged behind the log's back (as a restore from an old backup, or a fix made with the binlog
 off, would leave it); reading the range again repairs exactly that range, while the log goes on."""

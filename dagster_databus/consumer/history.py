@@ -1,4 +1,4 @@
-"""Reading a table as it was: the rows of a history table (``snapshot.history``) as of an SCN or a time.
+"""Reading a table as it was: the rows of a history table (``dataplane.history``) as of an SCN or a time.
 
     rows = as_of(lake, "shop", "orders", scn=Scn(1234))            # the source's rows at SCN 1234
     rows = as_of(lake, "shop", "orders", at=datetime(2026, 11, 1, tzinfo=UTC))

@@ -296,7 +296,7 @@ def merge_clauses(key: Sequence[str], columns: Sequence[str], reads: bool = Fals
                   ) -> tuple[str, dict[str, str], str, str]:
     """The MERGE's text for source ``s`` into target ``t``: (match predicate on ``key``, assignments of
     every column, ``newer`` guard, ``is_delete`` test). Names are validated plain identifiers. ``reads``:
-    the changes are the source's rows read at their SCN (``snapshot.refresh``), which replace a row of the
+    the changes are the source's rows read at their SCN (``dataplane.refresh``), which replace a row of the
     same SCN too (the same row, when the snapshot is sound; the source's, when it is not)."""
     predicate = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in key)
     assignments = {_q(c): f"s.{_q(c)}" for c in columns}

@@ -60,7 +60,7 @@ class Merged:
 
 @dataclass(frozen=True, slots=True)
 class Refreshed:
-    """What an on-demand snapshot of chosen rows (``snapshot.refresh``) read and changed."""
+    """What an on-demand snapshot of chosen rows (``dataplane.refresh``) read and changed."""
 
     rows_read: int
     deletes_found: int  # keys the snapshot held in the ranges that the source no longer has
@@ -90,7 +90,7 @@ class MergeEngine(Protocol):
     def refresh(self, snap: DeltaSnapshot, source: CaptureSource, table: str, rows: RowSelection,
                 progress: Progress) -> Refreshed:
         """Read ``rows`` of ``table`` again from ``source`` (key ranges, each its own consistent read) and fold
-        them into the snapshot (``snapshot.refresh``) in one commit; the applied SCN stays."""
+        them into the snapshot (``dataplane.refresh``) in one commit; the applied SCN stays."""
 
     def compact(self, snap: DeltaFolder, table: DeltaTable, key: Sequence[str], groups: Sequence[Sequence[TableFile]],
                 progress: Progress) -> int:
@@ -112,7 +112,7 @@ class MergeEngine(Protocol):
 
     def merge_history(self, hist: HistoryTable, log: ChangeLog, schema: TableSchema, target: pa.Schema,
                       tracked: Sequence[str], since: Scn, until: Scn, progress: Progress) -> Merged | None:
-        """Fold the log's changes in (``since``, ``until``] into the history (``snapshot.history.fold``: a change in
+        """Fold the log's changes in (``since``, ``until``] into the history (``dataplane.history.fold``: a change in
         ``tracked`` columns or a delete ends a version) and record ``until``, in one commit; None for a replay."""
 
     def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress,

@@ -2,7 +2,7 @@
 
 A task writes rows as Parquet straight into the table's folder (a local folder or an object store,
 through the storage layer) and describes each file as a ``DataFile``: its path in the table, size,
-rows and Delta's per-file statistics. The driver commits those descriptions (``snapshot/commit.py``);
+rows and Delta's per-file statistics. The driver commits those descriptions (``dataplane/commit.py``);
 no row passes through it. ``TableFiles`` goes the other way: the files of one table version with the
 primary-key bounds their statistics give, so a merge can tell which files may hold a key.
 

@@ -4,7 +4,7 @@ Two steps, one shuffle between them:
 
 1. ``route``, per log segment: drop changes the snapshot already holds, and tag every change with
    the group of data files that may hold its key, from the files' key statistics
-   (``snapshot.files.TableFiles``); a key no file can hold is tagged with the gap between files it
+   (``dataplane.files.TableFiles``); a key no file can hold is tagged with the gap between files it
    falls in. Each task also reports what it read (events by operation, windows).
 2. ``apply``, per group (the shuffle brings all changes of a group, so of a key, to one task): reduce
    to the newest change per key (``sequence_by`` SCN, then position in the window), find which file
@@ -12,7 +12,7 @@ Two steps, one shuffle between them:
    an older row: the changed keys' rows dropped, new images written in key order, deletes applied
    (copy-on-write). New keys go to new files. The task reports the files it added and replaced.
 
-The driver commits the reports in one delta-rs transaction (``snapshot.engines.spark``).
+The driver commits the reports in one delta-rs transaction (``spark.engine``).
 """
 
 from __future__ import annotations
@@ -61,11 +61,11 @@ class MergePlan:
     partitions: int = 1
     group_slots: tuple[int, ...] = ()
     reads: bool = False  # the changes are rows read at their SCN: they replace a row of the same SCN too
-    # A history table's merge (``snapshot.history``): the columns whose change starts a new version. Changes
+    # A history table's merge (``dataplane.history``): the columns whose change starts a new version. Changes
     # are then reduced per key and SCN, and folded into the keys' open versions.
     history: tuple[str, ...] | None = None
     change_feed: bool = False  # the table records a change data feed: tasks write its change files too
-    soft: bool = False  # deletes: soft: a delete keeps the row, marked __op = 'd' (``snapshot.delta.SOFT_DELETE``)
+    soft: bool = False  # deletes: soft: a delete keeps the row, marked __op = 'd' (``dataplane.delta.SOFT_DELETE``)
     # Called by a task at its named points (files written, not yet reported): the fault tests' seam in Spark's
     # tasks (``spark.faults.task_fault``), nothing elsewhere.
     fault: Callable[[str], None] | None = None

@@ -13,14 +13,14 @@ import pyarrow as pa
 
 @dataclass(frozen=True, slots=True)
 class FileRead:
-    location: Any  # snapshot.files.TableLocation of the table the file belongs to
+    location: Any  # dataplane.files.TableLocation of the table the file belongs to
     path: str
     constants: Mapping[str, str] = field(default_factory=dict)  # string columns added to every row
     # More files of the same table read with this one and written with it, in ``order_by`` order (compaction).
     then: tuple[str, ...] = ()
     order_by: tuple[str, ...] = ()
-    as_history: bool = False  # snapshot rows turned into a history's first versions (``snapshot.history``)
-    live: bool = False  # a snapshot's current rows only (``snapshot.delta.live``: no soft-deleted ones)
+    as_history: bool = False  # snapshot rows turned into a history's first versions (``dataplane.history``)
+    live: bool = False  # a snapshot's current rows only (``dataplane.delta.live``: no soft-deleted ones)
     fills: Mapping[str, pa.Scalar] = field(default_factory=dict)  # columns the file lacks, and their value
 
     def read(self, schema: pa.Schema | None = None) -> pa.Table:
@@ -42,9 +42,9 @@ class FilesSink:
     """Where and how a bootstrap's tasks write: the snapshot's folder, its Arrow schema (with the
     metadata columns), rows per file, the run's file-name prefix and the bootstrap's time."""
 
-    location: Any  # snapshot.files.TableLocation
+    location: Any  # dataplane.files.TableLocation
     schema: pa.Schema
     file_rows: int
     prefix: str
     read_at_ms: int
-    progress: Any = None  # snapshot.resume.ProgressSpec: where each range records that it started and finished
+    progress: Any = None  # dataplane.resume.ProgressSpec: where each range records that it started and finished

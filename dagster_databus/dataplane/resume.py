@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class BootstrapPlan:
-    prefix: str  # the data files' name prefix (snapshot.files.run_prefix)
+    prefix: str  # the data files' name prefix (dataplane.files.run_prefix)
     ranges: tuple[KeyRange, ...]
     fingerprint: str  # the column list (TableSchema.fingerprint) the files are written in
     epoch: str | None  # the change log's epoch when the bootstrap started

@@ -235,7 +235,7 @@ def _refreshed(f: Refreshed) -> dict[str, object]:
 
 
 def _history(h: HistorySynced) -> dict[str, object]:
-    """The history table's figures (``snapshot.history``): versions held, and what this run opened and closed."""
+    """The history table's figures (``dataplane.history``): versions held, and what this run opened and closed."""
     return {"history_versions": h.versions, "history_scn": dg.MetadataValue.text(str(h.to_scn)),
             "history_versions_opened": h.counts.inserted, "history_versions_closed": h.counts.updated,
             "history_versions_deleted": h.counts.deleted,

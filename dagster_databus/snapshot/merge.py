@@ -97,7 +97,7 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
     ``bootstrap``: read the table afresh from the source first, whatever the snapshot holds.
     ``rebuild``: restore the snapshot as its last bootstrap left it (Delta time travel) and replay
     the retained log from there; refused if the log no longer reaches back that far.
-    ``refresh``: merge, then read ``rows`` again from the source and fold them in (``snapshot.refresh``):
+    ``refresh``: merge, then read ``rows`` again from the source and fold them in (``dataplane.refresh``):
     repairs rows without replacing the table.
     """
     started = time.monotonic()
@@ -170,7 +170,7 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
 
 @dataclass(frozen=True, slots=True)
 class HistorySynced:
-    """What a sync did to a table's history table (``snapshot.history``)."""
+    """What a sync did to a table's history table (``dataplane.history``)."""
 
     started_at: Scn | None  # the SCN the history (re)started from this run (its snapshot's bootstrap), if it did
     from_scn: Scn

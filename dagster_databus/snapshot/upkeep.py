@@ -4,7 +4,7 @@ checkpointed.
 Every merge adds files (new keys, rewritten groups) and a log version; nothing else removes them, so over
 thousands of merges reads slow down and storage grows. Compaction joins runs of small neighbouring files in
 key order into files of about ``merge.file_rows`` rows, so the table keeps what merges route by: files in
-key order whose key bounds do not overlap (``snapshot.files.TableFiles``). A file whose physical column types
+key order whose key bounds do not overlap (``dataplane.files.TableFiles``). A file whose physical column types
 differ from the table's (delta-rs's MERGE writes string views) is rewritten alone in the table's types. The
 commit changes no data (``dataChange`` false) and moves no transaction id. VACUUM then deletes files the
 table stopped naming more than ``retain_hours`` ago (time travel reaches back that far), but never one its

@@ -4,8 +4,8 @@ Bootstrap: the source's table is cut into primary-key ranges (``CaptureSource.ra
 range reads it on its own connection and writes its rows as Parquet straight into the snapshot's
 folder, clustered by key (``spark.tables``). Merge: tasks read the change log segment by segment,
 route every change to the group of files that may hold its key, and rewrite only the files that do
-(``spark.merge_tasks``). Either way only file descriptions reach the driver, which commits them in
-one delta-rs transaction with the transaction ids (``snapshot.commit``); the delta-spark jars are
+(``dataplane.merging``). Either way only file descriptions reach the driver, which commits them in
+one delta-rs transaction with the transaction ids (``dataplane.commit``); the delta-spark jars are
 never needed.
 """
 
@@ -351,7 +351,7 @@ class SparkEngine:
                         target: pa.Schema, tracked: Sequence[str], scn: Scn, progress: Progress) -> MergeCounts:
         """Tasks read the snapshot's files at ``version`` (a bootstrap at ``scn``) as changes that state each row
         again, with deletes at ``scn`` of the keys the history holds open that the read lacks (an anti-join of
-        keys), and route them through the history merge's tasks (``snapshot.history.Restated``)."""
+        keys), and route them through the history merge's tasks (``dataplane.history.Restated``)."""
         from deltalake import Transaction
 
         from dagster_databus.dataplane.history import Restated

@@ -6,7 +6,7 @@ Avro segments with ``log.columns`` and yield its Arrow record batches: the table
 schema, each column in its snapshot (Delta) type (columns an older schema version lacks are
 null; dropped columns are left out).
 
-With the ``route`` option (a packed ``spark.merge_tasks.MergePlan``) each task also does the merge's
+With the ``route`` option (a packed ``dataplane.merging.MergePlan``) each task also does the merge's
 first step on its segment before anything reaches the JVM: the newest change per key, cut by the
 group of files that may hold it, each group's changes one Arrow payload (``MergePlan.route``).
 """

@@ -5,8 +5,8 @@ partition, so one Spark task, per range; each task opens its own connection to t
 straight into the snapshot's folder and yields only what the driver commits, the files it wrote and
 the SCN its range was read at. ``databus_table`` yields the rows themselves (with ``__scn``) for an
 engine that writes through Spark (delta-spark). ``databus_table_refresh`` is an on-demand snapshot of
-chosen rows: each task turns its range into changes (``snapshot.refresh``) and routes them as the merge
-routes the log's (``spark.merge_tasks``).
+chosen rows: each task turns its range into changes (``dataplane.refresh``) and routes them as the merge
+routes the log's (``dataplane.merging``).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class _RowsReader(_RangesReader):
 
 class TableFilesSource(DataSource):
     """Options: ``read`` (a packed ``RangeRead``), ``sink`` (a packed ``FilesSink``). Rows: what each
-    task wrote (``snapshot.files.ACTION_SCHEMA``), and a fact with its range's SCN and row count."""
+    task wrote (``dataplane.files.ACTION_SCHEMA``), and a fact with its range's SCN and row count."""
 
     @classmethod
     def name(cls) -> str:
@@ -113,8 +113,8 @@ class _FilesReader(_RangesReader):
 
 
 class TableRefreshSource(DataSource):
-    """Options: ``read`` (a packed ``RangeRead``), ``changes`` (a packed ``snapshot.refresh.RangeChanges``),
-    ``route`` (a packed ``spark.merge_tasks.MergePlan``). Rows: the merge's routed changes (``ROUTED``)."""
+    """Options: ``read`` (a packed ``RangeRead``), ``changes`` (a packed ``dataplane.refresh.RangeChanges``),
+    ``route`` (a packed ``dataplane.merging.MergePlan``). Rows: the merge's routed changes (``ROUTED``)."""
 
     @classmethod
     def name(cls) -> str:

@@ -1,7 +1,7 @@
 """The local engine: one process reads, reduces and MERGEs through delta-rs; no Spark.
 
 For small single-machine setups: the source is read on one connection, the change log is decoded
-in bulk and reduced to the newest change per key in bounded memory (``snapshot.reduce``, spilling
+in bulk and reduced to the newest change per key in bounded memory (``dataplane.reduce``, spilling
 past ``merge.memory_mb``), and the reduced rows stream into delta-rs's MERGE.
 """
 
@@ -185,7 +185,7 @@ class LocalEngine:
     def restate_history(self, hist: HistoryTable, snap: DeltaSnapshot, version: int, schema: TableSchema,
                         target: pa.Schema, tracked: Sequence[str], scn: Scn, progress: Progress) -> MergeCounts:
         """The snapshot's rows at ``version`` (a bootstrap at ``scn``) and deletes of the keys the history holds
-        open that they lack, folded in this process (``snapshot.history.Restated``)."""
+        open that they lack, folded in this process (``dataplane.history.Restated``)."""
         from dagster_databus.dataplane.history import Restated, open_versions
 
         key = list(schema.primary_key)
