@@ -24,6 +24,11 @@ from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.schemas import SchemaRegistry
 from dagster_databus.sources import open_source
 
+# Exit statuses: 2 for an error that fails the same way until its fix is applied; EX_TEMPFAIL (sysexits.h)
+# for a transient one (a server down, a concurrent run's lock), so cron wrappers and schedulers retry only
+# what running again may cure.
+EXIT_TRANSIENT = 75
+
 
 def _validate(config: DatabusConfig, _: argparse.Namespace) -> int:
     result = pipeline.validate(config)  # every source and the lake, so one run names every problem
@@ -372,7 +377,7 @@ def _main(argv: list[str] | None) -> int:
         return 0
     except DatabusError as exc:
         print(f"error: {_one_line(exc.problem)}. Fix: {_one_line(exc.fix)}", file=sys.stderr)
-        return 2
+        return EXIT_TRANSIENT if exc.transient else 2
     except OSError as exc:  # the lake or a file named in the config: not readable, not writable, gone
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}. Fix: check that the path exists and that this user may "

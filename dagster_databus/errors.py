@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import json
+from typing import ClassVar
 
 
 class DatabusError(Exception):
-    """Base class: ``problem`` says what happened, ``fix`` says what to do about it."""
+    """Base class: ``problem`` says what happened, ``fix`` says what to do about it.
 
-    def __init__(self, problem: str, fix: str, **context: object) -> None:
+    ``transient`` says whether running the same thing again, unchanged, may succeed: a server that was
+    down, a lock another run held. A permanent error fails the same way until someone acts on its fix, so
+    retry policies (Dagster's, a scheduler's) should not spend attempts on it. A class sets the default; a
+    raise site that knows better passes ``transient=``."""
+
+    transient: ClassVar[bool] = False
+
+    def __init__(self, problem: str, fix: str, *, transient: bool | None = None, **context: object) -> None:
         self.problem = problem
         self.fix = fix
         self.context = context
+        if transient is not None:
+            self.transient = transient  # type: ignore[misc]  # one raise site overrides its class
         super().__init__(f"{problem}\nFix: {fix}")
 
 
@@ -25,6 +35,8 @@ class ConfigError(DatabusError):
 
 class SourceUnavailableError(DatabusError):
     """The source database cannot be reached."""
+
+    transient = True
 
 
 class CaptureNotInstalledError(DatabusError):
@@ -71,6 +83,8 @@ class BinlogEventError(DatabusError):
 class ConcurrentRunError(DatabusError):
     """Another process holds the lock on this source's log or this table's snapshot."""
 
+    transient = True
+
 
 class ChangeLogCorruptError(DatabusError):
     """The change log's manifest and segments disagree in a way recovery cannot repair."""
@@ -93,7 +107,10 @@ class DiskFullError(DatabusError):
 
 
 class StandbyBehindError(DatabusError):
-    """The server capture would switch to lacks transactions already captured from the other one."""
+    """The server capture would switch to lacks transactions already captured from the other one (it may
+    still be applying them: transient, unless its history diverged)."""
+
+    transient = True
 
 
 class ShardCollisionError(DatabusError):
@@ -102,6 +119,8 @@ class ShardCollisionError(DatabusError):
 
 class SparkUnavailableError(DatabusError):
     """The Spark Connect server ``spark.remote`` names cannot be reached, or one could not be started."""
+
+    transient = True
 
 
 class SparkEnvironmentError(DatabusError):
@@ -129,7 +148,7 @@ _TASK_MARK = "databus-error:"
 
 def for_task(exc: DatabusError) -> RuntimeError:
     """``exc`` as it can cross from a Spark task to the driver: Spark re-raises only the worker's text."""
-    body = {"kind": type(exc).__name__, "problem": exc.problem, "fix": exc.fix,
+    body = {"kind": type(exc).__name__, "problem": exc.problem, "fix": exc.fix, "transient": exc.transient,
             "context": {k: v for k, v in exc.context.items() if isinstance(v, str | int | float | bool | None)}}
     return RuntimeError(_TASK_MARK + json.dumps(body))
 
@@ -148,7 +167,8 @@ def from_task(exc: BaseException) -> DatabusError | None:
     if not (isinstance(kind, type) and issubclass(kind, DatabusError)) or kind is ConfigError:
         kind = DatabusError
     error = kind.__new__(kind)
-    DatabusError.__init__(error, body["problem"], body["fix"], **body["context"])
+    DatabusError.__init__(error, body["problem"], body["fix"], transient=bool(body.get("transient")),
+                          **body["context"])
     return error
 
 

@@ -6,12 +6,11 @@ from typing import Any
 
 import dagster as dg
 
-from dagster_databus.errors import ConcurrentRunError, DatabusError, SourceUnavailableError
+from dagster_databus.errors import DatabusError
 
 # The resource's key in the Definitions, and so the name of the parameter assets, checks and ops take
 # it by (``databus: DatabusResource``): Dagster matches a typed resource parameter by its name.
 RESOURCE = "databus"
-TRANSIENT = (SourceUnavailableError, ConcurrentRunError)
 MAX_RETRIES = 3
 BASE_BACKOFF_S = 5
 
@@ -34,14 +33,21 @@ def pool(source: str, step: str) -> str:
 
 @contextlib.contextmanager
 def clear_errors(context: Any = None) -> Iterator[None]:
-    """Show the capture layer's own message at the top of a failed run, not a traceback; retry
-    transient source errors (unreachable server, a concurrent run) with exponential backoff."""
+    """Show the capture layer's own message at the top of a failed run, not a traceback.
+
+    A transient error (an unreachable server, a lock a concurrent run holds) is retried with exponential
+    backoff, and after the last attempt fails in a way a run or job retry policy may still retry. A
+    permanent one fails at once with ``allow_retries=False``: the same step would fail the same way until
+    someone acts on the fix, so a ``RetryPolicy`` must not spend its attempts on it."""
     try:
         yield
-    except TRANSIENT as exc:
-        attempt = getattr(context, "retry_number", MAX_RETRIES) if context is not None else MAX_RETRIES
-        if attempt < MAX_RETRIES:
-            raise dg.RetryRequested(max_retries=MAX_RETRIES, seconds_to_wait=BASE_BACKOFF_S * 2 ** attempt) from exc
-        raise dg.Failure(description=str(exc), metadata={"problem": exc.problem, "fix": exc.fix}) from exc
     except DatabusError as exc:
-        raise dg.Failure(description=str(exc), metadata={"problem": exc.problem, "fix": exc.fix}) from exc
+        metadata = {"problem": exc.problem, "fix": exc.fix, "error": type(exc).__name__,
+                    "retry": "transient: may succeed when run again" if exc.transient
+                    else "permanent: fails the same way until the fix is applied"}
+        if exc.transient:
+            attempt = getattr(context, "retry_number", MAX_RETRIES) if context is not None else MAX_RETRIES
+            if attempt < MAX_RETRIES:
+                raise dg.RetryRequested(max_retries=MAX_RETRIES,
+                                        seconds_to_wait=BASE_BACKOFF_S * 2 ** attempt) from exc
+        raise dg.Failure(description=str(exc), metadata=metadata, allow_retries=exc.transient) from exc
