@@ -58,7 +58,8 @@ def commit_files(folder: DeltaFolder, schema: pa.Schema, files: Sequence[DataFil
                                           storage_options=folder.storage_options, commit_properties=props,
                                           description=description)
         else:
-            table.create_write_transaction(add_actions(files), mode="overwrite", schema=schema,
+            actions: list[AddAction | RemoveAction] = list(add_actions(files))
+            table.create_write_transaction(actions, mode="overwrite", schema=schema,
                                            commit_properties=props)
     except CommitFailedError as exc:
         raise _concurrent(folder, exc) from exc

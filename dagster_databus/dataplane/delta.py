@@ -371,4 +371,4 @@ def conform_rows(data: pa.Table, target: pa.Schema, fills: Mapping[str, pa.Scala
     value in ``fills`` (the constant default it was added with)."""
     names = data.column_names
     return pa.Table.from_arrays([data[f.name].cast(f.type) if f.name in names
-                                 else missing(f, data.num_rows, fills or {}) for f in target], schema=target)
+                                 else missing(f, data.num_rows, dict(fills or {})) for f in target], schema=target)

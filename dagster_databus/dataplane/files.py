@@ -181,7 +181,10 @@ class TaskReport:
 
     @classmethod
     def of(cls, actions: pa.Table) -> TaskReport:
-        added, removed, facts, changes = [], [], [], []
+        added: list[DataFile] = []
+        removed: list[str] = []
+        facts: list[dict[str, Any]] = []
+        changes: list[DataFile] = []
         for row in actions.to_pylist():
             if row["kind"] in ("add", "cdc"):
                 (added if row["kind"] == "add" else changes).append(

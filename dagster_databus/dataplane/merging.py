@@ -116,7 +116,7 @@ class MergePlan:
     def _slots(self, groups: np.ndarray) -> np.ndarray:
         """The ``SLOT`` value of each group: a file group's own; a gap's, spread over the partitions."""
         values = slot_values(self.partitions)
-        slots = values[np.abs(groups) % self.partitions]
+        slots: np.ndarray = values[np.abs(groups) % self.partitions]
         known = (groups >= 0) & (groups < len(self.group_slots))
         slots[known] = np.asarray(self.group_slots, dtype=np.int64)[groups[known]]
         return slots
@@ -349,7 +349,8 @@ def _payload(changes: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, changes.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as stream:
         stream.write_table(changes)
-    return sink.getvalue().to_pybytes()
+    payload: bytes = sink.getvalue().to_pybytes()
+    return payload
 
 
 def _routed(group: int, slot: int, payload: bytes | None, fact: str | None = None) -> pa.RecordBatch:

@@ -22,7 +22,7 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.dataplane.delta import DeltaFolder, DeltaSnapshot
 from dagster_databus.dataplane.engine import Refreshed
 from dagster_databus.defs.checks import sync_check, sync_check_specs
-from dagster_databus.defs.common import capture_key, changelog_key, clear_errors, pool, snapshot_key
+from dagster_databus.defs.common import Metadata, capture_key, changelog_key, clear_errors, pool, snapshot_key
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.manifest import Manifest
@@ -65,7 +65,7 @@ def sync_op_name(source: str) -> str:
 
 def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
     name = source.name
-    kinds = {source.kind}
+    kinds: set[str] = {source.kind}
     owners = list(source.owners)
     tags = {"databus/source": name, "databus/kind": source.kind, **source.tags}
     table_keys = {snapshot_key(name, t.name): t.name for t in source.tables}
@@ -91,7 +91,7 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
     @dg.multi_asset(name=sync_op_name(name), specs=specs, check_specs=sync_check_specs(source), can_subset=True,
                     pool=pool(name, "sync"), op_tags={"databus/source": name})
     def sync(context: AssetExecutionContext, config: SyncRunConfig, databus: DatabusResource
-             ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+             ) -> Iterator[dg.MaterializeResult[None] | dg.AssetCheckResult]:
         lake_config: DatabusConfig = databus.config()
         selected = context.selected_asset_keys
         checks = context.selected_asset_check_keys
@@ -152,7 +152,7 @@ def _rows(config: SyncRunConfig, lake_config: DatabusConfig, source: str, tables
     return pipeline.row_selection(lake_config, source, tables, config.key_after, config.key_through, config.where)
 
 
-def _install(context: AssetExecutionContext, config: DatabusConfig, name: str) -> dg.MaterializeResult:
+def _install(context: AssetExecutionContext, config: DatabusConfig, name: str) -> dg.MaterializeResult[None]:
     report = pipeline.install(config, name)
     context.log.info(f"capture in {name}: updated {list(report.changed)}, unchanged {list(report.unchanged)}")
     return dg.MaterializeResult(asset_key=capture_key(name), metadata={
@@ -162,7 +162,7 @@ def _install(context: AssetExecutionContext, config: DatabusConfig, name: str) -
     })
 
 
-def _capture(context: AssetExecutionContext, config: DatabusConfig, name: str) -> dg.MaterializeResult:
+def _capture(context: AssetExecutionContext, config: DatabusConfig, name: str) -> dg.MaterializeResult[None]:
     result = pipeline.capture(config, name, progress=context.log.info)
     manifest = ChangeLog(config.lake, name).manifest()
     now_ms = int(time.time() * 1000)
@@ -184,7 +184,8 @@ def _capture(context: AssetExecutionContext, config: DatabusConfig, name: str) -
     })
 
 
-def _snapshot_result(config: DatabusConfig, name: str, table: str, result: TableSyncResult) -> dg.MaterializeResult:
+def _snapshot_result(config: DatabusConfig, name: str, table: str,
+                     result: TableSyncResult) -> dg.MaterializeResult[None]:
     schema = column_schema(DeltaSnapshot(config.lake, name, table), ChangeLog(config.lake, name).schemas.latest(table))
     return dg.MaterializeResult(asset_key=snapshot_key(name, table),
                                 metadata={**_snapshot_metadata(result), "dagster/column_schema": schema})
@@ -210,11 +211,11 @@ def _capture_lag_seconds(result: CaptureResult, now_ms: int) -> dict[str, float]
     return figures
 
 
-def _failover_metadata(result: CaptureResult, manifest: Manifest) -> dict[str, object]:
+def _failover_metadata(result: CaptureResult, manifest: Manifest) -> Metadata:
     """Which server capture reads, and the switch this run followed (if any)."""
     if not manifest.lineage and not manifest.state.get("server"):
         return {}
-    out: dict[str, object] = {"server": manifest.state.get("server", "primary"), "failovers": len(manifest.lineage)}
+    out: Metadata = {"server": manifest.state.get("server", "primary"), "failovers": len(manifest.lineage)}
     if result.failover is not None:
         switch = result.failover
         out.update({
@@ -227,14 +228,14 @@ def _failover_metadata(result: CaptureResult, manifest: Manifest) -> dict[str, o
     return out
 
 
-def _refreshed(f: Refreshed) -> dict[str, object]:
+def _refreshed(f: Refreshed) -> Metadata:
     return {"refresh_rows_read": f.rows_read, "refresh_ranges": f.ranges,
             "refresh_deletes_found": f.deletes_found, "refresh_deletes_checked": f.deletes_checked,
             "refresh_inserted": f.counts.inserted, "refresh_updated": f.counts.updated,
             "refresh_deleted": f.counts.deleted}
 
 
-def _history(h: HistorySynced) -> dict[str, object]:
+def _history(h: HistorySynced) -> Metadata:
     """The history table's figures (``dataplane.history``): versions held, and what this run opened and closed."""
     return {"history_versions": h.versions, "history_scn": dg.MetadataValue.text(str(h.to_scn)),
             "history_versions_opened": h.counts.inserted, "history_versions_closed": h.counts.updated,
@@ -251,7 +252,7 @@ def column_schema(snap: DeltaFolder, registered: tuple[int, TableSchema] | None 
         for name, typ in snap.delta_types().items()])
 
 
-def _snapshot_metadata(r: TableSyncResult) -> dict[str, object]:
+def _snapshot_metadata(r: TableSyncResult) -> Metadata:
     return {
         "scn_range": f"{r.from_scn}..{r.to_scn}",
         "applied_scn": dg.MetadataValue.text(str(r.to_scn)),

@@ -5,6 +5,7 @@ The logic lives in the core packages; these functions only turn its findings int
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 from dagster import AssetCheckExecutionContext
@@ -14,7 +15,7 @@ from dagster_databus.consumer.pull import MetaManager
 from dagster_databus.core.lag import scn_lag, time_lag
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.delta import DeltaSnapshot
-from dagster_databus.defs.common import capture_key, changelog_key, snapshot_key
+from dagster_databus.defs.common import Metadata, capture_key, changelog_key, snapshot_key
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.errors import DatabusError
 from dagster_databus.log.changelog import ChangeLog
@@ -23,7 +24,7 @@ from dagster_databus.snapshot.reconcile import Reconciliation, reconcile_table, 
 from dagster_databus.sources import open_source
 
 
-def _problems_result(key: dg.AssetCheckKey, problems: list[str], **metadata: object) -> dg.AssetCheckResult:
+def _problems_result(key: dg.AssetCheckKey, problems: list[str], **metadata: Any) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(asset_key=key.asset_key, check_name=key.name, passed=not problems,
                                metadata={"problems": dg.MetadataValue.json(problems), **metadata})
 
@@ -97,7 +98,7 @@ def _capture_lag(config: DatabusConfig, source: SourceConfig) -> dg.AssetCheckRe
     captured = checkpoint.scn if checkpoint else Scn.BEGINNING
     behind = scn_lag(position, captured)
     limit, limit_s = source.poll.max_lag_scn, source.poll.max_lag_seconds
-    metadata: dict[str, object] = {
+    metadata: Metadata = {
         "lag_scn": behind, "source_scn": dg.MetadataValue.text(str(position)),
         "checkpoint_scn": dg.MetadataValue.text(str(checkpoint.scn) if checkpoint else "none yet")}
     # In time: the source has commits newer than the log's newest, so the log lags by that one's age.
@@ -134,7 +135,7 @@ def build_reconcile_checks(source: SourceConfig) -> dg.AssetChecksDefinition:
 
 
 def _reconciled_result(key: dg.AssetKey, r: Reconciliation) -> dg.AssetCheckResult:
-    metadata: dict[str, object] = {
+    metadata: Metadata = {
         "scn": dg.MetadataValue.text(str(r.scn)), "reconciled": r.reconciled, "source_rows": r.source_rows,
         "snapshot_rows": r.snapshot_rows, "source_hash": dg.MetadataValue.text(f"{r.source_hash:016x}"),
         "snapshot_hash": dg.MetadataValue.text(f"{r.snapshot_hash:016x}"), "differing_buckets": r.differing_buckets,
@@ -166,7 +167,7 @@ def _freshness(config: DatabusConfig, source: str, table: str, limit_s: float | 
     applied_ms = applied_commit_ms(DeltaSnapshot(config.lake, source, table), log, applied)
     head_ms = log.commit_ms_through(head)
     lag_s = time_lag(head, applied, head_ms, applied_ms)
-    metadata: dict[str, object] = {"applied_scn": dg.MetadataValue.text(str(applied)),
+    metadata: Metadata = {"applied_scn": dg.MetadataValue.text(str(applied)),
                                    "log_scn": dg.MetadataValue.text(str(head))}
     if lag_s is not None:
         metadata["lag_seconds"] = lag_s

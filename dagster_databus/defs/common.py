@@ -2,7 +2,7 @@
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeAlias
 
 import dagster as dg
 
@@ -11,6 +11,9 @@ from dagster_databus.errors import DatabusError
 # The resource's key in the Definitions, and so the name of the parameter assets, checks and ops take
 # it by (``databus: DatabusResource``): Dagster matches a typed resource parameter by its name.
 RESOURCE = "databus"
+# What an asset, check or observation carries as metadata: numbers, text and ``MetadataValue`` s (Dagster's
+# own name for the value union is private).
+Metadata: TypeAlias = dict[str, Any]
 MAX_RETRIES = 3
 BASE_BACKOFF_S = 5
 

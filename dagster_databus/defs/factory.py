@@ -26,7 +26,11 @@ from dagster_databus.defs.upkeep import build_logical_upkeep_job, build_upkeep_j
 
 
 def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definitions:
-    assets, checks, jobs, schedules, sensors = [], [], [], [], []
+    assets: list[dg.AssetsDefinition] = []
+    checks: list[dg.AssetChecksDefinition] = []
+    jobs: list[dg.JobDefinition] = []
+    schedules: list[dg.ScheduleDefinition] = []
+    sensors: list[dg.SensorDefinition] = []
     for source in config.sources:
         assets += build_source_assets(source)
         checks.append(build_reconcile_checks(source))

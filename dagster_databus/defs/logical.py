@@ -7,7 +7,7 @@ from dagster import AssetExecutionContext
 from dagster_databus.config import LogicalTableConfig
 from dagster_databus.dataplane.logical import LogicalSnapshot
 from dagster_databus.defs.assets import column_schema
-from dagster_databus.defs.common import clear_errors, pool, snapshot_key
+from dagster_databus.defs.common import Metadata, clear_errors, pool, snapshot_key
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.snapshot.logical.compare import compare_parts
 from dagster_databus.snapshot.logical.sync import LogicalSyncResult, sync_logical
@@ -32,7 +32,7 @@ def build_logical_asset(logical: LogicalTableConfig) -> dg.AssetsDefinition:
         tags={"databus/role": "logical", "databus/logical_table": name}, pool=pool(GROUP, name),
         automation_condition=dg.AutomationCondition.eager(),
     )
-    def logical_table(context: AssetExecutionContext, databus: DatabusResource) -> dg.MaterializeResult:
+    def logical_table(context: AssetExecutionContext, databus: DatabusResource) -> dg.MaterializeResult[None]:
         with clear_errors(context):
             result = sync_logical(databus.config(), name, progress=context.log.info)
         return dg.MaterializeResult(metadata={
@@ -51,7 +51,7 @@ def build_logical_check(logical: LogicalTableConfig) -> dg.AssetChecksDefinition
         parts = compare_parts(databus.config(), name)
         compared = [p for p in parts if p.comparable]
         differing = [p for p in compared if not p.equal]
-        metadata: dict[str, object] = {f"scn/{p.label}": dg.MetadataValue.text(
+        metadata: Metadata = {f"scn/{p.label}": dg.MetadataValue.text(
             f"{p.logical_scn} (snapshot {p.physical_scn})") for p in parts}
         metadata.update({f"differences/{p.label}": dg.MetadataValue.json(list(p.comparison.examples))
                          for p in differing if p.comparison is not None})
@@ -72,8 +72,8 @@ def build_logical_automation_sensor() -> dg.AutomationConditionSensorDefinition:
         description="Syncs logical tables whenever the snapshot of one of their parts is materialized.")
 
 
-def _metadata(r: LogicalSyncResult) -> dict[str, object]:
-    metadata: dict[str, object] = {f"applied_scn/{p.label}": dg.MetadataValue.text(str(p.to_scn)) for p in r.parts}
+def _metadata(r: LogicalSyncResult) -> Metadata:
+    metadata: Metadata = {f"applied_scn/{p.label}": dg.MetadataValue.text(str(p.to_scn)) for p in r.parts}
     metadata.update({f"events/{p.label}": p.events for p in r.parts})
     metadata.update({
         "events": r.events,

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from dagster_databus.config import LogicalTableConfig, SourceConfig, UpkeepConfig
-from dagster_databus.defs.common import clear_errors, pool, snapshot_key
+from dagster_databus.defs.common import Metadata, clear_errors, pool, snapshot_key
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.snapshot.upkeep import UpkeepResult
 
@@ -24,7 +24,7 @@ def logical_upkeep_job_name(name: str) -> str:
     return f"{name}_logical_upkeep"
 
 
-def _figures(r: UpkeepResult) -> dict[str, object]:
+def _figures(r: UpkeepResult) -> Metadata:
     prefix = "history_" if r.kind == "history" else ""
     return {f"{prefix}{k}": v for k, v in {
         "files_before": r.files_before, "files_after": r.files_after,

@@ -154,9 +154,9 @@ class ShopWorkload:
         self.clock = dt.datetime(2026, 1, 1)
 
     def _next_id(self, conn: Database, table: str) -> int:
-        return conn.execute(f"SELECT COALESCE(MAX(id), 0) + 1 FROM {table}")[0][0]
+        return int(conn.execute(f"SELECT COALESCE(MAX(id), 0) + 1 FROM {table}")[0][0])
 
-    def _pick(self, conn: Database, sql: str) -> list[tuple]:
+    def _pick(self, conn: Database, sql: str) -> list[tuple[Any, ...]]:
         return conn.execute(sql)
 
     def new_customer_with_orders(self, conn: Database) -> None:
