@@ -1,0 +1,225 @@
+"""One config model per source kind, and the union the ``kind`` field chooses from. A new kind is a
+class here and an entry in ``SourceConfig``; ``resolved`` takes its relative paths from the config's folder."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from dagster_databus.config.fields import (
+    PollConfig,
+    ReconcileConfig,
+    RetentionConfig,
+    SchemaChanges,
+    Strict,
+    TableConfig,
+    UpkeepConfig,
+    plain_name,
+    unique_table_names,
+)
+from dagster_databus.errors import ConfigError
+
+
+class SourceBase(Strict):
+    """What every source kind has: a name, its tables, polling, retention and Dagster labels."""
+
+    name: str
+    tables: tuple[TableConfig, ...] = Field(min_length=1)
+    poll: PollConfig = PollConfig()
+    reconcile: ReconcileConfig = ReconcileConfig()
+    upkeep: UpkeepConfig = UpkeepConfig()
+    retention: RetentionConfig = RetentionConfig()
+    schema_changes: SchemaChanges = "evolve"
+    # Delta's change data feed on the source's snapshot tables (delta.enableChangeDataFeed): every merge also
+    # records the rows it changed, for readChangeFeed (Spark) and load_cdf (delta-rs) between versions.
+    change_data_feed: bool = False
+    owners: tuple[str, ...] = ()  # Dagster asset owners: emails or team:<name>
+    tags: dict[str, str] = Field(default_factory=dict)  # extra Dagster asset tags
+
+    _check_name = field_validator("name")(lambda cls, v: plain_name(v))
+    _unique_tables = field_validator("tables")(lambda cls, v: unique_table_names(v))
+
+    def table(self, name: str) -> TableConfig:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def schema_policy(self, table: str) -> SchemaChanges:
+        return self.table(table).schema_changes or self.schema_changes
+
+    def resolved(self, resolve: Callable[[Path], Path]) -> SourceBase:
+        """This source with the files it names taken from the config's folder when relative."""
+        return self
+
+
+class ServerSourceBase(SourceBase):
+    """A database server reached over the network with a user and a password."""
+
+    user: str
+    password: str = ""
+    password_env: str | None = None
+    connect_timeout_s: int = Field(default=10, ge=1, le=600)
+    bootstrap_chunk_rows: int = Field(default=50_000, ge=1)
+
+    def resolved_password(self) -> str:
+        if self.password_env is None:
+            return self.password
+        value = os.environ.get(self.password_env)
+        if value is None:
+            raise ConfigError(f"sources.{self.name}.password_env",
+                              f"environment variable {self.password_env} is not set",
+                              f"export {self.password_env}=<password>, or put the password in 'password'")
+        return value
+
+
+class SqliteSourceConfig(SourceBase):
+    kind: Literal["sqlite"]
+    path: Path
+    prune_txlog: bool = True
+    busy_timeout_ms: int = Field(default=30_000, ge=0)
+    # Text that is not valid UTF-8 (SQLite stores whatever bytes it is given): refuse stops capture and bootstrap
+    # naming table, column and key; binary captures the tables' text columns outside the key as binary, every
+    # value by its exact bytes (docs/types.md). A key is always text, and refused when not UTF-8.
+    invalid_utf8: Literal["refuse", "binary"] = "refuse"
+
+    def resolved(self, resolve: Callable[[Path], Path]) -> SqliteSourceConfig:
+        return self.model_copy(update={"path": resolve(self.path)})
+
+
+class StandbyConfig(Strict):
+    """A standby (replica) of a MySQL source's server, with the same data and ``log_slave_updates``. The
+    source's ``tls`` applies to it too; its RSA key pair is its own (``server_public_key``)."""
+
+    host: str
+    port: int = Field(default=3306, ge=1, le=65535)
+    server_public_key: Path | None = None
+
+
+# MySQL's --ssl-mode, as docs/mysql.md ("TLS and authentication") describes each.
+TlsMode = Literal["disabled", "preferred", "required", "verify_ca", "verify_identity"]
+_VERIFYING: tuple[TlsMode, ...] = ("verify_ca", "verify_identity")
+
+
+class MysqlTlsConfig(Strict):
+    """TLS to a MySQL source's servers, the primary and its standby. Only the modes' rules are checked here:
+    the files are read when a connection is made (in the process that makes it, a Spark task's too), so
+    processes that never connect (the Dagster webserver, consumers) need not hold a client key."""
+
+    mode: TlsMode = "preferred"
+    # The CA certificate(s), PEM, the server's certificate must chain to; verify_* without it: the system's
+    # trust store (a server whose certificate a public CA signed, as some managed services' are).
+    ca: Path | None = None
+    # A client certificate and its private key, PEM: for accounts created REQUIRE X509 / SUBJECT / ISSUER.
+    cert: Path | None = None
+    key: Path | None = Field(default=None, validate_default=True)
+
+    @field_validator("ca")
+    @classmethod
+    def _ca_is_verified(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        mode = info.data.get("mode")
+        if value is not None and mode not in _VERIFYING:
+            raise ValueError(f"ca is what verify_ca and verify_identity check the server's certificate against, and "
+                             f"mode {mode} checks nothing: set mode: verify_ca (or verify_identity), or remove ca")
+        return value
+
+    @field_validator("cert")
+    @classmethod
+    def _cert_needs_tls(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        mode = info.data.get("mode")
+        if value is not None and mode in ("disabled", "preferred"):
+            raise ValueError(f"a client certificate is presented only over TLS, which mode {mode} does not insist "
+                             "on: set mode: required, verify_ca or verify_identity, or remove cert and key")
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _key_with_cert(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        cert = info.data.get("cert")
+        if (value is None) != (cert is None) and "cert" in info.data:
+            given, missing = ("key", "cert") if cert is None else ("cert", "key")
+            raise ValueError(f"{given} is given without {missing}: the client certificate (cert) and its private "
+                             "key (key) go together; give both, or neither")
+        return value
+
+
+class FailoverConfig(Strict):
+    """When and how capture switches between a source's primary and its standby (docs/ha.md)."""
+
+    # The active server counts as down after this many failed connection attempts, this far apart.
+    retries: int = Field(default=3, ge=1, le=100)
+    interval_s: float = Field(default=5.0, ge=0, le=3600)
+    # gtid: find the position after the last captured GTID (timestamp when the servers carry none);
+    # timestamp: never use GTIDs: re-read from the last commit time minus fallback_interval_s.
+    position: Literal["gtid", "timestamp"] = "gtid"
+    fallback_interval_s: int = Field(default=60, ge=0, le=7 * 24 * 3600)
+
+
+class MysqlSourceConfig(ServerSourceBase):
+    """A MySQL or MariaDB server, captured from its binary log."""
+
+    kind: Literal["mysql"]
+    host: str = "127.0.0.1"
+    port: int = Field(default=3306, ge=1, le=65535)
+    database: str
+    # The replica server id capture registers with; must differ from every server and replica.
+    server_id: int = Field(default=0, ge=0, lt=2**32)
+    on_purged: Literal["fail", "bootstrap"] = "fail"
+    # MySQL's zero dates ('0000-00-00', '2024-00-15') have no value in Delta's date and timestamp types:
+    # "error" stops capture at the first one (naming table, column and row); "null" stores them as NULL.
+    zero_dates: Literal["error", "null"] = "error"
+    standby: StandbyConfig | None = None
+    failover: FailoverConfig = FailoverConfig()
+    tls: MysqlTlsConfig = MysqlTlsConfig()
+    # The primary's RSA public key (PEM), for caching_sha2_password (and sha256_password) full authentication
+    # without TLS; unset, the client asks the server for it (docs/mysql.md, "TLS and authentication").
+    server_public_key: Path | None = None
+    # How a bootstrap's key range is pinned to a binlog position (docs/architecture.md, "Online snapshots"):
+    # snapshot: the position MariaDB reports for a consistent snapshot; watermark: a write to the signal
+    # table _databus_signal (install creates it) that orders the read after every commit before the
+    # position; lock: the whole table as one range under a brief global read lock. auto: snapshot where the
+    # server reports the position (MariaDB), else watermark (MySQL).
+    bootstrap_reads: Literal["auto", "snapshot", "watermark", "lock"] = "auto"
+
+    _check_database = field_validator("database")(lambda cls, v: plain_name(v))
+
+    def replica_server_id(self) -> int:
+        import zlib
+
+        return self.server_id or 4_000_000 + zlib.crc32(self.name.encode()) % 1_000_000
+
+    def resolved(self, resolve: Callable[[Path], Path]) -> MysqlSourceConfig:
+        """The TLS files and public keys, taken from the config's folder when relative."""
+
+        def maybe(p: Path | None) -> Path | None:
+            return resolve(p) if p is not None else None
+
+        tls = self.tls.model_copy(update={"ca": maybe(self.tls.ca), "cert": maybe(self.tls.cert),
+                                          "key": maybe(self.tls.key)})
+        update: dict[str, Any] = {"tls": tls, "server_public_key": maybe(self.server_public_key)}
+        if self.standby is not None:
+            update["standby"] = self.standby.model_copy(
+                update={"server_public_key": maybe(self.standby.server_public_key)})
+        return self.model_copy(update=update)
+
+
+class OracleSourceConfig(ServerSourceBase):
+    """An Oracle schema captured with Databus's triggers + sy$txlog design (python-oracledb, thin mode)."""
+
+    kind: Literal["oracle"]
+    dsn: str
+    # Seconds the alert sensor waits in sync_alert.waitForEvent per evaluation.
+    alert_wait_s: int = Field(default=20, ge=1, le=300)
+    # Oracle folds unquoted names to upper case; with this on, tables and columns appear in the
+    # log and the snapshots in lower case (ACCOUNTS.ID -> accounts.id).
+    lowercase_names: bool = False
+
+
+SourceConfig = Annotated[SqliteSourceConfig | MysqlSourceConfig | OracleSourceConfig, Field(discriminator="kind")]
+# The ``kind`` values, in the union's order: what an unknown kind's error lists.
+SUPPORTED_KINDS: tuple[str, ...] = tuple(get_args(model.model_fields["kind"].annotation)[0]
+                                         for model in get_args(get_args(SourceConfig)[0]))
