@@ -43,7 +43,8 @@ test-fast: $(STAMP)
 DUP_LINES := 4
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dagster_databus jobs tests benchmarks
-	$(VENV)/bin/mypy dagster_databus/core dagster_databus/storage dagster_databus/log
+	$(VENV)/bin/mypy dagster_databus
+	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/pylint --disable=all --enable=duplicate-code --min-similarity-lines=$(DUP_LINES) --ignore-imports=yes \
 	  --ignore-signatures=yes --ignore-docstrings=yes --ignore-comments=yes --score=no dagster_databus
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_oracle_grammar.py
