@@ -8,13 +8,15 @@ creates version N+1 only if no other writer has; of two writers racing, one crea
 is told (``ConcurrentRunError``, or ``EpochMismatchError`` when the winner switched the epoch: a stale
 writer is fenced).
 
-A version names only the newest segments; whenever that list reaches ``ChangeLog.part_segments``
-entries they are sealed into an immutable part (``manifest.d/<first>-<last>-<n>-<tag>.json``,
-written before the version that names it), so a commit costs the same at 100 segments as at
-100,000, and readers cache the parts they have read. The newest ``KEEP_VERSIONS`` versions are kept,
-so a reader that listed them can still read one. Logs written before versions existed
-(``manifest.json`` + ``checkpoint.json``) read as version 0 and move to versions with their next
-commit.
+A version names only the newest segments; whenever that list reaches ``part_segments`` entries
+(``PART_SEGMENTS`` unless the log says otherwise) they are sealed into an immutable part
+(``manifest.d/<first>-<last>-<n>-<tag>.json``, written before the version that names it), so a
+commit costs the same at 100 segments as at 100,000, and readers cache the parts they have read.
+The newest ``KEEP_VERSIONS`` versions are kept, so a reader that listed them can still read one.
+Logs written before versions existed (``manifest.json`` + ``checkpoint.json``) read as version 0
+and move to versions with their next commit.
+
+Reads and commits take the log's ``LogLayout`` (``log.layout``), never the ``ChangeLog``.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from dagster_databus.errors import (
 from dagster_databus.storage.durable import crash_point
 
 if TYPE_CHECKING:
-    from dagster_databus.log.changelog import ChangeLog
+    from dagster_databus.log.layout import LogLayout
 
 # 2: each event one Avro record of its table's row schema plus the event fields, every column in its
 # own type (core.types); older segments listed in sealed manifest parts. Format 1 logs kept DECIMAL,
@@ -48,6 +50,9 @@ if TYPE_CHECKING:
 FORMAT = 2
 # Manifest versions kept behind the newest: a reader between listing and reading one still finds it.
 KEEP_VERSIONS = 16
+# How many segments a manifest version names before they are sealed into a part: bounds a commit's cost
+# (``ChangeLog.part_segments``, which a log's writer commits with).
+PART_SEGMENTS = 256
 
 
 def new_tag() -> str:
@@ -119,7 +124,7 @@ class Checkpoint:
 class Manifest:
     epoch: str | None
     # The newest segments, named in the version itself; commit_manifest seals them into parts as they
-    # reach ChangeLog.part_segments (so a new listing may put every segment here).
+    # reach part_segments (so a new listing may put every segment here).
     tail: tuple[SegmentInfo, ...] = ()
     start_scn: Scn = Scn.BEGINNING  # the log holds every change after this (set by a bootstrap)
     state: dict[str, str] = field(default_factory=dict)  # the checkpoint state of the last commit
@@ -173,57 +178,57 @@ class Manifest:
         ]
 
 
-def read_manifest(log: ChangeLog) -> Manifest:
+def read_manifest(layout: LogLayout) -> Manifest:
     """The newest committed version of ``log``'s manifest (an empty one before any commit)."""
     try:
-        return _read_manifest(log)
+        return _read_manifest(layout)
     except ManifestPartGoneError:
         # Retention re-sealed the parts between our read of the manifest and of a part: read
         # the newer manifest. A part still missing then is damage (raised below).
-        return _read_manifest(log, final=True)
+        return _read_manifest(layout, final=True)
 
 
-def _head(log: ChangeLog) -> tuple[int, dict[str, Any] | None]:
+def _head(layout: LogLayout) -> tuple[int, dict[str, Any] | None]:
     """The newest manifest version and its document (0 and the legacy manifest, or None: empty)."""
     for _ in range(5):
-        versions = log.manifests.versions()
+        versions = layout.manifests.versions()
         for version in reversed(versions):
-            data = log.manifests.read(version)
+            data = layout.manifests.read(version)
             if data is not None:
                 return version, json.loads(data)
         if not versions:
             break
         # Every version listed was dropped before we read it (KEEP_VERSIONS commits meanwhile).
-    legacy = log.objects.read(log.key + "manifest.json")
+    legacy = layout.objects.read(layout.key + "manifest.json")
     if legacy is None:
         return 0, None
     doc = json.loads(legacy)
-    checkpoint = log.objects.read(log.key + "checkpoint.json")
+    checkpoint = layout.objects.read(layout.key + "checkpoint.json")
     if isinstance(doc, dict) and checkpoint is not None:
         doc["checkpoint"] = json.loads(checkpoint)
     return 0, doc
 
 
-def _read_manifest(log: ChangeLog, final: bool = False) -> Manifest:
-    version, doc = _head(log)
+def _read_manifest(layout: LogLayout, final: bool = False) -> Manifest:
+    version, doc = _head(layout)
     if doc is None:
         return Manifest(epoch=None)
     if doc.get("format") == 1:
         raise ChangeLogFormatError(
-            f"the change log of source {log.source!r} ({log.where()}) was written by an earlier dagster-databus "
+            f"the change log of source {layout.source!r} ({layout.where()}) was written by an earlier dagster-databus "
             "that kept DECIMAL, DATE, DATETIME and TIMESTAMP columns as text; this version keeps each column in "
             "its own type (docs/types.md) and does not mix the two",
-            f"run `databus bootstrap --source {log.source}`: the old change log and snapshots move to "
-            "<lake>/trash/ and the next run reads every table afresh, typed", source=log.source)
+            f"run `databus bootstrap --source {layout.source}`: the old change log and snapshots move to "
+            "<lake>/trash/ and the next run reads every table afresh, typed", source=layout.source)
     if doc.get("format") != FORMAT:
         raise ChangeLogCorruptError(
-            f"{log.where(f'manifest/{version:020d}.json')} has format {doc.get('format')!r}; this version "
+            f"{layout.where(f'manifest/{version:020d}.json')} has format {doc.get('format')!r}; this version "
             f"reads format {FORMAT}",
             "upgrade dagster-databus, or bootstrap the source into a fresh lake",
         )
     log_id = doc.get("log_id", "")  # format 2 logs get one with their first commit, before any part
     listing = tuple((p["file"], p["first_scn"], p["last_scn"], p["count"]) for p in doc.get("parts", ()))
-    parts, sealed = _parts(log, listing, log_id, final)
+    parts, sealed = _parts(layout, listing, log_id, final)
     checkpoint = doc.get("checkpoint")
     return Manifest(epoch=doc["epoch"], tail=tuple(SegmentInfo(**s) for s in doc["segments"]),
                     start_scn=Scn.parse(doc.get("start_scn", "0")), state=doc.get("state", {}),
@@ -231,16 +236,16 @@ def _read_manifest(log: ChangeLog, final: bool = False) -> Manifest:
                     version=version, checkpoint=Checkpoint.from_json(checkpoint) if checkpoint else None)
 
 
-def _parts(log: ChangeLog, listing: tuple[tuple[str, int, int, int], ...], log_id: str,
+def _parts(layout: LogLayout, listing: tuple[tuple[str, int, int, int], ...], log_id: str,
            final: bool) -> tuple[tuple[ManifestPart, ...], tuple[tuple[SegmentInfo, ...], ...]]:
     # A named part never changes within its log (a rebuilt lake has a new log id), so a listing
     # reads the same forever; most commits list the same parts as the one before (flat per commit).
-    key = (log.lake.where(log.key), log_id, listing)
+    key = (layout.lake.where(layout.key), log_id, listing)
     with _LISTINGS_LOCK:  # parallel consumers read manifests from several threads
         cached = _LISTINGS.get(key)
     if cached is None:
         parts = tuple(ManifestPart(*p) for p in listing)
-        cached = parts, tuple(_part_segments(log, p, log_id, final) for p in parts)
+        cached = parts, tuple(_part_segments(layout, p, log_id, final) for p in parts)
         with _LISTINGS_LOCK:
             _LISTINGS[key] = cached
             while len(_LISTINGS) > 64:
@@ -248,27 +253,27 @@ def _parts(log: ChangeLog, listing: tuple[tuple[str, int, int, int], ...], log_i
     return cached
 
 
-def _part_segments(log: ChangeLog, part: ManifestPart, log_id: str, final: bool) -> tuple[SegmentInfo, ...]:
-    segments = _read_part(log, f"{log.key}manifest.d/{part.file}", log_id)
+def _part_segments(layout: LogLayout, part: ManifestPart, log_id: str, final: bool) -> tuple[SegmentInfo, ...]:
+    segments = _read_part(layout, f"{layout.key}manifest.d/{part.file}", log_id)
     if segments is None:
         if not final:
             raise ManifestPartGoneError
         raise ChangeLogCorruptError(
             f"manifest part {part.file} (SCN {part.first_scn}..{part.last_scn}, {part.count} segments) is "
-            f"named in {log.where('manifest')} but missing from {log.where('manifest.d')}",
-            f"restore {log.where('manifest.d')} from backup, or run `databus bootstrap --source {log.source}`",
-            source=log.source) from None
+            f"named in {layout.where('manifest')} but missing from {layout.where('manifest.d')}",
+            f"restore {layout.where('manifest.d')} from backup, or run `databus bootstrap --source {layout.source}`",
+            source=layout.source) from None
     held = (len(segments), segments[0].first_scn, segments[-1].last_scn) if segments else (0, None, None)
     if held != (part.count, part.first_scn, part.last_scn):
         raise ChangeLogCorruptError(
             f"manifest part {part.file} lists {held[0]} segments (SCN {held[1]}..{held[2]}), "
-            f"{log.where('manifest')} says {part.count} ({part.first_scn}..{part.last_scn})",
-            f"restore {log.where('manifest.d')} from backup, or run `databus bootstrap --source {log.source}`",
-            source=log.source)
+            f"{layout.where('manifest')} says {part.count} ({part.first_scn}..{part.last_scn})",
+            f"restore {layout.where('manifest.d')} from backup, or run `databus bootstrap --source {layout.source}`",
+            source=layout.source)
     return segments
 
 
-def commit_manifest(log: ChangeLog, manifest: Manifest) -> Manifest:
+def commit_manifest(layout: LogLayout, manifest: Manifest, part_segments: int = PART_SEGMENTS) -> Manifest:
     """Commit ``manifest`` as the version after the one it was read as: the change log's commit point.
 
     First seals what the version should no longer list inline into parts, so it names only durable
@@ -277,64 +282,64 @@ def commit_manifest(log: ChangeLog, manifest: Manifest) -> Manifest:
     are deleted by the writer's next ``recover``, never here, so a reader holding the previous
     version can still read them. Returns the committed manifest.
     """
-    sealed = _seal(log, manifest)
+    sealed = _seal(layout, manifest, part_segments)
     known = {p.file for p in manifest.parts}
     new_parts = [p.file for p in sealed.parts if p.file not in known]
     version = manifest.version + 1
     # Compact: the C encoder; an indented one is several times slower for the same entries.
-    data = json.dumps(sealed.to_json(log.source), separators=(",", ":")).encode()
-    if not log.manifests.create(version, data):
+    data = json.dumps(sealed.to_json(layout.source), separators=(",", ":")).encode()
+    if not layout.manifests.create(version, data):
         for file in new_parts:
-            log.objects.delete(f"{log.key}manifest.d/{file}")
-        raise _lost_race(log, manifest)
+            layout.objects.delete(f"{layout.key}manifest.d/{file}")
+        raise _lost_race(layout, manifest)
     if version > KEEP_VERSIONS:
-        log.manifests.delete(version - KEEP_VERSIONS)
+        layout.manifests.delete(version - KEEP_VERSIONS)
     if manifest.version == 0:  # the first version after a log of manifest.json + checkpoint.json
-        log.objects.delete(log.key + "manifest.json")
-        log.objects.delete(log.key + "checkpoint.json")
+        layout.objects.delete(layout.key + "manifest.json")
+        layout.objects.delete(layout.key + "checkpoint.json")
     return replace(sealed, version=version)
 
 
-def parts_named_before(log: ChangeLog, head: int, versions: Sequence[int]) -> set[str]:
+def parts_named_before(layout: LogLayout, head: int, versions: Sequence[int]) -> set[str]:
     """The parts the kept versions before ``head`` name."""
     named: set[str] = set()
     for version in versions:
-        data = log.manifests.read(version) if version < head else None
+        data = layout.manifests.read(version) if version < head else None
         if data is not None:
             named.update(p["file"] for p in json.loads(data).get("parts", ()))
     return named
 
 
-def _lost_race(log: ChangeLog, mine: Manifest) -> Exception:
-    theirs = read_manifest(log)
+def _lost_race(layout: LogLayout, mine: Manifest) -> Exception:
+    theirs = read_manifest(layout)
     if mine.head is not None and not (theirs.head is not None and mine.head.same_epoch(theirs.head)):
         return EpochMismatchError(
             f"while this writer (epoch {mine.epoch}) was writing, another switched the change log of source "
-            f"{log.source!r} to epoch {theirs.epoch}: this writer is fenced off and committed nothing",
+            f"{layout.source!r} to epoch {theirs.epoch}: this writer is fenced off and committed nothing",
             "nothing to repair: the log continues in the new epoch; stop the old run's schedule if it is "
-            "still reading the old primary", source=log.source)
+            "still reading the old primary", source=layout.source)
     return ConcurrentRunError(
-        f"another run committed version {theirs.version} of the change log of source {log.source!r} "
+        f"another run committed version {theirs.version} of the change log of source {layout.source!r} "
         f"(through SCN {theirs.last_scn}) while this one was writing: this run committed nothing",
         "runs of one source must not overlap (one schedule or sensor per source); nothing is lost, the "
-        "next run continues from the log as the other run left it", source=log.source)
+        "next run continues from the log as the other run left it", source=layout.source)
 
 
-def _seal(log: ChangeLog, manifest: Manifest) -> Manifest:
+def _seal(layout: LogLayout, manifest: Manifest, part_segments: int) -> Manifest:
     parts: list[ManifestPart | None]
     if len(manifest.sealed) == len(manifest.parts):  # as read back, plus new segments in the tail
         parts, sealed, tail = list(manifest.parts), list(manifest.sealed), manifest.tail
     else:  # a new listing (retention dropped the oldest segments): match the old parts against it
         parts, sealed, tail = _reuse_parts(manifest.parts, manifest.segments)
     fresh = [i for i in range(len(parts)) if parts[i] is None]
-    while len(tail) >= log.part_segments:
+    while len(tail) >= part_segments:
         fresh.append(len(parts))
         parts.append(None)
-        sealed.append(tail[:log.part_segments])
-        tail = tail[log.part_segments:]
+        sealed.append(tail[:part_segments])
+        tail = tail[part_segments:]
     for i in fresh:
         part = parts[i] = ManifestPart.of(sealed[i])
-        log.objects.create(f"{log.key}manifest.d/{part.file}",
+        layout.objects.create(f"{layout.key}manifest.d/{part.file}",
                            json.dumps([s.to_json() for s in sealed[i]], separators=(",", ":")).encode())
     if fresh:
         crash_point("manifest_part_written")
@@ -371,14 +376,14 @@ _LISTINGS_LOCK = threading.Lock()
 _PARTS: dict[tuple[str, str, str], tuple[SegmentInfo, ...]] = {}  # (lake, key, log id) -> a part's segments
 
 
-def _read_part(log: ChangeLog, key: str, log_id: str) -> tuple[SegmentInfo, ...] | None:
+def _read_part(layout: LogLayout, key: str, log_id: str) -> tuple[SegmentInfo, ...] | None:
     """A part's segments; None when it is gone. Parsed once per process: a part is immutable (its
     name is its writer's own) and a rebuilt lake has a new log id."""
-    cache_key = (log.lake.where(), key, log_id)
+    cache_key = (layout.lake.where(), key, log_id)
     with _LISTINGS_LOCK:
         found = _PARTS.get(cache_key)
     if found is None:
-        data = log.objects.read(key)
+        data = layout.objects.read(key)
         if data is None:
             return None
         found = tuple(SegmentInfo(**s) for s in json.loads(data))

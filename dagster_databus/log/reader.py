@@ -2,7 +2,8 @@
 
 Segments are decoded in bulk a group of blocks at a time (``log.segments.decode_tables``); each event
 is built from its row's column values, with no per-record Avro decoding in Python. The merge reads
-the same segments as Arrow batches instead (``log.columns``).
+the same segments as Arrow batches instead (``log.columns``). Both read functions take the log's
+``LogLayout`` and ``SchemaRegistry`` (``ChangeLog.read`` and ``read_windows`` pass them).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from dagster_databus.core.event_columns import DELIVERED_META
 from dagster_databus.core.events import OPS, ChangeEvent, Window
 from dagster_databus.core.scn import Scn
 from dagster_databus.log.avro.decoder import Decoded
+from dagster_databus.log.manifest import read_manifest
 from dagster_databus.log.segments import TableVersion, decode_tables, undecodable
 
 if TYPE_CHECKING:
-    from dagster_databus.log.changelog import ChangeLog
+    from dagster_databus.log.layout import LogLayout
     from dagster_databus.log.manifest import SegmentInfo
+    from dagster_databus.log.schemas import SchemaRegistry
 
 KeyFilter = Callable[[str, str], bool]  # (table, key as stored: a JSON array) -> deliver?
 
@@ -39,25 +42,25 @@ class LogEvent:
     event: ChangeEvent
 
 
-def read_events(log: ChangeLog, since: Scn = Scn.BEGINNING, until: Scn | None = None,
+def read_events(layout: LogLayout, schemas: SchemaRegistry, since: Scn = Scn.BEGINNING, until: Scn | None = None,
                 tables: Iterable[str] | None = None, keep: KeyFilter | None = None) -> Iterator[LogEvent]:
     """Committed events with ``since < scn <= until``, in log order.
 
     ``keep(table, key_json)`` is a server-side filter on the stored key, applied before an event is built.
     """
     wanted = set(tables) if tables is not None else None
-    for segment in log.manifest().between(since, until):
-        yield from _segment_events(log, segment, since, until, wanted, keep)
+    for segment in read_manifest(layout).between(since, until):
+        yield from _segment_events(layout, schemas, segment, since, until, wanted, keep)
 
 
-def read_windows(log: ChangeLog, since: Scn = Scn.BEGINNING, until: Scn | None = None,
+def read_windows(layout: LogLayout, schemas: SchemaRegistry, since: Scn = Scn.BEGINNING, until: Scn | None = None,
                  tables: Iterable[str] | None = None, keep: KeyFilter | None = None) -> Iterator[Window]:
     """Whole windows after ``since`` (as far as the filters leave them); ``until`` must be a window
     boundary (or None). A window the filters empty entirely is not yielded."""
     current: list[ChangeEvent] = []
     versions: list[int] = []
     current_scn: Scn | None = None
-    for item in read_events(log, since, until, tables, keep):
+    for item in read_events(layout, schemas, since, until, tables, keep):
         if current_scn is not None and item.window_scn is not current_scn:  # one Scn object per window
             yield Window(scn=current_scn, events=tuple(current), schema_versions=tuple(versions))
             current, versions = [], []
@@ -68,16 +71,16 @@ def read_windows(log: ChangeLog, since: Scn = Scn.BEGINNING, until: Scn | None =
         yield Window(scn=current_scn, events=tuple(current), schema_versions=tuple(versions))
 
 
-def _segment_events(log: ChangeLog, segment: SegmentInfo, since: Scn, until: Scn | None,
-                    tables: set[str] | None, keep: KeyFilter | None = None) -> Iterator[LogEvent]:
+def _segment_events(layout: LogLayout, schemas: SchemaRegistry, segment: SegmentInfo, since: Scn,
+                    until: Scn | None, tables: set[str] | None, keep: KeyFilter | None = None) -> Iterator[LogEvent]:
     """The segment's events in log order."""
     window = Scn.BEGINNING  # the events of a window share one Scn object
     keys: dict[TableVersion, tuple[str, ...]] = {}
     try:
-        for decoded, wanted in decode_tables(log, segment, tables):
-            for _, table, version, row in _events(log, decoded, wanted, since, until, keep):
+        for decoded, wanted in decode_tables(layout, schemas, segment, tables):
+            for _, table, version, row in _events(schemas, decoded, wanted, since, until, keep):
                 if (table, version) not in keys:
-                    keys[table, version] = tuple(log.schemas.load(table, version).primary_key)
+                    keys[table, version] = tuple(schemas.load(table, version).primary_key)
                 scn, window_scn = row.pop("__scn"), row.pop("__window_scn")
                 if window_scn != window.value:
                     window = Scn(window_scn)
@@ -87,11 +90,11 @@ def _segment_events(log: ChangeLog, segment: SegmentInfo, since: Scn, until: Scn
                     scn=window if scn == window.value else Scn(scn), seq=seq, table=table, op=OPS[op],
                     key=key, row=row, commit_ts_ms=commit_ts_ms))
     except ValueError as exc:  # a value the row's column type refuses: the segment does not hold what it says
-        raise undecodable(log, segment, exc) from None
+        raise undecodable(layout.source, segment, exc) from None
 
 
-def _events(log: ChangeLog, decoded: list[Decoded], wanted: dict[str, TableVersion], since: Scn, until: Scn | None,
-            keep: KeyFilter | None) -> list[tuple[int, str, int, dict[str, Any]]]:
+def _events(schemas: SchemaRegistry, decoded: list[Decoded], wanted: dict[str, TableVersion], since: Scn,
+            until: Scn | None, keep: KeyFilter | None) -> list[tuple[int, str, int, dict[str, Any]]]:
     """(position, table, version, row with event fields) of the decoded records to deliver, in log order."""
     out: list[tuple[int, str, int, dict[str, Any]]] = []
     for name, batch, positions in decoded:
@@ -105,7 +108,7 @@ def _events(log: ChangeLog, decoded: list[Decoded], wanted: dict[str, TableVersi
         selected = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
         if len(selected) < batch.num_rows:
             batch, positions = batch.take(pa.array(selected)), positions[selected]
-        schema = log.schemas.load(table, version)
+        schema = schemas.load(table, version)
         images = schema.rows_from_arrow(batch.select([*schema.column_names, *DELIVERED_META]))
         out += zip(positions.tolist(), repeat(table), repeat(version), images, strict=False)
     if len(decoded) > 1:

@@ -7,7 +7,6 @@ import time
 from dataclasses import dataclass, replace
 
 from dagster_databus.core.scn import Scn
-from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.writer import LogWriter
 
 
@@ -24,7 +23,7 @@ def apply_retention(writer: LogWriter, absorbed: Scn, max_age_s: float | None = 
     """Remove segments older than ``max_age_s`` or beyond ``max_bytes`` (newest kept), but only
     segments whose last SCN is at or below ``absorbed`` (the lowest applied SCN of the snapshots).
     The manifest is rewritten before any file is deleted, so readers never meet a missing segment."""
-    log: ChangeLog = writer.log
+    layout = writer.layout
     manifest = writer.current()
     now = time.time() if now is None else now
     segments = list(manifest.segments)
@@ -47,5 +46,5 @@ def apply_retention(writer: LogWriter, absorbed: Scn, max_age_s: float | None = 
     start = Scn(removed[-1].last_scn)
     writer.write_manifest(replace(manifest, start_scn=start, sealed=(), tail=tuple(kept)))
     for segment in removed:
-        log.objects.delete(f"{log.key}segments/{segment.file}")
+        layout.objects.delete(layout.segment_key(segment.file))
     return RetentionResult(len(removed), sum(s.bytes for s in removed), start, held)

@@ -4,14 +4,15 @@ A segment is an Avro object container file whose schema is a union of one row re
 (and schema version) it holds: the table's columns, then the event fields (``EVENT_FIELDS``). Its
 ``databus.rows`` metadata maps each record's name to its (table, schema version). The writer
 (``log.writer``) builds the union with ``segment_schema``; every reader (events in ``log.reader``,
-Arrow batches in ``log.columns``, Spark tasks) decodes a segment through ``decode_tables``.
+Arrow batches in ``log.columns``, Spark tasks) decodes a segment through ``decode_tables`` (the
+log's ``LogLayout`` and ``SchemaRegistry``), which opens it with ``open_segment``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from dagster_databus.core.event_columns import EVENT_COLUMNS, EVENT_NAMES
 from dagster_databus.core.schema import TableSchema
@@ -21,7 +22,7 @@ from dagster_databus.log.avro.decoder import Decoded, Decoder
 from dagster_databus.log.avro.fields import Field
 
 if TYPE_CHECKING:
-    from dagster_databus.log.changelog import ChangeLog
+    from dagster_databus.log.layout import LogLayout
     from dagster_databus.log.manifest import SegmentInfo
     from dagster_databus.log.schemas import SchemaRegistry
 
@@ -60,8 +61,22 @@ def segment_schema(schemas: SchemaRegistry, source: str,
     return records, rows
 
 
-def decode_tables(log: ChangeLog, segment: SegmentInfo, tables: Collection[str] | None = None,
-                  byte_range: tuple[int, int] | None = None) -> Iterator[tuple[list[Decoded], dict[str, TableVersion]]]:
+def open_segment(layout: LogLayout, segment: SegmentInfo, ranged: bool = False) -> BinaryIO:
+    """A committed segment's bytes as a binary file (``ranged``: one that reads only the byte ranges
+    asked for, for reading a part of a large segment); a missing one is damage, named."""
+    key = layout.segment_key(segment.file)
+    try:
+        return layout.objects.reader(key) if ranged else layout.objects.open(key)
+    except FileNotFoundError:
+        raise ChangeLogCorruptError(
+            f"segment {segment.file} (SCN {segment.first_scn}..{segment.last_scn}) is listed in "
+            f"{layout.where('manifest')} but missing from {layout.where('segments')}",
+            "restore the segment from backup, or bootstrap the source", source=layout.source) from None
+
+
+def decode_tables(layout: LogLayout, schemas: SchemaRegistry, segment: SegmentInfo,
+                  tables: Collection[str] | None = None, byte_range: tuple[int, int] | None = None,
+                  ) -> Iterator[tuple[list[Decoded], dict[str, TableVersion]]]:
     """The records of ``tables`` (None: every table) in ``segment``, decoded in bulk a group of blocks
     at a time: each group's (record name, batch, positions) per branch, and which (table, schema
     version) each record name is. With ``byte_range``, only the blocks that begin in it (a part of
@@ -70,36 +85,36 @@ def decode_tables(log: ChangeLog, segment: SegmentInfo, tables: Collection[str] 
     A segment that is missing, written without ``databus.rows``, or damaged raises
     ``ChangeLogCorruptError`` naming it.
     """
-    with log.open_segment(segment, ranged=byte_range is not None) as f:
+    with open_segment(layout, segment, ranged=byte_range is not None) as f:
         try:
             metadata, blocks = read_container(f, *(byte_range or (0, None)))
-            rows = _rows_metadata(log, segment, metadata.get("databus.rows"))
+            rows = _rows_metadata(layout.source, segment, metadata.get("databus.rows"))
             wanted = {name: tv for name, tv in rows.items() if tables is None or tv[0] in tables}
             if not wanted:
                 return
             if "avro.schema" not in metadata:
                 raise ValueError("the container has no avro.schema metadata")
             decoder = Decoder(json.loads(metadata["avro.schema"]),
-                              {name: row_fields(log.schemas, *tv) for name, tv in wanted.items()})
+                              {name: row_fields(schemas, *tv) for name, tv in wanted.items()})
             for group, first in Decoder.groups(blocks):
                 yield decoder.decode_blocks(group, first), wanted
         except ValueError as exc:
-            raise undecodable(log, segment, exc) from None
+            raise undecodable(layout.source, segment, exc) from None
 
 
-def undecodable(log: ChangeLog, segment: SegmentInfo, exc: ValueError) -> ChangeLogCorruptError:
-    """The error for a segment whose bytes do not decode as its schema says."""
-    return ChangeLogCorruptError(f"segment {segment.file} of source {log.source!r} cannot be decoded: {exc}",
-                                 "restore the segment from backup, or bootstrap the source", source=log.source)
+def undecodable(source: str, segment: SegmentInfo, exc: ValueError) -> ChangeLogCorruptError:
+    """The error for a segment of ``source``'s log whose bytes do not decode as its schema says."""
+    return ChangeLogCorruptError(f"segment {segment.file} of source {source!r} cannot be decoded: {exc}",
+                                 "restore the segment from backup, or bootstrap the source", source=source)
 
 
-def _rows_metadata(log: ChangeLog, segment: SegmentInfo, rows: str | None) -> dict[str, TableVersion]:
+def _rows_metadata(source: str, segment: SegmentInfo, rows: str | None) -> dict[str, TableVersion]:
     """Each row record's full name → (table, schema version), from the segment's ``databus.rows``."""
     if rows is None:
         raise ChangeLogCorruptError(
-            f"segment {segment.file} of source {log.source!r} has no databus.rows metadata: it was not "
+            f"segment {segment.file} of source {source!r} has no databus.rows metadata: it was not "
             "written by this version's log writer", "restore the segment from backup, or run "
-            f"`databus bootstrap --source {log.source}`", source=log.source)
+            f"`databus bootstrap --source {source}`", source=source)
     return {f"{ROW_NAMESPACE}.{n}": (t, v) for n, (t, v) in json.loads(rows).items()}
 
 

@@ -7,6 +7,9 @@ A commit writes its segment under a name of its own, then commits the next manif
 is fenced) and deletes its segment. On a local disk a ``flock`` also turns a second writer away up
 front. A crash anywhere leaves only objects no version names, which the next writer's ``recover``
 removes.
+
+A writer is given the log's ``LogLayout`` and ``SchemaRegistry`` (``ChangeLog.writer`` builds it) and
+reads and commits through the public functions of ``log.manifest`` and ``log.integrity``.
 """
 
 from __future__ import annotations
@@ -31,20 +34,25 @@ from dagster_databus.core.scn import Position, Scn
 from dagster_databus.errors import ChangeLogFormatError, ConcurrentRunError, EpochMismatchError
 from dagster_databus.log.avro.container import write_container
 from dagster_databus.log.avro.encoder import iter_blocks
+from dagster_databus.log.integrity import require_intact
 from dagster_databus.log.manifest import (
     KEEP_VERSIONS,
+    PART_SEGMENTS,
     Checkpoint,
     Manifest,
     SegmentInfo,
+    commit_manifest,
     new_tag,
     now_ms,
     parts_named_before,
+    read_manifest,
 )
 from dagster_databus.log.segments import TableVersion, row_fields, segment_schema
 from dagster_databus.storage.durable import crash_point, disk_errors, exclusive_lock
 
 if TYPE_CHECKING:
-    from dagster_databus.log.changelog import ChangeLog
+    from dagster_databus.log.layout import LogLayout
+    from dagster_databus.log.schemas import SchemaRegistry
 
 # An object no manifest names is removed by the next writer on a store only once this old (or once
 # the log has moved past its SCNs): a writer on another machine may be about to commit it.
@@ -56,13 +64,16 @@ class LogWriter:
     """The writer of a source's log. Use as a context manager. Two writers racing cannot both commit
     (see the module's docstring); on a local disk the second is also turned away up front by a lock."""
 
-    def __init__(self, log: ChangeLog, refuse_damage: bool = True) -> None:
-        self.log = log
+    def __init__(self, layout: LogLayout, registry: SchemaRegistry, refuse_damage: bool = True,
+                 part_segments: int = PART_SEGMENTS) -> None:
+        self.layout = layout
+        self.registry = registry  # the log's row schemas (``schemas()`` gives the registered ones)
         self.refuse_damage = refuse_damage
+        self.part_segments = part_segments  # segments a manifest version names before it seals them
         self._lock = exclusive_lock(
-            log.root / ".lock", f"the change log of source {log.source!r}",
+            layout.root / ".lock", f"the change log of source {layout.source!r}",
             "wait for the other capture of this source to finish; runs of one source must not overlap",
-        ) if log.lake.is_local else None
+        ) if layout.lake.is_local else None
         self.versions: dict[str, int] = {}
         self._segment: tuple[dict[str, int], list[dict[str, Any]], dict[str, TableVersion]] | None = None
         self._seen: int | None = None  # the manifest version this writer last read or committed
@@ -89,15 +100,15 @@ class LogWriter:
         Holding the local lock, everything unnamed is a dead writer's. In a store another writer may be
         about to commit what it just wrote, so only what the log has moved past or what is older than
         ``SWEEP_GRACE_S`` goes."""
+        layout = self.layout
         if self.refuse_damage:
-            self.log.require_intact()
+            require_intact(layout)
         else:
             try:
-                self.log.manifest()
+                read_manifest(layout)
             except ChangeLogFormatError:
                 return []  # a log of an older format: the bootstrap opening this writer sets it aside whole
-        manifest = self.log.manifest()
-        log, key = self.log, self.log.key
+        manifest = read_manifest(layout)
         exclusive = self._lock is not None
         stale_before = time.time() - SWEEP_GRACE_S
 
@@ -106,22 +117,22 @@ class LogWriter:
 
         removed = []
         listed = {s.file for s in manifest.segments}
-        for name, info in log._listing("segments/").items():
+        for name, info in layout.listing("segments/").items():
             match = _SEGMENT.match(name)
             if name not in listed and dead(info, match is not None and int(match.group(1)) <= manifest.last_scn.value):
                 removed.append(f"segments/{name}")
         named = {p.file for p in manifest.parts}
-        unnamed = {name: info for name, info in log._listing("manifest.d/").items() if name not in named}
-        versions = log._versions()
+        unnamed = {name: info for name, info in layout.listing("manifest.d/").items() if name not in named}
+        versions = layout.versions()
         # Parts an earlier version named were replaced by retention (a reader that still holds that
         # version reads the newest instead); the rest were sealed by a commit that crashed or lost.
-        retired = parts_named_before(log, manifest.version, versions) if unnamed and not exclusive else set()
+        retired = parts_named_before(layout, manifest.version, versions) if unnamed and not exclusive else set()
         removed += [f"manifest.d/{name}" for name, info in unnamed.items() if dead(info, name in retired)]
         removed += [f"manifest/{v:020d}.json" for v in versions if v <= manifest.version - KEEP_VERSIONS]
         for name in removed:
-            log.objects.delete(key + name)
-        if log.lake.path is not None:
-            for path in log.root.glob("**/.tmp-*"):
+            layout.objects.delete(layout.key + name)
+        if layout.lake.path is not None:
+            for path in layout.root.glob("**/.tmp-*"):
                 path.unlink()
                 removed.append(path.name)
         checkpoint = manifest.checkpoint
@@ -135,23 +146,23 @@ class LogWriter:
         """The log as this writer left it. Anything another writer committed since this one opened the
         log (a run on another machine sharing the lake) ends this writer's run: it read a state that is
         gone, and the other run holds the log now."""
-        manifest = self.log.manifest()
+        manifest = read_manifest(self.layout)
         if self._seen is not None and manifest.version != self._seen:
             raise ConcurrentRunError(
-                f"another run committed to the change log of source {self.log.source!r} while this one was "
+                f"another run committed to the change log of source {self.layout.source!r} while this one was "
                 f"running (version {manifest.version}, through SCN {manifest.last_scn}): this run stops here, "
                 "with what it committed before kept", "runs of one source must not overlap (one schedule or "
                 "sensor per source); nothing is lost, the next run continues from the log as the other left it",
-                source=self.log.source)
+                source=self.layout.source)
         return manifest
 
     def adopt(self) -> None:
         """Take the log as it is now as this writer's own (a bootstrap that just set the old log aside)."""
-        self._seen = self.log.manifest().version
+        self._seen = read_manifest(self.layout).version
 
     def write_manifest(self, manifest: Manifest) -> Manifest:
         """Commit ``manifest`` (read with ``current``) as the next version, keeping the checkpoint."""
-        committed = self.log.write_manifest(manifest)
+        committed = commit_manifest(self.layout, manifest, self.part_segments)
         self._seen = committed.version
         return committed
 
@@ -193,11 +204,11 @@ class LogWriter:
         if not switch and not _same_epoch(manifest, Position(epoch, scn)):
             raise self._wrong_epoch(manifest, epoch)
         checkpoint = Checkpoint(scn, epoch, now_ms(), dict(state))
-        with disk_errors("committing the change-log manifest", self.log.root):
+        with disk_errors("committing the change-log manifest", self.layout.root):
             return self.write_manifest(replace(manifest, epoch=epoch, checkpoint=checkpoint))
 
     def register_schemas(self, schemas: Iterable[Any], guard_defaults: bool = False) -> dict[str, int]:
-        self.versions = {s.table: self.log.schemas.register(s, guard_defaults) for s in schemas}
+        self.versions = {s.table: self.registry.register(s, guard_defaults) for s in schemas}
         return self.versions
 
     def append(self, windows: list[Window], epoch: str, state: dict[str, str] | None = None) -> SegmentInfo:
@@ -246,25 +257,25 @@ class LogWriter:
 
     def _wrong_epoch(self, manifest: Manifest, epoch: str) -> EpochMismatchError:
         return EpochMismatchError(
-            f"the change log of source {self.log.source!r} belongs to epoch {manifest.epoch}; a writer "
+            f"the change log of source {self.layout.source!r} belongs to epoch {manifest.epoch}; a writer "
             f"from epoch {epoch} may not append to it",
-            "bootstrap the source into a fresh log (see docs/operations.md)", source=self.log.source)
+            "bootstrap the source into a fresh log (see docs/operations.md)", source=self.layout.source)
 
     def _publish(self, manifest: Manifest, batch: ChangeBatch, order: np.ndarray | None, scns: tuple[Scn, Scn],
                  windows: int, epoch: str, state: dict[str, str] | None) -> SegmentInfo:
         first, last = scns
         name = f"{first.value:020d}-{last.value:020d}-{new_tag()}.avro"
-        key = f"{self.log.key}segments/{name}"
+        key = self.layout.segment_key(name)
         schema, rows = self._segment_schema()
         blocks = self._encode(batch, rows, order)
         buffer = io.BytesIO()
         # zstd level 1: a third of deflate's time (level 1) for a smaller file, and faster to read.
         write_container(buffer, schema, blocks, codec="zstandard", level=1, metadata={
-            "databus.source": self.log.source, "databus.epoch": epoch, "databus.first_scn": str(first),
+            "databus.source": self.layout.source, "databus.epoch": epoch, "databus.first_scn": str(first),
             "databus.last_scn": str(last), "databus.rows": json.dumps(rows)})
         data = buffer.getvalue()
-        with disk_errors(f"writing change-log segment {name}", self.log.segments_dir):
-            self.log.objects.create(key, data, staged=lambda: crash_point("segment_written"))
+        with disk_errors(f"writing change-log segment {name}", self.layout.root / "segments"):
+            self.layout.objects.create(key, data, staged=lambda: crash_point("segment_written"))
         crash_point("segment_published")
         tables = {table: len(events) for table, events in batch.tables.items() if len(events)}
         info = SegmentInfo(
@@ -277,19 +288,19 @@ class LogWriter:
         try:
             self._commit(replace(manifest, log_id=log_id, tail=(*manifest.tail, info)), last, epoch, state or {})
         except (ConcurrentRunError, EpochMismatchError):
-            self.log.objects.delete(key)  # lost the race: the segment is nobody's
+            self.layout.objects.delete(key)  # lost the race: the segment is nobody's
             raise
         crash_point("manifest_committed")
         return info
 
     def schemas(self) -> dict[str, TableSchema]:
         """The registered schema of each table, as change batches for ``append_batch`` hold its columns."""
-        return {table: self.log.schemas.load(table, version) for table, version in self.versions.items()}
+        return {table: self.registry.load(table, version) for table, version in self.versions.items()}
 
     def _segment_schema(self) -> tuple[list[dict[str, Any]], dict[str, TableVersion]]:
         """The segment schema of the registered tables (``log.segments.segment_schema``), built once per set."""
         if self._segment is None or self._segment[0] != self.versions:
-            records, rows = segment_schema(self.log.schemas, self.log.source, self.versions)
+            records, rows = segment_schema(self.registry, self.layout.source, self.versions)
             self._segment = (dict(self.versions), records, rows)
         return self._segment[1], self._segment[2]
 
@@ -298,7 +309,7 @@ class LogWriter:
         """Every event of ``batch`` as its Avro record (its table's union branch), in commit order, in blocks
         (encoded as the container takes them)."""
         branch = {table: i for i, (table, _) in enumerate(rows.values())}
-        return iter_blocks([(events, row_fields(self.log.schemas, table, self.versions[table]), branch[table])
+        return iter_blocks([(events, row_fields(self.registry, table, self.versions[table]), branch[table])
                               for table, events in batch.tables.items()], order)
 
 
