@@ -28,12 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dagster_databus.consumer.filters import PartitionFilter
-
-if TYPE_CHECKING:
-    from dagster_databus.consumer.ordering import GroupMember
+from dagster_databus.consumer.groups import GroupMember
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +49,6 @@ class Coverage:
            partition_filter: PartitionFilter | str | None = None,
            group: GroupMember | str | None = None) -> Coverage:
         """The coverage of a subscription (filters and groups parsed and written in their canonical form)."""
-        # Imported here: ordering imports checkpoints, which imports this module.
-        from dagster_databus.consumer.ordering import GroupMember
-
         spec = PartitionFilter.parse(partition_filter) if isinstance(partition_filter, str) else partition_filter
         member = GroupMember.parse(group) if isinstance(group, str) else group
         return cls(source=source, tables=tuple(tables) if tables else None,

@@ -3,7 +3,7 @@ reader drops what a consumer does not own, so it never crosses to the consumer.
 
 ``range:<interval>:<ids>``: partition = first key column // interval (integer keys).
 ``mod:<buckets>:<ids>``: bucket = key % buckets for a single integer key, else crc32 of the key as
-the log stores it (``core.events.key_partition``, the same hash ``ordering.KeyRouter`` uses).
+the log stores it (``core.events.key_partition``, the same hash ``groups.KeyRouter`` uses).
 Id lists use Databus's syntax: ``[1,5,10]``, ``[1-10]``, ``[1,2,5-10]``. The reader applies
 a filter to each record's stored key before building its event.
 """
@@ -82,7 +82,7 @@ class PartitionFilter:
             return first // self.size
         if len(key) == 1 and isinstance(first, int) and not isinstance(first, bool):
             return first % self.size
-        # The product's one key hash (see consumer/ordering.py): the key as the log stores it, so a
+        # The product's one key hash (see consumer/groups.py): the key as the log stores it, so a
         # key read back from the log and the same key from a snapshot land in the same bucket.
         return key_partition(encode_key(key), self.size)
 

@@ -3,11 +3,12 @@
 A Canal + Kafka pipeline keeps a key's changes in order in two steps, and so does this module:
 
 1. **Route by key.** Every change of one primary key goes to the same member of a consumer
-   group, so the member sees that key's changes in log order. ``KeyRouter`` is the one hash
-   the product uses for this: ``crc32(encoded key) % N`` (``core.events.key_partition`` over
-   ``core.events.encode_key``). ``ParallelDispatcher`` and the crc32 branch of ``mod`` partition
-   filters use the same function, so a key lands on the same member in every run, process and
-   Python version (no ``hash()``, which is salted per process).
+   group, so the member sees that key's changes in log order. ``KeyRouter`` (in ``consumer.groups``
+   with ``GroupMember``, and named here too) is the one hash the product uses for this:
+   ``crc32(encoded key) % N`` (``core.events.key_partition`` over ``core.events.encode_key``).
+   ``ParallelDispatcher`` and the crc32 branch of ``mod`` partition filters use the same function,
+   so a key lands on the same member in every run, process and Python version (no ``hash()``,
+   which is salted per process).
 
 2. **Guard the sink.** Redelivery is normal: at-least-once restarts, a pull consumer's
    rollback of batches it had already written, windows replayed out of order. ``IdempotentSink``
@@ -51,97 +52,26 @@ store of your own (any object with ``load``/``save``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 from dagster_databus.consumer.checkpoints import CheckpointStore, FileStore, MemoryStore
-from dagster_databus.core.events import encode_key, key_partition
+from dagster_databus.consumer.groups import Change, GroupMember, KeyRouter
+from dagster_databus.core.events import encode_key
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import EpochMismatchError, GroupSpecError, OrderingError
+from dagster_databus.errors import EpochMismatchError, OrderingError
+
+# Routing (step 1) lives in ``consumer.groups``; its names are also this module's, as they always were.
+__all__ = [
+    "DUPLICATE", "FORMAT", "STALE", "Change", "FilePositionStore", "GroupMember", "IdempotentSink", "KeyRouter",
+    "MemoryPositionStore", "SinkKey", "SinkPosition", "SinkState", "log_lineage",
+]
 
 DUPLICATE = "duplicate"  # the same change again
 STALE = "stale"  # an older change of a key the sink already holds a newer change of
 FORMAT = 1
-
-
-class Change(Protocol):
-    """What routing and the sink need of a change; ``ChangeEvent`` and ``LogicalEvent`` have it."""
-
-    @property
-    def scn(self) -> Scn: ...
-    @property
-    def seq(self) -> int: ...
-    @property
-    def table(self) -> str: ...
-    @property
-    def key(self) -> tuple[Any, ...]: ...
-    @property
-    def commit_ts_ms(self) -> int: ...
-
-
-C = TypeVar("C", bound=Change)
-
-
-# -- routing -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class KeyRouter:
-    """Assigns each primary key to one of ``members`` consumers: ``crc32(encode_key(key)) % members``."""
-
-    members: int
-
-    def __post_init__(self) -> None:
-        if self.members < 1:
-            raise GroupSpecError(f"a consumer group of {self.members} members cannot receive anything",
-                                 "use a group size of 1 or more")
-
-    def member(self, key: Sequence[Any]) -> int:
-        return key_partition(encode_key(key), self.members)
-
-    def member_of_encoded(self, key_json: str) -> int:
-        """The member of a key as the log stores it (``encode_key``'s JSON): no decoding needed."""
-        return key_partition(key_json, self.members)
-
-    def split(self, changes: Iterable[C]) -> list[list[C]]:
-        """Changes per member, each list in arrival order (so per-key order is kept)."""
-        out: list[list[C]] = [[] for _ in range(self.members)]
-        for change in changes:
-            out[self.member(change.key)].append(change)
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class GroupMember:
-    """Member ``index`` of a consumer group of ``size``: receives the keys ``KeyRouter(size)`` gives it."""
-
-    index: int
-    size: int
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.index < self.size:
-            raise GroupSpecError(f"member {self.index} of a group of {self.size} does not exist",
-                                 f"number the members 0..{max(self.size, 1) - 1}")
-
-    @classmethod
-    def parse(cls, spec: str) -> GroupMember:
-        """``"1/3"``: member 1 of a group of 3."""
-        index, sep, size = spec.partition("/")
-        if not (sep and index.strip().isdigit() and size.strip().isdigit()):
-            raise GroupSpecError(f"group member {spec!r} is not <index>/<size>", "for example 0/3, 1/3 and 2/3")
-        return cls(int(index), int(size))
-
-    @property
-    def router(self) -> KeyRouter:
-        return KeyRouter(self.size)
-
-    def owns(self, key: Sequence[Any]) -> bool:
-        return self.router.member(key) == self.index
-
-    def owns_encoded(self, key_json: str) -> bool:
-        return self.router.member_of_encoded(key_json) == self.index
 
 
 # -- positions ---------------------------------------------------------------------------
