@@ -26,12 +26,12 @@ its window succeeded. At least once, never a gap: a killed consumer gets again a
 it was in. A callback that raises (or returns False) rolls the window back: ``on_rollback`` with
 the part's checkpoint SCN, then the window again from its start, up to ``max_retries`` times.
 
-The callbacks are ``client.DatabusConsumer``'s. ``on_start_data_event_sequence``,
+The callbacks are ``delivery.DatabusConsumer``'s. ``on_start_data_event_sequence``,
 ``on_end_data_event_sequence``, ``on_checkpoint`` and ``on_rollback`` get the *part's* SCN;
 ``on_start_source``/``on_end_source`` get the logical table's name; ``event.part`` names the part.
 
 ``group=GroupMember(i, n)`` splits the stream over a consumer group by logical key
-(``ordering.KeyRouter``): each key reaches one member, in order. The checkpoint records the member,
+(``groups.KeyRouter``): each key reaches one member, in order. The checkpoint records the member,
 and a run as another member its keys are not within is refused (``SubscriptionMismatchError``: it
 would skip their changes up to the checkpoint), as ``coverage`` describes. ``dedupe=`` adds an
 ``ordering.IdempotentSink`` whose positions are per part lineage.
@@ -60,15 +60,16 @@ from dagster_databus.consumer.checkpoints import (
     LakeCheckpointStore,
     MemoryStore,
 )
-from dagster_databus.consumer.client import (
+from dagster_databus.consumer.coverage import member_within
+from dagster_databus.consumer.delivery import (
     DatabusConsumer,
     DeliveryStats,
     deliver_window,
     dispatcher,
     follow,
 )
-from dagster_databus.consumer.coverage import member_within
-from dagster_databus.consumer.ordering import GroupMember, IdempotentSink, log_lineage
+from dagster_databus.consumer.groups import GroupMember
+from dagster_databus.consumer.ordering import IdempotentSink, log_lineage
 from dagster_databus.core.events import ChangeEvent, Op
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConsumerError, LogicalCheckpointError, SubscriptionMismatchError

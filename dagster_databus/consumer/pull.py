@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dagster_databus.consumer.client import log_end
 from dagster_databus.consumer.coverage import Coverage
+from dagster_databus.consumer.delivery import log_end
 from dagster_databus.consumer.filters import PartitionFilter
 from dagster_databus.core.events import ChangeEvent
 from dagster_databus.core.identifiers import is_plain_name
