@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dagster_databus.config import DatabusConfig
+from dagster_databus.config import DatabusConfig, MysqlSourceConfig, SqliteSourceConfig
 from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.lag import scn_lag
 from dagster_databus.core.progress import Progress
@@ -21,7 +21,8 @@ from dagster_databus.errors import ConfigError, DatabusError, LogGapError, Sourc
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.retention import RetentionResult
 from dagster_databus.sources import open_source
-from dagster_databus.sources.base import ALL_ROWS, InstallReport, PollStats, RowSelection, selection_for
+from dagster_databus.sources.base import ALL_ROWS, Failover, InstallReport, PollStats, RowSelection, Source
+from dagster_databus.sources.keys import selection_for
 from dagster_databus.storage.durable import lake_problem, require_writable_lake
 
 
@@ -50,24 +51,22 @@ class CaptureResult:
         return scn_lag(self.source_hwm, self.until)
 
 
-def _resume(src: Any, log: ChangeLog, progress: Progress) -> None:
+def _resume(src: Source, log: ChangeLog, progress: Progress) -> None:
     """Sources with a standby read from the server their checkpoint names, failing over if it is down. The
     source decides the switch under the log's writer lock, and it is committed to the log (lineage and
     checkpoint) before any change is read from the new server: sources read the log, they do not write it."""
-    check = getattr(src, "check_server", None)
     checkpoint = log.checkpoint()
-    if check is None or checkpoint is None:
+    if not isinstance(src, Failover) or checkpoint is None:
         return
-    down = check(checkpoint.state, progress)
+    down = src.check_server(checkpoint.state, progress)
     if down is None:
         return
     with log.writer() as writer:
         checkpoint = log.checkpoint()  # again, under the lock: another run may have switched already
         assert checkpoint is not None
-        planned = src.plan_switch(checkpoint, down, progress)
-        if planned is not None:
-            switch, state = planned
-            writer.switch_epoch(Scn.parse(switch.resume_scn), switch.to_epoch, state, switch.record())
+        plan = src.plan_switch(checkpoint, down, progress)
+        if plan is not None:
+            writer.switch_epoch(plan.resume, plan.epoch, plan.state, plan.record)
 
 
 def install(config: DatabusConfig, source: str, progress: Progress = lambda _: None) -> InstallReport:
@@ -124,16 +123,12 @@ def validate(config: DatabusConfig) -> Validation:
             if not src.installed():
                 notes[source.name].append(f"capture is not installed yet: run `databus install --source {source.name}`")
                 continue
-            # MySQL's problems are server settings and privileges, each stated with its fix; elsewhere
-            # they are capture objects, missing or out of date, which install creates or updates.
-            install = f". Fix: run `databus install --source {source.name}`" if source.kind != "mysql" else ""
+            # Capture objects, missing or out of date, are fixed by install; a server's settings and privileges
+            # (MySQL's) are each stated with their own fix.
+            install = f". Fix: run `databus install --source {source.name}`" if src.install_repairs else ""
             found += [f"{problem}{install}" for problem in src.verify()]
-            null_keys = getattr(src, "null_keys", None)  # tables whose key holds NULL, which capture refuses
-            if null_keys is not None:
-                found += null_keys()
-            described = getattr(src, "notes", None)  # what a server source says of itself (version, settings)
-            if described is not None:
-                notes[source.name] += described()
+            found += src.null_keys()  # tables whose key holds NULL, which capture refuses
+            notes[source.name] += src.notes()  # what the source says of itself (version, settings, text scanned)
         except DatabusError as exc:
             found.append(f"{exc.problem}. Fix: {exc.fix}")
     return Validation(problems, notes)
@@ -145,10 +140,9 @@ def _shared_databases(config: DatabusConfig) -> dict[str, str]:
     owners: dict[Path, str] = {}
     found = {}
     for source in config.sources:
-        path = getattr(source, "path", None) if source.kind == "sqlite" else None
-        if path is None:
+        if not isinstance(source, SqliteSourceConfig):
             continue
-        resolved = Path(path).resolve()
+        resolved = Path(source.path).resolve()
         owner = owners.setdefault(resolved, source.name)
         if owner != source.name:
             found[source.name] = (f"database {resolved} is also captured by source {owner!r}: each database has one "
@@ -228,12 +222,14 @@ def capture(config: DatabusConfig, source: str, progress: Progress = lambda _: N
     standby that loses its server mid-run fails over (if the server stays down) and goes on.
     """
     require_writable_lake(config.lake)
-    has_standby = getattr(config.source(source), "standby", None) is not None
+    settings = config.source(source)
+    has_standby = isinstance(settings, MysqlSourceConfig) and settings.standby is not None
+    on_purged = settings.on_purged if isinstance(settings, MysqlSourceConfig) else "fail"
     for attempt in range(3):
         try:
             return _capture(config, source, progress)
         except LogGapError as exc:
-            if getattr(config.source(source), "on_purged", "fail") != "bootstrap":
+            if on_purged != "bootstrap":
                 raise
             progress(f"{source}: {exc.problem}; bootstrapping as configured (on_purged: bootstrap)")
             bootstrap(config, source)
@@ -341,8 +337,9 @@ def enforce_retention(config: DatabusConfig, source: str) -> RetentionResult | N
     if limits.max_age_hours is None and limits.max_bytes is None:
         return None
     applied = [DeltaSnapshot(config.lake, source, t.name).applied_scn() for t in source_cfg.tables]
+    snapshots = [scn for scn in applied if scn is not None]
     # A table without a snapshot has absorbed nothing yet: then nothing may go.
-    absorbed = Scn.BEGINNING if None in applied else min(applied)
+    absorbed = min(snapshots) if len(snapshots) == len(applied) else Scn.BEGINNING
     # Logical tables follow the log too; one not loaded yet will load from the snapshots instead.
     for logical in config.logical_tables:
         snap = LogicalSnapshot(config.lake, logical.name)

@@ -25,8 +25,9 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source, read_rows
-from dagster_databus.sources.base import KeyRange, RangeRead, RowSelection, selection_for
+from dagster_databus.sources.base import KeyRange, RangeRead, RowSelection
 from dagster_databus.sources.filters import Filter, check_filter
+from dagster_databus.sources.keys import selection_for
 from dagster_databus.sources.sqlite import bootstrap as sqlite_bootstrap
 from tests.conftest import cycle
 from tests.harness import MysqlHarness, SourceHarness, SqliteHarness, config_document, make_config

@@ -1,56 +1,39 @@
-"""Capture sources: one package per database kind (``sqlite``, ``mysql``, ``oracle``), all behind
-``base.CaptureSource``; ``base`` holds what they share (key ranges, keyset paging, the install check)."""
+"""Capture sources: one package per database kind (``sqlite``, ``mysql``, ``oracle``), each registered in
+``registry`` and implementing ``base.Source`` (and ``base.Failover`` where it has servers to switch between).
+``base`` holds the contract and its records; ``catalog``, ``keys``, ``fingerprints``, ``filters`` and
+``sqlfiles`` what the kinds share."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dagster_databus.config import SourceConfig
-from dagster_databus.sources.base import CaptureSource, RangeRead, TableSnapshot
+from dagster_databus.sources.base import Failover, RangeRead, Source, TableSnapshot
+from dagster_databus.sources.registry import source_kind
+
+if TYPE_CHECKING:
+    from dagster_databus.config import SourceConfig
+    from dagster_databus.storage.lake import Lake
 
 
-def open_source(config: SourceConfig, lake: Path | None = None) -> CaptureSource:
-    """The source's capture adapter. With ``lake``, a source with a standby reads from the server
-    its change log's checkpoint names (the standby after a failover)."""
-    if config.kind == "sqlite":
-        from dagster_databus.sources.sqlite.source import SqliteSource
-
-        return SqliteSource(config)
-    if config.kind == "mysql":
+def open_source(config: SourceConfig, lake: Lake | None = None) -> Source:
+    """The source's capture adapter. With ``lake``, a source with servers to switch between (``Failover``) reads
+    from the server its change log's checkpoint names (the standby after a failover)."""
+    source = source_kind(config.kind).open(config)
+    if lake is not None and isinstance(source, Failover):
         from dagster_databus.log.changelog import ChangeLog
-        from dagster_databus.sources.mysql.source import MysqlSource
 
-        mysql = MysqlSource(config)
-        checkpoint = ChangeLog(lake, config.name).checkpoint() if lake is not None else None
+        checkpoint = ChangeLog(lake, config.name).checkpoint()
         if checkpoint is not None:
-            mysql.attach(checkpoint.state)
-        return mysql
-    if config.kind == "oracle":
-        from dagster_databus.sources.oracle.source import OracleSource
-
-        return OracleSource(config)
-    raise ValueError(f"unsupported source kind {config.kind!r}")  # config validation prevents this
+            source.attach(checkpoint.state)
+    return source
 
 
 def read_range(read: RangeRead, index: int) -> TableSnapshot:
     """Range ``index`` of ``read``, on a connection of its own (in a Spark task, say), at the SCN it reports."""
-    if read.kind == "sqlite":
-        from dagster_databus.sources.sqlite.bootstrap import read_range as read_sqlite
-
-        return read_sqlite(read, index)
-    if read.kind == "mysql":
-        from dagster_databus.sources.mysql.bootstrap import read_range as read_mysql
-
-        return read_mysql(read, index)
-    if read.kind == "oracle":
-        from dagster_databus.sources.oracle.bootstrap import read_range as read_oracle
-
-        return read_oracle(read, index)
-    raise ValueError(f"unsupported source kind {read.kind!r}")
+    return source_kind(read.kind).read_range(read, index)
 
 
-def read_rows(source: CaptureSource, table: str) -> list[dict[str, Any]]:
+def read_rows(source: Source, table: str) -> list[dict[str, Any]]:
     """Every row of a table as capture would type it, from one consistent read (checks, demo, tests)."""
     return [row for batch in source.snapshot(table).batches
             for row in batch.select(source.schemas()[table].column_names).to_pylist()]

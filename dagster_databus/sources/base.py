@@ -1,39 +1,29 @@
-"""The contract every capture source implements, and the records it returns."""
+"""The contract every capture source implements (``Source``, and ``Failover`` for a source with servers to
+switch between) and the records it returns. What sources share besides lives beside it: ``catalog`` (checks of
+a configured table), ``keys`` (key ranges, keyset paging), ``fingerprints`` (fingerprints computed here);
+``registry`` names the kinds."""
 
 from __future__ import annotations
 
-import decimal
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import numpy as np
 import pyarrow as pa
 
 from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.events import Window
-from dagster_databus.core.identifiers import RESERVED_PREFIX, is_plain_name
-from dagster_databus.core.progress import Progress, Ticker, quiet
-from dagster_databus.core.schema import Column, TableSchema
+from dagster_databus.core.progress import Progress, quiet
+from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import CaptureNotInstalledError, ConfigError, UnsupportedTypeError
+from dagster_databus.errors import CaptureNotInstalledError, SourceUnavailableError
 
 if TYPE_CHECKING:
+    from dagster_databus.config import SourceConfig
     from dagster_databus.core.fingerprint import Fingerprint
-
-T = TypeVar("T")
-
-
-def require_mapped(source: str, table: str, unmapped: Sequence[str], kind: str, fix: str) -> None:
-    """Refuse a table with columns whose declared type has no mapping, naming all of them at once."""
-    if unmapped:
-        raise UnsupportedTypeError(
-            f"source {source!r}, table {table!r}: column(s) {', '.join(unmapped)} have a declared type with no "
-            f"mapping to a change-log and snapshot type (docs/types.md lists the {kind} mapping)",
-            f"{fix}, or leave the table out of capture", source=source, table=table)
+    from dagster_databus.log.manifest import Checkpoint
 
 
 def not_installed(problem: str, problems: Sequence[str], fix: str, *, bulleted: bool = False,
@@ -53,68 +43,6 @@ def require_installed(source: Verifiable, error: Callable[[list[str]], CaptureNo
     problems = source.verify()
     if problems:
         raise error(problems)
-
-
-def table_schemas(tables: Sequence[Any], build: Callable[[int, str, tuple[str, ...]], TableSchema]
-                  ) -> dict[str, TableSchema]:
-    """``build(index, name, key)`` for every configured table; unmapped column types of all tables are
-    reported together, so one validate run names every column to change."""
-    schemas, unmapped = {}, []
-    for i, table in enumerate(tables):
-        try:
-            schemas[table.name] = build(i, table.name, table.primary_key)
-        except UnsupportedTypeError as exc:
-            unmapped.append(exc)
-    if len(unmapped) == 1:
-        raise unmapped[0]
-    if unmapped:
-        raise UnsupportedTypeError("; ".join(e.problem for e in unmapped), unmapped[0].fix,
-                                   source=unmapped[0].context.get("source"))
-    return schemas
-
-
-def check_column_name(name: str, table: str, where: str) -> None:
-    """Capture needs plain column names that do not collide with the snapshot's metadata columns."""
-    if not is_plain_name(name) or name.startswith(RESERVED_PREFIX):
-        raise ConfigError(
-            f"{where}.name", f"table {table!r} has a column named {name!r}, which is not a plain identifier "
-            f"(or starts with the reserved {RESERVED_PREFIX!r})",
-            "rename the column, or leave this table out of capture")
-
-
-def resolve_key(columns: Sequence[Column], key: Sequence[str], table: str, where: str) -> tuple[str, ...]:
-    """The configured key columns as the table spells them (matched case-insensitively)."""
-    names = {c.name.lower(): c.name for c in columns}
-    missing = [k for k in key if k.lower() not in names]
-    if missing:
-        raise ConfigError(f"{where}.primary_key", f"table {table!r} has no column {', '.join(map(repr, missing))}",
-                          f"name the table's key columns; it has: {', '.join(c.name for c in columns)}")
-    return tuple(names[k.lower()] for k in key)
-
-
-def require_unique_key(key: Sequence[str], unique_column_sets: Iterable[set[str]], table: str, where: str) -> None:
-    """Refuse a key no primary key or unique index covers: two rows could share it."""
-    wanted = {k.lower() for k in key}
-    if not any(cols and {c.lower() for c in cols} <= wanted for cols in unique_column_sets):
-        raise ConfigError(
-            f"{where}.primary_key", f"columns {list(key)} are not the primary key of {table!r} nor covered by a "
-            "UNIQUE index, so two rows could share a key and the snapshot would lose one",
-            "name the table's PRIMARY KEY columns, or add a UNIQUE index on the columns you named")
-
-
-def null_key_problem(schema: TableSchema, found: bool) -> str | None:
-    """``validate``'s problem for a table whose key columns hold NULL (``found``), with the fix."""
-    if not found:
-        return None
-    key = ", ".join(schema.primary_key)
-    return (f"table {schema.table!r} has rows whose key ({key}) holds NULL: a NULL key identifies no row, and rows "
-            f"sharing it would fold into one, so capture and bootstrap refuse them. Fix: give those rows a key and "
-            f"declare the key columns NOT NULL, or configure a key that is never NULL")
-
-
-def null_key_query(table: str, key: Sequence[str]) -> str:
-    """SQL finding one row whose key holds NULL; ``table`` and ``key`` already quoted by the caller."""
-    return f"SELECT 1 FROM {table} WHERE {' OR '.join(f'{k} IS NULL' for k in key)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,132 +107,6 @@ class RowSelection:
 
 ALL_ROWS = RowSelection()
 
-_INTEGER_BITS = {"byte": 8, "short": 16, "integer": 32, "long": 64}
-_NUMERIC = {*_INTEGER_BITS, "decimal"}  # kinds whose order this process knows as the database does
-
-
-def selection_for(schema: TableSchema, after: Sequence[Any] | None, through: Sequence[Any] | None,
-                  where: str | None) -> RowSelection:
-    """A ``RowSelection`` from what a user typed (CLI, Dagster run config): key values in key order, one per
-    key column, made the key columns' types (integers and decimals checked to fit the column's type; anything
-    else as text, which every database compares with its dates and strings), and not an empty range; ``where``
-    kept as typed, refused when empty. The filter itself is checked in the source's dialect by the source
-    (``check_selection``, and again wherever it is read: ``sources.filters``), never pasted into SQL."""
-    def key(values: Sequence[Any] | None, what: str) -> tuple[Any, ...] | None:
-        if values is None:
-            return None
-        if len(values) != len(schema.primary_key):
-            raise ConfigError(f"snapshot.{what}", f"{len(values)} value(s) for table {schema.table!r}, whose key is "
-                              f"({', '.join(schema.primary_key)})", "give one value per key column, in key order")
-        return tuple(_key_value(schema, name, value, what)
-                     for name, value in zip(schema.primary_key, values, strict=True))
-
-    keys = KeyRange(key(after, "after"), key(through, "through"))
-    _require_nonempty(schema, keys)
-    if where is not None and not where.strip():
-        raise ConfigError("snapshot.where", f"the refresh filter {where!r} is empty: it would read every row of "
-                          f"{schema.table!r} in the key range instead of the ones meant",
-                          "give a condition on the table's columns, such as status = 'new'; or leave the filter out "
-                          "(no --where, no where in the run config) to read every row of the key range")
-    return RowSelection(keys, where)
-
-
-def _key_value(schema: TableSchema, name: str, value: Any, what: str) -> Any:
-    """A key bound typed as its column: an int in the column's integer range, a finite decimal with no more
-    digits before the point than the column holds, or text."""
-    column = schema.column(name).type
-    kind, bound = column.kind, f"--{what} (key_{what})"
-    try:
-        if kind in _INTEGER_BITS:
-            number = value if isinstance(value, int) and not isinstance(value, bool) else int(str(value).strip())
-            low, high = -(2 ** (_INTEGER_BITS[kind] - 1)), 2 ** (_INTEGER_BITS[kind] - 1) - 1
-            if not low <= number <= high:
-                raise ConfigError(f"snapshot.{what}", f"{bound} {value} is beyond the range of key column {name!r} "
-                                  f"({kind}: {low} to {high}), so it cannot be compared with its keys",
-                                  f"give {name} a value from {low} to {high}; leave {bound} out to leave the range "
-                                  f"open at that end")
-            return number
-        if kind == "decimal":
-            exact = decimal.Decimal(str(value).strip())
-            whole = column.precision - column.scale
-            if not exact.is_finite() or (exact and exact.adjusted() >= whole):
-                raise ConfigError(f"snapshot.{what}", f"{bound} {value} is beyond the range of key column {name!r} "
-                                  f"({column}: at most {whole} digit(s) before the point)",
-                                  f"give {name} a finite value with at most {whole} digit(s) before the point; "
-                                  f"leave {bound} out to leave the range open at that end")
-            return exact
-    except (ValueError, decimal.InvalidOperation):
-        raise ConfigError(f"snapshot.{what}", f"{value!r} is not a value of key column {name!r} ({kind})",
-                          f"give {name} as a {kind}") from None
-    return str(value)
-
-
-def _require_nonempty(schema: TableSchema, keys: KeyRange) -> None:
-    """Refuse bounds that leave no key between them: (after, through] with after at or past through, where the
-    order is known here (numeric key columns, or bounds equal up to the first column where they differ)."""
-    if keys.after is None or keys.through is None:
-        return
-    for name, low, high in zip(schema.primary_key, keys.after, keys.through, strict=True):
-        if low == high:
-            continue
-        if schema.column(name).type.kind not in _NUMERIC or low < high:
-            return  # a text key's order is the database's collation: not decided here
-        break
-    raise ConfigError("snapshot.through", f"keys after {list(keys.after)} through {list(keys.through)} of table "
-                      f"{schema.table!r} are an empty range (after is excluded, through included): nothing would "
-                      "be read", "give --through (key_through) a key above --after (key_after), or leave one out")
-
-
-def split_keys(key_at: Callable[[tuple[Any, ...] | None, int], tuple[Any, ...] | None], rows_per_range: int,
-               bounds: KeyRange = ALL_KEYS) -> tuple[KeyRange, ...]:
-    """Ranges of about ``rows_per_range`` rows within ``bounds``: ``key_at(after, n)`` is the key ``n`` places
-    (0: the first) after ``after`` (None: from the start) and at or before ``bounds.through``, in key order,
-    or None when there is none. Only the ranges' boundary keys leave the database: the index is skipped
-    through where it lives. The last range ends where ``bounds`` does (open-ended when unbounded, so keys
-    inserted later land somewhere)."""
-    cuts: list[tuple[Any, ...]] = []
-    while (key := key_at(cuts[-1] if cuts else bounds.after, rows_per_range - 1)) is not None:
-        cuts.append(tuple(key))
-    if cuts and key_at(cuts[-1], 0) is None:
-        cuts.pop()  # the last full range reached the end: it takes the open end itself
-    lowers: list[tuple[Any, ...] | None] = [bounds.after, *cuts]
-    uppers: list[tuple[Any, ...] | None] = [*cuts, bounds.through]
-    return tuple(KeyRange(lo, hi) for lo, hi in zip(lowers, uppers, strict=True))
-
-
-def keyset_pages(fetch: Callable[[KeyRange], list[Any]], where: KeyRange, last_key: Callable[[Any], tuple[Any, ...]],
-                 page: int) -> Iterator[list[Any]]:
-    """The rows of key range ``where`` a page at a time, by keyset pagination, for every dialect:
-    ``fetch(keys)`` reads at most ``page`` rows of ``keys`` in key order (MySQL and SQLite select the
-    range with ``key_clause``, Oracle with ``oracle.bootstrap.selection_clause``), and ``last_key(row)``
-    is a fetched row's key, the next page's lower bound. A short page is the last."""
-    after = where.after
-    while rows := fetch(KeyRange(after, where.through)):
-        yield rows
-        if len(rows) < page:
-            return
-        after = last_key(rows[-1])
-
-
-def row_key(key_index: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
-    """A row's key, from the positions of the key columns in the row (``keyset_pages``'s ``last_key``)."""
-    return lambda row: tuple(row[i] for i in key_index)
-
-
-def key_clause(cols: str, marks: str, keys: KeyRange, predicate: str | None = None) -> tuple[str, list[Any]]:
-    """"WHERE ... " (or "") selecting ``keys`` by row-value comparison, and ``predicate``; its parameters."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if keys.after is not None:
-        clauses.append(f"({cols}) > ({marks})")
-        params += keys.after
-    if keys.through is not None:
-        clauses.append(f"({cols}) <= ({marks})")
-        params += keys.through
-    if predicate is not None:
-        clauses.append(f"({predicate})")
-    return (f"WHERE {' AND '.join(clauses)} " if clauses else ""), params
-
 
 @dataclass(frozen=True)
 class RangeRead:
@@ -342,54 +144,33 @@ class SourceFingerprint:
         return self.pending.result()
 
 
-def in_background(work: Callable[[], T]) -> Future[T]:
-    """``work()`` run on its own thread; its result (or its exception) in the future."""
-    future: Future[T] = Future()
+@dataclass(frozen=True, slots=True)
+class SwitchPlan:
+    """A failover a source decided (``Failover.plan_switch``), for the pipeline to commit to the change log
+    (``LogWriter.switch_epoch``) before anything is read from the new server: the checkpoint SCN capture resumes
+    after, the new epoch, the checkpoint state to resume with, and what the log's lineage records of the switch."""
 
-    def run() -> None:
-        try:
-            future.set_result(work())
-        except BaseException as exc:  # handed to whoever waits on the result
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="databus-fingerprint", daemon=True).start()
-    return future
+    resume: Scn
+    epoch: str
+    state: dict[str, str]
+    record: dict[str, Any]
 
 
-def streamed_fingerprint(read: TableSnapshot, progress: Progress = quiet) -> SourceFingerprint:
-    """The fingerprint of a consistent read, its rows hashed here batch by batch (bounded memory)."""
-    from dagster_databus.core.fingerprint import fingerprint_batches
+@runtime_checkable
+class Source(Protocol):
+    """A capture source: one per configured source, made by its kind's entry in ``registry``. The pipeline,
+    the engines and the checks hold sources only as this."""
 
-    def work() -> Fingerprint:
-        ticker = Ticker(progress, f"{read.schema.table}: fingerprinting the source", "rows")
-        fingerprint = fingerprint_batches(ticker.counted(read.batches, lambda b: b.num_rows), read.schema)
-        ticker.finish()
-        return fingerprint
-
-    return SourceFingerprint(read.scn, read.schema, in_background(work), False)
-
-
-def in_buckets(read: TableSnapshot, buckets: Iterable[int]) -> TableSnapshot:
-    """The rows of a consistent read whose key falls in fingerprint ``buckets``."""
-    from dagster_databus.core.fingerprint import buckets as bucket_of
-    from dagster_databus.core.fingerprint import row_texts
-
-    wanted = np.array(sorted(set(buckets)), np.int64)
-
-    def batches() -> Iterator[pa.RecordBatch]:
-        for batch in read.batches:
-            key, _ = row_texts(batch, read.schema, columns=())
-            mask = np.isin(bucket_of(key), wanted)
-            if mask.any():
-                yield batch.filter(pa.array(mask))
-
-    return TableSnapshot(read.scn, read.schema, batches())
-
-
-class CaptureSource(Protocol):
     kind: str
     name: str
     sees_ddl: bool  # True when DDL statements reach the poll (recorded in the DDL log)
+    # True when verify's problems are capture objects that install creates or updates (validate gives running
+    # install as their fix); False when each problem states its own fix (a server's settings and privileges).
+    install_repairs: bool
+
+    @property
+    def config(self) -> SourceConfig:
+        """The source's configuration, as validated."""
 
     def preflight(self) -> Mapping[str, TableSchema]:
         """Check the database and the configured tables; raise before anything is written."""
@@ -430,9 +211,9 @@ class CaptureSource(Protocol):
         Precondition: ``require_installed()`` passed.
         """
 
-    def snapshot(self, table: str, batch_rows: int = 50_000) -> TableSnapshot:
+    def snapshot(self, table: str, batch_rows: int | None = None) -> TableSnapshot:
         """A consistent, chunked read of one table at a known SCN, in this process (the local engine's
-        bootstrap, reconciliation, tests)."""
+        bootstrap, reconciliation, tests), ``batch_rows`` a batch (None: the source's own size)."""
 
     def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
         """The table (or the ``rows`` selected: ``check_selection`` first) cut into primary-key ranges of about
@@ -452,3 +233,37 @@ class CaptureSource(Protocol):
 
     def release(self, through: Scn) -> None:
         """The change log durably holds everything up to ``through``; the source may drop it."""
+
+    def null_keys(self) -> list[str]:
+        """``validate``'s problem for each configured table whose key columns hold NULL, which capture and the
+        bootstrap refuse (``catalog.null_key_problem``); empty when none does."""
+
+    def notes(self) -> list[str]:
+        """What ``validate`` says of the source beyond its problems (a server's version and settings, a scan
+        for text capture would refuse); empty when there is nothing to say. May raise a ``DatabusError`` that
+        names a problem found."""
+
+
+@runtime_checkable
+class Failover(Protocol):
+    """What a source with servers to switch between implements besides ``Source`` (MySQL's primary and
+    standby); the pipeline checks for it by type. The source reads from the server its change log's checkpoint
+    names (``attach``). Before a run reads, the pipeline asks whether that server is down (``check_server``) and,
+    under the log's writer lock, for the switch (``plan_switch``), which it commits to the log before any change
+    is read from the new server: sources read the log, they do not write it."""
+
+    def attach(self, state: Mapping[str, str]) -> None:
+        """Read from the server (and failover era) a checkpoint's ``state`` names."""
+
+    def check_server(self, state: Mapping[str, str], progress: Progress) -> SourceUnavailableError | None:
+        """Attach to the server the checkpoint ``state`` names; why it is down, if failing over is called for
+        (it stayed down and there is a server to switch to), else None."""
+
+    def plan_switch(self, checkpoint: Checkpoint, down: SourceUnavailableError,
+                    progress: Progress) -> SwitchPlan | None:
+        """The switch to another server, decided from ``checkpoint`` as read under the log's writer lock; None
+        when the server answers again or another run switched already (its server is then attached)."""
+
+
+# The name other layers knew the protocol by; ``Source`` is the one protocol.
+CaptureSource = Source

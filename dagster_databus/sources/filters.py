@@ -32,7 +32,8 @@ from sqlglot.dialects.sqlite import SQLite
 from sqlglot.errors import ParseError, TokenError
 
 from dagster_databus.errors import ConfigError
-from dagster_databus.sources.base import KeyRange, key_clause
+from dagster_databus.sources.base import KeyRange
+from dagster_databus.sources.keys import key_clause
 
 FilterDialect = Literal["sqlite", "mysql", "oracle"]
 

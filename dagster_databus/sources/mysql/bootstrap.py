@@ -23,19 +23,9 @@ import pyarrow as pa
 
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError
-from dagster_databus.sources.base import (
-    ALL_KEYS,
-    ALL_ROWS,
-    KeyRange,
-    RangeRead,
-    RowSelection,
-    TableSnapshot,
-    key_clause,
-    keyset_pages,
-    row_key,
-    split_keys,
-)
+from dagster_databus.sources.base import ALL_KEYS, ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot
 from dagster_databus.sources.filters import Filter, filter_for, select_clause
+from dagster_databus.sources.keys import key_clause, keyset_pages, row_key, split_keys
 from dagster_databus.sources.mysql.binlog import MysqlBinlog
 from dagster_databus.sources.mysql.connect import Connection
 from dagster_databus.sources.mysql.types import bootstrap_value, select_expression

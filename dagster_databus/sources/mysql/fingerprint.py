@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.base import SourceFingerprint, TableSnapshot, in_background
+from dagster_databus.sources.base import SourceFingerprint, TableSnapshot
+from dagster_databus.sources.fingerprints import in_background
 from dagster_databus.sources.mysql.bootstrap import MysqlBootstrap
 from dagster_databus.sources.mysql.types import bootstrap_value, fingerprint_part, select_expression
 

@@ -12,7 +12,7 @@ from typing import Any
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import ConfigError
-from dagster_databus.sources.base import (
+from dagster_databus.sources.catalog import (
     check_column_name,
     require_mapped,
     require_unique_key,

@@ -11,13 +11,8 @@ import pymysql
 
 from dagster_databus.errors import CaptureNotInstalledError, ConfigError, SourceUnavailableError
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.base import (
-    InstallReport,
-    not_installed,
-    null_key_problem,
-    null_key_query,
-    require_installed,
-)
+from dagster_databus.sources.base import InstallReport, not_installed, require_installed
+from dagster_databus.sources.catalog import null_key_problem, null_key_query
 from dagster_databus.sources.mysql.positions import MysqlPositions
 from dagster_databus.sources.mysql.servers import other_role
 

@@ -12,16 +12,9 @@ from typing import Any
 import pyarrow as pa
 
 from dagster_databus.errors import ConfigError
-from dagster_databus.sources.base import (
-    ALL_ROWS,
-    KeyRange,
-    RangeRead,
-    RowSelection,
-    TableSnapshot,
-    keyset_pages,
-    split_keys,
-)
+from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot
 from dagster_databus.sources.filters import Filter, filter_for
+from dagster_databus.sources.keys import keyset_pages, split_keys
 from dagster_databus.sources.oracle.sql import after_clause, through_clause
 
 

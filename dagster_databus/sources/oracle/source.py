@@ -37,18 +37,19 @@ from dagster_databus.sources.base import (
     RowSelection,
     SourceFingerprint,
     TableSnapshot,
-    check_column_name,
-    in_buckets,
     not_installed,
+    require_installed,
+)
+from dagster_databus.sources.catalog import (
+    check_column_name,
     null_key_problem,
     null_key_query,
-    require_installed,
     require_mapped,
     require_unique_key,
     resolve_key,
-    streamed_fingerprint,
     table_schemas,
 )
+from dagster_databus.sources.fingerprints import in_buckets, streamed_fingerprint
 from dagster_databus.sources.oracle.bootstrap import check_selection, key_ranges, pages_as_of
 from dagster_databus.sources.oracle.sql import (
     CORE_SCRIPTS,
@@ -79,6 +80,7 @@ _NO_SUCH_TABLE = 942  # ORA-00942: table or view does not exist
 class OracleSource:
     kind = "oracle"
     sees_ddl = False
+    install_repairs = True  # verify's problems are the capture objects, which install creates or updates
 
     def __init__(self, config: OracleSourceConfig) -> None:
         self.config = config
@@ -456,6 +458,10 @@ class OracleSource:
                 if problem:
                     problems.append(problem)
         return problems
+
+    def notes(self) -> list[str]:
+        """Nothing beyond verify's problems to say of an Oracle source."""
+        return []
 
     def check_selection(self, table: str, rows: RowSelection) -> None:
         schema = self.preflight()[table]

@@ -23,17 +23,9 @@ from dagster_databus.core.identifiers import quote_sqlite
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError, SourceUnavailableError
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.base import (
-    ALL_ROWS,
-    KeyRange,
-    RangeRead,
-    RowSelection,
-    TableSnapshot,
-    keyset_pages,
-    row_key,
-    split_keys,
-)
+from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot
 from dagster_databus.sources.filters import Filter, filter_for, select_clause
+from dagster_databus.sources.keys import keyset_pages, row_key, split_keys
 
 
 def sqlite_filter(table: str, columns: Sequence[str], where: str | None) -> Filter | None:

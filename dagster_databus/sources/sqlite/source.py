@@ -51,18 +51,19 @@ from dagster_databus.sources.base import (
     RowSelection,
     SourceFingerprint,
     TableSnapshot,
-    check_column_name,
-    in_buckets,
     not_installed,
+    require_installed,
+)
+from dagster_databus.sources.catalog import (
+    check_column_name,
     null_key_problem,
     null_key_query,
-    require_installed,
     require_mapped,
     require_unique_key,
     resolve_key,
-    streamed_fingerprint,
     table_schemas,
 )
+from dagster_databus.sources.fingerprints import in_buckets, streamed_fingerprint
 from dagster_databus.sources.sqlite.batch import TxlogChunk, chunk_batch, joined_ints
 from dagster_databus.sources.sqlite.bootstrap import check_selection, key_ranges
 from dagster_databus.sources.sqlite.text import (
@@ -88,6 +89,7 @@ class SqliteSource:
     # Triggers see rows only, but install compares each table's columns with its triggers' and puts a
     # marker in the stream where they changed; the poll reports it as a DDL record.
     sees_ddl = True
+    install_repairs = True  # verify's problems are the txlog and triggers, which install creates or updates
 
     def __init__(self, config: SqliteSourceConfig) -> None:
         self.config = config
@@ -612,7 +614,8 @@ class SqliteSource:
             schema = self.schemas()[table]
             check_selection(conn, table, schema.primary_key, rows, schema.column_names)
 
-    def snapshot(self, table: str, batch_rows: int = 50_000) -> TableSnapshot:
+    def snapshot(self, table: str, batch_rows: int | None = None) -> TableSnapshot:
+        batch_rows = batch_rows or 50_000
         schema = self.schemas()[table]
         conn = self._connect()
         # One read transaction: the txlog high-water mark and the table's rows come from
