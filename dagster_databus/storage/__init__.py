@@ -6,5 +6,9 @@ log, the snapshots' metadata and the consumers' state need, with the one primiti
 rests on: create-if-absent, atomic on a local disk (a hard link) and on object stores (a conditional
 put), so of two writers racing for the same name exactly one wins. ``documents`` builds numbered,
 create-if-absent versions on it (the log's manifest, consumers' checkpoints); ``durable`` holds the
-local durable-write primitives (atomic writes, locks, a full disk named, crash points).
+local durable-write primitives (atomic writes, locks, a full disk named, crash points); ``lake`` is
+what the rest of the code holds (``Lake``), and probes whether it can be written.
+
+The modules depend one way: ``durable`` and ``location`` import nothing of this package; ``objects``
+builds on both; ``documents`` and ``lake`` on ``objects``.
 """

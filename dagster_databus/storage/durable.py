@@ -1,6 +1,9 @@
 """Durable-write primitives every layer rests on (the change log, snapshots, consumers, Spark's
-settings): fsync + atomic rename, a full disk turned into a clear error, the lake write probe,
-advisory locks, and the crash points the fault tests kill a process at."""
+settings): fsync + atomic rename, a full disk turned into a clear error, advisory locks, and the
+crash points the fault tests kill a process at.
+
+The bottom of ``storage``: it imports nothing of the package's but ``errors`` (the lake's write
+probe, which needs a ``Lake``, is ``storage.lake.lake_problem``)."""
 
 from __future__ import annotations
 
@@ -11,16 +14,11 @@ import json
 import os
 import re
 import signal
-import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dagster_databus.errors import ConcurrentRunError, DiskFullError, LakeNotWritableError
-
-if TYPE_CHECKING:
-    from dagster_databus.storage.lake import Lake
+from dagster_databus.errors import ConcurrentRunError, DiskFullError
 
 CRASH_ENV = "DATABUS_CRASH_AT"
 
@@ -83,54 +81,6 @@ def _os_errno(exc: BaseException) -> int | None:
     if match:
         return int(match.group(1))
     return next((number for number in _DISK_FULL if os.strerror(number) in text), None)
-
-
-def lake_problem(lake: Lake | Path) -> str | None:
-    """Why the lake cannot be written, or None. Creates nothing that stays: on a local disk the nearest
-    existing folder on the lake's path is probed with a temporary file, removed at once (permission
-    bits do not stop root, a read-only mount or an immutable folder does); in an object store a probe
-    object is created and deleted (wrong credentials, a missing bucket or a read-only policy)."""
-    from dagster_databus.storage.lake import as_lake
-
-    lake = as_lake(lake)
-    if lake.path is None:
-        return _store_problem(lake)
-    path = lake.path
-    existing = path
-    while not existing.exists():
-        if existing.parent == existing:
-            break
-        existing = existing.parent
-    if not existing.is_dir():
-        made = "" if existing == path else f", so the lake {path} cannot be made"
-        return f"{existing} is a file, not a folder{made}"
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".databus-write-probe-", dir=existing)
-    except OSError as exc:
-        return f"{existing} cannot be written: {exc.strerror or exc}"
-    os.close(fd)
-    os.unlink(probe)
-    return None
-
-
-def _store_problem(lake: Lake) -> str | None:
-    key = f"_databus-write-probe-{uuid.uuid4().hex}"
-    try:
-        lake.objects.create(key, b"probe")
-        lake.objects.delete(key)
-    except Exception as exc:  # the store's own error says which: credentials, bucket, policy, endpoint
-        return f"{lake.described()} cannot be written: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-    return None
-
-
-def require_writable_lake(lake: Lake | Path) -> None:
-    problem = lake_problem(lake)
-    if problem is not None:
-        raise LakeNotWritableError(f"the lake {lake} is not writable: {problem}",
-                                   "point lake: at a folder this user can create and write (or a bucket its "
-                                   "credentials may write: storage_options, docs/deployment.md), or fix the "
-                                   "folder's permissions or mount; nothing was written to the source",
-                                   path=str(lake))
 
 
 @contextlib.contextmanager

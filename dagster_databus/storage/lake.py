@@ -2,17 +2,22 @@
 
 ``as_lake`` accepts what callers hold (a ``Lake``, a parsed ``LakeLocation``, a local path or a
 URI) so the many ``ChangeLog(config.lake, source)`` call sites need not know which store it is.
-One object store client per location is shared by the process.
+One object store client per location is shared by the process. ``lake_problem`` and
+``require_writable_lake`` probe whether the lake can be written before anything is.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import threading
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dagster_databus.errors import LakeNotWritableError
 from dagster_databus.storage.location import LakeLocation, parse_lake
 from dagster_databus.storage.objects import LakeObjects, open_objects
 
@@ -80,6 +85,52 @@ def as_lake(lake: Lake | LakeLocation | Path | str) -> Lake:
     if isinstance(lake, str) and lake.startswith("{"):
         return Lake.from_spec(lake)
     return Lake(parse_lake(str(lake)))
+
+
+def lake_problem(lake: Lake | Path) -> str | None:
+    """Why the lake cannot be written, or None. Creates nothing that stays: on a local disk the nearest
+    existing folder on the lake's path is probed with a temporary file, removed at once (permission
+    bits do not stop root, a read-only mount or an immutable folder does); in an object store a probe
+    object is created and deleted (wrong credentials, a missing bucket or a read-only policy)."""
+    lake = as_lake(lake)
+    if lake.path is None:
+        return _store_problem(lake)
+    path = lake.path
+    existing = path
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        made = "" if existing == path else f", so the lake {path} cannot be made"
+        return f"{existing} is a file, not a folder{made}"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".databus-write-probe-", dir=existing)
+    except OSError as exc:
+        return f"{existing} cannot be written: {exc.strerror or exc}"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def _store_problem(lake: Lake) -> str | None:
+    key = f"_databus-write-probe-{uuid.uuid4().hex}"
+    try:
+        lake.objects.create(key, b"probe")
+        lake.objects.delete(key)
+    except Exception as exc:  # the store's own error says which: credentials, bucket, policy, endpoint
+        return f"{lake.described()} cannot be written: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    return None
+
+
+def require_writable_lake(lake: Lake | Path) -> None:
+    problem = lake_problem(lake)
+    if problem is not None:
+        raise LakeNotWritableError(f"the lake {lake} is not writable: {problem}",
+                                   "point lake: at a folder this user can create and write (or a bucket its "
+                                   "credentials may write: storage_options, docs/deployment.md), or fix the "
+                                   "folder's permissions or mount; nothing was written to the source",
+                                   path=str(lake))
 
 
 _OBJECTS: dict[tuple[str, tuple[tuple[str, str], ...]], LakeObjects] = {}
