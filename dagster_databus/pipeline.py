@@ -23,7 +23,7 @@ from dagster_databus.log.retention import RetentionResult
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import ALL_ROWS, Failover, InstallReport, PollStats, RowSelection, Source
 from dagster_databus.sources.keys import selection_for
-from dagster_databus.storage.durable import lake_problem, require_writable_lake
+from dagster_databus.storage.lake import lake_problem, require_writable_lake
 
 
 @dataclass(slots=True)
