@@ -310,9 +310,10 @@ def test_a_second_binlog_reader_with_the_capture_server_id_is_named_a_concurrent
     source = open_source(make_config(tmp_path / "lake", harness.source_config("shop", SHOP)).source("shop"))
     with pytest.raises(ConcurrentRunError, match=r"another capture of source 'shop' is reading the binlog with "
                                                  r"replica server id \d+ \(A slave with the same") as err:
-        source._refuse_second_reader(pymysql.err.OperationalError(*error))
+        source.servers.refuse_second_reader(pymysql.err.OperationalError(*error))
     assert "must not overlap" in err.value.fix
-    source._refuse_second_reader(pymysql.err.OperationalError(1236, "Could not find first log file name"))  # a gap
+    gap = pymysql.err.OperationalError(1236, "Could not find first log file name")
+    source.servers.refuse_second_reader(gap)  # a gap
 
 
 def test_a_run_of_a_source_whose_binlog_another_run_reads_is_turned_away_up_front(mariadb: MariaDBServer,

@@ -94,7 +94,7 @@ def session(conn: Any) -> tuple[int, str]:
 
 
 def source_session(source: MysqlSource, **connect: Any) -> tuple[int, str]:
-    with closing(source.connect(**connect)) as conn:
+    with closing(source.servers.connect(**connect)) as conn:
         return session(conn)
 
 
@@ -128,7 +128,7 @@ def test_full_authentication_without_tls_asks_the_server_for_its_rsa_key(plain_s
     assert source_session(source) == (1, "")
     # the binlog stream's connections are made from these settings (pymysql_wrapper=Connection)
     plain_server.forget()
-    with closing(Connection(**source.connection_settings())) as conn:
+    with closing(Connection(**source.servers.connection_settings())) as conn:
         assert session(conn) == (1, "")
     assert plain_server.logins == [Login(USER, "full", tls=False, key_requested=True)] * 2
 
@@ -143,7 +143,7 @@ def test_a_configured_server_public_key_is_used_without_asking(plain_server: Mys
     write_key(tmp_path / "old.pem", rsa.generate_private_key(public_exponent=65537, key_size=2048))
     plain_server.forget()
     with pytest.raises(ConfigError) as err:
-        mysql_source(tmp_path, plain_server.port, server_public_key="old.pem").connect()
+        mysql_source(tmp_path, plain_server.port, server_public_key="old.pem").servers.connect()
     assert err.value.field == "sources.shop.password" and "server_public_key" in err.value.fix
 
 
@@ -153,7 +153,7 @@ def test_a_wrong_password_is_a_config_error_on_the_password(over: str, request: 
     server: MysqlAuthServer = request.getfixturevalue("tls_server" if over == "tls" else "plain_server")
     source = mysql_source(tmp_path, server.port, password="not-the-password")
     with pytest.raises(ConfigError) as err:
-        source.probe()
+        source.servers.probe()
     assert err.value.field == "sources.shop.password" and "access denied for user 'databus'" in str(err.value)
     assert server.logins == [Login(USER, "denied", tls=over == "tls", key_requested=over == "rsa")]
 
@@ -175,10 +175,10 @@ def test_sha256_password_accounts(over: str, rsa_key: rsa.RSAPrivateKey, pki: Pk
 def test_tls_required_refuses_a_server_without_tls(plain_server: MysqlAuthServer, tmp_path: Path) -> None:
     source = mysql_source(tmp_path, plain_server.port, tls={"mode": "required"})
     with pytest.raises(ConfigError) as err:
-        source.probe()
+        source.servers.probe()
     assert err.value.field == "sources.shop.tls.mode" and "does not offer TLS" in str(err.value)
     with pytest.raises(TlsRefused, match="does not offer TLS"):  # a bootstrap task's connection, the same
-        open_task_connection(source.task_connection())
+        open_task_connection(source.reads.task_connection())
     assert plain_server.handshakes_answered == 0
 
 
@@ -187,7 +187,7 @@ def test_verify_ca_refuses_a_certificate_another_ca_signed(ca: str, tls_server: 
                                                             tmp_path: Path) -> None:
     tls = {"mode": "verify_ca", **({"ca": str(pki.stranger)} if ca == "stranger" else {})}
     with pytest.raises(ConfigError) as err:
-        mysql_source(tmp_path, tls_server.port, tls=tls).probe()
+        mysql_source(tmp_path, tls_server.port, tls=tls).servers.probe()
     assert err.value.field == "sources.shop.tls.ca" and "failed verification" in str(err.value)
     assert "system's trust store" in err.value.fix
     assert tls_server.handshakes_answered == 0
@@ -197,7 +197,7 @@ def test_verify_identity_refuses_a_certificate_for_another_host(rsa_key: rsa.RSA
                                                                tmp_path: Path) -> None:
     with serve(rsa_key, certificate=pki.elsewhere) as server:
         with pytest.raises(ConfigError) as err:
-            mysql_source(tmp_path, server.port, tls={"mode": "verify_identity", "ca": str(pki.ca)}).probe()
+            mysql_source(tmp_path, server.port, tls={"mode": "verify_identity", "ca": str(pki.ca)}).servers.probe()
         assert err.value.field == "sources.shop.host"
         assert "not for '127.0.0.1'" in str(err.value) and server.handshakes_answered == 0
         # verify_ca checks the signature only
@@ -211,7 +211,7 @@ def test_the_standby_connects_with_the_sources_tls_and_its_own_key(tls_server: M
                               standby={"host": "127.0.0.1", "port": standby.port})
         assert source_session(source)[1]
         with pytest.raises(ConfigError) as err:  # the standby's certificate is checked as the primary's is
-            source.connect(role="standby")
+            source.servers.connect(role="standby")
         assert err.value.field == "sources.shop.standby.host"
 
     # each server its own RSA key pair
@@ -230,7 +230,7 @@ def test_the_bootstrap_task_connection_carries_the_tls_settings(tls_server: Mysq
     cert, key = pki.client
     source = mysql_source(tmp_path, tls_server.port,
                           tls={"mode": "verify_identity", "ca": str(pki.ca), "cert": str(cert), "key": str(key)})
-    spec = source.task_connection()
+    spec = source.reads.task_connection()
     assert spec["ssl"] == {"verify_mode": True, "check_hostname": True, "ca": str(pki.ca), "cert": str(cert),
                            "key": str(key)}
     assert pickle.loads(pickle.dumps(spec)) == spec
@@ -262,13 +262,13 @@ def test_tls_files_are_taken_from_the_config_folder_and_read_when_connecting(tmp
     source = mysql_source(tmp_path, 3306, tls={"mode": "verify_ca", "ca": "certs/ca.pem"})
     assert source.config.tls.ca == tmp_path / "certs" / "ca.pem"
     with pytest.raises(ConfigError) as err:  # before any connection is attempted
-        source.connect()
+        source.servers.connect()
     assert err.value.field == "sources.shop.tls.ca" and "cannot read ca file" in str(err.value)
 
     (tmp_path / "not-a-key.pem").write_text("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
     for path, problem in (("missing.pem", "cannot read"), ("not-a-key.pem", "is not an RSA public key")):
         with pytest.raises(ConfigError) as err:
-            mysql_source(tmp_path, 3306, server_public_key=path).connect()
+            mysql_source(tmp_path, 3306, server_public_key=path).servers.connect()
         assert err.value.field == "sources.shop.server_public_key" and problem in str(err.value)
 
 
@@ -320,7 +320,7 @@ def test_verify_ca_to_mariadb_encrypts_queries_capture_and_bootstrap_reads(tls_m
     source = cast(MysqlSource, open_source(config.sources[0]))
     assert source_session(source)[1]
     with pytest.raises(ConfigError) as err:  # the account refuses what is not encrypted: the reads below were
-        mariadb_source(harness, tmp_path, "databus_tls", {"mode": "disabled"}).probe()
+        mariadb_source(harness, tmp_path, "databus_tls", {"mode": "disabled"}).servers.probe()
     assert err.value.field == "sources.shop.password"
 
     pipeline.install(config, "shop")
@@ -344,7 +344,7 @@ def test_a_client_certificate_for_an_account_that_requires_one(tls_mariadb: Mari
     source = mariadb_source(harness, tmp_path, "databus_x509", {**tls, "cert": str(cert), "key": str(key)})
     assert source_session(source)[1]
     with pytest.raises(ConfigError) as err:
-        mariadb_source(harness, tmp_path, "databus_x509", tls).probe()
+        mariadb_source(harness, tmp_path, "databus_x509", tls).servers.probe()
     assert err.value.field == "sources.shop.password"
 
 

@@ -81,7 +81,7 @@ def source_for(table_map: fx.EventFixture, key: Sequence[str]) -> MysqlSource:
         "tables": [{"name": described.table, "primary_key": list(key)}]}]}, base=Path("/"))
     source = MysqlSource(config.source("shop"))  # type: ignore[arg-type]
     columns = tuple(Column(c.name, column_type(c), source_type(c)) for c in described.columns)  # type: ignore[arg-type]
-    source._schemas = {described.table: TableSchema("shop", described.table, columns, tuple(key))}
+    source.catalog.adopt({described.table: TableSchema("shop", described.table, columns, tuple(key))})
     return source
 
 
@@ -96,7 +96,8 @@ def poll(source: MysqlSource, events: Iterable[fx.EventFixture], since: Scn = ST
             return [parsed(e) for e in events]
 
     stats = PollStats(until=since)
-    batches = list(Fixtures(source, FILE, since, Scn.from_binlog(1, 2**32 - 1, 0), stats, {}, mariadb=False).read())
+    bound = Scn.from_binlog(1, 2**32 - 1, 0)
+    batches = list(Fixtures(source.stream, FILE, since, bound, stats, {}, mariadb=False).read())
     windows = [w for batch in batches for w in batch.to_windows(source.schemas())]
     return [(w.scn, [(e.op.value, e.key, dict(e.row), e.seq) for e in w.events]) for w in windows]
 

@@ -9,9 +9,12 @@ next *era* in their high bits (``failover.py``, docs/ha.md). Rows are
 decoded with the column names and types of the binlog's table map (``binlog_row_metadata=FULL``),
 that is, the table's shape at the time of the event.
 
-The package follows the jobs of a source, each module a layer of ``source.MysqlSource``:
-``servers`` (roles, connections), ``schema`` (introspection), ``positions`` (epoch, binlog
-positions), ``verify`` (server settings, install), ``binlog`` (polling), ``bootstrap``
-(consistent reads, key ranges for tasks), ``fingerprint`` (reconciliation); ``failover``
-switches servers, ``types`` maps column types and values, ``connect`` shares a TLS context.
+``source.MysqlSource`` is a facade over collaborators, one job each, built from the layer below
+and never from each other's insides: ``servers`` (roles, connections, the binlog reader lock),
+``catalog`` (the tables' schemas), ``positions`` (epoch, binlog positions), ``verify`` (server
+settings and privileges), ``binlog`` (polling), ``snapshots`` (consistent reads, key ranges,
+fingerprints) and ``failover`` (switching servers). ``bootstrap`` reads one key range in a task,
+``types`` maps column types and values, ``versions`` picks statements by server version,
+``connect`` is the one module that imports pymysql (typed cursors, a shared TLS context), and
+``wire`` decodes the binlog.
 """

@@ -7,20 +7,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import closing
+from contextlib import AbstractContextManager, closing
 from dataclasses import replace
 from typing import Any, NoReturn
 
 import numpy as np
-import pymysql
 
 from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import BinlogEventError, LogGapError, SourceUnavailableError, UnsupportedTypeError
 from dagster_databus.sources.base import PollStats
+from dagster_databus.sources.mysql.catalog import MysqlCatalog
+from dagster_databus.sources.mysql.connect import Connection, OperationalError
+from dagster_databus.sources.mysql.positions import MysqlPositions
+from dagster_databus.sources.mysql.servers import MysqlServers
 from dagster_databus.sources.mysql.types import MysqlType
-from dagster_databus.sources.mysql.verify import MysqlVerify
+from dagster_databus.sources.mysql.versions import ServerVersion
 from dagster_databus.sources.mysql.wire import codes
 from dagster_databus.sources.mysql.wire.codes import Disposition, event_type
 from dagster_databus.sources.mysql.wire.gtid import gtid_text
@@ -54,25 +57,51 @@ _RECONNECTS = 3
 _GTIDS = (codes.GTID, codes.ANONYMOUS_GTID, codes.GTID_TAGGED, codes.MARIADB_GTID)
 
 
-class MysqlBinlog(MysqlVerify):
-    """Polling: whole transactions after a checkpoint, up to the binlog end when the poll starts."""
+class BinlogReader:
+    """Polling: whole transactions after a checkpoint, up to the binlog end when the poll starts, decoded with
+    the shapes their table maps describe. The ``stream`` part of ``MysqlSource``: its positions are the
+    ``positions`` collaborator's, and one run at a time reads the binlog (``servers.reading``)."""
+
+    def __init__(self, servers: MysqlServers, catalog: MysqlCatalog, positions: MysqlPositions) -> None:
+        self.servers = servers
+        self.catalog = catalog
+        self.positions = positions
+        self.config = servers.config
+        self.name = servers.name
+        self._shapes: dict[tuple[Any, ...], Shape] = {}
+        self._generation = servers.generation  # of the server the shapes were decoded from
+
+    def epoch(self) -> str:
+        return self.positions.epoch()
+
+    def high_water_mark(self) -> Scn:
+        return self.positions.high_water_mark()
+
+    def start_position(self) -> tuple[Scn, dict[str, str]]:
+        return self.positions.start_position()
+
+    def reading(self) -> AbstractContextManager[None]:
+        return self.servers.reading()
+
+    def release(self, through: Scn) -> None:
+        """Binlogs are the server's to expire; capture keeps nothing on the source."""
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
              state: Mapping[str, str] | None = None) -> Iterator[ChangeBatch]:
-        self.schemas()
-        with closing(self.connect()) as conn, conn.cursor() as cur:
-            start_file = self._check_position(cur, since, epoch, state or {})
-            bound_file, bound_pos = self._master_status(cur)
-            mariadb = self.server_version(cur).mariadb
-        bound = self.scn(bound_file, bound_pos)
+        self.catalog.schemas()
+        with closing(self.servers.connect()) as conn, conn.cursor() as cur:
+            start_file = self.positions.check(cur, since, epoch, state or {})
+            bound_file, bound_pos = self.positions.end(cur)
+            mariadb = ServerVersion.of(cur).mariadb
+        bound = self.servers.scn(bound_file, bound_pos)
         stats.source_hwm = bound
         if since >= bound:
             return
         poll = _Poll(self, start_file, since, bound, stats, state or {}, mariadb)
         try:
             yield from poll.read()
-        except pymysql.err.OperationalError as exc:
-            self._refuse_second_reader(exc)
+        except OperationalError as exc:
+            self.servers.refuse_second_reader(exc)
             if exc.args and exc.args[0] == 1236:
                 raise LogGapError(
                     f"the server refused to stream binlog {start_file} for source {self.name!r}: {exc.args[-1]}",
@@ -87,6 +116,8 @@ class MysqlBinlog(MysqlVerify):
     def shape(self, table_map: TableMap) -> Shape:
         """The table's shape as this table map describes it (cached per shape: SET members or BINARY widths
         may differ between shapes of one schema)."""
+        if self._generation != self.servers.generation:  # another server: its tables are read again
+            self._shapes, self._generation = {}, self.servers.generation
         cache_key = (table_map.table, table_map.columns, table_map.named)
         cached = self._shapes.get(cache_key)
         if cached is None:
@@ -103,7 +134,7 @@ class MysqlBinlog(MysqlVerify):
         """A table map without column names (servers before MySQL 8.0.1 / MariaDB 10.5, or
         binlog_row_metadata=MINIMAL): names, signedness, binary-ness and ENUM/SET members from the table's
         definition, when the map's column types still match it."""
-        known = self.schemas()[table_map.table].columns
+        known = self.catalog.schemas()[table_map.table].columns
         if len(known) != len(table_map.columns):
             raise BinlogEventError(
                 f"a table map of {table_map.table!r} has {len(table_map.columns)} columns without names, but the "
@@ -122,7 +153,7 @@ class MysqlBinlog(MysqlVerify):
         return tuple(named)
 
     def _shape_schema(self, table: str, columns: tuple[BinlogColumn, ...]) -> TableSchema:
-        known = self.schemas()[table]
+        known = self.catalog.schemas()[table]
         by_name = {c.name: c for c in known.columns}
         out = []
         for col in columns:
@@ -140,11 +171,6 @@ class MysqlBinlog(MysqlVerify):
             out.append(Column(name=col.name, type=ctype, source_type=source_type(col)))
         schema = TableSchema(source=self.name, table=table, columns=tuple(out), primary_key=known.primary_key)
         return known if schema == known else schema
-
-    def current_shapes(self, shapes: Mapping[str, Shape]) -> None:
-        """The shapes a committed batch was decoded with become the current ones (for ``schemas()``)."""
-        assert self._schemas is not None
-        self._schemas.update({table: shape.schema for table, shape in shapes.items()})
 
     def refuse_value(self, schema: TableSchema, index: int, value: object, reason: str, where: str) -> NoReturn:
         raise schema.value_error(schema.columns[index], value, reason, where)
@@ -170,13 +196,13 @@ class MysqlBinlog(MysqlVerify):
 class _Poll:
     """One poll's reading of the stream: events in, whole transactions out, in batches."""
 
-    def __init__(self, source: MysqlBinlog, file: str, since: Scn, bound: Scn, stats: PollStats,
+    def __init__(self, source: BinlogReader, file: str, since: Scn, bound: Scn, stats: PollStats,
                  state: Mapping[str, str], mariadb: bool) -> None:
         self.source, self.since, self.bound, self.stats = source, since, bound, stats
         self.mariadb = mariadb
         self.file = file
         self.resume = (file, since.binlog_parts()[2])  # the last transaction boundary read
-        self.conn: Any = None
+        self.conn: Connection | None = None
         self.created = state.get("binlog_created", "")
         # The last transaction read: its GTID and commit time find the position again on a standby.
         self.done = {k: v for k, v in state.items() if k in ("gtid", "commit_ts")}
@@ -190,7 +216,7 @@ class _Poll:
     def read(self) -> Iterator[ChangeBatch]:
         chunk_rows = self.source.config.poll.chunk_rows
         for e, log_pos, where in self._events():
-            position = self.source.scn(self.file, log_pos) if log_pos else None
+            position = self.source.servers.scn(self.file, log_pos) if log_pos else None
             if not self._handle(e, position, where):
                 continue
             assert position is not None
@@ -213,7 +239,7 @@ class _Poll:
 
         A dump connection the server drops (killed, timed out) is opened again at the last transaction
         boundary read, a few times; the transaction it was inside is read again whole."""
-        lost: pymysql.err.OperationalError | None = None
+        lost: Exception | None = None
         for attempt in range(_RECONNECTS + 1):
             self.close()
             self.file = self.resume[0]
@@ -234,14 +260,14 @@ class _Poll:
                     else:
                         yield event, event.log_pos, where
                 return
-            except pymysql.err.OperationalError as exc:
+            except OperationalError as exc:
                 if attempt == _RECONNECTS or not exc.args or exc.args[0] not in _LOST:
                     raise
                 lost = exc
 
     def open_stream(self, file: str, position: int) -> Iterable[Event]:
         """The server's binlog from ``file``:``position``, on a connection of its own."""
-        self.conn = self.source.connect(database=False)
+        self.conn = self.source.servers.connect(database=False)
         return DumpStream(self.conn, self.source.config.replica_server_id(), file, position)
 
     def close(self) -> None:
@@ -257,7 +283,7 @@ class _Poll:
         # The checkpoint moves to the batch's last window, with that window's state.
         until, state = self.stats.until, self.stats.state
         self.stats.state = self.batch_state
-        self.source.current_shapes(shapes)
+        self.source.catalog.adopt({table: shape.schema for table, shape in shapes.items()})
         self.stats.chunks += 1
         yield batch
         self.stats.until, self.stats.state = until, state
@@ -302,7 +328,7 @@ class _Poll:
         self.done = {"gtid": self.gtid, "commit_ts": str(e.timestamp)} if self.gtid else {
             "commit_ts": str(e.timestamp)}
         self.stats.until = position
-        self.stats.state = {**self.source.base_state(self.file, self.created), **self.done}
+        self.stats.state = {**self.source.servers.base_state(self.file, self.created), **self.done}
         return True
 
     def _stop(self, entry: codes.EventType, where: str) -> NoReturn:

@@ -15,22 +15,22 @@ never as typed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import closing
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError
-from dagster_databus.sources.base import ALL_KEYS, ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot
+from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot
 from dagster_databus.sources.filters import Filter, filter_for, select_clause
-from dagster_databus.sources.keys import key_clause, keyset_pages, row_key, split_keys
-from dagster_databus.sources.mysql.binlog import MysqlBinlog
-from dagster_databus.sources.mysql.connect import Connection
+from dagster_databus.sources.keys import keyset_pages, row_key, split_keys
+from dagster_databus.sources.mysql.connect import Connection, Cursor, MySQLError
 from dagster_databus.sources.mysql.types import bootstrap_value, select_expression
-from dagster_databus.sources.mysql.verify import SIGNAL_TABLE
 from dagster_databus.sources.mysql.versions import binlog_end
+
+# The table watermark reads write a row to (``sql/mysql/signal.sql``; install creates it).
+SIGNAL_TABLE = "_databus_signal"
 
 
 def mysql_filter(table: str, columns: Sequence[str], where: str | None) -> Filter | None:
@@ -39,7 +39,7 @@ def mysql_filter(table: str, columns: Sequence[str], where: str | None) -> Filte
     return filter_for(where, "mysql", table, {c: f"`{c}`" for c in columns})
 
 
-def key_ranges(cursor: Any, table: str, key: Sequence[str], rows_per_range: int,
+def key_ranges(cursor: Cursor, table: str, key: Sequence[str], rows_per_range: int,
                rows: RowSelection = ALL_ROWS, columns: Sequence[str] = ()) -> tuple[KeyRange, ...]:
     """Ranges of about ``rows_per_range`` of the selected rows (``base.split_keys``); a filter may name
     ``columns``."""
@@ -55,24 +55,22 @@ def key_ranges(cursor: Any, table: str, key: Sequence[str], rows_per_range: int,
     return split_keys(key_at, rows_per_range, rows.keys)
 
 
-def check_selection(cursor: Any, table: str, key: Sequence[str], rows: RowSelection,
+def check_selection(cursor: Cursor, table: str, key: Sequence[str], rows: RowSelection,
                     columns: Sequence[str] = ()) -> None:
     """Check the filter (``sources.filters``) and run the selection's query on no rows: the server names what
     its own check finds."""
-    import pymysql
-
     where, params = select_clause(", ".join(f"`{k}`" for k in key), ", ".join(["%s"] * len(key)), rows.keys,
                                   mysql_filter(table, columns, rows.where))
     try:
         cursor.execute(f"SELECT 1 FROM `{table}` {where}LIMIT 0", params)
         cursor.fetchall()
-    except pymysql.err.MySQLError as exc:
+    except MySQLError as exc:
         raise ConfigError("snapshot.where", f"MySQL cannot select {rows.describe()} of {table!r}: "
                           f"{exc.args[-1] if exc.args else exc}",
                           "write the condition in MySQL's SQL, naming the table's columns") from None
 
 
-def snapshot_position(cur: Any, era: int, source: str, watermark: bool = False) -> Scn:
+def snapshot_position(cur: Cursor, era: int, source: str, watermark: bool = False) -> Scn:
     """Start a consistent-snapshot transaction on ``cur`` and return a binlog position such that the
     snapshot holds every transaction up to it, and the log after it holds the rest of the table's story.
 
@@ -107,7 +105,7 @@ def snapshot_position(cur: Any, era: int, source: str, watermark: bool = False) 
 
 
 def open_task_connection(connection: Mapping[str, Any]) -> Connection:
-    """The connection a range's task opens from its spec's ``connection`` (``MysqlBootstrap.task_connection``)."""
+    """The connection a range's task opens from its spec's ``connection`` (``MysqlSnapshots.task_connection``)."""
     return Connection(**connection, autocommit=True, charset="utf8mb4")
 
 
@@ -134,7 +132,7 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
     def fetch(keys: KeyRange) -> list[Any]:
         clause, params = select_clause(kcols, marks, keys, chosen)
         cur.execute(f"SELECT {names} FROM `{table}` {clause}ORDER BY {kcols} LIMIT %s", (*params, page))
-        return cur.fetchall()
+        return list(cur.fetchall())
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
@@ -145,76 +143,3 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
             conn.close()
 
     return TableSnapshot(scn=position, schema=schema, batches=batches())
-
-
-class MysqlBootstrap(MysqlBinlog):
-    """Bootstrap reads of the source's tables: in this process, or cut into key ranges for tasks."""
-
-    def snapshot(self, table: str, batch_rows: int | None = None) -> TableSnapshot:
-        """A consistent, keyset-paginated read of ``table`` at a known binlog position, on one connection."""
-        batch_rows = batch_rows or self.config.bootstrap_chunk_rows
-        schema = self.preflight()[table]  # the live shape: the read below sees it
-        conn = self.connect()
-        cur = conn.cursor()
-        scn = self._read_only_snapshot(cur)
-        columns = ", ".join(select_expression(c) for c in schema.columns)
-        kcols = ", ".join(f"`{k}`" for k in schema.primary_key)
-        marks = ", ".join(["%s"] * len(schema.primary_key))
-        key_index = [schema.column_names.index(k) for k in schema.primary_key]
-        convert = schema.batch(lambda c: bootstrap_value(c, self.config.zero_dates), f"bootstrap of {table}")
-
-        def fetch(keys: KeyRange) -> list[Any]:
-            clause, params = key_clause(kcols, marks, keys)
-            cur.execute(f"SELECT {columns} FROM `{table}` {clause}ORDER BY {kcols} LIMIT %s", (*params, batch_rows))
-            return cur.fetchall()
-
-        pages = keyset_pages(fetch, ALL_KEYS, row_key(key_index), batch_rows)
-        return TableSnapshot(scn=scn, schema=schema, batches=self._batches_then_close(conn, cur, pages, convert))
-
-    @staticmethod
-    def _batches_then_close(conn: Connection, cur: Any, pages: Iterable[list[Any]],
-                            convert: Callable[[list[Any]], pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Each page of rows read in a read-only snapshot, converted; the snapshot ends and the connection
-        closes when the reader is done (or stops early)."""
-        try:
-            for rows in pages:
-                yield convert(rows)
-        finally:
-            cur.execute("COMMIT")
-            conn.close()
-
-
-    def _read_only_snapshot(self, cur: Any) -> Scn:
-        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP in UTC, as the binlog and the snapshot have it
-        return self._consistent_snapshot(cur)
-
-
-    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
-        """Key ranges each read in its own consistent snapshot, pinned to a binlog position as
-        ``bootstrap_reads`` says (``mysql.bootstrap.snapshot_position``); with ``lock`` the whole table is one
-        range pinned under a brief global read lock."""
-        schema = self.preflight()[table]
-        with closing(self.connect()) as conn, conn.cursor() as cur:
-            reads = self._bootstrap_reads(cur)
-            ranges = (key_ranges(cur, table, schema.primary_key, rows_per_range, rows, schema.column_names)
-                      if reads != "lock" else (rows.keys,))
-        c = self.config
-        spec = {"connection": self.task_connection(), "zero_dates": c.zero_dates, "era": self.era,
-                "page_rows": min(rows_per_range, 10_000), "reads": reads}
-        return RangeRead("mysql", self.name, schema, spec, ranges, scn=None, where=rows.where)
-
-
-    def task_connection(self) -> dict[str, Any]:
-        """What a range's task connects with (``open_task_connection``): the active server's address, the
-        login and the TLS settings (file paths: the files must be readable on the executors too), as plain
-        data that travels in the Spark job."""
-        return {**self.connection_settings(), "database": self.config.database}
-
-    def check_selection(self, table: str, rows: RowSelection) -> None:
-        schema = self.preflight()[table]
-        with closing(self.connect()) as conn, conn.cursor() as cur:
-            check_selection(cur, table, schema.primary_key, rows, schema.column_names)
-
-    def _consistent_snapshot(self, cur: Any) -> Scn:
-        return snapshot_position(cur, self.era, self.name)

@@ -1,6 +1,9 @@
 """pymysql connections to a MySQL source's servers, with TLS as the source's ``tls`` block says and the RSA
 key exchange of ``caching_sha2_password``, and one TLS context per setting shared by every connection.
 
+This module is the one that imports pymysql, which ships no type stubs: the rest of the package reaches the
+driver through its names here, typed (``Cursor``, ``MySQLError``, ``OperationalError``, ``charset_encoding``).
+
 ``tls_kwargs`` turns the config into pymysql's keyword arguments as plain data (paths and PEM text, never an
 ``SSLContext``), so the same settings reach the queries, the binlog stream and a Spark task's bootstrap
 read (``servers.MysqlServers.connection_settings``). ``Connection`` builds the context from them.
@@ -14,15 +17,44 @@ from __future__ import annotations
 
 import os
 import ssl
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
-import pymysql
-from pymysql.constants import CLIENT, CR
+import pymysql  # type: ignore[import-untyped]  # no stubs (types-PyMySQL is not a dependency): typed below
+import pymysql.charset  # type: ignore[import-untyped]  # as above
+from pymysql.constants import CLIENT, CR  # type: ignore[import-untyped]  # as above
 
 from dagster_databus.config import MysqlSourceConfig
 from dagster_databus.errors import ConfigError
+
+Row = tuple[Any, ...]
+# pymysql's errors: every error the server or the connection raises, and those of the connection or a lost server.
+MySQLError: type[Exception] = pymysql.err.MySQLError
+OperationalError: type[Exception] = pymysql.err.OperationalError
+
+
+class Cursor(Protocol):
+    """What capture uses of a pymysql cursor (the default one: rows are tuples in select-list order)."""
+
+    def execute(self, query: str, args: object = None) -> int: ...
+
+    def fetchone(self) -> Row | None: ...
+
+    def fetchall(self) -> Sequence[Row]: ...
+
+    def fetchmany(self, size: int) -> Sequence[Row]: ...
+
+    def __enter__(self) -> Cursor: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def charset_encoding(collation: int) -> str:
+    """The Python encoding of a MySQL collation id (a binlog column's)."""
+    return str(pymysql.charset.charset_by_id(collation).encoding)
+
 
 # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH: a good certificate of another server.
 _NAME_MISMATCH = (62, 64)
@@ -31,7 +63,7 @@ _NAME_MISMATCH = (62, 64)
 _TRANSIENT = (ssl.SSLEOFError, ssl.SSLZeroReturnError)
 
 
-class TlsRefused(pymysql.err.OperationalError):
+class TlsRefused(pymysql.err.OperationalError):  # type: ignore[misc]  # pymysql's classes are Any to mypy
     """TLS could not be set up as configured, before any credential was sent. ``setting`` is the field at
     fault, relative to the source (``tls.mode``, ``tls.ca``, ``tls.cert``, ``tls.key``, or ``host`` when
     the certificate names another server); ``problem`` and ``fix`` read as a ``ConfigError``'s."""
@@ -138,7 +170,7 @@ def _context(ca: str | None, cert: str | None, key: str | None, verify: bool, ch
     return context
 
 
-class Connection(pymysql.connections.Connection):
+class Connection(pymysql.connections.Connection):  # type: ignore[misc]  # pymysql's classes are Any to mypy
     """A ``pymysql`` connection; use it (or pass it as python-mysql-replication's ``pymysql_wrapper``)
     wherever ``pymysql.connect`` would be called, with ``tls_kwargs``'s settings.
 
@@ -152,6 +184,10 @@ class Connection(pymysql.connections.Connection):
             kwargs["server_public_key"] = key.encode("ascii")
         super().__init__(*args, **kwargs)
 
+    def cursor(self, cursor: object = None) -> Cursor:
+        """A cursor, typed (pymysql's own ``cursor``)."""
+        return cast(Cursor, super().cursor(cursor))
+
     def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
         if isinstance(sslp, dict) and not set(sslp) - {"ca", "cert", "key", "verify_mode", "check_hostname"}:
             ca = sslp.get("ca")
@@ -159,7 +195,8 @@ class Connection(pymysql.connections.Connection):
             if isinstance(verify, bool):
                 return tls_context(ca, sslp.get("cert"), sslp.get("key"), verify,
                                    bool(sslp.get("check_hostname", ca is not None)))
-        return super()._create_ssl_ctx(sslp)
+        context: ssl.SSLContext = super()._create_ssl_ctx(sslp)
+        return context
 
     def _request_authentication(self) -> None:
         where = f"{self.host}:{self.port}"

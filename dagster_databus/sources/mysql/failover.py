@@ -25,16 +25,18 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from dagster_databus.errors import LogGapError, SourceUnavailableError, StandbyBehindError
-from dagster_databus.sources.mysql.servers import other_role
+from dagster_databus.sources.mysql.connect import Cursor
+from dagster_databus.sources.mysql.positions import MysqlPositions
+from dagster_databus.sources.mysql.servers import MysqlServers, other_role
 from dagster_databus.sources.mysql.wire import codes
 from dagster_databus.sources.mysql.wire.stream import DumpStream
 from dagster_databus.sources.mysql.wire.unpack import query_text
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
+    from dagster_databus.core.progress import Progress
     from dagster_databus.log.manifest import Checkpoint
-    from dagster_databus.sources.mysql.positions import MysqlPositions
 
 _GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 
@@ -61,12 +63,12 @@ class Switch:
         return {k: v for k, v in asdict(self).items() if v not in (None, "")}
 
 
-def unreachable(source: MysqlPositions, retries: int, interval_s: float) -> SourceUnavailableError | None:
+def unreachable(servers: MysqlServers, retries: int, interval_s: float) -> SourceUnavailableError | None:
     """None if the active server answers within ``retries`` attempts, else the last error."""
     error: SourceUnavailableError | None = None
     for attempt in range(retries):
         try:
-            source.probe()
+            servers.probe()
             return None
         except SourceUnavailableError as exc:
             error = exc
@@ -93,12 +95,15 @@ def _gtid_list(text: str) -> dict[int, int]:
     return out
 
 
-def find_after_gtid(source: MysqlPositions, cur: Any, gtid: str) -> tuple[str, int]:
-    """The binlog position right after transaction ``gtid`` on the server ``cur`` is connected to."""
+def find_after_gtid(source: MysqlServers, cur: Cursor, gtid: str) -> tuple[str, int]:
+    """The binlog position right after transaction ``gtid`` on the server ``cur`` is connected to (the one
+    ``source`` reads)."""
     domain, _, seq = parse_gtid(gtid)
     where = source.describe()
     cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
-    have = _gtid_list(str(cur.fetchone()[0] or "")).get(domain, 0)
+    row = cur.fetchone()
+    assert row is not None  # a SELECT without FROM returns its one row
+    have = _gtid_list(str(row[0] or "")).get(domain, 0)
     if have < seq:
         raise StandbyBehindError(
             f"{where} has written GTID domain {domain} only up to sequence {have}, but capture already read "
@@ -134,7 +139,7 @@ def find_after_gtid(source: MysqlPositions, cur: Any, gtid: str) -> tuple[str, i
         source=source.name)
 
 
-def _transaction_starts(source: MysqlPositions, file: str) -> list[tuple[int, int]]:
+def _transaction_starts(source: MysqlServers, file: str) -> list[tuple[int, int]]:
     """(resume offset, timestamp) of every transaction in one binlog file, in file order.
 
     The resume offset is the end of the transaction before (4 for the file's first): reading from
@@ -167,7 +172,7 @@ def _transaction_starts(source: MysqlPositions, file: str) -> list[tuple[int, in
     return starts
 
 
-def find_by_time(source: MysqlPositions, cur: Any, since_ts: int, captured_ts: int | None = None) -> tuple[str, int]:
+def find_by_time(source: MysqlServers, cur: Cursor, since_ts: int, captured_ts: int | None = None) -> tuple[str, int]:
     """The start of the first transaction committed at or after ``since_ts`` (seconds).
 
     ``captured_ts``, the commit time of the last transaction capture read from the other server:
@@ -208,63 +213,70 @@ def find_by_time(source: MysqlPositions, cur: Any, since_ts: int, captured_ts: i
     return oldest, 4  # the server's whole binlog history is there: read all of it
 
 
-def fail_over(source: MysqlPositions, state: dict[str, str], checkpoint_ms: int, epoch: str,
-              reason: str) -> tuple[Switch, dict[str, str]]:
-    """Switch ``source`` to its other server; return the switch and the checkpoint state to resume with."""
-    settings = source.config.failover
-    origin = source.describe()
-    source.role = other_role(source.role)
-    source.era += 1
-    source.reset_schemas()
-    with closing(source.connect()) as conn, conn.cursor() as cur:
-        gtid = state.get("gtid", "")
-        server_gtids = source.gtid_pos(cur)
-        method = "gtid" if settings.position == "gtid" and gtid and server_gtids else "timestamp"
-        last_ts = int(state["commit_ts"]) if state.get("commit_ts") else checkpoint_ms // 1000
-        search_from = None
-        if method == "gtid":
-            file, offset = find_after_gtid(source, cur, gtid)
-        else:
-            search_from = last_ts - settings.fallback_interval_s
-            file, offset = find_by_time(source, cur, search_from,
-                                        int(state["commit_ts"]) if state.get("commit_ts") else None)
-    resume = source.scn(file, offset)
-    new_state = {**source.base_state(file, source.binlog_created(file)),
-                 **{k: state[k] for k in ("gtid", "commit_ts") if state.get(k)}}
-    switch = Switch(from_server=origin, to_server=source.describe(), from_epoch=epoch, to_epoch=source.epoch(),
-                    method=method, era=source.era, resume_file=file, resume_offset=offset, resume_scn=str(resume),
-                    reason=reason, last_gtid=gtid, last_commit_ts=last_ts, search_from_ts=search_from)
-    return switch, new_state
+class MysqlFailover:
+    """Switching a source between its primary and its standby (``base.Failover``): which server a checkpoint
+    names, whether it is down, and where capture resumes on the other one."""
 
+    def __init__(self, servers: MysqlServers, positions: MysqlPositions) -> None:
+        self.servers = servers
+        self.positions = positions
+        self.config = servers.config
+        self.name = servers.name
 
-def check_server(source: MysqlPositions, state: Mapping[str, str],
-                 progress: Callable[[str], None]) -> SourceUnavailableError | None:
-    """Point ``source`` at the server the checkpoint ``state`` names; the error that server gave if it stayed
-    down for ``failover.retries`` attempts and the source has a standby to fail over to, else None."""
-    source.attach(state)
-    settings = source.config.failover
-    if source.config.standby is None:
-        return None
-    down = unreachable(source, settings.retries, settings.interval_s)
-    if down is not None:
-        progress(f"{source.name}: {source.describe()} did not answer {settings.retries} attempts "
-                 f"{settings.interval_s:g}s apart ({down.problem}); failing over to the {other_role(source.role)}")
-    return down
+    def check_server(self, state: Mapping[str, str], progress: Progress) -> SourceUnavailableError | None:
+        """Point capture at the server the checkpoint ``state`` names; the error that server gave if it stayed
+        down for ``failover.retries`` attempts and the source has a standby to fail over to, else None."""
+        servers = self.servers
+        servers.attach(state)
+        settings = self.config.failover
+        if self.config.standby is None:
+            return None
+        down = unreachable(servers, settings.retries, settings.interval_s)
+        if down is not None:
+            progress(f"{self.name}: {servers.describe()} did not answer {settings.retries} attempts "
+                     f"{settings.interval_s:g}s apart ({down.problem}); failing over to the {other_role(servers.role)}")
+        return down
 
+    def plan_switch(self, checkpoint: Checkpoint, down: SourceUnavailableError,
+                    progress: Progress) -> tuple[Switch, dict[str, str]] | None:
+        """The switch to the other server and the checkpoint state to resume with, decided from ``checkpoint``
+        as read under the log's writer lock (another run may have switched already: then its server is
+        attached and None returned, as when the server answers again). The caller commits it to the change log
+        before any change is read from the new server."""
+        self.servers.attach(checkpoint.state)
+        if unreachable(self.servers, 1, 0) is None:
+            return None
+        switch, state = self.fail_over(dict(checkpoint.state), checkpoint.updated_ms, checkpoint.epoch, down.problem)
+        state["switched_ms"] = str(int(time.time() * 1000))
+        if switch.method == "timestamp" and switch.last_commit_ts is not None:
+            state["reread_through"] = str(switch.last_commit_ts)
+        progress(f"{self.name}: switching to {switch.to_server}, resuming at {switch.resume_file}:"
+                 f"{switch.resume_offset} (found by {switch.method}; era {switch.era})")
+        return switch, state
 
-def plan_switch(source: MysqlPositions, checkpoint: Checkpoint, down: SourceUnavailableError,
-                progress: Callable[[str], None]) -> tuple[Switch, dict[str, str]] | None:
-    """The switch to the other server and the checkpoint state to resume with, decided from ``checkpoint`` as
-    read under the log's writer lock (another run may have switched already: then its server is attached and
-    None returned, as when the server answers again). The caller commits it to the change log before any
-    change is read from the new server."""
-    source.attach(checkpoint.state)
-    if unreachable(source, 1, 0) is None:
-        return None
-    switch, state = fail_over(source, dict(checkpoint.state), checkpoint.updated_ms, checkpoint.epoch, down.problem)
-    state["switched_ms"] = str(int(time.time() * 1000))
-    if switch.method == "timestamp" and switch.last_commit_ts is not None:
-        state["reread_through"] = str(switch.last_commit_ts)
-    progress(f"{source.name}: switching to {switch.to_server}, resuming at {switch.resume_file}:"
-             f"{switch.resume_offset} (found by {switch.method}; era {switch.era})")
-    return switch, state
+    def fail_over(self, state: dict[str, str], checkpoint_ms: int, epoch: str,
+                  reason: str) -> tuple[Switch, dict[str, str]]:
+        """Switch to the other server; return the switch and the checkpoint state to resume with."""
+        servers, settings = self.servers, self.config.failover
+        origin = servers.describe()
+        servers.switch()
+        with closing(servers.connect()) as conn, conn.cursor() as cur:
+            gtid = state.get("gtid", "")
+            server_gtids = self.positions.gtid_pos(cur)
+            method = "gtid" if settings.position == "gtid" and gtid and server_gtids else "timestamp"
+            last_ts = int(state["commit_ts"]) if state.get("commit_ts") else checkpoint_ms // 1000
+            search_from = None
+            if method == "gtid":
+                file, offset = find_after_gtid(servers, cur, gtid)
+            else:
+                search_from = last_ts - settings.fallback_interval_s
+                file, offset = find_by_time(servers, cur, search_from,
+                                            int(state["commit_ts"]) if state.get("commit_ts") else None)
+        resume = servers.scn(file, offset)
+        new_state = {**servers.base_state(file, self.positions.binlog_created(file)),
+                     **{k: state[k] for k in ("gtid", "commit_ts") if state.get(k)}}
+        switch = Switch(from_server=origin, to_server=servers.describe(), from_epoch=epoch,
+                        to_epoch=self.positions.epoch(), method=method, era=servers.era, resume_file=file,
+                        resume_offset=offset, resume_scn=str(resume), reason=reason, last_gtid=gtid,
+                        last_commit_ts=last_ts, search_from_ts=search_from)
+        return switch, new_state

@@ -1,38 +1,66 @@
-"""``MysqlSource``, the capture adapter of a MySQL/MariaDB source: the layers of this package
-(servers, schema, positions, verify, binlog, bootstrap, fingerprint), plus failover on resume."""
+"""``MysqlSource``, the capture adapter of a MySQL/MariaDB source (``base.Source`` and ``base.Failover``),
+built from parts (``parts.ComposedSource``) by collaborators of this package, one job each:
+
+- ``servers``: which server capture reads, connections to it, one binlog reader per replica server id;
+- ``catalog`` (``catalog.MysqlCatalog``): the tables' schemas, as the server and then the binlog describe them;
+- ``positions``: the epoch, the binlog end, and the check of a checkpoint's position;
+- ``setup`` (``verify.MysqlChecks``): the server settings and privileges capture needs, and install;
+- ``stream`` (``binlog.BinlogReader``): the binlog, polled into change batches;
+- ``reads`` (``snapshots.MysqlSnapshots``): consistent reads, key ranges for tasks, fingerprints;
+- ``failover``: the switch between primary and standby.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from dagster_databus.config import MysqlSourceConfig
+from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SourceUnavailableError
 from dagster_databus.sources.base import SwitchPlan
-from dagster_databus.sources.mysql.failover import check_server, plan_switch
-from dagster_databus.sources.mysql.fingerprint import MysqlFingerprint
+from dagster_databus.sources.mysql.binlog import BinlogReader
+from dagster_databus.sources.mysql.catalog import MysqlCatalog
+from dagster_databus.sources.mysql.failover import MysqlFailover
+from dagster_databus.sources.mysql.positions import MysqlPositions
+from dagster_databus.sources.mysql.servers import MysqlServers
+from dagster_databus.sources.mysql.snapshots import MysqlSnapshots
+from dagster_databus.sources.mysql.verify import MysqlChecks
+from dagster_databus.sources.parts import ComposedSource
 
 if TYPE_CHECKING:
     from dagster_databus.log.manifest import Checkpoint
 
 
-class MysqlSource(MysqlFingerprint):
+class MysqlSource(ComposedSource):
     kind = "mysql"
     sees_ddl = True  # DDL arrives in the binlog: a changed table is re-bootstrapped, not refused
     install_repairs = False  # verify's problems are server settings and privileges, each with its own fix
 
-    def check_server(self, state: Mapping[str, str], progress: Callable[[str], None]) -> SourceUnavailableError | None:
-        """Read from the server a checkpoint's ``state`` names; why it is down, if failing over is called for."""
-        return check_server(self, state, progress)
+    def __init__(self, config: MysqlSourceConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.servers = servers = MysqlServers(config)
+        self.positions = positions = MysqlPositions(servers)
+        self.catalog = catalog = MysqlCatalog(servers)
+        self.reads = snapshots = MysqlSnapshots(servers, catalog)
+        self.setup = MysqlChecks(servers, catalog, positions, snapshots)
+        self.stream = BinlogReader(servers, catalog, positions)
+        self.failover = MysqlFailover(servers, positions)
+
+    # -- failover (base.Failover) ------------------------------------------------------
+
+    def attach(self, state: Mapping[str, str]) -> None:
+        self.servers.attach(state)
+
+    def check_server(self, state: Mapping[str, str], progress: Progress) -> SourceUnavailableError | None:
+        return self.failover.check_server(state, progress)
 
     def plan_switch(self, checkpoint: Checkpoint, down: SourceUnavailableError,
-                    progress: Callable[[str], None]) -> SwitchPlan | None:
-        """The failover to the other server, decided under the log's writer lock (``failover.plan_switch``)."""
-        planned = plan_switch(self, checkpoint, down, progress)
+                    progress: Progress) -> SwitchPlan | None:
+        planned = self.failover.plan_switch(checkpoint, down, progress)
         if planned is None:
             return None
         switch, state = planned
         return SwitchPlan(Scn.parse(switch.resume_scn), switch.to_epoch, state, switch.record())
-
-    def release(self, through: Scn) -> None:
-        """Binlogs are the server's to expire; capture keeps nothing on the source."""

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dagster_databus.errors import CaptureNotInstalledError
+
+if TYPE_CHECKING:
+    from dagster_databus.sources.mysql.connect import Cursor
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +32,11 @@ class ServerVersion:
         return cls("mariadb" in text.lower(), (major, minor, patch))
 
     @classmethod
-    def of(cls, cur: Any) -> ServerVersion:
+    def of(cls, cur: Cursor) -> ServerVersion:
         cur.execute("SELECT VERSION()")
-        return cls.parse(str(cur.fetchone()[0]))
+        row = cur.fetchone()
+        assert row is not None  # a SELECT without FROM returns its one row
+        return cls.parse(str(row[0]))
 
     def at_least(self, mariadb: tuple[int, int, int], mysql: tuple[int, int, int]) -> bool:
         return self.number >= (mariadb if self.mariadb else mysql)
@@ -52,7 +57,7 @@ class ServerVersion:
         return f"{'MariaDB' if self.mariadb else 'MySQL'} {'.'.join(map(str, self.number))}"
 
 
-def binlog_end(cur: Any, source: str) -> tuple[str, int]:
+def binlog_end(cur: Cursor, source: str) -> tuple[str, int]:
     """The binlog's current file and position, by the statement the server's version accepts."""
     cur.execute(ServerVersion.of(cur).binlog_status)
     row = cur.fetchone()

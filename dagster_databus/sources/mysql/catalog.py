@@ -1,5 +1,5 @@
-"""Introspection of a MySQL source's tables: columns, mapped types and the unique key, from
-``information_schema``.
+"""The catalog of a MySQL source: the configured tables' columns, mapped types and unique key, from
+``information_schema`` of the server capture reads; and the shapes capture decoded last.
 """
 
 from __future__ import annotations
@@ -14,28 +14,67 @@ from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import ConfigError
 from dagster_databus.sources.catalog import (
     check_column_name,
+    null_key_problem,
+    null_key_query,
     require_mapped,
     require_unique_key,
     resolve_key,
     table_schemas,
 )
+from dagster_databus.sources.mysql.connect import Cursor
 from dagster_databus.sources.mysql.servers import MysqlServers
 from dagster_databus.sources.mysql.types import mysql_column_type
 
 
-class MysqlSchemas(MysqlServers):
-    """The configured tables' schemas, read from the server capture reads."""
+class MysqlCatalog:
+    """The configured tables' schemas, read from the server capture reads (again after it changes), and moved
+    on by the binlog as capture decodes new shapes of them (``adopt``)."""
+
+    def __init__(self, servers: MysqlServers) -> None:
+        self.servers = servers
+        self.config = servers.config
+        self.name = servers.name
+        self._schemas: dict[str, TableSchema] | None = None
+        self._generation = servers.generation  # of the server the schemas were read from
 
     def preflight(self) -> Mapping[str, TableSchema]:
-        with closing(self.connect()) as conn, conn.cursor() as cur:
-            self._schemas = table_schemas(self.config.tables, partial(self._table_schema, cur))
-        return self._schemas
+        with closing(self.servers.connect()) as conn, conn.cursor() as cur:
+            schemas = table_schemas(self.config.tables, partial(self._table_schema, cur))
+        self._schemas, self._generation = schemas, self.servers.generation
+        return schemas
 
     def schemas(self) -> Mapping[str, TableSchema]:
-        return self._schemas if self._schemas is not None else self.preflight()
+        current = self._current()
+        return current if current is not None else self.preflight()
 
-    def _table_schema(self, cur: Any, index: int, table: str, key: tuple[str, ...]) -> TableSchema:
-        where = self._field(f"tables[{index}]")
+    def adopt(self, schemas: Mapping[str, TableSchema]) -> None:
+        """These schemas become the current ones of their tables: the shapes a committed batch was decoded with
+        (before any were read: the tables known, as a test knows them without a server)."""
+        current = self._current()
+        if current is None:
+            self._schemas, self._generation = dict(schemas), self.servers.generation
+        else:
+            current.update(schemas)
+
+    def _current(self) -> dict[str, TableSchema] | None:
+        """The schemas read, unless the server capture reads has changed since (then they are read again)."""
+        if self._generation != self.servers.generation:
+            self._schemas = None
+        return self._schemas
+
+    def null_keys(self) -> list[str]:
+        """A problem for each configured table whose key columns hold NULL (a UNIQUE key may)."""
+        problems = []
+        with closing(self.servers.connect()) as conn, conn.cursor() as cur:
+            for schema in self.schemas().values():
+                cur.execute(null_key_query(f"`{schema.table}`", [f"`{k}`" for k in schema.primary_key]) + " LIMIT 1")
+                problem = null_key_problem(schema, cur.fetchone() is not None)
+                if problem:
+                    problems.append(problem)
+        return problems
+
+    def _table_schema(self, cur: Cursor, index: int, table: str, key: tuple[str, ...]) -> TableSchema:
+        where = self.servers.field(f"tables[{index}]")
         cur.execute(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, COLUMN_DEFAULT, EXTRA, VERSION() "
             "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",

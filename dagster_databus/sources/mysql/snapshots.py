@@ -1,0 +1,218 @@
+"""Consistent reads of a MySQL source's tables: in this process (the local engine's bootstrap), cut into key
+ranges for tasks (``bootstrap.read_range`` reads one), and the reconciliation fingerprint, computed by the server
+(``sql/mysql/fingerprint*.sql``). Watermark reads need the signal table, which install creates here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import closing
+from typing import Any
+
+import pyarrow as pa
+
+from dagster_databus.core.progress import Progress, quiet
+from dagster_databus.core.schema import TableSchema
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import CaptureNotInstalledError, ConfigError
+from dagster_databus.sources import sqlfiles
+from dagster_databus.sources.base import (
+    ALL_KEYS,
+    ALL_ROWS,
+    KeyRange,
+    RangeRead,
+    RowSelection,
+    SourceFingerprint,
+    TableSnapshot,
+)
+from dagster_databus.sources.fingerprints import in_background
+from dagster_databus.sources.keys import key_clause, keyset_pages, row_key
+from dagster_databus.sources.mysql.bootstrap import SIGNAL_TABLE, check_selection, key_ranges, snapshot_position
+from dagster_databus.sources.mysql.catalog import MysqlCatalog
+from dagster_databus.sources.mysql.connect import Connection, Cursor, MySQLError, Row
+from dagster_databus.sources.mysql.servers import MysqlServers
+from dagster_databus.sources.mysql.types import bootstrap_value, fingerprint_part, select_expression
+
+
+class MysqlSnapshots:
+    """Bootstrap reads of the source's tables, in this process or cut into key ranges for tasks; fingerprints
+    computed by the server, and the rows of chosen buckets."""
+
+    def __init__(self, servers: MysqlServers, catalog: MysqlCatalog) -> None:
+        self.servers = servers
+        self.catalog = catalog
+        self.config = servers.config
+        self.name = servers.name
+
+    def snapshot(self, table: str, batch_rows: int | None = None) -> TableSnapshot:
+        """A consistent, keyset-paginated read of ``table`` at a known binlog position, on one connection."""
+        batch_rows = batch_rows or self.config.bootstrap_chunk_rows
+        schema = self.catalog.preflight()[table]  # the live shape: the read below sees it
+        conn = self.servers.connect()
+        cur = conn.cursor()
+        scn = self._read_only_snapshot(cur)
+        columns = ", ".join(select_expression(c) for c in schema.columns)
+        kcols = ", ".join(f"`{k}`" for k in schema.primary_key)
+        marks = ", ".join(["%s"] * len(schema.primary_key))
+        key_index = [schema.column_names.index(k) for k in schema.primary_key]
+        convert = schema.batch(lambda c: bootstrap_value(c, self.config.zero_dates), f"bootstrap of {table}")
+
+        def fetch(keys: KeyRange) -> list[Any]:
+            clause, params = key_clause(kcols, marks, keys)
+            cur.execute(f"SELECT {columns} FROM `{table}` {clause}ORDER BY {kcols} LIMIT %s", (*params, batch_rows))
+            return list(cur.fetchall())
+
+        pages = keyset_pages(fetch, ALL_KEYS, row_key(key_index), batch_rows)
+        return TableSnapshot(scn=scn, schema=schema, batches=_batches_then_close(conn, cur, pages, convert))
+
+    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
+        """Key ranges each read in its own consistent snapshot, pinned to a binlog position as
+        ``bootstrap_reads`` says (``mysql.bootstrap.snapshot_position``); with ``lock`` the whole table is one
+        range pinned under a brief global read lock."""
+        schema = self.catalog.preflight()[table]
+        with closing(self.servers.connect()) as conn, conn.cursor() as cur:
+            reads = self._bootstrap_reads(cur)
+            ranges = (key_ranges(cur, table, schema.primary_key, rows_per_range, rows, schema.column_names)
+                      if reads != "lock" else (rows.keys,))
+        c = self.config
+        spec = {"connection": self.task_connection(), "zero_dates": c.zero_dates, "era": self.servers.era,
+                "page_rows": min(rows_per_range, 10_000), "reads": reads}
+        return RangeRead("mysql", self.name, schema, spec, ranges, scn=None, where=rows.where)
+
+    def task_connection(self) -> dict[str, Any]:
+        """What a range's task connects with (``open_task_connection``): the active server's address, the
+        login and the TLS settings (file paths: the files must be readable on the executors too), as plain
+        data that travels in the Spark job."""
+        return {**self.servers.connection_settings(), "database": self.config.database}
+
+    def check_selection(self, table: str, rows: RowSelection) -> None:
+        schema = self.catalog.preflight()[table]
+        with closing(self.servers.connect()) as conn, conn.cursor() as cur:
+            check_selection(cur, table, schema.primary_key, rows, schema.column_names)
+
+    # -- fingerprints ------------------------------------------------------------------
+
+    def fingerprint(self, table: str, progress: Progress = quiet) -> SourceFingerprint:
+        """Computed by the server in one aggregate query (``sql/mysql/fingerprint.sql``): no rows travel."""
+        from dagster_databus.core.fingerprint import Fingerprint
+
+        schema = self.catalog.preflight()[table]
+        conn = self.servers.connect()
+        cur = conn.cursor()
+        try:
+            scn = self._read_only_snapshot(cur)
+        except BaseException:
+            conn.close()
+            raise
+        progress(f"{table}: the server computes the fingerprint at SCN {scn} (one aggregate query over the "
+                 "whole table; it reports no progress of its own)")
+
+        def work() -> Fingerprint:
+            fingerprint = Fingerprint()
+            try:
+                cur.execute(_fingerprint_sql("fingerprint.sql", schema))
+                for bucket, rows, digest_sum in cur.fetchall():
+                    fingerprint.add_bucket(int(bucket), int(rows), int(digest_sum))
+                cur.execute("COMMIT")
+            finally:
+                conn.close()
+            return fingerprint
+
+        return SourceFingerprint(scn, schema, in_background(work), pushed_down=True)
+
+    def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot:
+        schema = self.catalog.preflight()[table]
+        conn = self.servers.connect()
+        cur = conn.cursor()
+        scn = self._read_only_snapshot(cur)
+        cur.execute(_fingerprint_sql("fingerprint_rows.sql", schema, buckets))
+        convert = schema.batch(lambda c: bootstrap_value(c, self.config.zero_dates), f"reconciliation of {table}")
+
+        def pages() -> Iterator[list[Row]]:
+            while page := cur.fetchmany(self.config.bootstrap_chunk_rows):  # to an empty page
+                yield list(page)
+
+        return TableSnapshot(scn=scn, schema=schema, batches=_batches_then_close(conn, cur, pages(), convert))
+
+    # -- how ranges are pinned to binlog positions -------------------------------------
+
+    def install_signal_table(self) -> tuple[str, ...]:
+        """Install's part for watermark reads: the signal table (``sql/mysql/signal.sql``), created when reads
+        here are watermark reads and it is missing. The objects created."""
+        with closing(self.servers.connect()) as conn, conn.cursor() as cur:
+            if self._reads_here(cur)[0] != "watermark" or not self._signal_problem(cur):
+                return ()
+            try:
+                cur.execute(sqlfiles.load("mysql", "signal.sql"))
+            except MySQLError as exc:
+                grant = (f"GRANT CREATE, INSERT, DELETE ON `{self.config.database}`.`{SIGNAL_TABLE}` TO "
+                         f"'{self.config.user}'")
+                raise CaptureNotInstalledError(
+                    f"cannot create the signal table {self.config.database}.{SIGNAL_TABLE} for watermark "
+                    f"reads: {exc.args[-1] if exc.args else exc}",
+                    f"as an administrator: {grant}; or set bootstrap_reads: lock", source=self.name) from None
+        return (SIGNAL_TABLE,)
+
+    def _read_only_snapshot(self, cur: Cursor) -> Scn:
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP in UTC, as the binlog and the snapshot have it
+        return snapshot_position(cur, self.servers.era, self.name)
+
+    def _reads_here(self, cur: Cursor) -> tuple[str, bool]:
+        """(``bootstrap_reads`` with ``auto`` resolved for this server, whether it reports snapshot positions)."""
+        cur.execute("SHOW STATUS LIKE 'binlog_snapshot_file'")
+        reports = cur.fetchone() is not None
+        reads = self.config.bootstrap_reads
+        return (("snapshot" if reports else "watermark") if reads == "auto" else reads), reports
+
+    def _bootstrap_reads(self, cur: Cursor) -> str:
+        """``bootstrap_reads`` resolved for this server and checked: a watermark read's signal table first."""
+        reads, reports = self._reads_here(cur)
+        if reads == "snapshot" and not reports:
+            raise ConfigError(self.servers.field("bootstrap_reads"), f"{self.servers.describe()} reports no binlog "
+                              "position for a consistent snapshot (binlog_snapshot_file is MariaDB's)",
+                              "set bootstrap_reads: watermark (or auto), or lock")
+        if reads == "watermark":
+            cur.execute("SHOW GLOBAL VARIABLES LIKE 'binlog_order_commits'")
+            order = cur.fetchone()  # MySQL's; MariaDB always commits in binlog order
+            if order is not None and str(order[1]).upper() == "OFF":
+                raise ConfigError(self.servers.field("bootstrap_reads"), f"{self.servers.describe()} has "
+                                  "binlog_order_commits OFF, so a committed watermark does not show that earlier "
+                                  "transactions are visible",
+                                  "SET GLOBAL binlog_order_commits = ON (and in my.cnf), or set bootstrap_reads: lock")
+            problem = self._signal_problem(cur)
+            if problem:
+                raise CaptureNotInstalledError(problem, f"run `databus install --source {self.name}`, or set "
+                                               "bootstrap_reads: lock", source=self.name)
+        return reads
+
+    def _signal_problem(self, cur: Cursor) -> str | None:
+        """Why watermark reads cannot write their signal row here, or None."""
+        cur.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                    (self.config.database, SIGNAL_TABLE))
+        if cur.fetchone() is None:
+            return (f"the signal table {self.config.database}.{SIGNAL_TABLE} that watermark reads write to does not "
+                    "exist")
+        return None
+
+
+def _batches_then_close(conn: Connection, cur: Cursor, pages: Iterable[list[Any]],
+                        convert: Callable[[list[Any]], pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Each page of rows read in a read-only snapshot, converted; the snapshot ends and the connection
+    closes when the reader is done (or stops early)."""
+    try:
+        for rows in pages:
+            yield convert(rows)
+    finally:
+        cur.execute("COMMIT")
+        conn.close()
+
+
+def _fingerprint_sql(name: str, schema: TableSchema, buckets: Sequence[int] = ()) -> str:
+    parts = {c.name: fingerprint_part(c) for c in schema.columns}
+    return sqlfiles.render(
+        "mysql", name, table=f"`{schema.table}`",
+        key_text=f"CONCAT({', '.join(parts[k] for k in schema.primary_key)})",
+        row_text=f"CONCAT({', '.join(parts[c] for c in schema.column_names)})",
+        columns=", ".join(select_expression(c) for c in schema.columns),
+        buckets=", ".join(str(int(b)) for b in buckets) or "NULL")
