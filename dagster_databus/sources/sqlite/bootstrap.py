@@ -79,8 +79,9 @@ def key_ranges(conn: sqlite3.Connection, table: str, key: Sequence[str], rows_pe
 
     def key_at(after: tuple[Any, ...] | None, n: int) -> tuple[Any, ...] | None:
         clause, params = select_clause(cols, marks, KeyRange(after, rows.keys.through), where)
-        return conn.execute(f"SELECT {cols} FROM {quote_sqlite(table)} {clause}ORDER BY {cols} LIMIT 1 OFFSET ?",
-                            (*params, n)).fetchone()
+        query = f"SELECT {cols} FROM {quote_sqlite(table)} {clause}ORDER BY {cols} LIMIT 1 OFFSET ?"
+        row: tuple[Any, ...] | None = conn.execute(query, (*params, n)).fetchone()
+        return row
 
     with reading_only(conn, table, where):
         return split_keys(key_at, rows_per_range, rows.keys)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
 from typing import Any, TypeVar
 
@@ -106,6 +106,25 @@ def first_invalid_change(conn: sqlite3.Connection, tables: Sequence[str]) -> tup
     row = _with_check(conn).execute(sqlfiles.load("sqlite", "invalid_txlog.sql"), {
         "tables": json.dumps(list(tables)), "non_ascii": NON_ASCII}).fetchone()
     return None if row is None else (int(row[0]), str(row[1]), bytes(row[2]))
+
+
+def text_notes(conn: sqlite3.Connection, schemas: Mapping[str, TableSchema], source: str) -> list[str]:
+    """``validate``'s scan for text capture and the bootstrap would refuse: text that is not UTF-8 in the columns
+    read as text (every captured table scanned once) and in the changes the txlog holds. Raises
+    ``SchemaMismatchError`` naming each table, column and key; else says the text is valid."""
+    refused: list[SchemaMismatchError] = []
+    for schema in schemas.values():
+        row = first_invalid_row(conn, schema)
+        if row is not None:
+            column, key, raw = row
+            refused.append(invalid_text_error(schema, column, raw, f"the row of key {key}"))
+    change = first_invalid_change(conn, list(schemas))
+    if change is not None:
+        error = change_error(schemas[change[1]], change[0], change[2])
+        refused += [error] if error is not None else []
+    if refused:
+        raise SchemaMismatchError("; ".join(e.problem for e in refused), refused[0].fix, source=source)
+    return [f"text is valid UTF-8 in the {len(schemas)} captured table(s) and in the txlog"]
 
 
 def change_error(schema: TableSchema, scn: int, image: bytes) -> SchemaMismatchError | None:

@@ -1,0 +1,151 @@
+"""The capture objects of a SQLite source: the txlog, cut, shape and drift tables and each table's triggers,
+installed, checked and removed. Install is re-runnable: an unchanged install changes nothing, a version 2
+install is converted in place, and a table whose columns or triggers changed gets its drift noted
+(``drift``) before its triggers are rendered again."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Mapping, Sequence
+from contextlib import closing
+
+from dagster_databus.core.identifiers import quote_sqlite
+from dagster_databus.core.schema import TableSchema
+from dagster_databus.errors import CaptureNotInstalledError
+from dagster_databus.sources import sqlfiles
+from dagster_databus.sources.base import InstallReport, not_installed, require_installed
+from dagster_databus.sources.sqlite import drift
+from dagster_databus.sources.sqlite.catalog import SqliteCatalog
+from dagster_databus.sources.sqlite.database import CORE_TABLES, SqliteDatabase, high_water_mark, settings
+from dagster_databus.sources.sqlite.database import installed as installed_in
+from dagster_databus.sources.sqlite.render import split, trigger_homes, trigger_names, trigger_sql, wanted_triggers
+from dagster_databus.sources.sqlite.text import text_notes
+
+# 3: a plain rowid txlog, windows by cuts, drift found by the poll (2: the triggers read the epoch and
+# checked the columns per row; 2 also made REAL values travel as exact text).
+CAPTURE_VERSION = "3"
+
+
+class SqliteTriggers:
+    """Install, verify and uninstall of the capture objects, and the check, under a poll's write lock, that
+    they are still current."""
+
+    def __init__(self, database: SqliteDatabase, catalog: SqliteCatalog) -> None:
+        self.database = database
+        self.catalog = catalog
+        self.config = database.config
+        self.name = database.name
+
+    def install(self) -> InstallReport:
+        """Create or update the capture objects in one write transaction. A version 2 install is
+        converted in place; a table whose columns changed (or whose triggers went missing, or moved to a table
+        it was renamed to) since its triggers were rendered gets a drift range over the changes that may be
+        wrong, then new triggers."""
+        schemas = self.catalog.preflight()
+        changed, unchanged = [], []
+        with closing(self.database.connect()) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                existing_sql = trigger_sql(conn)
+                migrate = "epoch" in (c[0] for c in drift.shape(conn, "_databus_txlog"))
+                if migrate:
+                    for statement in split(sqlfiles.load("sqlite", "migrate_v2.sql")):
+                        conn.execute(statement)
+                core = sqlfiles.render("sqlite", "install.sql", epoch_id=uuid.uuid4().hex,
+                                       version=CAPTURE_VERSION)
+                for statement in split(core):
+                    conn.execute(statement)
+                self.catalog.require_owner(conn)  # again, holding the write lock
+                conn.execute(sqlfiles.load("sqlite", "set_owner.sql"), {"source": self.name})
+                if migrate:
+                    for statement in split(sqlfiles.load("sqlite", "migrate_v2_rows.sql")):
+                        conn.execute(statement)
+                changes = {c.table: c for c in drift.note_changes(conn, schemas)}
+                for table, schema in schemas.items():
+                    script, wanted = wanted_triggers(conn, schema)
+                    if wanted != {existing_sql.get(name) for name in trigger_names(table).values()}:
+                        for statement in split(script):
+                            conn.execute(statement)
+                        changed.append(table)
+                    else:
+                        unchanged.append(table)
+                    conn.execute(sqlfiles.load("sqlite", "set_shape.sql"),
+                                 {"tbl": table, "columns": json.dumps(drift.shape(conn, table, drift.carried(schema)))})
+                    change = changes.get(table)
+                    if (change is not None and change.reason == "columns" and change.through > change.after
+                            and self.config.schema_policy(table) != "stop" and not drift.repair(conn, schema, change)):
+                        drift.note_unrepaired(conn, change)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            epoch = settings(conn)["epoch_id"]
+        return InstallReport(epoch=epoch, version=CAPTURE_VERSION, changed=tuple(changed),
+                             unchanged=tuple(unchanged))
+
+    def installed(self) -> bool:
+        with closing(self.database.connect()) as conn:
+            return installed_in(conn)
+
+    def verify(self) -> list[str]:
+        schemas = self.catalog.preflight()
+        problems: list[str] = []
+        with closing(self.database.connect()) as conn:
+            present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            problems += [f"capture table {t} is missing" for t in CORE_TABLES if t not in present]
+            triggers = trigger_sql(conn)
+            homes = trigger_homes(conn)
+            for table, schema in schemas.items():
+                _, wanted = wanted_triggers(conn, schema)
+                names = list(trigger_names(table).values())
+                missing = [n for n in names if n not in triggers]
+                elsewhere = sorted({homes[n] for n in names if n in homes and homes[n].lower() != table.lower()})
+                if elsewhere:
+                    problems.append(drift.moved_problem(table, elsewhere[0]))
+                elif missing:
+                    problems.append(f"table {table}: trigger(s) {', '.join(missing)} missing")
+                elif {triggers[n] for n in names} != wanted:
+                    problems.append(f"table {table}: triggers are out of date with the table's columns")
+        return problems
+
+    def require_installed(self) -> None:
+        require_installed(self, self.install_error)
+
+    def notes(self) -> list[str]:
+        """What ``databus validate`` (its only caller: a scan of every captured table is too slow for the checks
+        of every sync) says of the source beyond its capture objects: ``text.text_notes``'s scan for text that
+        is not UTF-8, which raises ``SchemaMismatchError`` naming each table, column and key."""
+        schemas = self.catalog.schemas()
+        with closing(self.database.connect()) as conn:
+            return text_notes(conn, schemas, self.name)
+
+    def install_error(self, problems: Sequence[str]) -> CaptureNotInstalledError:
+        return not_installed(
+            f"capture is not installed correctly in source {self.name!r} ({self.config.path}):", problems,
+            f"materialize the '{self.name}/capture' asset (or run `databus install --source {self.name}`) "
+            "to install or update the txlog and triggers")
+
+    def require_current(self, conn: sqlite3.Connection, schemas: Mapping[str, TableSchema]) -> None:
+        """Holding the poll's write lock: every captured table still has the triggers and columns install
+        rendered them for (install checked just before; this closes the gap), so the check moves up. The
+        database is still this source's."""
+        self.catalog.require_owner(conn)
+        stale = drift.stale(conn, schemas, drift.shapes(conn))
+        if stale:
+            raise self.install_error([drift.moved_problem(table, found.moved_to) if found.moved_to else
+                                      f"table {table}: its columns or triggers changed while capture started"
+                                      for table, found in stale.items()])
+        conn.execute(sqlfiles.load("sqlite", "set_checked.sql"), {"scn": high_water_mark(conn).value})
+
+    def uninstall(self) -> None:
+        with closing(self.database.connect()) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            for table in self.config.tables:
+                names = {k: quote_sqlite(v) for k, v in trigger_names(table.name).items()}
+                for statement in split(sqlfiles.render("sqlite", "uninstall_table.sql", **names)):
+                    conn.execute(statement)
+            for statement in split(sqlfiles.load("sqlite", "uninstall.sql")):
+                conn.execute(statement)
+            conn.execute("COMMIT")
