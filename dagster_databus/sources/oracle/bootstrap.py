@@ -7,7 +7,7 @@ its text literals as binds ``:w0, :w1, ...``, never as typed."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -17,6 +17,9 @@ from dagster_databus.sources.filters import Filter, filter_for
 from dagster_databus.sources.keys import keyset_pages, split_keys
 from dagster_databus.sources.oracle.sql import after_clause, through_clause
 
+if TYPE_CHECKING:
+    import oracledb
+
 
 def oracle_filter(table: str, columns: Mapping[str, str], where: str | None) -> Filter | None:
     """A selection's filter checked and rendered for Oracle (None: no filter); ``table`` as named or quoted,
@@ -24,7 +27,7 @@ def oracle_filter(table: str, columns: Mapping[str, str], where: str | None) -> 
     return filter_for(where, "oracle", table.strip('"'), columns)
 
 
-def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_range: int,
+def key_ranges(cursor: oracledb.Cursor, table: str, keys: Sequence[str], scn: int, rows_per_range: int,
                rows: RowSelection = ALL_ROWS, columns: Mapping[str, str] | None = None) -> tuple[KeyRange, ...]:
     """Ranges of about ``rows_per_range`` of the selected rows of the table as of ``scn`` (``base.split_keys``);
     a filter may name ``columns`` (``oracle_filter``)."""
@@ -35,7 +38,8 @@ def key_ranges(cursor: Any, table: str, keys: Sequence[str], scn: int, rows_per_
         where, binds = selection_clause(keys, KeyRange(after, rows.keys.through), chosen)
         cursor.execute(f"SELECT {order} FROM {table} AS OF SCN :scn{where} ORDER BY {order} "
                        "OFFSET :n ROWS FETCH NEXT 1 ROWS ONLY", scn=scn, n=n, **binds)
-        return cursor.fetchone()
+        row: tuple[Any, ...] | None = cursor.fetchone()
+        return row
 
     return split_keys(key_at, rows_per_range, rows.keys)
 
@@ -57,7 +61,7 @@ def selection_clause(keys: Sequence[str], where: KeyRange, predicate: Filter | N
     return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), binds
 
 
-def check_selection(cursor: Any, table: str, keys: Sequence[str], rows: RowSelection,
+def check_selection(cursor: oracledb.Cursor, table: str, keys: Sequence[str], rows: RowSelection,
                     columns: Mapping[str, str] | None = None) -> None:
     """Check the filter (``sources.filters``) and run the selection's query on no rows: the database names what
     its own check finds."""
@@ -97,8 +101,8 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
     return TableSnapshot(scn=read.scn, schema=schema, batches=batches)
 
 
-def pages_as_of(conn: Any, table: str, select: str, keys: Sequence[str], scn: int, page: int, start: KeyRange,
-                predicate: Filter | None, width: int, convert: Callable[[list[Any]], pa.RecordBatch]
+def pages_as_of(conn: oracledb.Connection, table: str, select: str, keys: Sequence[str], scn: int, page: int,
+                start: KeyRange, predicate: Filter | None, width: int, convert: Callable[[list[Any]], pa.RecordBatch]
                 ) -> Iterator[pa.RecordBatch]:
     """The rows of ``table`` (quoted) as of SCN ``scn`` in key range ``start`` (and ``predicate``), ``page``
     rows per query in key order, converted. ``select`` lists ``width`` exact-value expressions and then the
@@ -110,7 +114,8 @@ def pages_as_of(conn: Any, table: str, select: str, keys: Sequence[str], scn: in
         clause, binds = selection_clause(keys, keys_range, predicate)
         cur.execute(f"SELECT {select} FROM {table} AS OF SCN :scn{clause} ORDER BY {', '.join(keys)} "
                     "FETCH FIRST :n ROWS ONLY", {"scn": scn, "n": page, **binds})
-        return cur.fetchall()
+        rows: list[Any] = cur.fetchall()
+        return rows
 
     try:
         for rows in keyset_pages(fetch, start, lambda row: tuple(row[width:]), page):
