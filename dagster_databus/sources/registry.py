@@ -17,6 +17,9 @@ from dagster_databus.sources.base import RangeRead, Source, TableSnapshot
 
 if TYPE_CHECKING:
     from dagster_databus.config import SourceConfig
+    from dagster_databus.sources.mysql.source import MysqlSource
+    from dagster_databus.sources.oracle.source import OracleSource
+    from dagster_databus.sources.sqlite.source import SqliteSource
 
 RangeReader = Callable[[RangeRead, int], TableSnapshot]
 
@@ -54,6 +57,10 @@ KINDS: Mapping[str, SourceKind] = {kind.name: kind for kind in (
     SourceKind("oracle", "dagster_databus.sources.oracle.source:OracleSource",
                "dagster_databus.sources.oracle.bootstrap:read_range"),
 )}
+
+
+if TYPE_CHECKING:  # mypy holds each registered adapter to the Source protocol (the registry imports it by name)
+    _ADAPTERS: tuple[type[Source], ...] = (SqliteSource, MysqlSource, OracleSource)
 
 
 def source_kind(name: str) -> SourceKind:

@@ -1,9 +1,9 @@
 """MySQL / MariaDB: column types → product types (docs/types.md), and driver values → canonical values.
 
-A row reaches capture by two roads that hand over different Python values for the same stored
-value: the bootstrap reads it with pymysql (the text protocol), change events decode it from the
-binary log with python-mysql-replication. Each road has its converter here, and both end in the
-column type's canonical value (``core.types``), so a row is the same whichever road it took:
+A row reaches capture by two roads that hand over different values for the same stored value: the
+bootstrap reads it with pymysql (the text protocol, converted here by ``bootstrap_value``), change
+events decode it from the binary log (``wire.values``, a column at a time). Both end in the column
+type's canonical value (``core.types``), so a row is the same whichever road it took:
 
 - FLOAT: the text protocol prints a FLOAT rounded (0.3 for the stored 0.300000011920928955078125);
   the bootstrap selects ``CAST(col AS DOUBLE)``, the exact stored value, as the binlog has it.
@@ -21,11 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import ipaddress
-import json
 import re
-import socket
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -35,9 +31,6 @@ from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import TypeValueError
 
 ZeroDates = Literal["error", "null"]
-ZERO_DATE = "<zero date>"  # what the binlog converter is handed for a date it could not decode
-ZERO_DATE_SOURCES = {"out of date range", "out of datetime range", "out of datetime2 range"}
-EMPTY_SET_SOURCE = "empty set"
 
 _GEOMETRY = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
              "geometrycollection", "geomcollection"}
@@ -195,142 +188,3 @@ def _zero_date(described: str, zero_dates: ZeroDates) -> None:
     raise TypeValueError(
         f"{described} is a MySQL zero date, which Delta's date and timestamp types cannot hold; set the source's "
         "zero_dates: null to store such dates as NULL, or correct the rows")
-
-
-# -- the binlog road (python-mysql-replication) -----------------------------------------
-
-
-def binlog_column_type(col: Any) -> ColumnType | None:
-    """The product type of a binlog table-map column (``binlog_row_metadata=FULL``)."""
-    code, unsigned = col.type, bool(getattr(col, "unsigned", False))
-    binary = getattr(col, "character_set_name", None) == "binary"
-    if code in _BINLOG_INTS:
-        return ColumnType.parse(_INTEGERS[_BINLOG_INTS[code]][1 if unsigned else 0])
-    simple = _BINLOG_SIMPLE.get(code)
-    if simple is not None:
-        return ColumnType(simple)  # type: ignore[arg-type]
-    if code == 246:
-        return ColumnType.decimal(col.precision, col.decimals)
-    if code == 16:
-        return ColumnType("boolean" if col.bits == 1 else "binary")
-    if code in (15, 253, 254, 249, 250, 251, 252):
-        return ColumnType("binary" if binary else "string")
-    return None
-
-
-_BINLOG_INTS = {1: "tinyint", 2: "smallint", 9: "mediumint", 3: "int", 8: "bigint"}
-_BINLOG_SIMPLE = {4: "float", 5: "double", 7: "timestamp", 17: "timestamp", 12: "timestamp_ntz",
-                  18: "timestamp_ntz", 10: "date", 14: "date", 11: "time", 19: "time", 13: "integer",
-                  247: "string", 248: "string", 245: "string", 255: "binary"}
-_BINLOG_NAMES = {1: "tinyint", 2: "smallint", 9: "mediumint", 3: "int", 8: "bigint", 4: "float", 5: "double",
-                 7: "timestamp", 17: "timestamp", 12: "datetime", 18: "datetime", 10: "date", 14: "date",
-                 11: "time", 19: "time", 13: "year", 245: "json", 255: "geometry", 246: "decimal", 16: "bit",
-                 247: "enum", 248: "set", 15: "varchar", 253: "varchar", 254: "char", 249: "tinyblob",
-                 250: "mediumblob", 251: "longblob", 252: "blob"}
-
-
-def binlog_source_type(col: Any) -> str:
-    """A COLUMN_TYPE-like description of a binlog column, for schemas and messages."""
-    name = _BINLOG_NAMES.get(col.type, f"binlog type {col.type}")
-    binary = getattr(col, "character_set_name", None) == "binary"
-    if col.type == 246:
-        return f"decimal({col.precision},{col.decimals})"
-    if col.type == 16:
-        return f"bit({col.bits})"
-    if col.type in (247, 248):
-        members = col.enum_values[1:] if col.type == 247 else col.set_values
-        return f"{name}(" + ",".join("'" + m.replace("'", "''") + "'" for m in members or ()) + ")"
-    if col.type in (15, 253, 254):
-        base = {"varchar": "varbinary", "char": "binary"}[name] if binary else name
-        return f"{base}({col.max_length})"
-    if col.type in (249, 250, 251, 252) and not binary:
-        return name.replace("blob", "text")
-    if col.type in (17, 18, 19) and getattr(col, "fsp", 0):
-        return f"{name}({col.fsp})"
-    return f"{name} unsigned" if getattr(col, "unsigned", False) else name
-
-
-def compatible(known: Column, col: Any, ctype: ColumnType | None) -> bool:
-    """Whether a binlog column is the known (information_schema) column as the binlog writes it."""
-    if known.type == ctype:
-        return True
-    special = MysqlType.parse(known.source_type).name
-    return (special in ("uuid", "inet6", "inet4") and col.type == 254
-            and getattr(col, "character_set_name", None) == "binary"
-            and getattr(col, "max_length", 0) == (4 if special == "inet4" else 16))
-
-
-def binlog_value(col: Any, column: Column, zero_dates: ZeroDates) -> Callable[[Any], Any]:
-    """python-mysql-replication's value (never None) → the canonical value of ``column.type``.
-
-    Zero dates arrive as ``ZERO_DATE`` and empty sets as ``""`` (the caller reads ``none_sources``).
-    """
-    kind = column.type.kind
-    special = MysqlType.parse(column.source_type).name
-    if special in ("uuid", "inet6", "inet4"):
-        return _TEXT_FORMS[special]
-    code = col.type
-    if code == 16:
-        width = (col.bits + 7) // 8
-        if kind == "boolean":
-            return lambda v: v == "1"
-        return lambda v: int(v, 2).to_bytes(width, "big")
-    if code == 248:
-        order = {m: i for i, m in enumerate(col.set_values or ())}
-        return lambda v: v if isinstance(v, str) else ",".join(sorted(v, key=order.__getitem__))
-    if code == 13:
-        return lambda v: 0 if v == 1900 else v  # YEAR 0000 is stored as 0 and decoded as 1900 + 0
-    if code == 245:
-        return _mysql_json_text
-    if kind == "binary":
-        length = getattr(col, "max_length", 0) if code == 254 else 0
-        return lambda v: _binary(v, length)
-    if kind == "decimal" and code == 8:  # BIGINT UNSIGNED
-        return decimal.Decimal
-    if kind in ("date", "timestamp_ntz"):
-        return lambda v: _zero_date("a zero or partly zero date", zero_dates) if v is ZERO_DATE else v
-    if kind == "timestamp":
-        def timestamp(v: Any) -> Any:
-            if v is ZERO_DATE or v == _EPOCH:  # TIMESTAMP's zero is stored as 0 seconds
-                return _zero_date("'0000-00-00 00:00:00'", zero_dates)
-            return v.replace(tzinfo=dt.UTC)  # the binlog stores UTC seconds
-
-        return timestamp
-    return same
-
-
-_EPOCH = dt.datetime(1970, 1, 1)
-
-
-def _binary(value: Any, length: int) -> bytes:
-    data = value.encode("latin-1") if isinstance(value, str) else bytes(value)
-    # BINARY(n) is stored right-padded with zero bytes; the binlog leaves the padding out.
-    return data.ljust(length, b"\x00") if length else data
-
-
-def _inet6(value: bytes) -> str:
-    return socket.inet_ntop(socket.AF_INET6, _binary(value, 16))
-
-
-_TEXT_FORMS: dict[str, Callable[[Any], str]] = {
-    "uuid": lambda v: str(uuid.UUID(bytes=_binary(v, 16))),
-    "inet6": _inet6,
-    "inet4": lambda v: str(ipaddress.IPv4Address(_binary(v, 4))),
-}
-
-
-def _mysql_json_text(value: Any) -> str:
-    """MySQL's binary JSON, decoded by python-mysql-replication, as the text MySQL prints for it."""
-    if isinstance(value, str):
-        return value  # MariaDB: JSON is LONGTEXT
-
-    def plain(v: Any) -> Any:
-        if isinstance(v, bytes):
-            return v.decode("utf-8")
-        if isinstance(v, dict):
-            return {plain(k): plain(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [plain(x) for x in v]
-        return v
-
-    return json.dumps(plain(value), ensure_ascii=False, separators=(", ", ": "))

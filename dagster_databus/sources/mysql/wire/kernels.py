@@ -20,7 +20,7 @@ NULL = -1  # a length in ``ln`` that marks a NULL
 def _le(data: np.ndarray, pos: int, n: int) -> int:  # pragma: no cover - compiled
     value = 0
     for i in range(n):
-        value |= np.int64(data[pos + i]) << (8 * i)
+        value |= int(data[pos + i]) << (8 * i)
     return value
 
 
@@ -28,7 +28,7 @@ def _le(data: np.ndarray, pos: int, n: int) -> int:  # pragma: no cover - compil
 def _be(data: np.ndarray, pos: int, n: int) -> int:  # pragma: no cover - compiled
     value = 0
     for i in range(n):
-        value = (value << 8) | np.int64(data[pos + i])
+        value = (value << 8) | int(data[pos + i])
     return value
 
 
@@ -162,7 +162,7 @@ def _fraction(data: np.ndarray, pos: int, fsp: int) -> int:  # pragma: no cover 
     if fsp <= 0:
         return 0
     if fsp <= 2:
-        return np.int64(data[pos]) * 10000
+        return int(data[pos]) * 10000
     if fsp <= 4:
         return _be(data, pos, 2) * 100
     return _be(data, pos, 3)
@@ -258,7 +258,7 @@ def times2(data: np.ndarray, off: np.ndarray, ln: np.ndarray, fsp: int,
                     frac -= 0x10000
                 frac *= 100
             elif fsp >= 1:
-                frac = np.int64(data[p + 3])
+                frac = int(data[p + 3])
                 if intpart < 0 and frac:
                     intpart += 1
                     frac -= 0x100
@@ -297,7 +297,7 @@ def _digit_group(buf: np.ndarray, q: int, size: int, count: int, digits: np.ndar
     ``digits[nd]``: (the next byte, the next digit)."""
     v = 0
     for j in range(size):
-        v = (v << 8) | np.int64(buf[q + j])
+        v = (v << 8) | int(buf[q + j])
     for k in range(count - 1, -1, -1):
         digits[nd + k] = 48 + v % 10
         v //= 10

@@ -65,7 +65,7 @@ def parse_event(data: memoryview, checksum: bool, file: str) -> Event:
     if checksum:
         end -= CHECKSUM_SIZE
         (crc,) = struct.unpack_from("<I", data, end)
-        covered = data[:end]
+        covered: memoryview | bytearray = data[:end]
         if code == FORMAT_DESCRIPTION and flags & LOG_EVENT_BINLOG_IN_USE_F:
             # A binlog file's header is checksummed with its in-use flag clear (servers clear it when sending).
             covered = bytearray(covered)

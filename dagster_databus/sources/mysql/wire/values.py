@@ -20,11 +20,11 @@ from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
-import pymysql.charset
 
 from dagster_databus.core.schema import Column
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import TypeValueError
+from dagster_databus.sources.mysql.connect import charset_encoding
 from dagster_databus.sources.mysql.types import MysqlType, ZeroDates
 from dagster_databus.sources.mysql.wire import kernels as k
 from dagster_databus.sources.mysql.wire.json_binary import json_text
@@ -171,7 +171,7 @@ def cutter(col: BinlogColumn, column: Column, zero_dates: ZeroDates) -> Cutter:
         width = (col.bits + 7) // 8
         if kind == "boolean":
             return lambda data, off, ln, refuse: _array(
-                _gather(data, off, ln, width).reshape(-1, width).any(axis=1), ln, pa.bool_())
+                np.asarray(_gather(data, off, ln, width).reshape(-1, width).any(axis=1)), ln, pa.bool_())
         return lambda data, off, ln, refuse: _fixed_binary(data, off, ln, width)
     if t == ENUM:
         return _enum(col)
@@ -240,7 +240,7 @@ def _fixed_binary(data: np.ndarray, off: np.ndarray, ln: np.ndarray, width: int)
 
 
 def _string(col: BinlogColumn) -> Cutter:
-    encoding = pymysql.charset.charset_by_id(col.collation).encoding if col.collation else "utf8"
+    encoding = charset_encoding(col.collation) if col.collation else "utf8"
     if encoding in ("utf8", "ascii"):
         def utf8(data: np.ndarray, off: np.ndarray, ln: np.ndarray, refuse: Refuse) -> pa.Array:
             raw = _var(data, off, ln, 0)
