@@ -203,7 +203,7 @@ def test_key_ranges_split_the_table_by_keys_and_leave_the_last_open(tmp_path: Pa
 
 @pytest.mark.parametrize("page_rows", [1, 2, 5, 100])
 def test_range_reads_page_through_every_range_by_key(tmp_path: Path, page_rows: int) -> None:
-    """Each range is read by keyset pages (``base.keyset_pages``): every row once, in key order, whatever
+    """Each range is read by keyset pages (``sources.keys.keyset_pages``): every row once, in key order, whatever
     the page size, with a compound key."""
     from dagster_databus.sources import read_range
 

@@ -19,6 +19,7 @@ columns, empty filters. docs/operations.md ("Refresh filters") lists the same fo
 from __future__ import annotations
 
 import re
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -131,7 +132,7 @@ def filter_for(where: str | None, dialect: FilterDialect, table: str, columns: M
 
 
 def select_clause(cols: str, marks: str, keys: KeyRange, where: Filter | None) -> tuple[str, list[Any]]:
-    """``base.key_clause`` for ``keys`` and a checked filter: "WHERE ... " (or "") and all its parameters in
+    """``keys.key_clause`` for ``keys`` and a checked filter: "WHERE ... " (or "") and all its parameters in
     order (the key bounds', then the filter's literals)."""
     clause, params = key_clause(cols, marks, keys, where.sql if where is not None else None)
     return clause, [*params, *(where.params if where is not None else ())]
@@ -148,13 +149,13 @@ def _plain(dialect: FilterDialect) -> Dialect:
     rewritten into another function's node, so the allow-list sees and renders exactly what was written."""
     base = {"sqlite": SQLite, "mysql": MySQL, "oracle": Oracle}[dialect]
 
-    class Parser(base.Parser):  # type: ignore[name-defined,misc]
-        FUNCTIONS: dict[str, Any] = {}
-        FUNCTION_PARSERS: dict[str, Any] = {}
-        NO_PAREN_FUNCTIONS: dict[Any, Any] = {}
-
-    plain = type(f"DatabusFilter{base.__name__}", (base,), {"Parser": Parser})
-    return plain()  # type: ignore[no-any-return]
+    # The parser's base is chosen at run time, so it is made as a class statement would make it (its
+    # metaclass builds the parser's tables from these).
+    empty: dict[str, Any] = {"FUNCTIONS": {}, "FUNCTION_PARSERS": {}, "NO_PAREN_FUNCTIONS": {}}
+    parser = types.new_class("Parser", (base.parser_class,), exec_body=lambda namespace: namespace.update(empty))
+    plain = type(f"DatabusFilter{base.__name__}", (base,), {"Parser": parser})
+    made: Dialect = plain()
+    return made
 
 
 class _Renderer:

@@ -41,7 +41,7 @@ def mysql_filter(table: str, columns: Sequence[str], where: str | None) -> Filte
 
 def key_ranges(cursor: Cursor, table: str, key: Sequence[str], rows_per_range: int,
                rows: RowSelection = ALL_ROWS, columns: Sequence[str] = ()) -> tuple[KeyRange, ...]:
-    """Ranges of about ``rows_per_range`` of the selected rows (``base.split_keys``); a filter may name
+    """Ranges of about ``rows_per_range`` of the selected rows (``keys.split_keys``); a filter may name
     ``columns``."""
     cols = ", ".join(f"`{k}`" for k in key)
     marks = ", ".join(["%s"] * len(key))

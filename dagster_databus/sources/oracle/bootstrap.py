@@ -29,7 +29,7 @@ def oracle_filter(table: str, columns: Mapping[str, str], where: str | None) -> 
 
 def key_ranges(cursor: oracledb.Cursor, table: str, keys: Sequence[str], scn: int, rows_per_range: int,
                rows: RowSelection = ALL_ROWS, columns: Mapping[str, str] | None = None) -> tuple[KeyRange, ...]:
-    """Ranges of about ``rows_per_range`` of the selected rows of the table as of ``scn`` (``base.split_keys``);
+    """Ranges of about ``rows_per_range`` of the selected rows of the table as of ``scn`` (``keys.split_keys``);
     a filter may name ``columns`` (``oracle_filter``)."""
     order = ", ".join(keys)
     chosen = oracle_filter(table, columns or {}, rows.where)

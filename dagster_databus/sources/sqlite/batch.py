@@ -28,7 +28,7 @@ from dagster_databus.core.types import ColumnType
 from dagster_databus.sources.sqlite.scan import BLOB, ESCAPED, NULL, REAL, TEXT, Spans, scan
 from dagster_databus.sources.sqlite.types import sqlite_value
 
-# The JSON each trigger writes per column type (sources/sqlite/source.py, _render_triggers): the fast shapes.
+# The JSON each trigger writes per column type (sources/sqlite/render.py, render_triggers): the fast shapes.
 _REAL = pa.struct([("$r", pa.string())])
 _BLOB = pa.struct([("$b", pa.string())])
 _JSON_SHAPE: dict[str, pa.DataType] = {"long": pa.int64(), "boolean": pa.int64(), "string": pa.string(),

@@ -71,7 +71,7 @@ def _only(table: str, functions: frozenset[str]) -> Callable[[int, str | None, s
 
 def key_ranges(conn: sqlite3.Connection, table: str, key: Sequence[str], rows_per_range: int,
                rows: RowSelection = ALL_ROWS, columns: Sequence[str] = ()) -> tuple[KeyRange, ...]:
-    """Ranges of about ``rows_per_range`` of the selected rows (``base.split_keys``); a filter may name
+    """Ranges of about ``rows_per_range`` of the selected rows (``keys.split_keys``); a filter may name
     ``columns``."""
     cols = ", ".join(quote_sqlite(k) for k in key)
     marks = ", ".join("?" * len(key))

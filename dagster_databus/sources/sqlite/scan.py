@@ -2,7 +2,7 @@
 
 The triggers write every image with ``json_object`` in the table's column order, each value one of:
 ``null``, an integer, a string, ``{"$r":"<%!.20e>"}`` for a REAL, ``{"$b":"<hex>"}`` for a BLOB
-(``sources/sqlite/source.py``). Arrow's JSON reader needs one JSON type per column, which a DECIMAL or
+(``sources/sqlite/render.py``). Arrow's JSON reader needs one JSON type per column, which a DECIMAL or
 date column does not have (SQLite stores integers, reals and text side by side in it), so for those
 columns ``scan`` returns, per image, the value's kind and the span of its text in the image's
 bytes. ``sqlite.batch`` turns the spans into typed columns with Arrow; anything outside the grammar

@@ -8,6 +8,7 @@ a row image (``width``) and what they mean; ``sources.mysql.types`` maps it to a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Required, TypedDict
 
 import numpy as np
 
@@ -143,9 +144,9 @@ def _parse(body: memoryview, mariadb: bool) -> TableMap:
     types = list(r.take(count))
     meta = _Reader(r.take(r.packed()))
     nulls = r.take((count + 7) // 8)
-    columns: list[dict[str, object]] = []
+    columns: list[_Fields] = []
     for i, t in enumerate(types):
-        col: dict[str, object] = {"type": t, "nullable": bool(nulls[i // 8] >> (i % 8) & 1)}
+        col: _Fields = {"type": t, "nullable": bool(nulls[i // 8] >> (i % 8) & 1)}
         if t in (FLOAT, DOUBLE, BLOB, JSON, GEOMETRY, TINY_BLOB, MEDIUM_BLOB, LONG_BLOB, VECTOR):
             col["pack_length"] = meta.byte()
         elif t == NEWDECIMAL:
@@ -166,21 +167,37 @@ def _parse(body: memoryview, mariadb: bool) -> TableMap:
                 col["type"] = STRING
                 col["max_length"] = second | ((((real & 0x30) ^ 0x30) << 4) if (real & 0x30) != 0x30 else 0)
         columns.append(col)
-    named = _optional_metadata(r, columns, mariadb)
-    built = tuple(BinlogColumn(name=str(c.pop("name", f"@{i + 1}")), **c)  # type: ignore[arg-type]
+    names = _optional_metadata(r, columns, mariadb)
+    named = names is not None
+    built = tuple(BinlogColumn(name=names[i] if names is not None else f"@{i + 1}", **c)
                   for i, c in enumerate(columns))
     widths = np.array([c.width for c in built], np.int64)
     return TableMap(table_id, database, table, built, named, widths)
 
 
-def _optional_metadata(r: _Reader, columns: list[dict[str, object]], mariadb: bool) -> bool:
-    """Fill ``columns`` from the optional metadata fields; whether they carried the names."""
+class _Fields(TypedDict, total=False):
+    """A column's ``BinlogColumn`` fields but its name, as the table map's parts give them."""
+
+    type: Required[int]
+    nullable: bool
+    unsigned: bool
+    collation: int
+    max_length: int
+    precision: int
+    scale: int
+    bits: int
+    pack_length: int
+    members: tuple[str, ...]
+
+
+def _optional_metadata(r: _Reader, columns: list[_Fields], mariadb: bool) -> list[str] | None:
+    """Fill ``columns`` from the optional metadata fields; the columns' names, when they carried them."""
     # Which columns the charset fields list differs: MariaDB counts GEOMETRY, MySQL 9 counts VECTOR.
     character = [c for c in columns
                  if c["type"] in _CHARACTER or c["type"] == (GEOMETRY if mariadb else VECTOR)]
     enum_set = [c for c in columns if c["type"] in (ENUM, SET)]
     numeric = [c for c in columns if c["type"] in _NUMERIC]
-    named = False
+    names: list[str] | None = None
     while r.pos < r.end:
         kind = r.byte()
         f = _Reader(r.take(r.packed()))
@@ -200,12 +217,10 @@ def _optional_metadata(r: _Reader, columns: list[dict[str, object]], mariadb: bo
             for c in character if kind == COLUMN_CHARSET else enum_set:
                 c["collation"] = f.packed()
         elif kind == COLUMN_NAME:
-            for c in columns:
-                c["name"] = f.text()
-            named = True
+            names = [f.text() for _ in columns]
         elif kind in (SET_STR_VALUE, ENUM_STR_VALUE):
             wanted = SET if kind == SET_STR_VALUE else ENUM
             for c in (c for c in enum_set if c["type"] == wanted):
                 c["members"] = tuple(f.text() for _ in range(f.packed()))
         # The rest (geometry subtypes, key columns, visibility, vector dimensions) changes no value.
-    return named
+    return names
