@@ -17,6 +17,7 @@ from dagster_databus.config import parse_config
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.sources import open_source
 from dagster_databus.sources.mysql.failover import find_after_gtid, find_by_time
+from dagster_databus.sources.mysql.source import MysqlSource
 from tests.mariadb import MariaDBServer, find_binary
 
 
@@ -45,23 +46,25 @@ def main(transactions: int = 40_000, files: int = 8) -> None:
              "failover": {"retries": 1, "interval_s": 0, "fallback_interval_s": 1},
              "tables": [{"name": "kv", "primary_key": ["k"]}]}]}, base=work)
         source = open_source(config.source("b"))
-        source.role = "standby"
+        assert isinstance(source, MysqlSource)
+        servers = source.servers
+        servers.role = "standby"
         domain, server_id, seq = gtid.split("-")
         target = f"{domain}-{server_id}-{int(seq) - transactions // 10}"  # 10% from the end
         since_ts = int(time.time()) - 1
 
         def by_gtid() -> None:
-            with closing(source.connect()) as c, c.cursor() as cur:
-                find_after_gtid(source, cur, target)
+            with closing(servers.connect()) as c, c.cursor() as cur:
+                find_after_gtid(servers, cur, target)
 
         def by_time() -> None:
-            with closing(source.connect()) as c, c.cursor() as cur:
-                find_by_time(source, cur, since_ts)
+            with closing(servers.connect()) as c, c.cursor() as cur:
+                find_by_time(servers, cur, since_ts)
 
         def server_gtid() -> None:
             from pymysqlreplication import BinLogStreamReader
 
-            stream = BinLogStreamReader(connection_settings=source.connection_settings(), server_id=98,
+            stream = BinLogStreamReader(connection_settings=servers.connection_settings(), server_id=98,
                                         blocking=False, auto_position=target, is_mariadb=True)
             next(iter(stream), None)
             stream.close()

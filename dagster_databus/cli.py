@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from dagster_databus import pipeline
-from dagster_databus.config import DatabusConfig, SourceConfig, load_config
+from dagster_databus.config import DatabusConfig, MysqlSourceConfig, SourceConfig, load_config
 from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
 from dagster_databus.consumer.pull import MetaManager
 from dagster_databus.core.events import ChangeEvent
@@ -184,7 +184,7 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
             print(f"  {table.name:<26}{'':>12}{applied or '-'!s:>12}{'':>12}{behind:>8}")
         for problem in pipeline.lake_damage(config, source.name, [t.name for t in source.tables]):
             print(f"  damaged: {problem}")
-        if getattr(source, "standby", None) is not None:
+        if isinstance(source, MysqlSourceConfig) and source.standby is not None:
             server = checkpoint.state.get("server", "primary") if checkpoint else "primary"
             switches = "; ".join(f"{e.get('from_server')} -> {e.get('to_server')} by {e.get('method')}"
                                  for e in manifest.lineage) or "none"
