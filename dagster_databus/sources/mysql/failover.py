@@ -132,7 +132,7 @@ def find_after_gtid(source: MysqlServers, cur: Cursor, gtid: str) -> tuple[str, 
             f"{where} has GTID domain {domain} past sequence {seq}, but not transaction {gtid} itself: its "
             "history diverged from the server capture read before (a different transaction has that number)",
             f"run `databus bootstrap --source {source.name}` so the snapshots match this server",
-            source=source.name, gtid=gtid)
+            source=source.name, gtid=gtid, transient=False)
     raise LogGapError(
         f"{where} no longer holds the binlog with GTID {gtid}: its oldest binlog {files[0]} starts after it",
         f"run `databus bootstrap --source {source.name}`, or set sources.{source.name}.on_purged: bootstrap",

@@ -118,7 +118,8 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
         raise SourceUnavailableError(
             f"source {read.source!r}: a task could not read {spec['path']}: {exc}",
             "the SQLite file must be readable at the same path from every Spark executor; run the spark engine "
-            "on the database's machine, or set merge.engine: local", source=read.source) from None
+            "on the database's machine, or set merge.engine: local", source=read.source,
+            transient="locked" in str(exc)) from None  # a busy writer passes; a missing file does not
     columns = ", ".join(read_expression(c) for c in schema.columns)
     cols = ", ".join(quote_sqlite(k) for k in key)
     marks = ", ".join("?" * len(key))
