@@ -22,7 +22,7 @@ from benchmarks.common import best_of, jvm_rss_growth, report
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.snapshot.merge import engine_for, sync_table
-from dagster_databus.spark.session import get_spark
+from dagster_databus.spark.runtime import SparkRuntime
 from tests.mariadb import MariaDBServer
 
 COLUMNS = ["id", "name", "price", "qty", "note"]
@@ -42,7 +42,7 @@ def bootstrap(config: DatabusConfig, engine: str = "spark") -> None:
     cfg = config if engine == "spark" else config.model_copy(update={"merge": config.merge.model_copy(
         update={"engine": engine})})
     shutil.rmtree(cfg.lake.path / "snapshot", ignore_errors=True)
-    sync_table(cfg, cfg.sources[0], "items", engine_for(lambda: get_spark(cfg.spark), cfg))
+    sync_table(cfg, cfg.sources[0], "items", engine_for(SparkRuntime(cfg.spark), cfg))
 
 
 def sqlite_case(work: Path, n: int) -> None:
@@ -108,7 +108,7 @@ def memory_case(work: Path, server: MariaDBServer, sizes: tuple[int, ...]) -> No
     for n in sizes:
         load_mariadb(server, n)
         pipeline.install(config, "m")
-        python, jvm = jvm_rss_growth(get_spark(config.spark), lambda: bootstrap(config))
+        python, jvm = jvm_rss_growth(SparkRuntime(config.spark).session, lambda: bootstrap(config))
         size = sum(p.stat().st_size for p in (config.lake.path / "snapshot").rglob("*.parquet"))
         print(f"  {n:>12,} rows ({size / 2**20:,.0f} MiB of Parquet): Python driver +{python / 2**20:,.0f} MiB, "
               f"its JVM +{jvm / 2**20:,.0f} MiB")

@@ -20,7 +20,7 @@ from dagster_databus.config import load_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.spark.session import get_spark
+from dagster_databus.spark.runtime import SparkRuntime
 
 
 def main(rate_per_s: float = 50.0, seconds: float = 60.0) -> None:
@@ -35,7 +35,7 @@ def main(rate_per_s: float = 50.0, seconds: float = 60.0) -> None:
             {"name": "e", "kind": "sqlite", "path": "src.db", "tables": [{"name": "events", "primary_key": ["id"]}]}]}))
         config = load_config(path)
         pipeline.install(config, "e")
-        spark = get_spark(config.spark)
+        spark = SparkRuntime(config.spark).start()
         sync_source(spark, config, "e")  # bootstrap the (empty) snapshot
         with sqlite3.connect(db) as conn:  # then one real merge: Spark's first job pays its warm-up here
             conn.execute("INSERT INTO events VALUES (0, 0)")

@@ -23,7 +23,7 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.dataplane.history import HistoryTable, history_schema, tracked_columns
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import engine_for, sync_source
-from dagster_databus.spark.session import get_spark
+from dagster_databus.spark.runtime import SparkRuntime
 
 ROUNDS = 3
 UPDATES, DELETES, INSERTS = 20_000, 2_000, 5_000
@@ -42,10 +42,10 @@ def _run(rows: int, engine_name: str) -> list[tuple[float, float, int]]:
                                "sources": [{"name": "b", "kind": "sqlite", "path": str(db),
                                             "tables": [{"name": "items", "primary_key": ["id"], "history": True}]}]},
                               base=work)
-        spark = get_spark(config.spark) if engine_name != "local" else None
+        spark = SparkRuntime(config.spark)  # the local engine never starts it
         pipeline.install(config, "b")
         sync_source(spark, config, "b")  # bootstraps the snapshot and starts the history from it
-        engine = engine_for(spark, config)  # type: ignore[arg-type]  # the local engine starts no Spark
+        engine = engine_for(spark, config)
         log = ChangeLog(config.lake, "b")
         snap, hist = DeltaSnapshot(config.lake, "b", "items"), HistoryTable(config.lake, "b", "items")
         schema = log.schemas.latest("items")[1]  # type: ignore[index]

@@ -27,7 +27,7 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.engines.local import write_snapshot
 from dagster_databus.snapshot.merge import engine_for, sync_table
-from dagster_databus.spark.session import get_spark
+from dagster_databus.spark.runtime import SparkRuntime
 from tests.s3server import S3Server
 
 SCHEMA = TableSchema("b", "items", (Column("id", ColumnType("long")), Column("name", ColumnType("string")),
@@ -80,7 +80,7 @@ def merge(server: S3Server, rows: int, changed_pct: float) -> None:
     events = [ChangeEvent(Scn(n + 1), n, "items", Op.UPDATE, (k,), {"id": k, "name": f"u{n}", "price": -1.0}, 0)
               for n, k in enumerate(range(0, rows, rows // changed))]
     configs = _configs(work, server, source)  # sets the secret's variable, which Spark's processes inherit
-    spark = get_spark(configs[0][1].spark)
+    spark = SparkRuntime(configs[0][1].spark).start()
     timings = []
     for label, config in configs:
         with ChangeLog(config.lake, "b").writer() as writer:

@@ -30,7 +30,7 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.dataplane.files import FileWriter, run_prefix
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import engine_for, sync_table
-from dagster_databus.spark.session import get_spark
+from dagster_databus.spark.runtime import SparkRuntime
 
 SCHEMA = TableSchema("b", "items", (Column("id", ColumnType("long")), Column("name", ColumnType("string")),
                                     Column("price", ColumnType("double"))), ("id",))
@@ -93,7 +93,7 @@ def main(rows: int = 1_000_000, changed_pct: float = 10.0, master: str = "local[
     work = Path(tempfile.mkdtemp(prefix="bench-merge-"))
     try:
         config = config_for(work, master)
-        spark = get_spark(config.spark)
+        spark = SparkRuntime(config.spark).start()
         changed = int(rows * changed_pct / 100)
         keys = np.arange(0, rows, rows // changed, dtype=np.int64)[:changed]
         kept = write_snapshot(config, rows, config.merge.file_rows)
@@ -122,7 +122,7 @@ def main(rows: int = 1_000_000, changed_pct: float = 10.0, master: str = "local[
         fresh()
         ours()  # warm: the first Spark job of a session and the numba kernels' first load
         fresh()
-        python_growth, jvm_growth = jvm_rss_growth(spark, ours)
+        python_growth, jvm_growth = jvm_rss_growth(spark.session, ours)
         result = check_result(snap, keys)
         # Interleaved, best of each: a slower moment of a shared machine does not fall on one side only.
         mine, peer, local = (min(times) for times in zip(*(

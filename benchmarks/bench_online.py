@@ -28,7 +28,7 @@ from benchmarks.bench_bootstrap import bootstrap, load_mariadb, mariadb_config
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, load_config
 from dagster_databus.snapshot.merge import engine_for, sync_table
-from dagster_databus.spark.session import get_spark
+from dagster_databus.spark.runtime import SparkRuntime
 from tests.mariadb import MariaDBServer
 
 WRITES_PER_S = 500
@@ -96,7 +96,7 @@ def _phases(config: DatabusConfig, engine: str = "spark") -> tuple[float, float]
     cfg = config if engine == "spark" else config.model_copy(update={"merge": config.merge.model_copy(
         update={"engine": engine})})
     shutil.rmtree(cfg.lake.path / "snapshot", ignore_errors=True)
-    sync_table(cfg, cfg.sources[0], "items", engine_for(lambda: get_spark(cfg.spark), cfg), progress)
+    sync_table(cfg, cfg.sources[0], "items", engine_for(SparkRuntime(cfg.spark), cfg), progress)
     return marks[0], time.monotonic() - started
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from benchmarks.bench_merge import config_for, write_log, write_snapshot
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import engine_for, sync_table
-from dagster_databus.spark.session import get_spark
+from dagster_databus.spark.runtime import SparkRuntime
 
 CHANGES = 10_000
 
@@ -28,7 +28,7 @@ def run(rows: int, merges: int, file_rows: int) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-pruning-"))
     try:
         config = config_for(work, "local[2]", file_rows=file_rows)
-        spark = get_spark(config.spark)
+        spark = SparkRuntime(config.spark).start()
         write_snapshot(config, rows, file_rows)
         engine = engine_for(spark, config)
         rng = np.random.default_rng(5)

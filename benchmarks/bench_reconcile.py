@@ -27,7 +27,7 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import reconcile_table
 from dagster_databus.sources import open_source
-from dagster_databus.spark.session import get_spark
+from dagster_databus.spark.runtime import SparkRuntime
 from tests.mariadb import MariaDBServer
 
 TABLE = "CREATE TABLE items (id INTEGER PRIMARY KEY, name VARCHAR(40), price DOUBLE, qty INTEGER, note VARCHAR(20))"
@@ -62,7 +62,7 @@ def sqlite_check(rows: int, work: Path) -> None:
         {"name": "b", "kind": "sqlite", "path": str(db), "tables": [{"name": "items", "primary_key": ["id"]}]}]},
         base=work)
     pipeline.install(config, "b")
-    sync_source(lambda: get_spark(config.spark), config, "b")  # bootstrap into Delta
+    sync_source(SparkRuntime(config.spark), config, "b")  # bootstrap into Delta
     snapshot = DeltaSnapshot(config.lake, "b", "items").path
 
     def count() -> int:

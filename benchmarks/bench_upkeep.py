@@ -25,7 +25,7 @@ from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.upkeep import upkeep_source
-from dagster_databus.spark.session import get_spark
+from dagster_databus.spark.runtime import SparkRuntime
 
 ROWS = 200_000
 EVERY = 50  # merges between upkeep runs: a daily schedule over five-minute polls is 288
@@ -47,7 +47,7 @@ def _run(merges: int, upkeep: bool, engine: str) -> tuple[int, int, float, float
     work = Path(tempfile.mkdtemp(prefix="bench-upkeep-"))
     try:
         config, db = _setup(work, engine)
-        spark = get_spark(config.spark) if engine != "local" else None  # the local engine starts no Spark
+        spark = SparkRuntime(config.spark)  # the local engine never starts it
         pipeline.install(config, "b")
         sync_source(spark, config, "b")
         rng, next_id, upkept = random.Random(5), ROWS, 0.0

@@ -14,7 +14,7 @@ import sys
 from dagster_databus.config import load_config
 from dagster_databus.errors import DatabusError
 from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.spark.session import get_spark
+from dagster_databus.spark.runtime import SparkRuntime
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
-        results = sync_source(lambda: get_spark(config.spark), config, args.source, args.tables,
+        results = sync_source(SparkRuntime(config.spark), config, args.source, args.tables,
                               progress=lambda m: print(m, flush=True))
     except DatabusError as exc:
         print(f"error: {exc}", file=sys.stderr)

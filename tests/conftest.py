@@ -7,7 +7,7 @@ Every test is marked ``spark`` or ``server`` when it needs one (``pytest_collect
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from dagster_databus.snapshot.merge import TableSyncResult, sync_source
 from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.sources import open_source, read_rows
 from dagster_databus.spark.connect_server import ConnectServer
+from dagster_databus.spark.runtime import SparkRuntime
 from dagster_databus.storage.lake import Lake
 from tests.harness import ORACLE_ENV, ORACLE_SKIP, MysqlHarness, OracleHarness, SourceHarness, SqliteHarness
 from tests.mariadb import COMPRESSED_BINLOG, MariaDBServer
@@ -66,7 +67,7 @@ def require_tool(present: bool, reason: str) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def host_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """This host's cache (the Spark Connect session runs share) in the test run's own folder, not the user's."""
-    from dagster_databus.spark.session import CACHE_ENV
+    from dagster_databus.spark.connect import CACHE_ENV
 
     folder = tmp_path_factory.mktemp("cache")
     before = os.environ.get(CACHE_ENV)
@@ -89,21 +90,20 @@ def spark_cluster() -> Iterator[SparkCluster]:
 
 
 @pytest.fixture(scope="session")
-def spark(spark_cluster: SparkCluster) -> Iterator[object]:
-    """The session every test shares (a process has one): the driver here, executors on the cluster."""
-    from dagster_databus.spark.session import get_spark
-
+def spark(spark_cluster: SparkCluster) -> Iterator[SparkRuntime]:
+    """The runtime every test shares, started (a process has one classic session): the driver here, executors
+    on the cluster."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    yield get_spark(SparkConfig(master=spark_cluster.url, conf={
+    yield SparkRuntime(SparkConfig(master=spark_cluster.url, conf={
         "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-        "spark.executor.memory": "768m", "spark.cores.max": "2"}))
+        "spark.executor.memory": "768m", "spark.cores.max": "2"})).start()
 
 
 @pytest.fixture
-def lazy_spark(request: pytest.FixtureRequest) -> Callable[[], object]:
+def lazy_spark(request: pytest.FixtureRequest) -> SparkRuntime:
     """The shared session, started when an engine first asks for it: for tests run with each engine, whose
     local-engine runs never ask (``cycle``, ``sync_source``, ``engine_for`` and ``open_engine`` take it)."""
-    return lambda: request.getfixturevalue("spark")
+    return SparkRuntime.deferred(lambda: request.getfixturevalue("spark").session)
 
 
 @pytest.fixture(scope="session")
@@ -154,17 +154,15 @@ def source(request: pytest.FixtureRequest, tmp_path: Path) -> SourceHarness:
     return source_harness(request, tmp_path)
 
 
-def require_delta_spark(spark: object, to: str) -> None:
+def require_delta_spark(spark: SparkRuntime, to: str) -> None:
     """Skip, saying how to provide them, where delta-spark's jars are not on ``spark``'s classpath."""
-    from dagster_databus.spark.session import delta_spark_available
-
-    if not delta_spark_available(spark):  # type: ignore[arg-type]
+    if not spark.delta_spark_available():
         pytest.skip("delta-spark's jars are not on the Spark classpath (they come from Maven, unreachable here); "
                     "set DATABUS_DELTA_JARS to a folder holding delta-spark_2.13-4.4.*.jar and "
                     f"delta-storage-4.4.*.jar {to}")
 
 
-def cycle(config: DatabusConfig, spark: object, source: str = "shop") -> list[TableSyncResult]:
+def cycle(config: DatabusConfig, spark: SparkRuntime, source: str = "shop") -> list[TableSyncResult]:
     """One full pipeline pass: install (idempotent), capture, merge."""
     pipeline.install(config, source)
     pipeline.capture(config, source)
@@ -221,13 +219,11 @@ def spark_connect_server() -> Iterator[ConnectServer]:
 
 
 @pytest.fixture(scope="session")
-def connect_spark(spark_connect_server: ConnectServer) -> Iterator[object]:
-    """A Spark Connect session on that server, shipping the package. It is not the process's ``get_spark``
-    session (the classic one on the standalone cluster, which it lives beside): tests pass it explicitly."""
-    from dagster_databus.spark.session import open_session
-
-    session = open_session(SparkConfig(remote=spark_connect_server.url, ship_package=True))
+def connect_spark(spark_connect_server: ConnectServer) -> Iterator[SparkRuntime]:
+    """A runtime on a Spark Connect session on that server, shipping the package, started. It lives beside the
+    classic runtime (``spark``, on the standalone cluster): tests pass it explicitly."""
+    runtime = SparkRuntime(SparkConfig(remote=spark_connect_server.url, ship_package=True)).start()
     try:
-        yield session
+        yield runtime
     finally:
-        session.stop()
+        runtime.stop()

@@ -90,7 +90,7 @@ def test_the_change_feed_of_every_merge_holds_what_the_log_changed(source: Sourc
             got = feed_rows(pa.table(snap.delta().load_cdf(starting_version=version, ending_version=version)
                                      .read_all()))
             assert got == want, f"{table} version {version} (SCN {since}..{until})"
-            by_spark = read_change_feed(spark, snap, version, version).toArrow()  # type: ignore[arg-type]
+            by_spark = read_change_feed(spark, snap, version, version).toArrow()
             assert feed_rows(by_spark) == want and set(by_spark["_commit_version"].to_pylist()) <= {version}
             checked += len(want)
     assert checked > 100
@@ -108,7 +108,7 @@ def test_spark_reads_the_same_change_feed(tmp_path: Path, spark) -> None:
     cycle(config, spark)
     snap = DeltaSnapshot(config.lake, "shop", "orders")
     [(version, _, _)] = merge_versions(snap)
-    by_spark = (spark.read.format("delta").option("readChangeFeed", "true")  # type: ignore[attr-defined]
+    by_spark = (spark.session.read.format("delta").option("readChangeFeed", "true")
                 .option("startingVersion", version).option("endingVersion", version).load(snap.spark_uri))
     by_rs = pa.table(snap.delta().load_cdf(starting_version=version, ending_version=version).read_all())
     assert feed_rows(by_spark.toArrow()) == feed_rows(by_rs) and by_rs.num_rows > 0

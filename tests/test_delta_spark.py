@@ -11,7 +11,6 @@ import pytest
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError
 from dagster_databus.snapshot.merge import engine_for, sync_table
-from dagster_databus.spark.session import delta_spark_available
 from tests.conftest import assert_snapshots_match, cycle, require_delta_spark
 from tests.harness import SqliteHarness, make_config
 
@@ -33,7 +32,7 @@ def test_delta_spark_engine_bootstraps_merges_and_ignores_replays(tmp_path: Path
 
 
 def test_asking_for_delta_spark_without_its_jars_names_the_fix(tmp_path: Path, spark) -> None:
-    if delta_spark_available(spark):
+    if spark.delta_spark_available():
         pytest.skip("delta-spark's jars are on this session's classpath")
     source = SqliteHarness(tmp_path / "src.db")
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)", "INSERT INTO items VALUES (1, 'a')"])

@@ -24,8 +24,8 @@ from dagster_databus.snapshot.engines import local as local_engine
 from dagster_databus.snapshot.engines.local import apply_changes, reduced_in_process
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import reconcile_table
-from dagster_databus.spark.delta_spark import reduce_latest
-from dagster_databus.spark.session import may_commit_with_delta_spark, read_changes
+from dagster_databus.spark.delta_jars import may_commit_with_delta_spark
+from dagster_databus.spark.frames import read_changes, reduce_latest
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SqliteHarness, make_config
 
@@ -111,8 +111,9 @@ def test_in_process_and_spark_reduce_give_the_same_rows_from_a_real_log(tmp_path
     until = log.committed_scn()
     for table, key in SHOP:
         schema = log.schemas.latest(table)[1]
-        in_spark = conform_changes(reduce_latest(read_changes(spark, config, "shop", table, applied[table], until),
-                                                 key).toArrow(), schema.arrow(with_meta=True))
+        in_spark = conform_changes(reduce_latest(spark, read_changes(spark, config, "shop", table, applied[table],
+                                                                     until), key).toArrow(),
+                                   schema.arrow(with_meta=True))
         with reduced_in_process(log, schema, applied[table], until, memory_bytes=1,
                                 spill_dir=tmp_path) as (changes, stats):
             assert stats.spilled_bytes > 0

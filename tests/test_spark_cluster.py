@@ -67,7 +67,7 @@ def test_tasks_run_in_both_workers_python_processes(spark, spark_cluster: SparkC
             yield pa.RecordBatch.from_pydict({"pid": [os.getpid()] * batch.num_rows, "ppid": [os.getppid()] *
                                               batch.num_rows})
 
-    seen = spark.range(0, 40_000, numPartitions=8).mapInArrow(pids, "pid long, ppid long").distinct().collect()
+    seen = spark.session.range(0, 40_000, numPartitions=8).mapInArrow(pids, "pid long, ppid long").distinct().collect()
     assert len({row.ppid for row in seen}) == 2, "tasks ran under two executors' Python daemons"
 
 
@@ -102,7 +102,7 @@ def test_losing_workers_mid_merge_never_leaves_a_partial_commit(tmp_path: Path, 
     config, snap = lost_workers_setup(tmp_path, spark)
     version, before = snap.version(), snap.read(with_meta=True).sort_by("id")
     marker = tmp_path / "worker-killed"
-    context = spark.sparkContext
+    context = spark.session.sparkContext
     failed: list[BaseException] = []
 
     def merge() -> None:

@@ -20,14 +20,8 @@ from dagster_databus.errors import ChangeLogCorruptError, ConfigError, SparkEnvi
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import engine_for, sync_source, sync_table
 from dagster_databus.spark.connect_server import ConnectServer, free_port
-from dagster_databus.spark.session import (
-    default_parallelism,
-    get_spark,
-    is_connect,
-    job_progress,
-    open_session,
-    task_errors,
-)
+from dagster_databus.spark.errors import task_errors
+from dagster_databus.spark.runtime import SparkRuntime, open_session
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import MysqlHarness, SqliteHarness, make_config
 
@@ -101,13 +95,14 @@ def test_progress_of_spark_tasks_reaches_the_callback(connect_spark) -> None:
             time.sleep(0.6)
             yield batch
 
-    frame = connect_spark.range(0, 8, numPartitions=4).mapInArrow(slow, "id long")
-    with job_progress(connect_spark, lines.append, "slow job", every_s=0.1):
-        assert any(t.startswith("databus-") for t in connect_spark.getTags()), "the block's operations are tagged"
+    frame = connect_spark.session.range(0, 8, numPartitions=4).mapInArrow(slow, "id long")
+    with connect_spark.job_progress(lines.append, "slow job", every_s=0.1):
+        assert any(t.startswith("databus-") for t in connect_spark.session.getTags()), \
+            "the block's operations are tagged"
         assert frame.toArrow().num_rows == 8
     assert lines, "no progress was reported"
     assert all(line.startswith("slow job: ") and line.endswith(" of 4 Spark tasks done") for line in lines), lines
-    assert not connect_spark.getTags()
+    assert not connect_spark.session.getTags()
 
 
 def test_a_typed_error_raised_in_a_task_arrives_as_its_own_type(tmp_path: Path, connect_spark) -> None:
@@ -135,7 +130,7 @@ def test_runs_attach_to_one_server_session_and_a_closed_one_is_replaced(tmp_path
     """Two runs (clients) with the same spark.remote share one server session, so the second finds the first's
     state (and Python workers); once the server has closed it, the next run starts another, and the runs
     after that attach to the new one. A URL that names its own session_id gets exactly that session."""
-    from dagster_databus.spark.session import CACHE_ENV
+    from dagster_databus.spark.connect import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     config = SparkConfig(remote=spark_connect_server.url)
@@ -174,24 +169,24 @@ def test_a_server_without_the_package_is_named_with_the_fix(tmp_path: Path, spar
         config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
         pipeline.install(config, "shop")
         with pytest.raises(SparkEnvironmentError, match=r"(?s)cannot import 'dagster_databus'.*ship_package"):
-            sync_table(config, config.sources[0], "items", engine_for(session, config))
+            sync_table(config, config.sources[0], "items", engine_for(SparkRuntime.of(session), config))
     finally:
         session.stop()
 
 
 def test_a_connect_session_lives_beside_the_classic_one(spark, connect_spark) -> None:
-    """One process, two kinds of session: ``get_spark`` stays the classic one (on the standalone cluster),
-    the Connect one is passed explicitly, and each runs its own jobs (with its own kind of functions)."""
-    assert get_spark() is spark and not is_connect(spark) and is_connect(connect_spark)
-    assert default_parallelism(connect_spark) == 2  # the server's local[2]
-    assert default_parallelism(spark) == spark.sparkContext.defaultParallelism
-    from dagster_databus.spark.session import sql_functions
+    """One process, two kinds of session: a classic runtime gets the process's classic session (on the
+    standalone cluster), the Connect one is passed explicitly, and each runs its own jobs (with its own kind of
+    functions)."""
+    assert SparkRuntime().session is spark.session and not spark.connect and connect_spark.connect
+    assert connect_spark.parallelism() == 2  # the server's local[2]
+    assert spark.parallelism() == spark.session.sparkContext.defaultParallelism
 
-    for session in (spark, connect_spark):
-        F = sql_functions(session)
-        assert session.range(10).select(F.sum(F.col("id")).alias("n")).first()["n"] == 45
+    for runtime in (spark, connect_spark):
+        F = runtime.functions()
+        assert runtime.session.range(10).select(F.sum(F.col("id")).alias("n")).first()["n"] == 45
     with task_errors():  # a classic job still runs after Connect ones
-        assert spark.range(100).count() == 100
+        assert spark.session.range(100).count() == 100
 
 
 def test_config_refuses_master_with_remote_and_an_unreachable_server_fails_at_once(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 RACE = textwrap.dedent("""
     import threading
     from pyspark.sql import SparkSession
-    from dagster_databus.spark.session import with_spark_properties
+    from dagster_databus.spark.properties import with_spark_properties
 
     started = threading.Event()
     done = threading.Event()

@@ -13,9 +13,9 @@ one engine to another between runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol
 
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import TableSchema
@@ -26,7 +26,6 @@ from dagster_databus.dataplane.reduce import ChangeStats
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
-    from pyspark.sql import SparkSession
 
     from dagster_databus.config import DatabusConfig
     from dagster_databus.dataplane.files import TableFile
@@ -34,10 +33,6 @@ if TYPE_CHECKING:
     from dagster_databus.dataplane.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.sources.base import CaptureSource, RowSelection
-
-# Starts (or returns) the process's Spark session: engines call it only when they run a Spark job.
-SparkProvider: TypeAlias = "Callable[[], SparkSession]"
-
 
 @dataclass(frozen=True, slots=True)
 class Bootstrapped:

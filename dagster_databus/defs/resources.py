@@ -1,48 +1,49 @@
-"""Dagster resources: the loaded config and a lazily started Spark session."""
+"""Dagster resources: the loaded config and the Spark runtime the merge engine runs on, started lazily."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import PrivateAttr
 
 from dagster_databus.config import DatabusConfig, load_config
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from dagster_databus.spark.runtime import SparkRuntime
 
 
 class DatabusResource(dg.ConfigurableResource):
-    """Gives assets the databus config; starts Spark only when a step asks for it."""
+    """Gives assets the databus config, and the Spark runtime built from it; Spark starts only when a step's
+    engine runs a job."""
 
     config_path: str
 
     _config: DatabusConfig | None = PrivateAttr(default=None)
+    _spark: SparkRuntime | None = PrivateAttr(default=None)
 
     def config(self) -> DatabusConfig:
         if self._config is None:
             self._config = load_config(self.config_path)
         return self._config
 
-    def spark(self) -> SparkSession:
-        from dagster_databus.spark.session import get_spark
-
-        return get_spark(self.config().spark)
+    @property
+    def spark(self) -> SparkRuntime:
+        """The runtime the merge engine runs on (``config.spark``), built once; Spark itself starts when the
+        engine first runs a job (the local engine never does)."""
+        if self._spark is None:
+            self._spark = SparkRuntime(self.config().spark)
+        return self._spark
 
     def start_spark(self) -> None:
-        """Start the Spark session (and learn its parallelism) in a background thread while the step does
-        other work, when the merge engine will use it; the engine's first call waits for it. A failure is
-        left for that call to raise, with its fix."""
+        """Start Spark (the session, or the Connect client, and learn its parallelism) in a background thread
+        while the step does other work, when the merge engine will use it; the engine's first job waits for
+        it. A failure is left for that job to raise, with its fix."""
         if self.config().merge.engine == "local":
             return
+        spark = self.spark
 
         def start() -> None:
-            from dagster_databus.spark.session import default_parallelism
-
             with contextlib.suppress(Exception):
-                default_parallelism(self.spark())
+                spark.parallelism()
 
         threading.Thread(target=start, name="databus-spark-start", daemon=True).start()

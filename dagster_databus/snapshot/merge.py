@@ -10,10 +10,10 @@ what the snapshot holds is ever applied. The engine ``merge.engine`` names does 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal
 
 from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.lag import scn_lag, time_lag
@@ -21,22 +21,19 @@ from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.commit import set_change_feed
 from dagster_databus.dataplane.delta import DeltaSnapshot, MergeCounts
-from dagster_databus.dataplane.engine import MergeEngine, Refreshed, SparkProvider
+from dagster_databus.dataplane.engine import MergeEngine, Refreshed
 from dagster_databus.errors import SchemaDriftError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.engines import open_engine
 from dagster_databus.snapshot.evolve import plan
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import ALL_ROWS, RowSelection
-from dagster_databus.spark.session import task_errors, with_spark_properties
+from dagster_databus.spark.errors import task_errors
+from dagster_databus.spark.properties import with_spark_properties
 from dagster_databus.storage.durable import disk_errors
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-# A Spark session, or a function that starts one when a step first needs it (only the spark and
-# delta-spark engines call it).
-SparkLike: TypeAlias = "SparkSession | Callable[[], SparkSession]"
+    from dagster_databus.spark.runtime import SparkRuntime
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +73,9 @@ class TableSyncResult:
         return time_lag(self.log_scn, self.to_scn, self.log_commit_ms, self.applied_commit_ms)
 
 
-def engine_for(spark: SparkLike, config: DatabusConfig) -> MergeEngine:
-    """The engine ``config.merge.engine`` names; Spark starts only if that engine runs a job."""
-    return open_engine(config, provider(spark))
-
-
-def provider(spark: SparkLike) -> SparkProvider:
-    return spark if callable(spark) else (lambda: spark)  # type: ignore[return-value]
+def engine_for(spark: SparkRuntime, config: DatabusConfig) -> MergeEngine:
+    """The engine ``config.merge.engine`` names, on ``spark``, which starts only if that engine runs a job."""
+    return open_engine(config, spark)
 
 
 SyncMode = Literal["merge", "bootstrap", "rebuild", "refresh"]
@@ -325,11 +318,12 @@ def sync_tables(config: DatabusConfig, source_cfg: SourceConfig, tables: Sequenc
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def sync_source(spark: SparkLike, config: DatabusConfig, source: str, tables: Sequence[str] | None = None,
+def sync_source(spark: SparkRuntime, config: DatabusConfig, source: str, tables: Sequence[str] | None = None,
                 progress: Progress = lambda _: None, mode: SyncMode = "merge",
                 rows: RowSelection = ALL_ROWS) -> list[TableSyncResult]:
-    """Every (or each named) table of ``source`` synced; the first table's error, in table order, is raised
-    once all are done."""
+    """Every (or each named) table of ``source`` synced, by the engine ``config.merge.engine`` names on ``spark``
+    (started only if that engine runs a job); the first table's error, in table order, is raised once all are
+    done."""
     source_cfg = config.source(source)
     engine = engine_for(spark, config)
     names = list(tables) if tables is not None else [t.name for t in source_cfg.tables]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
     from dagster_databus.dataplane.delta import DeltaFolder, DeltaSnapshot
     from dagster_databus.dataplane.engine import MergeEngine
+    from dagster_databus.spark.runtime import SparkRuntime
 
 SMALL = 0.5  # a file under this share of merge.file_rows is worth joining to a neighbour
 TOMBSTONES = "delta.deletedFileRetentionDuration"
@@ -146,7 +147,7 @@ def _sizes(table: object) -> tuple[int, int]:
     return actions.num_rows, int(sum(actions["size_bytes"].to_pylist()))
 
 
-def upkeep_source(config: DatabusConfig, source: str, spark: Any, tables: Sequence[str] | None = None,
+def upkeep_source(config: DatabusConfig, source: str, spark: SparkRuntime, tables: Sequence[str] | None = None,
                   progress: Progress = lambda _: None) -> list[UpkeepResult]:
     """``upkeep_table`` for each (or each named) snapshot of ``source`` that exists, by ``merge.engine``."""
     from dagster_databus.dataplane.delta import DeltaSnapshot
@@ -166,7 +167,7 @@ def upkeep_source(config: DatabusConfig, source: str, spark: Any, tables: Sequen
     return results
 
 
-def upkeep_logical(config: DatabusConfig, name: str, spark: Any, progress: Progress = lambda _: None
+def upkeep_logical(config: DatabusConfig, name: str, spark: SparkRuntime, progress: Progress = lambda _: None
                    ) -> UpkeepResult | None:
     """Upkeep of logical table ``name`` (``upkeep_folder``), holding its lock; None before its first load. A
     logical table loads again from its parts' snapshots, so VACUUM keeps no version of its own for that."""

@@ -6,7 +6,7 @@ or, for a commit without them, its added files as inserts and removed files as d
 protocol says a reader must. Columns: the table's, then ``_change_type``, ``_commit_version`` and
 ``_commit_timestamp``, as delta-rs's ``load_cdf`` and Spark's ``readChangeFeed`` name them.
 
-    feed = read_change_feed(spark, DeltaSnapshot(lake, "shop", "orders"), 12, 20)
+    feed = read_change_feed(SparkRuntime(config.spark), DeltaSnapshot(lake, "shop", "orders"), 12, 20)
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from dagster_databus.dataplane.reads import FileRead
 from dagster_databus.errors import SnapshotMissingError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
     from dagster_databus.dataplane.delta import DeltaFolder
+    from dagster_databus.spark.runtime import SparkRuntime
 
 FEED_COLUMNS = (pa.field("_change_type", pa.string()), pa.field("_commit_version", pa.int64()),
                 pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")))
@@ -55,10 +56,10 @@ def change_feed_files(folder: DeltaFolder, start: int, end: int) -> list[FileRea
     return reads
 
 
-def read_change_feed(spark: SparkSession, folder: DeltaFolder, start: int, end: int | None = None) -> DataFrame:
-    """Versions ``start``..``end`` (default: the newest) of ``folder``'s change data feed, one task per file."""
+def read_change_feed(spark: SparkRuntime, folder: DeltaFolder, start: int, end: int | None = None) -> DataFrame:
+    """Versions ``start``..``end`` (default: the newest) of ``folder``'s change data feed, one task per file (on
+    ``spark``: ``SparkRuntime(config.spark)``, or ``SparkRuntime.of(session)`` for a session of one's own)."""
     table = folder.delta()
     end = table.version() if end is None else end
     schema = pa.schema([*pa.schema(table.schema().to_arrow()), *FEED_COLUMNS])
-    return (spark.read.format("databus_delta_files").option("files", pack(change_feed_files(folder, start, end)))
-            .option("schema", pack(schema)).load())
+    return spark.frame("databus_delta_files", files=pack(change_feed_files(folder, start, end)), schema=pack(schema))

@@ -17,45 +17,38 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.wire import pack
 from dagster_databus.dataplane.delta import SOFT_DELETE, DeltaSnapshot, MergeCounts, merge_clauses
-from dagster_databus.dataplane.engine import Bootstrapped, Merged, Refreshed, SparkProvider, range_rows, soft_deletes
+from dagster_databus.dataplane.engine import Bootstrapped, Merged, Refreshed, range_rows, soft_deletes
 from dagster_databus.dataplane.reduce import ChangeStats
 from dagster_databus.errors import ConfigError
-from dagster_databus.spark.session import (
-    delta_spark_available,
-    is_connect,
-    job_progress,
-    read_changes,
-    sql_functions,
-    sql_window,
-    task_errors,
-)
+from dagster_databus.spark.errors import task_errors
+from dagster_databus.spark.frames import read_changes, reduce_latest, to_merge_frame
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
 
     from dagster_databus.config import DatabusConfig
     from dagster_databus.dataplane.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.sources.base import CaptureSource, RowSelection
+    from dagster_databus.spark.runtime import SparkRuntime
 
 
 class DeltaSparkEngine:
     name = "delta-spark"
 
-    def __init__(self, config: DatabusConfig, spark: SparkProvider) -> None:
+    def __init__(self, config: DatabusConfig, spark: SparkRuntime) -> None:
         self.config, self._spark = config, spark
         self.tables_at_once = config.merge.parallel_tables
 
     @property
-    def spark(self) -> SparkSession:
-        session = self._spark()
-        if not delta_spark_available(session):
+    def spark(self) -> SparkRuntime:
+        runtime = self._spark
+        if not runtime.delta_spark_available():
             raise ConfigError("merge.engine", "delta-spark's classes do not load in the Spark session",
                               "put delta-spark_2.13-4.4.*.jar and delta-storage-4.4.*.jar in a folder named by "
                               "spark.delta_jars (or DATABUS_DELTA_JARS), run on a cluster that has them, or use "
                               "merge.engine: spark")
-        return session
+        return runtime
 
     def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress,
                fills: Mapping[str, pa.Scalar] | None = None) -> int:
@@ -101,13 +94,13 @@ class DeltaSparkEngine:
         from pyspark import StorageLevel
 
         spark = self.spark
-        F = sql_functions(spark)
+        F = spark.functions()
         read = source.ranges(table, range_rows(self.config, source))
-        rows = (spark.read.format("databus_table").option("read", pack(read)).load()
+        rows = (spark.session.read.format("databus_table").option("read", pack(read)).load()
                 .withColumn("__op", F.lit("r"))
                 .withColumn("__commit_ts", F.timestamp_millis(F.lit(int(time.time() * 1000)))))
         rows = rows.select(*[F.col(f"`{n}`") for n in read.schema.arrow(with_meta=True).names])
-        with task_errors(), job_progress(spark, progress, f"{table}: bootstrapping"):
+        with task_errors(), spark.job_progress(progress, f"{table}: bootstrapping"):
             if read.scn is None:  # each range read at its own position: the snapshot's SCN is the lowest
                 rows = rows.persist(StorageLevel.DISK_ONLY)
                 low = rows.agg(F.min("__scn")).collect()[0][0]
@@ -129,21 +122,21 @@ class DeltaSparkEngine:
         if until <= applied:
             return None
         spark = self.spark
-        F, SparkDeltaTable = sql_functions(spark), delta_table_class(spark)
-        with task_errors(), job_progress(spark, progress, f"{schema.table}: merging"):
+        F, SparkDeltaTable = spark.functions(), spark.delta_table()
+        with task_errors(), spark.job_progress(progress, f"{schema.table}: merging"):
             read = read_changes(spark, self.config, snap.source, schema.table, max(since, applied), until).cache()
             stats = read.agg(*[F.count(F.when(F.col("__op") == op, 1)).alias(op) for op in "iud"],
                              F.countDistinct("__window_scn").alias("windows")).collect()[0]
-            source = to_merge_frame(reduce_latest(read, schema.primary_key), schema)
+            source = to_merge_frame(spark, reduce_latest(spark, read, schema.primary_key), schema)
             source = source.where(F.col("__scn") > applied.value)
             predicate, assignments, newer, is_delete = merge_clauses(schema.primary_key, source.columns)
             backtick = {k.replace('"', "`"): v.replace('"', "`") for k, v in assignments.items()}
-            spark.conf.set("spark.databricks.delta.write.txnAppId", snap.app_id)
-            spark.conf.set("spark.databricks.delta.write.txnVersion", str(until.value))
+            spark.session.conf.set("spark.databricks.delta.write.txnAppId", snap.app_id)
+            spark.session.conf.set("spark.databricks.delta.write.txnVersion", str(until.value))
             soft = soft_deletes(self.config, snap)
             deleting = f"{is_delete} AND {newer}".replace('"', "`")
             try:
-                merge = SparkDeltaTable.forPath(spark, snap.spark_uri).alias("t").merge(
+                merge = SparkDeltaTable.forPath(spark.session, snap.spark_uri).alias("t").merge(
                     source.alias("s"), predicate.replace('"', "`"))
                 merge = merge.whenMatchedUpdate(deleting, set={k.replace('"', "`"): v.replace('"', "`")
                                                                for k, v in SOFT_DELETE.items()}) if soft else \
@@ -152,10 +145,10 @@ class DeltaSparkEngine:
                  .whenNotMatchedInsert(f"NOT ({is_delete})".replace('"', "`"), values=backtick)
                  .execute())
             finally:
-                spark.conf.unset("spark.databricks.delta.write.txnAppId")
-                spark.conf.unset("spark.databricks.delta.write.txnVersion")
+                spark.session.conf.unset("spark.databricks.delta.write.txnAppId")
+                spark.session.conf.unset("spark.databricks.delta.write.txnVersion")
                 read.unpersist()
-        metrics = SparkDeltaTable.forPath(spark, snap.spark_uri).history(1).collect()[0]["operationMetrics"]
+        metrics = SparkDeltaTable.forPath(spark.session, snap.spark_uri).history(1).collect()[0]["operationMetrics"]
         counts = MergeCounts(inserted=int(metrics.get("numTargetRowsInserted", 0)),
                              updated=int(metrics.get("numTargetRowsUpdated", 0)),
                              deleted=int(metrics.get("numTargetRowsDeleted", 0)))
@@ -176,29 +169,3 @@ class DeltaSparkEngine:
 
         return SparkEngine(self.config, self._spark).merge_logical(target, layout, ranges, progress)
 
-
-def delta_table_class(spark: SparkSession) -> type:
-    """delta-spark's ``DeltaTable`` for ``spark``'s kind: like PySpark, delta-spark picks its Connect client by
-    an environment variable, not by session."""
-    if is_connect(spark):
-        from delta.connect.tables import DeltaTable as ConnectDeltaTable
-
-        return ConnectDeltaTable
-    from delta.tables import DeltaTable
-
-    return DeltaTable
-
-
-def reduce_latest(changes: DataFrame, primary_key: Sequence[str]) -> DataFrame:
-    """One row per key: the event with the highest (SCN, position in window)."""
-    F, SparkWindow = sql_functions(changes.sparkSession), sql_window(changes.sparkSession)
-    order = SparkWindow.partitionBy(*[F.col(f"`{k}`") for k in primary_key]).orderBy(
-        F.col("__scn").desc(), F.col("__seq").desc())
-    return changes.withColumn("__rank", F.row_number().over(order)).where("__rank = 1").drop("__rank")
-
-
-def to_merge_frame(reduced: DataFrame, schema: TableSchema) -> DataFrame:
-    """Reduced change rows in the snapshot's columns, still a distributed Spark DataFrame."""
-    F = sql_functions(reduced.sparkSession)
-    return reduced.select(*[F.col(f"`{c}`") for c in schema.column_names], "__scn", "__op",
-                          F.timestamp_millis("__commit_ts_ms").alias("__commit_ts"))

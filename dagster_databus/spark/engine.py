@@ -38,7 +38,6 @@ from dagster_databus.dataplane.engine import (
     Bootstrapped,
     Merged,
     Refreshed,
-    SparkProvider,
     range_rows,
     soft_deletes,
 )
@@ -46,8 +45,9 @@ from dagster_databus.dataplane.files import DataFile, TableFiles, TaskReport, ru
 from dagster_databus.dataplane.merging import count_windows
 from dagster_databus.dataplane.reduce import ChangeStats
 from dagster_databus.log.columns import change_schema
+from dagster_databus.spark.errors import task_errors
 from dagster_databus.spark.faults import task_fault
-from dagster_databus.spark.session import default_parallelism, job_progress, read_changes, sql_functions, task_errors
+from dagster_databus.spark.frames import read_changes, reduce_latest
 from dagster_databus.storage.durable import crash_point, disk_errors
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from dagster_databus.dataplane.merging import MergePlan
     from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.sources.base import CaptureSource, RowSelection
+    from dagster_databus.spark.runtime import SparkRuntime
 
 
 SPLIT_MIN_BYTES = 4 * 2**20  # smaller pieces of a segment cost more in tasks than they save
@@ -68,7 +69,7 @@ SPLIT_MIN_BYTES = 4 * 2**20  # smaller pieces of a segment cost more in tasks th
 class SparkEngine:
     name = "spark"
 
-    def __init__(self, config: DatabusConfig, spark: SparkProvider) -> None:
+    def __init__(self, config: DatabusConfig, spark: SparkRuntime) -> None:
         self.config, self.spark = config, spark
         self.tables_at_once = config.merge.parallel_tables
 
@@ -98,16 +99,15 @@ class SparkEngine:
         progress(f"{table}: bootstrapping in {len(read.ranges)} key range(s), one Spark task each"
                  + (f", all as of SCN {read.scn}" if read.scn is not None else "")
                  + (f"; resuming: {len(done)} already read" if done else ""))
-        spark = self.spark()
+        spark = self.spark
         sink = FilesSink(location(snap), read.schema.arrow(with_meta=True), self.config.merge.file_rows, plan.prefix,
                          int(time.time() * 1000), store.spec)
         committed = False
         report = None
         try:
             if remaining:
-                with task_errors(), job_progress(spark, progress, f"{table}: bootstrapping"):
-                    (spark.read.format("databus_table_files").option("read", pack(read)).option("sink", pack(sink))
-                     .option("only", pack(remaining)).load().toArrow())
+                with task_errors(), spark.job_progress(progress, f"{table}: bootstrapping"):
+                    spark.frame("databus_table_files", read=pack(read), sink=pack(sink), only=pack(remaining)).toArrow()
             # The ranges' own records are the bootstrap's account, this run's and any earlier one's alike.
             done = store.done()
             missing = [i for i in range(len(read.ranges)) if i not in done]
@@ -150,9 +150,9 @@ class SparkEngine:
         changes = RangeChanges(change_schema(schema), target, schema.primary_key, deletes)
         progress(f"{table}: reading {rows.describe()} again in {len(read.ranges)} key range(s), one Spark task each"
                  + ("" if deletes else "; deletes are not looked for (a filter, or keys the lake orders otherwise)"))
-        spark = self.spark()
+        spark = self.spark
         done = self._rewrite(snap, current, target, schema.primary_key, changes.changes,
-                             lambda plan: (spark.read.format("databus_table_refresh").option("read", pack(read))
+                             lambda plan: (spark.session.read.format("databus_table_refresh").option("read", pack(read))
                                            .option("changes", pack(changes)).option("route", pack(plan)).load()),
                              0, [], {OPERATION_KEY: "refresh", "engine": self.name, "databus.rows": rows.describe()},
                              table, progress, reads=True, soft=soft_deletes(self.config, snap))
@@ -206,14 +206,14 @@ class SparkEngine:
         ``commit(files)`` then commits the files written (fault tests stop at ``<crash>_commit(ted)``)."""
         from dagster_databus.dataplane.reads import FilesSink
 
-        spark = self.spark()
+        spark = self.spark
         prefix = run_prefix()
         sink = FilesSink(location(folder), schema, self.config.merge.file_rows, prefix, 0)
         committed = False
         report = None
         try:
-            with task_errors(), job_progress(spark, progress, f"{what}: {doing}"):
-                report = TaskReport.of(spark.read.format("databus_delta_files").option("files", pack(reads))
+            with task_errors(), spark.job_progress(progress, f"{what}: {doing}"):
+                report = TaskReport.of(spark.session.read.format("databus_delta_files").option("files", pack(reads))
                                        .option("schema", pack(schema)).option("sink", pack(sink)).load().toArrow())
             folder.prepare()
             crash_point(f"{crash}_commit")
@@ -237,7 +237,7 @@ class SparkEngine:
         table = with_columns(snap, table, target, progress)
         since = Scn(max(since.value, applied))
         progress(f"{schema.table}: merging SCN {since}..{until} in Spark")
-        spark = self.spark()
+        spark = self.spark
         done = self._rewrite(snap, table, target, schema.primary_key, change_schema(schema),
                              self._log_routed(spark, log, schema.table, since, until), applied,
                              [Transaction(app_id=snap.app_id, version=until.value)],
@@ -264,8 +264,8 @@ class SparkEngine:
         files = TableFiles.of(table, key, target)
         prefix = run_prefix()
         merge = self.config.merge
-        spark = self.spark()
-        partitions, slots = balanced_slots(files, default_parallelism(spark))
+        spark = self.spark
+        partitions, slots = balanced_slots(files, spark.parallelism())
         plan = MergePlan(location(folder), target, changes, tuple(key), applied, files, merge.file_rows, prefix,
                          merge.memory_mb * 2**20, str(merge.spill_dir) if merge.spill_dir else None, part_column,
                          partitions, slots, reads, history, change_feed_on(table) and history is None, soft,
@@ -274,7 +274,7 @@ class SparkEngine:
         committed = False
         report = None
         try:
-            with task_errors(), job_progress(spark, progress, f"{what}: merging"):
+            with task_errors(), spark.job_progress(progress, f"{what}: merging"):
                 actions = (routed.repartition(partitions, "__slot")
                            .mapInArrow(plan.apply, "kind string, path string, size long, rows long, stats string")
                            .toArrow())
@@ -335,7 +335,7 @@ class SparkEngine:
             return None
         table = with_columns(hist, table, target, progress)
         since = Scn(max(since.value, applied))
-        spark = self.spark()
+        spark = self.spark
         done = self._rewrite(hist, table, target, schema.primary_key, change_schema(schema),
                              self._log_routed(spark, log, schema.table, since, until), applied,
                              [Transaction(app_id=hist.app_id, version=until.value)],
@@ -359,16 +359,16 @@ class SparkEngine:
         from dagster_databus.dataplane.reads import FileRead
         from dagster_databus.spark.deltafiles import spark_schema
 
-        spark = self.spark()
+        spark = self.spark
         key = list(schema.primary_key)
         changes = change_schema(schema)
         read = snap.delta(version)
-        rows = (spark.read.format("databus_delta_files")
+        rows = (spark.session.read.format("databus_delta_files")
                 .option("files", pack([FileRead(location(snap), p, live=True) for p in _paths(read)]))
                 .option("schema", pack(schema.arrow(with_meta=True))).load())
         table = with_columns(hist, hist.delta(), target, progress)
         heads = pa.schema([target.field(k) for k in [*key, "__end_scn"]])
-        held = (spark.read.format("databus_delta_files")
+        held = (spark.session.read.format("databus_delta_files")
                 .option("files", pack([FileRead(location(hist), p) for p in _paths(table)]))
                 .option("schema", pack(heads)).load().where("`__end_scn` IS NULL").select(*[f"`{k}`" for k in key]))
         gone = held.join(rows.select(*[f"`{k}`" for k in key]), on=key, how="left_anti")
@@ -385,7 +385,7 @@ class SparkEngine:
                              progress, history=tuple(tracked), crash="history")
         return done.counts
 
-    def _log_routed(self, spark: Any, log: ChangeLog, table: str, since: Scn, until: Scn
+    def _log_routed(self, spark: SparkRuntime, log: ChangeLog, table: str, since: Scn, until: Scn
                     ) -> Callable[[MergePlan], DataFrame]:
         """The frame of ``table``'s changes in (since, until], reduced and routed by a merge plan, for ``_rewrite``."""
         split = self._split_bytes(spark, log, since, until)
@@ -393,10 +393,10 @@ class SparkEngine:
                                          split_bytes=split)
 
     @staticmethod
-    def _split_bytes(spark: Any, log: ChangeLog, since: Scn, until: Scn) -> int:
+    def _split_bytes(spark: SparkRuntime, log: ChangeLog, since: Scn, until: Scn) -> int:
         """Read a segment in pieces of this size, so that even one large segment keeps every core busy."""
         total = sum(s.bytes for s in log.manifest().between(since, until))
-        return max(SPLIT_MIN_BYTES, -(-total // (2 * default_parallelism(spark))))
+        return max(SPLIT_MIN_BYTES, -(-total // (2 * spark.parallelism())))
 
     # -- logical tables ----------------------------------------------------------------------------
 
@@ -421,11 +421,11 @@ class SparkEngine:
             rows[part.label] = sum(n or 0 for n in actions["num_records"].to_pylist())
             txns += [Transaction(app_id=target.app_id(part.label), version=applied),
                      Transaction(app_id=target.loaded_from_app_id(part.label), version=absorbed.value)]
-        spark = self.spark()
+        spark = self.spark
         schema = layout.arrow()
         if not layout.shard_from_label:
             keys = pa.schema([schema.field(n) for n in [*layout.key, PART_COLUMN]])
-            self._refuse_collisions(spark.read.format("databus_delta_files").option("files", pack(reads))
+            self._refuse_collisions(spark.session.read.format("databus_delta_files").option("files", pack(reads))
                                     .option("schema", pack(keys)).load(), layout, target)
         props = CommitProperties(app_transactions=txns, custom_metadata={
             LAYOUT_KEY: layout.document(), OPERATION_KEY: "load", "engine": self.name})
@@ -444,8 +444,8 @@ class SparkEngine:
 
         from dagster_databus.dataplane.logical import LAYOUT_KEY, PART_COLUMN
 
-        spark = self.spark()
-        F = sql_functions(spark)
+        spark = self.spark
+        F = spark.functions()
         schema = layout.arrow()
         log_meta = [name for name, _ in CHANGE_META]
         frames = []
@@ -483,12 +483,11 @@ class SparkEngine:
         arriving from one part while the table holds it from another; raises ``ShardCollisionError``."""
         from dagster_databus.dataplane.logical import PART_COLUMN, collision, null_shard
         from dagster_databus.dataplane.reads import FileRead
-        from dagster_databus.spark.delta_spark import reduce_latest
 
-        spark = self.spark()
-        F = sql_functions(spark)
+        spark = self.spark
+        F = spark.functions()
         if reduce_first:
-            rows = reduce_latest(rows, layout.match)
+            rows = reduce_latest(spark, rows, layout.match)
         keyed = rows.select(*[F.col(f"`{c}`") for c in [*layout.key, PART_COLUMN]])
         with task_errors():
             nulls = keyed.where(F.col(f"`{layout.shard_column}`").isNull()).limit(1).collect()
@@ -504,7 +503,7 @@ class SparkEngine:
                 return
             schema = layout.arrow()
             keys = pa.schema([schema.field(n) for n in [*layout.key, PART_COLUMN]])
-            held = (spark.read.format("databus_delta_files")
+            held = (spark.session.read.format("databus_delta_files")
                     .option("files", pack([FileRead(location(target), p) for p in _paths(table)]))
                     .option("schema", pack(keys)).load().withColumnRenamed(PART_COLUMN, "__held"))
             clashes = (keyed.join(held, on=list(layout.key)).where(F.col(PART_COLUMN) != F.col("__held"))

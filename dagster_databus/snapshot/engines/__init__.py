@@ -9,20 +9,22 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
-    from dagster_databus.dataplane.engine import MergeEngine, SparkProvider
+    from dagster_databus.dataplane.engine import MergeEngine
+    from dagster_databus.spark.runtime import SparkRuntime
 
 
-def open_engine(config: DatabusConfig, spark: SparkProvider) -> MergeEngine:
-    """The engine ``config.merge.engine`` names; ``spark`` is called only if the engine runs Spark."""
+def open_engine(config: DatabusConfig, spark: SparkRuntime) -> MergeEngine:
+    """The engine ``config.merge.engine`` names; ``spark`` starts only if the engine runs a Spark job (``auto``
+    asks a session that may hold delta-spark's classes whether it does)."""
     choice = config.merge.engine
     if choice == "local":
         from dagster_databus.snapshot.engines.local import LocalEngine
 
         return LocalEngine(config)
     if choice == "auto":
-        from dagster_databus.spark.session import delta_spark_available, may_commit_with_delta_spark
+        from dagster_databus.spark.delta_jars import may_commit_with_delta_spark
 
-        choice = "delta-spark" if may_commit_with_delta_spark(config.spark) and delta_spark_available(spark()) \
+        choice = "delta-spark" if may_commit_with_delta_spark(config.spark) and spark.delta_spark_available() \
             else "spark"
     if choice == "delta-spark":
         from dagster_databus.spark.delta_spark import DeltaSparkEngine

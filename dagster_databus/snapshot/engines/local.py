@@ -231,14 +231,14 @@ class LocalEngine:
 
     def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
                      progress: Progress) -> dict[str, int]:
-        from dagster_databus.snapshot.logical.in_process import load_in_process
+        from dagster_databus.snapshot.engines.local_logical import load_in_process
 
         return load_in_process(target, layout, parts)
 
     def merge_logical(self, target: LogicalSnapshot, layout: LogicalLayout,
                       ranges: Sequence[tuple[LogicalPart, Scn, Scn]],
                       progress: Progress) -> tuple[dict[str, dict[str, int]], MergeCounts]:
-        from dagster_databus.snapshot.logical.in_process import merge_in_process
+        from dagster_databus.snapshot.engines.local_logical import merge_in_process
 
         return merge_in_process(target, layout, ranges, self.memory_bytes, self.spill_dir, progress)
 

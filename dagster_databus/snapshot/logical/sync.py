@@ -20,7 +20,7 @@ from dagster_databus.errors import LogGapError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
 
 if TYPE_CHECKING:
-    from dagster_databus.snapshot.merge import SparkLike
+    from dagster_databus.spark.runtime import SparkRuntime
 
 @dataclass(frozen=True, slots=True)
 class PartSyncResult:
@@ -52,19 +52,20 @@ class LogicalSyncResult:
 
 
 def sync_logical(config: DatabusConfig, name: str, progress: Progress = lambda _: None,
-                 spark: SparkLike | None = None) -> LogicalSyncResult:
+                 spark: SparkRuntime | None = None) -> LogicalSyncResult:
     """Bring logical table ``name`` up to each part's change log.
 
     Loads the table from the parts' physical snapshots when it does not exist yet or can no longer
     follow the logs (a part added or removed, a physical snapshot bootstrapped again, a log that no
     longer reaches back to a part's SCN); then merges each part's log after the part's own applied
-    SCN, all parts in one commit. A sync with nothing new for any part commits nothing.
+    SCN, all parts in one commit. A sync with nothing new for any part commits nothing. ``spark``: the Spark
+    engines' runtime (by default one built from ``config.spark``; either way started only if a job runs).
     """
     from dagster_databus.snapshot.merge import engine_for
-    from dagster_databus.spark.session import get_spark
+    from dagster_databus.spark.runtime import SparkRuntime
 
     started = time.monotonic()
-    engine = engine_for(spark if spark is not None else (lambda: get_spark(config.spark)), config)
+    engine = engine_for(spark if spark is not None else SparkRuntime(config.spark), config)
     logical = config.logical_table(name)
     target = LogicalSnapshot(config.lake, name)
     lock = target.lock(f"logical table {name}", "wait for the other sync of this logical table to finish")

@@ -1,0 +1,40 @@
+"""Spark frames the engines build from the change log: its changes read by tasks (``read_changes``), reduced to
+the newest per key with a window function (``reduce_latest``), in a snapshot's columns (``to_merge_frame``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from dagster_databus.config import DatabusConfig
+    from dagster_databus.core.schema import TableSchema
+    from dagster_databus.core.scn import Scn
+    from dagster_databus.spark.runtime import SparkRuntime
+
+
+def read_changes(spark: SparkRuntime, config: DatabusConfig, source: str, table: str, since: Scn, until: Scn,
+                 route: str | None = None, split_bytes: int = 0) -> DataFrame:
+    """The table's changes in (since, until], one input partition per log segment (``spark.logsource``;
+    segments over ``split_bytes`` in pieces, smaller ones together up to that size); with ``route`` (a packed
+    merge plan), reduced per task and tagged with their file groups."""
+    options = {"lake": config.lake.spec(), "source": source, "table": table, "since": str(since),
+               "until": str(until), "split_bytes": str(split_bytes)}
+    return spark.frame("databus_log", **options, **({"route": route} if route is not None else {}))
+
+
+def reduce_latest(spark: SparkRuntime, changes: DataFrame, primary_key: Sequence[str]) -> DataFrame:
+    """One row per key: the event with the highest (SCN, position in window)."""
+    F, SparkWindow = spark.functions(), spark.window()
+    order = SparkWindow.partitionBy(*[F.col(f"`{k}`") for k in primary_key]).orderBy(
+        F.col("__scn").desc(), F.col("__seq").desc())
+    return changes.withColumn("__rank", F.row_number().over(order)).where("__rank = 1").drop("__rank")
+
+
+def to_merge_frame(spark: SparkRuntime, reduced: DataFrame, schema: TableSchema) -> DataFrame:
+    """Reduced change rows in the snapshot's columns, still a distributed Spark DataFrame."""
+    F = spark.functions()
+    return reduced.select(*[F.col(f"`{c}`") for c in schema.column_names], "__scn", "__op",
+                          F.timestamp_millis("__commit_ts_ms").alias("__commit_ts"))
