@@ -14,7 +14,8 @@ one engine to another between runs.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
 from dagster_databus.core.progress import Progress
@@ -34,23 +35,54 @@ if TYPE_CHECKING:
     from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.sources.base import CaptureSource, RowSelection
 
+
+@dataclass(frozen=True, slots=True)
+class RangeCounts:
+    """A bootstrap's key ranges (chunks): how many, how many an earlier killed run had finished, and the most
+    times any one was read (a resumed bootstrap: at most 2)."""
+
+    ranges: int
+    resumed: int
+    most_reads: int
+
+    def named(self) -> Mapping[str, int]:
+        """The counts under the names reports give them (Dagster metadata: ``bootstrap_<name>``)."""
+        return MappingProxyType({"ranges": self.ranges, "resumed": self.resumed, "most_reads": self.most_reads})
+
+
+@dataclass(frozen=True, slots=True)
+class FileCounts:
+    """The data files a copy-on-write merge touched: how many the table had, how many its tasks read and
+    rewrote (with the rows and bytes rewritten), and how many it added."""
+
+    before: int
+    read: int
+    rewritten: int
+    added: int
+    bytes_rewritten: int
+    rows_rewritten: int
+
+    def named(self) -> Mapping[str, int]:
+        """The counts under the names reports give them (Dagster metadata: ``data_<name>``)."""
+        return MappingProxyType({
+            "files_before": self.before, "files_read": self.read, "files_rewritten": self.rewritten,
+            "files_added": self.added, "bytes_rewritten": self.bytes_rewritten, "rows_rewritten": self.rows_rewritten})
+
+
 @dataclass(frozen=True, slots=True)
 class Bootstrapped:
     scn: Scn  # the source read's SCN: the snapshot's applied SCN
     schema: TableSchema  # the columns the table was read with
     rows: int
     files: int = 0  # data files written (0: the engine does not count them)
-    # Key ranges (chunks): how many, how many an earlier killed run had finished, and the most times any one
-    # was read (a resumed bootstrap: at most 2). Empty for an engine that reads the table in one go.
-    ranges: dict[str, int] = field(default_factory=dict)
+    ranges: RangeCounts | None = None  # None for an engine that reads the table in one go
 
 
 @dataclass(frozen=True, slots=True)
 class Merged:
     counts: MergeCounts
     stats: ChangeStats
-    # Data files: how many the table had, how many the merge rewrote (their bytes) and added.
-    files: dict[str, int] = field(default_factory=dict)
+    files: FileCounts | None = None  # None for an engine that does not count them
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +94,22 @@ class Refreshed:
     deletes_checked: bool  # False: the selection or the key's type let no deletes be found
     ranges: int
     counts: MergeCounts
-    files: dict[str, int] = field(default_factory=dict)
+    files: FileCounts | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogicalLoaded:
+    """What loading a logical table from its parts' physical snapshots took."""
+
+    rows: Mapping[str, int]  # rows loaded, per part label
+
+
+@dataclass(frozen=True, slots=True)
+class LogicalMerged:
+    """What merging the parts' logs into a logical table read and changed."""
+
+    events: Mapping[str, Mapping[str, int]]  # events read, per part label and operation
+    counts: MergeCounts
 
 
 class MergeEngine(Protocol):
@@ -117,21 +164,21 @@ class MergeEngine(Protocol):
         absorbed, in one commit; the applied SCN stays. Rows rewritten."""
 
     def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
-                     progress: Progress) -> dict[str, int]:
+                     progress: Progress) -> LogicalLoaded:
         """Overwrite logical table ``target`` with every part's physical snapshot, each at its own applied SCN
-        (recorded per part, with the layout, in the same commit); rows loaded per part label."""
+        (recorded per part, with the layout, in the same commit)."""
 
     def merge_logical(self, target: LogicalSnapshot, layout: LogicalLayout,
                       ranges: Sequence[tuple[LogicalPart, Scn, Scn]],
-                      progress: Progress) -> tuple[dict[str, dict[str, int]], MergeCounts]:
+                      progress: Progress) -> LogicalMerged:
         """Merge each part's log range (since, until] into ``target`` in one commit that moves every part's
-        SCN; events read per part label and operation, and the rows changed."""
+        SCN."""
 
 
 def range_rows(config: DatabusConfig, source: CaptureSource) -> int:
     """Rows per key range when a table is read in ranges: a server source's ``bootstrap_chunk_rows``, else
     ``merge.file_rows`` (a SQLite range is about one data file)."""
-    return int(getattr(source.config, "bootstrap_chunk_rows", config.merge.file_rows))
+    return int(getattr(getattr(source, "config", None), "bootstrap_chunk_rows", config.merge.file_rows))
 
 
 def soft_deletes(config: DatabusConfig, snap: DeltaSnapshot) -> bool:

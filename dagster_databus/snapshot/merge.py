@@ -10,9 +10,10 @@ what the snapshot holds is ever applied. The engine ``merge.engine`` names does 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
 from dagster_databus.config import DatabusConfig, SourceConfig
@@ -21,7 +22,7 @@ from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.commit import set_change_feed
 from dagster_databus.dataplane.delta import DeltaSnapshot, MergeCounts
-from dagster_databus.dataplane.engine import MergeEngine, Refreshed
+from dagster_databus.dataplane.engine import FileCounts, MergeEngine, RangeCounts, Refreshed
 from dagster_databus.errors import SchemaDriftError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.engines import open_engine
@@ -35,6 +36,8 @@ from dagster_databus.storage.durable import disk_errors
 if TYPE_CHECKING:
     from dagster_databus.spark.runtime import SparkRuntime
 
+NOT_COUNTED: Mapping[str, int] = MappingProxyType({})
+
 
 @dataclass(frozen=True, slots=True)
 class TableSyncResult:
@@ -47,7 +50,7 @@ class TableSyncResult:
     to_scn: Scn
     events: int
     windows: int
-    events_by_op: dict[str, int]
+    events_by_op: Mapping[str, int]  # events merged, by operation ('i', 'u', 'd')
     counts: MergeCounts
     snapshot_rows: int
     log_scn: Scn
@@ -56,12 +59,22 @@ class TableSyncResult:
     # Source commit times (ms) of the last transaction the snapshot reflects and of the log's newest.
     applied_commit_ms: int | None = None
     log_commit_ms: int | None = None
-    # Data files (spark engine): how many the table had, read, rewrote, added; bytes and rows rewritten.
-    files: dict[str, int] = field(default_factory=dict)
+    data_files: FileCounts | None = None  # the files the merge touched (the spark engine counts them)
     evolved: str | None = None  # the schema change applied in place this run, described
-    bootstrap_ranges: dict[str, int] = field(default_factory=dict)  # Bootstrapped.ranges
+    key_ranges: RangeCounts | None = None  # the bootstrap's key ranges (an engine that reads them in ranges)
     refreshed: Refreshed | None = None  # mode refresh: what reading the chosen rows again found and changed
     history: HistorySynced | None = None  # the table's history table, when it has one (``history: true``)
+
+    @property
+    def files(self) -> Mapping[str, int]:
+        """``data_files`` as reports name its counts (``files_rewritten``...); empty when the engine counts none."""
+        return self.data_files.named() if self.data_files is not None else NOT_COUNTED
+
+    @property
+    def bootstrap_ranges(self) -> Mapping[str, int]:
+        """``key_ranges`` as reports name its counts (``ranges``, ``resumed``, ``most_reads``); empty when the
+        table was not bootstrapped in ranges this run."""
+        return self.key_ranges.named() if self.key_ranges is not None else NOT_COUNTED
 
     @property
     def lag_scn(self) -> int:
@@ -106,7 +119,8 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
               "the source into a new version (the change log is kept)")
     with lock, snap.damage_named(repair):
         log.require_intact()
-        bootstrapped_at, bootstrap_rows, ranges = None, 0, {}
+        bootstrapped_at: Scn | None = None
+        bootstrap_rows, ranges = 0, None
         if mode == "rebuild":
             bootstrapped_at = rebuild_from_bootstrap(snap, log, progress)
             bootstrap_rows = snap.row_count()
@@ -132,7 +146,9 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
         set_change_feed(snap, source_cfg.change_data_feed)
         latest = log.schemas.latest(table)
         until = log.committed_scn()
-        events, windows, by_op, counts, files = 0, 0, {}, MergeCounts(), {}
+        events, windows, counts = 0, 0, MergeCounts()
+        by_op: Mapping[str, int] = {}
+        files: FileCounts | None = None
         to_scn = applied
         if until > applied and latest is not None:
             with disk_errors(f"merging changes into the Delta snapshot {source_cfg.name}.{table}", snap.path):
@@ -157,7 +173,7 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
             snapshot_rows=snap.row_count(), log_scn=until, delta_version=snap.version(),
             duration_s=time.monotonic() - started,
             applied_commit_ms=applied_commit_ms(snap, log, to_scn), log_commit_ms=log.commit_ms_through(until),
-            files=files, evolved=evolved, bootstrap_ranges=ranges, refreshed=refreshed, history=history,
+            data_files=files, evolved=evolved, key_ranges=ranges, refreshed=refreshed, history=history,
         )
 
 

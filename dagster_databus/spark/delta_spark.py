@@ -1,102 +1,53 @@
 """The delta-spark engine: Spark's own Delta MERGE, where delta-spark's classes load in the session.
 
-The source's key ranges are read by Spark tasks (``spark.tables``) and written by Spark's Delta
-writer; the change log is read by Spark tasks (``spark.logsource``), reduced with a window function
-and MERGEd, all distributed. The jars come from Maven or a folder (``spark.delta_jars``); without
-them this engine is refused with that fix.
+The source's key ranges are read by Spark tasks (``spark.tables``) and written by Spark's Delta writer; the
+change log is read by Spark tasks (``spark.logsource``), reduced with a window function and MERGEd, all
+distributed. Everything else (refresh, evolution, compaction, history and logical tables) keeps the spark
+engine's layout and is the spark engine's (``spark.engine``). The jars come from Maven or a folder
+(``spark.delta_jars``); without them this engine is refused with that fix.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dagster_databus.core.progress import Progress
-from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.wire import pack
-from dagster_databus.dataplane.delta import SOFT_DELETE, DeltaSnapshot, MergeCounts, merge_clauses
-from dagster_databus.dataplane.engine import Bootstrapped, Merged, Refreshed, range_rows, soft_deletes
+from dagster_databus.dataplane.delta import SOFT_DELETE, MergeCounts, merge_clauses
+from dagster_databus.dataplane.engine import Bootstrapped, Merged, range_rows, soft_deletes
 from dagster_databus.dataplane.reduce import ChangeStats
 from dagster_databus.errors import ConfigError
+from dagster_databus.spark.engine import SparkEngine
 from dagster_databus.spark.errors import task_errors
 from dagster_databus.spark.frames import read_changes, reduce_latest, to_merge_frame
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
-    from dagster_databus.config import DatabusConfig
-    from dagster_databus.dataplane.logical import LogicalLayout, LogicalPart, LogicalSnapshot
+    from dagster_databus.core.progress import Progress
+    from dagster_databus.core.schema import TableSchema
+    from dagster_databus.dataplane.delta import DeltaSnapshot
     from dagster_databus.log.changelog import ChangeLog
-    from dagster_databus.sources.base import CaptureSource, RowSelection
-    from dagster_databus.spark.runtime import SparkRuntime
+    from dagster_databus.sources.base import CaptureSource
 
 
-class DeltaSparkEngine:
+class DeltaSparkEngine(SparkEngine):
     name = "delta-spark"
 
-    def __init__(self, config: DatabusConfig, spark: SparkRuntime) -> None:
-        self.config, self._spark = config, spark
-        self.tables_at_once = config.merge.parallel_tables
-
-    @property
-    def spark(self) -> SparkRuntime:
-        runtime = self._spark
-        if not runtime.delta_spark_available():
+    def _require_delta_spark(self) -> None:
+        if not self.spark.delta_spark_available():
             raise ConfigError("merge.engine", "delta-spark's classes do not load in the Spark session",
                               "put delta-spark_2.13-4.4.*.jar and delta-storage-4.4.*.jar in a folder named by "
                               "spark.delta_jars (or DATABUS_DELTA_JARS), run on a cluster that has them, or use "
                               "merge.engine: spark")
-        return runtime
-
-    def evolve(self, snap: DeltaSnapshot, schema: TableSchema, scn: Scn, progress: Progress,
-               fills: Mapping[str, pa.Scalar] | None = None) -> int:
-        from dagster_databus.spark.engine import SparkEngine
-
-        return SparkEngine(self.config, self._spark).evolve(snap, schema, scn, progress, fills)  # the same layout
-
-    def compact(self, snap: Any, table: Any, key: Sequence[str], groups: Sequence[Sequence[Any]],
-                progress: Progress) -> int:
-        from dagster_databus.spark.engine import SparkEngine
-
-        return SparkEngine(self.config, self._spark).compact(snap, table, key, groups, progress)  # same layout
-
-    def refresh(self, snap: DeltaSnapshot, source: CaptureSource, table: str, rows: RowSelection,
-                progress: Progress) -> Refreshed:
-        from dagster_databus.spark.engine import SparkEngine
-
-        return SparkEngine(self.config, self._spark).refresh(snap, source, table, rows, progress)  # same layout
-
-    def start_history(self, hist: Any, snap: DeltaSnapshot, version: int, target: Any, start: Scn, based: Scn,
-                      progress: Progress) -> int:
-        from dagster_databus.spark.engine import SparkEngine
-
-        return SparkEngine(self.config, self._spark).start_history(hist, snap, version, target, start, based,
-                                                                   progress)
-
-    def restate_history(self, hist: Any, snap: DeltaSnapshot, version: int, schema: TableSchema, target: Any,
-                        tracked: Sequence[str], scn: Scn, progress: Progress) -> MergeCounts:
-        from dagster_databus.spark.engine import SparkEngine
-
-        return SparkEngine(self.config, self._spark).restate_history(hist, snap, version, schema, target, tracked,
-                                                                     scn, progress)
-
-    def merge_history(self, hist: Any, log: ChangeLog, schema: TableSchema, target: Any, tracked: Sequence[str],
-                      since: Scn, until: Scn, progress: Progress) -> Merged | None:
-        """History tables have our own layout: the spark engine's tasks build them (no delta-spark MERGE)."""
-        from dagster_databus.spark.engine import SparkEngine
-
-        return SparkEngine(self.config, self._spark).merge_history(hist, log, schema, target, tracked, since, until,
-                                                                   progress)
 
     def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
         from pyspark import StorageLevel
 
+        self._require_delta_spark()
         spark = self.spark
         F = spark.functions()
         read = source.ranges(table, range_rows(self.config, source))
-        rows = (spark.session.read.format("databus_table").option("read", pack(read)).load()
+        rows = (spark.frame("databus_table", read=pack(read))
                 .withColumn("__op", F.lit("r"))
                 .withColumn("__commit_ts", F.timestamp_millis(F.lit(int(time.time() * 1000)))))
         rows = rows.select(*[F.col(f"`{n}`") for n in read.schema.arrow(with_meta=True).names])
@@ -121,8 +72,10 @@ class DeltaSparkEngine:
         applied = snap.bootstrapped()[1]
         if until <= applied:
             return None
+        self._require_delta_spark()
         spark = self.spark
         F, SparkDeltaTable = spark.functions(), spark.delta_table()
+        session: Any = spark.session
         with task_errors(), spark.job_progress(progress, f"{schema.table}: merging"):
             read = read_changes(spark, self.config, snap.source, schema.table, max(since, applied), until).cache()
             stats = read.agg(*[F.count(F.when(F.col("__op") == op, 1)).alias(op) for op in "iud"],
@@ -131,12 +84,12 @@ class DeltaSparkEngine:
             source = source.where(F.col("__scn") > applied.value)
             predicate, assignments, newer, is_delete = merge_clauses(schema.primary_key, source.columns)
             backtick = {k.replace('"', "`"): v.replace('"', "`") for k, v in assignments.items()}
-            spark.session.conf.set("spark.databricks.delta.write.txnAppId", snap.app_id)
-            spark.session.conf.set("spark.databricks.delta.write.txnVersion", str(until.value))
+            session.conf.set("spark.databricks.delta.write.txnAppId", snap.app_id)
+            session.conf.set("spark.databricks.delta.write.txnVersion", str(until.value))
             soft = soft_deletes(self.config, snap)
             deleting = f"{is_delete} AND {newer}".replace('"', "`")
             try:
-                merge = SparkDeltaTable.forPath(spark.session, snap.spark_uri).alias("t").merge(
+                merge = SparkDeltaTable.forPath(session, snap.spark_uri).alias("t").merge(
                     source.alias("s"), predicate.replace('"', "`"))
                 merge = merge.whenMatchedUpdate(deleting, set={k.replace('"', "`"): v.replace('"', "`")
                                                                for k, v in SOFT_DELETE.items()}) if soft else \
@@ -145,27 +98,11 @@ class DeltaSparkEngine:
                  .whenNotMatchedInsert(f"NOT ({is_delete})".replace('"', "`"), values=backtick)
                  .execute())
             finally:
-                spark.session.conf.unset("spark.databricks.delta.write.txnAppId")
-                spark.session.conf.unset("spark.databricks.delta.write.txnVersion")
+                session.conf.unset("spark.databricks.delta.write.txnAppId")
+                session.conf.unset("spark.databricks.delta.write.txnVersion")
                 read.unpersist()
-        metrics = SparkDeltaTable.forPath(spark.session, snap.spark_uri).history(1).collect()[0]["operationMetrics"]
+        metrics = SparkDeltaTable.forPath(session, snap.spark_uri).history(1).collect()[0]["operationMetrics"]
         counts = MergeCounts(inserted=int(metrics.get("numTargetRowsInserted", 0)),
                              updated=int(metrics.get("numTargetRowsUpdated", 0)),
                              deleted=int(metrics.get("numTargetRowsDeleted", 0)))
         return Merged(counts, ChangeStats({op: stats[op] for op in "iud" if stats[op]}, stats["windows"]))
-
-
-    def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
-                     progress: Progress) -> dict[str, int]:
-        """Logical tables are written by the spark engine's tasks (committed through delta-rs)."""
-        from dagster_databus.spark.engine import SparkEngine
-
-        return SparkEngine(self.config, self._spark).load_logical(target, layout, parts, progress)
-
-    def merge_logical(self, target: LogicalSnapshot, layout: LogicalLayout,
-                      ranges: Sequence[tuple[LogicalPart, Scn, Scn]],
-                      progress: Progress) -> tuple[dict[str, dict[str, int]], MergeCounts]:
-        from dagster_databus.spark.engine import SparkEngine
-
-        return SparkEngine(self.config, self._spark).merge_logical(target, layout, ranges, progress)
-

@@ -33,7 +33,15 @@ from dagster_databus.dataplane.delta import (
     soft_deleted,
     with_meta,
 )
-from dagster_databus.dataplane.engine import Bootstrapped, Merged, Refreshed, range_rows, soft_deletes
+from dagster_databus.dataplane.engine import (
+    Bootstrapped,
+    LogicalLoaded,
+    LogicalMerged,
+    Merged,
+    Refreshed,
+    range_rows,
+    soft_deletes,
+)
 from dagster_databus.dataplane.reduce import ChangeStats, NewestPerKey
 from dagster_databus.log.columns import change_schema, table_changes
 from dagster_databus.storage.durable import crash_point, disk_errors
@@ -230,14 +238,14 @@ class LocalEngine:
         return MergeCounts(folded.opened.num_rows, folded.closed, folded.deleted)
 
     def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
-                     progress: Progress) -> dict[str, int]:
+                     progress: Progress) -> LogicalLoaded:
         from dagster_databus.snapshot.engines.local_logical import load_in_process
 
         return load_in_process(target, layout, parts)
 
     def merge_logical(self, target: LogicalSnapshot, layout: LogicalLayout,
                       ranges: Sequence[tuple[LogicalPart, Scn, Scn]],
-                      progress: Progress) -> tuple[dict[str, dict[str, int]], MergeCounts]:
+                      progress: Progress) -> LogicalMerged:
         from dagster_databus.snapshot.engines.local_logical import merge_in_process
 
         return merge_in_process(target, layout, ranges, self.memory_bytes, self.spill_dir, progress)

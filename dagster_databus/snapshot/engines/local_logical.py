@@ -1,11 +1,11 @@
-"""The local engine's logical loads and merges: the parts' rows conformed to the layout, checked for keys
-another shard holds, and written by delta-rs in this process."""
+"""The local engine's logical loads and merges (``engines.local``): the parts' rows conformed to the layout,
+checked for keys another shard holds, and written by delta-rs in this process."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,11 +15,8 @@ from dagster_databus.core.event_columns import CHANGE_META, DELIVERED_META
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import META_COLUMNS
 from dagster_databus.core.scn import Scn
-from dagster_databus.dataplane.delta import (
-    MergeCounts,
-    conform_changes,
-    merge_with_delta_rs,
-)
+from dagster_databus.dataplane.delta import conform_changes, merge_with_delta_rs
+from dagster_databus.dataplane.engine import LogicalLoaded, LogicalMerged
 from dagster_databus.dataplane.logical import (
     LAYOUT_KEY,
     PART_COLUMN,
@@ -34,13 +31,13 @@ from dagster_databus.dataplane.reduce import NewestPerKey
 from dagster_databus.log.columns import change_schema, table_changes
 from dagster_databus.storage.durable import crash_point, disk_errors
 
-if TYPE_CHECKING:
-    pass
 
-def load_in_process(target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart]) -> dict[str, int]:
+def load_in_process(target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart]) -> LogicalLoaded:
     """Overwrite the table with every part's physical snapshot, each at its own applied SCN, in this process
     (the local engine)."""
-    pieces, txns, rows = [], [], {}
+    pieces: list[pa.Table] = []
+    txns: list[Transaction] = []
+    rows: dict[str, int] = {}
     for part in parts:
         data, applied, absorbed = part.snap.read_pinned(with_meta=True)
         pieces.append(_conform_snapshot(data, layout, part.label))
@@ -63,7 +60,7 @@ def load_in_process(target: LogicalSnapshot, layout: LogicalLayout, parts: Seque
                                                            custom_metadata={LAYOUT_KEY: layout.document()}),
                         description=f"databus logical table {target.name}")
     crash_point("logical_committed")
-    return rows
+    return LogicalLoaded(rows)
 
 
 def _conform_snapshot(data: pa.Table, layout: LogicalLayout, label: str) -> pa.Table:
@@ -83,7 +80,7 @@ def _conform_snapshot(data: pa.Table, layout: LogicalLayout, label: str) -> pa.T
 
 def merge_in_process(target: LogicalSnapshot, layout: LogicalLayout, ranges: Sequence[tuple[LogicalPart, Scn, Scn]],
                      memory_bytes: int, spill_dir: Path | None,
-                     progress: Progress) -> tuple[dict[str, dict[str, int]], MergeCounts]:
+                     progress: Progress) -> LogicalMerged:
     """Merge each part's log range (applied, until] in one commit that moves every part's SCN, in this
     process (the local engine).
 
@@ -123,7 +120,7 @@ def merge_in_process(target: LogicalSnapshot, layout: LogicalLayout, ranges: Seq
     with disk_errors(f"committing logical table {target.name} to Delta", target.path):
         counts = merge_with_delta_rs(target, layout.match, merged, props)
     crash_point("logical_committed")
-    return by_op, counts
+    return LogicalMerged(by_op, counts)
 
 
 def _part_schema(layout: LogicalLayout) -> pa.Schema:

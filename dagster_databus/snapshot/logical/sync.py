@@ -4,23 +4,21 @@ snapshots when it cannot follow the logs, and merging every part's new changes i
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dagster_databus.config import DatabusConfig, LogicalTableConfig
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
-from dagster_databus.dataplane.delta import (
-    DeltaSnapshot,
-    MergeCounts,
-)
+from dagster_databus.dataplane.delta import DeltaSnapshot, MergeCounts
 from dagster_databus.dataplane.logical import LogicalLayout, LogicalPart, LogicalSnapshot, logical_layout
 from dagster_databus.errors import LogGapError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
 
 if TYPE_CHECKING:
     from dagster_databus.spark.runtime import SparkRuntime
+
 
 @dataclass(frozen=True, slots=True)
 class PartSyncResult:
@@ -31,7 +29,7 @@ class PartSyncResult:
     to_scn: Scn  # the part's applied SCN now
     log_scn: Scn  # the part's change log's committed SCN
     events: int
-    events_by_op: dict[str, int]
+    events_by_op: Mapping[str, int]  # events read, by operation ('i', 'u', 'd')
     loaded_rows: int  # rows taken from the physical snapshot by a load in this sync (0 otherwise)
 
 
@@ -80,13 +78,13 @@ def sync_logical(config: DatabusConfig, name: str, progress: Progress = lambda _
         reason = _load_reason(target, layout, parts)
         if reason is not None:
             progress(f"logical {name}: loading from the physical snapshots: {reason}")
-            loaded = engine.load_logical(target, layout, parts, progress)
+            loaded = dict(engine.load_logical(target, layout, parts, progress).rows)
             commits += 1
             progress(f"logical {name}: loaded {sum(loaded.values())} rows")
         applied = {p.label: _applied(target, p) for p in parts}
         until = {p.label: p.log.committed_scn() for p in parts}
         advancing = [p for p in parts if until[p.label] > applied[p.label]]
-        by_op: dict[str, dict[str, int]] = {p.label: {} for p in parts}
+        by_op: Mapping[str, Mapping[str, int]] = {p.label: {} for p in parts}
         counts = MergeCounts()
         if advancing:
             for part in advancing:
@@ -97,8 +95,9 @@ def sync_logical(config: DatabusConfig, name: str, progress: Progress = lambda _
                         f"log of source {part.config.source!r} now starts after SCN {start}",
                         f"materialize the {part.asset} asset (its snapshot is the way past the gap), then this "
                         "logical table again; it reloads the part")
-            by_op, counts = engine.merge_logical(target, layout, [(p, applied[p.label], until[p.label])
-                                                                  for p in advancing], progress)
+            merged = engine.merge_logical(target, layout, [(p, applied[p.label], until[p.label]) for p in advancing],
+                                          progress)
+            by_op, counts = merged.events, merged.counts
             commits += 1
         results = tuple(
             PartSyncResult(label=p.label, source=p.config.source, table=p.config.table, from_scn=applied[p.label],

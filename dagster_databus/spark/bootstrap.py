@@ -1,0 +1,103 @@
+"""The spark engine's bootstrap: the source's table cut into primary-key ranges (``CaptureSource.ranges``), one
+task per range reading it on its own connection and writing its rows as Parquet straight into the snapshot's
+folder, clustered by key (``spark.tables``); the driver commits the files in one delta-rs transaction.
+
+It resumes: each range records its files once written (``dataplane.resume``), and a run after a killed one
+reads only the ranges without a record, keeping the others' files."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from dagster_databus.core.scn import Scn
+from dagster_databus.core.wire import pack
+from dagster_databus.dataplane.commit import commit_bootstrap, location, remove_uncommitted
+from dagster_databus.dataplane.engine import Bootstrapped, RangeCounts, range_rows
+from dagster_databus.dataplane.files import TaskReport
+from dagster_databus.spark.errors import task_errors
+from dagster_databus.spark.jobs import ENGINE, SparkJobs, paths
+from dagster_databus.storage.durable import crash_point, disk_errors
+
+if TYPE_CHECKING:
+    from dagster_databus.core.progress import Progress
+    from dagster_databus.dataplane.delta import DeltaSnapshot
+    from dagster_databus.dataplane.resume import BootstrapPlan, BootstrapProgress
+    from dagster_databus.sources.base import CaptureSource, RangeRead
+
+
+class Bootstrapping(SparkJobs):
+    def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
+        from dagster_databus.dataplane.reads import FilesSink
+        from dagster_databus.dataplane.resume import BootstrapProgress
+
+        store = BootstrapProgress(self.config.lake, snap.source, table)
+        read, plan, done = self._plan(snap, store, source.ranges(table, range_rows(self.config, source)))
+        remaining = [i for i in range(len(read.ranges)) if i not in done]
+        progress(f"{table}: bootstrapping in {len(read.ranges)} key range(s), one Spark task each"
+                 + (f", all as of SCN {read.scn}" if read.scn is not None else "")
+                 + (f"; resuming: {len(done)} already read" if done else ""))
+        sink = FilesSink(location(snap), read.schema.arrow(with_meta=True), self.config.merge.file_rows, plan.prefix,
+                         int(time.time() * 1000), store.spec)
+        committed = False
+        report = None
+        try:
+            if remaining:
+                with task_errors(), self.spark.job_progress(progress, f"{table}: bootstrapping"):
+                    self.spark.frame("databus_table_files", read=pack(read), sink=pack(sink),
+                                     only=pack(remaining)).toArrow()
+            # The ranges' own records are the bootstrap's account, this run's and any earlier one's alike.
+            done = store.done()
+            missing = [i for i in range(len(read.ranges)) if i not in done]
+            if missing:
+                raise RuntimeError(f"bootstrap of {snap.source}.{table}: key range(s) {missing} finished without "
+                                   "recording their files")
+            report = TaskReport(tuple(f for i in sorted(done) for f in done[i].added), (),
+                                tuple(f for i in sorted(done) for f in done[i].facts))
+            scn = Scn(min(int(f["scn"]) for f in report.facts))
+            crash_point("delta_commit")
+            with disk_errors(f"bootstrapping {snap.source}.{table} into Delta", snap.path):
+                commit_bootstrap(snap, sink.schema, report.added, scn, ENGINE)
+            committed = True
+            crash_point("delta_committed")
+            starts = store.starts()
+            store.clear()
+        finally:
+            # A failed run keeps the files its finished ranges recorded: the next run resumes with them.
+            keep = report.added if committed and report is not None else [
+                f for r in store.done().values() for f in r.added]
+            remove_uncommitted(snap, plan.prefix, keep)
+        rows = report.total("rows")
+        progress(f"{table}: bootstrapped {rows:,} rows in {len(report.added)} file(s) at SCN {scn}")
+        ranges = RangeCounts(ranges=len(read.ranges), resumed=len(read.ranges) - len(remaining),
+                             most_reads=max(starts.values(), default=0))
+        return Bootstrapped(scn, read.schema, rows, len(report.added), ranges)
+
+    def _plan(self, snap: DeltaSnapshot, store: BootstrapProgress, read: RangeRead
+              ) -> tuple[RangeRead, BootstrapPlan, dict[int, TaskReport]]:
+        """The read to do, its plan and the ranges already read: an earlier run's, if one was killed reading the
+        same columns in the same epoch (and the change log still reaches back to its reads), else a new one."""
+        from dagster_databus.log.changelog import ChangeLog
+
+        manifest = ChangeLog(self.config.lake, snap.source).manifest()
+        plan, done = store.plan(), {}
+        if (plan is not None and plan.fingerprint == read.schema.fingerprint() and plan.epoch == manifest.epoch
+                and not _committed(snap, plan.prefix)):
+            done = store.done()
+            if any(int(f["scn"]) < manifest.start_scn.value for r in done.values() for f in r.facts):
+                plan, done = None, {}  # the change log no longer reaches back to those reads: start over
+        else:
+            plan = None
+        if plan is None:
+            return read, store.start(read.ranges, read.schema.fingerprint(), manifest.epoch), done
+        return replace(read, ranges=plan.ranges), plan, done
+
+
+def _committed(snap: DeltaSnapshot, prefix: str) -> bool:
+    """Whether the table names files of this prefix: a bootstrap that committed but was stopped before it
+    cleared its progress (merges may since have replaced those files; its records are stale)."""
+    table = snap.existing()
+    if table is None:
+        return False
+    return any(p.startswith(prefix) for p in paths(table))

@@ -1,0 +1,122 @@
+"""What the spark engine's features (``spark.engine``) share: the config, the runtime their jobs run on, and the
+two kinds of job they are built from: files copied by tasks into a table and committed by the driver
+(``copy_files``: a compaction, an evolution, a history's start, a logical load), and changes applied by
+rewriting the files that hold their keys (``rewrite``, ``spark.rewrite``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from dagster_databus.core.wire import pack
+from dagster_databus.dataplane.commit import location, remove_uncommitted
+from dagster_databus.dataplane.files import DataFile, TaskReport, run_prefix
+from dagster_databus.spark.errors import task_errors
+from dagster_databus.spark.frames import read_changes
+from dagster_databus.spark.rewrite import Changes, RewriteCommit, RewriteTarget, Rewritten, rewrite
+from dagster_databus.storage.durable import crash_point, disk_errors
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+    from pyspark.sql import DataFrame
+
+    from dagster_databus.config import DatabusConfig
+    from dagster_databus.core.progress import Progress
+    from dagster_databus.core.scn import Scn
+    from dagster_databus.dataplane.delta import DeltaFolder
+    from dagster_databus.dataplane.merging import MergePlan
+    from dagster_databus.dataplane.reads import FileRead
+    from dagster_databus.log.changelog import ChangeLog
+    from dagster_databus.spark.runtime import SparkRuntime
+
+# The spark engine's name, and what the commits its tasks' files go into record as their engine (the
+# delta-spark engine's too, for what it leaves to those tasks).
+ENGINE = "spark"
+SPLIT_MIN_BYTES = 4 * 2**20  # smaller pieces of a segment cost more in tasks than they save
+
+
+@dataclass(frozen=True, slots=True)
+class FileCopy:
+    """Tasks read ``reads`` in ``schema`` and write them into ``folder``; ``commit(files)`` commits the files."""
+
+    folder: DeltaFolder
+    reads: Sequence[FileRead]
+    schema: pa.Schema
+    commit: Callable[[Sequence[DataFile]], None]
+    what: str  # how progress and errors name the table ("shop.orders")
+    doing: str  # and the job ("compacting")
+    crash: str  # fault tests stop at ``<crash>_commit`` and ``<crash>_committed``
+
+
+class SparkJobs:
+    """The base of the spark engine's features: its config and runtime, and the jobs they share."""
+
+    name = ENGINE
+
+    def __init__(self, config: DatabusConfig, spark: SparkRuntime) -> None:
+        self.config, self.spark = config, spark
+        self.tables_at_once = config.merge.parallel_tables
+
+    def copy_files(self, copy: FileCopy, progress: Progress) -> TaskReport:
+        """One task per read (``spark.deltafiles``) writes its rows into the folder; then the commit."""
+        from dagster_databus.dataplane.reads import FilesSink
+
+        prefix = run_prefix()
+        sink = FilesSink(location(copy.folder), copy.schema, self.config.merge.file_rows, prefix, 0)
+        committed = False
+        report = None
+        try:
+            with task_errors(), self.spark.job_progress(progress, f"{copy.what}: {copy.doing}"):
+                report = TaskReport.of(self.spark.frame("databus_delta_files", files=pack(copy.reads),
+                                                        schema=pack(copy.schema), sink=pack(sink)).toArrow())
+            copy.folder.prepare()
+            crash_point(f"{copy.crash}_commit")
+            with disk_errors(f"{copy.doing} {copy.what} in Delta", copy.folder.path):
+                copy.commit(report.added)
+            committed = True
+            crash_point(f"{copy.crash}_committed")
+        finally:
+            remove_uncommitted(copy.folder, prefix, report.added if committed and report is not None else ())
+        return report
+
+    def rewrite(self, target: RewriteTarget, changes: Changes, commit: RewriteCommit,
+                progress: Progress) -> Rewritten:
+        """``changes`` applied to ``target`` by rewriting the files that hold their keys (``spark.rewrite``)."""
+        return rewrite(self.spark, self.config.merge, target, changes, commit, progress)
+
+    def log_routed(self, log: ChangeLog, table: str, since: Scn, until: Scn) -> Callable[[MergePlan], DataFrame]:
+        """The frame of ``table``'s changes in (since, until], reduced and routed by a merge plan."""
+        total = sum(s.bytes for s in log.manifest().between(since, until))
+        # Read a segment in pieces of this size, so that even one large segment keeps every core busy.
+        split = max(SPLIT_MIN_BYTES, -(-total // (2 * self.spark.parallelism())))
+        return lambda plan: read_changes(self.spark, self.config, log.source, table, since, until, route=pack(plan),
+                                         split_bytes=split)
+
+    def file_frame(self, reads: Sequence[FileRead], schema: pa.Schema) -> DataFrame:
+        """The rows of ``reads`` in ``schema``'s columns, one task per file (``spark.deltafiles``)."""
+        return self.spark.frame("databus_delta_files", files=pack(reads), schema=pack(schema))
+
+
+def paths(table: DeltaTable) -> list[str]:
+    """The data files one version of a table names, as its log spells them."""
+    return [str(p) for p in pa.table(table.get_add_actions(flatten=True))["path"].to_pylist()]
+
+
+def with_columns(folder: DeltaFolder, table: DeltaTable, target: pa.Schema, progress: Progress,
+                 metadata: dict[str, str] | None = None) -> DeltaTable:
+    """``table`` with the columns of ``target`` it lacks added (their own commit, before the merge plans
+    against the table: existing rows read them as null); the version to merge into."""
+    held = {f.name for f in table.schema().fields}
+    added = [f for f in target if f.name not in held]
+    if not added:
+        return table
+    from deltalake import CommitProperties
+    from deltalake import Schema as DeltaSchema
+
+    table.alter.add_columns(DeltaSchema.from_arrow(pa.schema(added)).fields,
+                            commit_properties=CommitProperties(custom_metadata=metadata) if metadata else None)
+    progress(f"{folder.key}: added column(s) {', '.join(f.name for f in added)} to the table")
+    return folder.delta()
