@@ -149,12 +149,13 @@ def _sizes(table: object) -> tuple[int, int]:
 
 def upkeep_source(config: DatabusConfig, source: str, spark: SparkRuntime, tables: Sequence[str] | None = None,
                   progress: Progress = lambda _: None) -> list[UpkeepResult]:
-    """``upkeep_table`` for each (or each named) snapshot of ``source`` that exists, by ``merge.engine``."""
+    """``upkeep_table`` for each (or each named) snapshot of ``source`` that exists, by ``merge.engine`` (on
+    ``spark``, started only if that engine runs a job)."""
     from dagster_databus.dataplane.delta import DeltaSnapshot
-    from dagster_databus.snapshot.merge import engine_for
+    from dagster_databus.snapshot.engines import open_engine
 
     source_cfg = config.source(source)
-    engine = engine_for(spark, config)
+    engine = open_engine(config, spark)
     results = []
     for table in tables if tables is not None else [t.name for t in source_cfg.tables]:
         snap = DeltaSnapshot(config.lake, source, table)
@@ -172,7 +173,7 @@ def upkeep_logical(config: DatabusConfig, name: str, spark: SparkRuntime, progre
     """Upkeep of logical table ``name`` (``upkeep_folder``), holding its lock; None before its first load. A
     logical table loads again from its parts' snapshots, so VACUUM keeps no version of its own for that."""
     from dagster_databus.dataplane.logical import PART_COLUMN, LogicalSnapshot
-    from dagster_databus.snapshot.merge import engine_for
+    from dagster_databus.snapshot.engines import open_engine
 
     logical = config.logical_table(name)
     target = LogicalSnapshot(config.lake, name)
@@ -181,5 +182,5 @@ def upkeep_logical(config: DatabusConfig, name: str, spark: SparkRuntime, progre
         return None
     key = [PART_COLUMN, *config.source(logical.parts[0].source).table(logical.parts[0].table).primary_key]
     with target.lock(f"logical table {name}", "wait for the upkeep of this logical table to finish"):
-        return upkeep_folder(target, name, key, key, engine_for(spark, config), config.merge.file_rows,
+        return upkeep_folder(target, name, key, key, open_engine(config, spark), config.merge.file_rows,
                              logical.upkeep.retain_hours, None, progress, kind="logical")

@@ -13,6 +13,7 @@ never be compared. All parts' ids move in the same commit as the rows they cover
 loads every part from its physical snapshot at that snapshot's applied SCN; later syncs read each
 part's change log after the part's own SCN and merge the union in one commit.
 
-The modules: ``table`` (the model and key rules), ``sync`` (``sync_logical``), ``in_process`` (the local
-engine's loads and merges), ``compare`` (parts against their sources).
+The modules: ``sync`` (``sync_logical``), ``compare`` (parts against their sources); the model and key rules
+are ``dataplane.logical``, the local engine's loads and merges ``snapshot.engines.local_logical``, the Spark
+engine's ``spark.logical``.
 """

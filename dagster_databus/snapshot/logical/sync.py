@@ -59,11 +59,11 @@ def sync_logical(config: DatabusConfig, name: str, progress: Progress = lambda _
     SCN, all parts in one commit. A sync with nothing new for any part commits nothing. ``spark``: the Spark
     engines' runtime (by default one built from ``config.spark``; either way started only if a job runs).
     """
-    from dagster_databus.snapshot.merge import engine_for
+    from dagster_databus.snapshot.engines import open_engine
     from dagster_databus.spark.runtime import SparkRuntime
 
     started = time.monotonic()
-    engine = engine_for(spark if spark is not None else SparkRuntime(config.spark), config)
+    engine = open_engine(config, spark if spark is not None else SparkRuntime(config.spark))
     logical = config.logical_table(name)
     target = LogicalSnapshot(config.lake, name)
     lock = target.lock(f"logical table {name}", "wait for the other sync of this logical table to finish")
