@@ -110,7 +110,7 @@ def _widens(old: pa.DataType, new: pa.DataType) -> bool:
         return True
     if old in _INTS and pa.types.is_decimal(new):
         digits = {pa.int8(): 3, pa.int16(): 5, pa.int32(): 10, pa.int64(): 19}[old]
-        return new.precision - new.scale >= digits
+        return bool(new.precision - new.scale >= digits)
     if pa.types.is_decimal(old) and pa.types.is_decimal(new):
-        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+        return bool(new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale)
     return False

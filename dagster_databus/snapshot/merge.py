@@ -286,7 +286,7 @@ def apply_schema_changes(snap: DeltaSnapshot, log: ChangeLog, source_cfg: Source
             f"set schema_changes: evolve or resnapshot for the table (or the source) and run again, or read the "
             f"table afresh with a bootstrap materialization of {source_cfg.name}/{table}",
             source=source_cfg.name, table=table, scn=pending[0].scn.value)
-    if policy == "evolve" and change is not None:
+    if policy == "evolve" and change is not None and latest is not None:
         if change.in_place:
             rows = engine.evolve(snap, latest[1], last.scn, progress, change.filled)
             progress(f"{table}: evolved in place at SCN {last.scn} ({change.describe()}; {rows:,} rows rewritten)")
@@ -360,8 +360,8 @@ def rebuild_from_bootstrap(snap: DeltaSnapshot, log: ChangeLog, progress: Progre
     bootstrap's data files are named again) with the bootstrap's SCN as its applied SCN."""
     from deltalake import CommitProperties, Transaction
 
-    boot = snap.bootstrap_scn()
-    if boot is None:
+    boot, lo = snap.bootstrap_scn(), snap.bootstrap_version()
+    if boot is None or lo is None:
         raise SnapshotMissingError(f"snapshot {snap.source}.{snap.table} has no bootstrap to rebuild from",
                                    "run a bootstrap of the table instead (mode: bootstrap)")
     start = log.manifest().start_scn
@@ -371,7 +371,6 @@ def rebuild_from_bootstrap(snap: DeltaSnapshot, log: ChangeLog, progress: Progre
             f"snapshot's last bootstrap was at SCN {boot}, so the changes in between are gone",
             "run a bootstrap of the table instead (mode: bootstrap)")
     current = snap.delta()
-    lo = snap.bootstrap_version()
     txns = [Transaction(app_id=snap.app_id, version=boot.value),
             Transaction(app_id=snap.bootstrap_app_id, version=boot.value)]
     try:

@@ -197,9 +197,11 @@ class _SnapshotSide:
 
     def batches(self) -> Iterator[tuple[pa.RecordBatch, np.ndarray, np.ndarray]]:
         """(rows, their buckets, row digests) of the snapshot at ``scn``, a batch at a time."""
+        dataset = self.dataset
+        assert dataset is not None, "bring_to pins the snapshot first"
         ticker = Ticker(self.progress, f"{self.schema.table}: fingerprinting the snapshot", "rows",
-                        self.dataset.count_rows())
-        for batch in self.dataset.to_batches(columns=list(self.schema.column_names), batch_size=65_536):
+                        dataset.count_rows())
+        for batch in dataset.to_batches(columns=list(self.schema.column_names), batch_size=65_536):
             ticker.add(batch.num_rows)
             yield from self._digested(batch, drop_changed=True)
         ticker.finish()
@@ -256,10 +258,10 @@ def compare_tables(schema: TableSchema, source: pa.Table, snapshot: pa.Table) ->
     out = []
     for key in src_index.keys() | snap_index.keys():
         i, j = src_index.get(key), snap_index.get(key)
-        row = src_rows[i] if i is not None else snap_rows[j]  # type: ignore[index]
+        row = src_rows[i] if i is not None else snap_rows[j]
         key_values = tuple(row[k] for k in schema.primary_key)
         if j is None:
-            out.append(RowDifference(key_values, "missing", source=src_rows[i]))  # type: ignore[index]
+            out.append(RowDifference(key_values, "missing", source=src_rows[i]))
         elif i is None:
             out.append(RowDifference(key_values, "extra", snapshot=snap_rows[j]))
         else:

@@ -150,7 +150,7 @@ class LocalEngine:
                             commit_properties=CommitProperties(
                                 app_transactions=[Transaction(app_id=snap.evolved_app_id, version=scn.value)],
                                 custom_metadata={OPERATION_KEY: "evolve", "engine": self.name}))
-        return rows.num_rows
+        return int(rows.num_rows)
 
     def start_history(self, hist: HistoryTable, snap: DeltaSnapshot, version: int, target: pa.Schema, start: Scn,
                       based: Scn, progress: Progress) -> int:
@@ -167,7 +167,7 @@ class LocalEngine:
                                                   Transaction(app_id=hist.start_app_id, version=start.value),
                                                   Transaction(app_id=hist.based_app_id, version=based.value)],
                                 custom_metadata={OPERATION_KEY: "history-start", "engine": self.name}))
-        return rows.num_rows
+        return int(rows.num_rows)
 
     def merge_history(self, hist: HistoryTable, log: ChangeLog, schema: TableSchema, target: pa.Schema,
                       tracked: Sequence[str], since: Scn, until: Scn, progress: Progress) -> Merged | None:
@@ -205,8 +205,9 @@ class LocalEngine:
                                     Restated(change_schema(schema), (scn.value, read_ms)).of(gone)])
         progress(f"{schema.table}: history: restating {rows.num_rows:,} rows of the read at SCN {scn} "
                  f"({gone.num_rows:,} keys it no longer has)")
+        applied = hist.applied_scn()
         props = CommitProperties(
-            app_transactions=[Transaction(app_id=hist.app_id, version=max(scn.value, hist.applied_scn().value)),
+            app_transactions=[Transaction(app_id=hist.app_id, version=max(scn.value, applied.value if applied else 0)),
                               Transaction(app_id=hist.based_app_id, version=scn.value)],
             custom_metadata={OPERATION_KEY: "history-restate", "engine": self.name})
         return self._fold_into(hist, changes, key, tracked, target, props)
