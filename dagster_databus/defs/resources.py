@@ -12,7 +12,7 @@ from dagster_databus.config import DatabusConfig, load_config
 from dagster_databus.spark.runtime import SparkRuntime
 
 
-class DatabusResource(dg.ConfigurableResource):
+class DatabusResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # generic in the value it gives: itself
     """Gives assets the databus config, and the Spark runtime built from it; Spark starts only when a step's
     engine runs a job."""
 
