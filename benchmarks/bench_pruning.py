@@ -42,9 +42,12 @@ def run(rows: int, merges: int, file_rows: int) -> None:
             started = time.perf_counter()
             result = sync_table(config, config.sources[0], "items", engine)
             totals["seconds"] += time.perf_counter() - started
-            for name in ("files_rewritten", "files_before", "bytes_rewritten"):
-                totals[name] += result.files.get(name, 0)
-            changed_bytes += result.files.get("bytes_rewritten", 0) * CHANGES // max(result.files["rows_rewritten"], 1)
+            files = result.data_files
+            assert files is not None, "the spark engine counts the files it touches"
+            totals["files_rewritten"] += files.rewritten
+            totals["files_before"] += files.before
+            totals["bytes_rewritten"] += files.bytes_rewritten
+            changed_bytes += files.bytes_rewritten * CHANGES // max(files.rows_rewritten, 1)
         print(f"  {file_rows:>10,} rows per file: {totals['files_rewritten'] / merges:5.1f} of "
               f"{totals['files_before'] / merges:5.1f} files rewritten per merge, "
               f"{totals['bytes_rewritten'] / merges / 2**20:7.2f} MiB rewritten for "

@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
 
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, MysqlSourceConfig, SourceConfig, load_config
@@ -98,10 +97,9 @@ def _upkeep(config: DatabusConfig, args: argparse.Namespace) -> int:
     """Compact, vacuum and checkpoint a source's snapshot and history tables, or a logical table
     (``snapshot.upkeep``)."""
     from dagster_databus.snapshot.upkeep import upkeep_logical, upkeep_source
-    from dagster_databus.spark.session import get_spark
+    from dagster_databus.spark.runtime import SparkRuntime
 
-    def spark() -> Any:
-        return get_spark(config.spark)
+    spark = SparkRuntime(config.spark)  # starts only if the engine runs a Spark job
 
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -125,14 +123,12 @@ def _snapshot(config: DatabusConfig, args: argparse.Namespace) -> int:
     each its own short read, capture may run meanwhile) and resumable (a killed run's finished ranges are kept).
     With a key range or a filter, only those rows of one table are read again and folded in."""
     from dagster_databus.snapshot.merge import sync_source
-    from dagster_databus.spark.session import get_spark
+    from dagster_databus.spark.runtime import SparkRuntime
 
     source = config.source(args.source)
     tables = _tables(source, args.tables)
     rows = pipeline.row_selection(config, source.name, tables, args.after, args.through, args.where)
-
-    def spark() -> Any:
-        return get_spark(config.spark)
+    spark = SparkRuntime(config.spark)
 
     if not rows.whole:
         for r in sync_source(spark, config, source.name, tables, progress=lambda m: print(m, flush=True),
@@ -147,8 +143,8 @@ def _snapshot(config: DatabusConfig, args: argparse.Namespace) -> int:
     for r in sync_source(spark, config, source.name, tables,
                          progress=lambda m: print(m, flush=True), mode="bootstrap"):
         print(f"{r.source}.{r.table}: read {r.bootstrap_rows:,} rows at SCN {r.bootstrapped_at}"
-              + (f" ({r.bootstrap_ranges['ranges']} key ranges, {r.bootstrap_ranges['resumed']} from an earlier run)"
-                 if r.bootstrap_ranges else "")
+              + (f" ({r.key_ranges.ranges} key ranges, {r.key_ranges.resumed} from an earlier run)"
+                 if r.key_ranges else "")
               + f", then merged to SCN {r.to_scn}")
     return 0
 

@@ -136,7 +136,8 @@ def test_a_large_table_read_under_steady_writes_ends_equal_without_locks_or_long
         sampler.stop.set()
         sampler.join()
     assert writer.error is None, writer.error
-    assert result.bootstrapped_at is not None and result.bootstrap_ranges["ranges"] >= ROWS // RANGE_ROWS
+    assert result.bootstrapped_at is not None and result.key_ranges is not None
+    assert result.key_ranges.ranges >= ROWS // RANGE_ROWS
     # The writer aims at 500/s; on two cores shared with Spark's tasks it reaches less, but it never stops.
     during = [t for t in writer.commits if started <= t <= started + took]
     assert len(during) >= 50 * took, f"only {len(during)} writes in {took:.1f}s"

@@ -81,7 +81,7 @@ def test_a_mariadb_bootstrap_and_merge_over_connect(mariadb, tmp_path: Path, con
     merged = cycle(config, connect_spark)[0]
     assert (merged.counts.inserted, merged.counts.updated, merged.counts.deleted) == (1, 11, 2)
     # The first range's file holds the changed keys; the last takes the new key (it has room for it).
-    assert merged.files["files_rewritten"] <= 2 and merged.files["files_before"] == 6
+    assert merged.data_files is not None and merged.data_files.rewritten <= 2 and merged.data_files.before == 6
     assert_snapshots_match(config)
 
 

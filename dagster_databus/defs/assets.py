@@ -264,12 +264,12 @@ def _snapshot_metadata(r: TableSyncResult) -> Metadata:
         "bootstrapped_at_scn": dg.MetadataValue.text(str(r.bootstrapped_at) if r.bootstrapped_at else "-"),
         "bootstrap_rows": r.bootstrap_rows,
         **({"schema_evolved": r.evolved} if r.evolved else {}),
-        **{f"bootstrap_{name}": value for name, value in r.bootstrap_ranges.items()},
+        **({f"bootstrap_{name}": n for name, n in r.key_ranges.named().items()} if r.key_ranges else {}),
         **(_refreshed(r.refreshed) if r.refreshed is not None else {}),
         **(_history(r.history) if r.history is not None else {}),
         "dagster/row_count": r.snapshot_rows,
         **({"delta_version": r.delta_version} if r.delta_version is not None else {}),
         "engine": r.engine, "duration_s": round(r.duration_s, 3),
         # The spark engine's data files: rewritten (with their bytes) of those the table had, and added.
-        **{f"data_{name}": value for name, value in r.files.items()},
+        **({f"data_{name}": n for name, n in r.data_files.named().items()} if r.data_files else {}),
     }

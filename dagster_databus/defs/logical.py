@@ -34,7 +34,7 @@ def build_logical_asset(logical: LogicalTableConfig) -> dg.AssetsDefinition:
     )
     def logical_table(context: AssetExecutionContext, databus: DatabusResource) -> dg.MaterializeResult[None]:
         with clear_errors(context):
-            result = sync_logical(databus.config(), name, progress=context.log.info)
+            result = sync_logical(databus.config(), name, progress=context.log.info, spark=databus.spark)
         return dg.MaterializeResult(metadata={
             **_metadata(result), "dagster/column_schema": column_schema(LogicalSnapshot(databus.config().lake, name))})
 

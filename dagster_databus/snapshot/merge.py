@@ -13,7 +13,6 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
 from dagster_databus.config import DatabusConfig, SourceConfig
@@ -36,7 +35,6 @@ from dagster_databus.storage.durable import disk_errors
 if TYPE_CHECKING:
     from dagster_databus.spark.runtime import SparkRuntime
 
-NOT_COUNTED: Mapping[str, int] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,17 +62,6 @@ class TableSyncResult:
     key_ranges: RangeCounts | None = None  # the bootstrap's key ranges (an engine that reads them in ranges)
     refreshed: Refreshed | None = None  # mode refresh: what reading the chosen rows again found and changed
     history: HistorySynced | None = None  # the table's history table, when it has one (``history: true``)
-
-    @property
-    def files(self) -> Mapping[str, int]:
-        """``data_files`` as reports name its counts (``files_rewritten``...); empty when the engine counts none."""
-        return self.data_files.named() if self.data_files is not None else NOT_COUNTED
-
-    @property
-    def bootstrap_ranges(self) -> Mapping[str, int]:
-        """``key_ranges`` as reports name its counts (``ranges``, ``resumed``, ``most_reads``); empty when the
-        table was not bootstrapped in ranges this run."""
-        return self.key_ranges.named() if self.key_ranges is not None else NOT_COUNTED
 
     @property
     def lag_scn(self) -> int:

@@ -303,9 +303,9 @@ def test_a_bootstrap_killed_mid_table_resumes_and_reads_each_range_at_most_twice
     generator.run(30, per_txn=10)  # the table changes between the two runs
     pipeline.capture(config, "faults")
     [result] = sync_source(spark, config, "faults")
-    assert result.bootstrap_ranges["ranges"] == len(plan.ranges)
-    assert result.bootstrap_ranges["resumed"] >= len(first)
-    assert result.bootstrap_ranges["most_reads"] <= 2
+    assert result.key_ranges is not None and result.key_ranges.ranges == len(plan.ranges)
+    assert result.key_ranges.resumed >= len(first)
+    assert result.key_ranges.most_reads <= 2
     assert store.plan() is None and not config.lake.objects.list(store.key)  # progress cleared once committed
     assert_clean(config, generator)
     snap = DeltaSnapshot(config.lake, "faults", TABLE)
