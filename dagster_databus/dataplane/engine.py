@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
+from dagster_databus.config.sources import ServerSourceBase
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from dagster_databus.dataplane.history import HistoryTable
     from dagster_databus.dataplane.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.log.changelog import ChangeLog
-    from dagster_databus.sources.base import CaptureSource, RowSelection
+    from dagster_databus.sources.base import RowSelection, Source
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,7 @@ class MergeEngine(Protocol):
     name: str
     tables_at_once: int  # how many tables of a source ``snapshot.merge.sync_tables`` syncs at a time
 
-    def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str,
+    def bootstrap(self, snap: DeltaSnapshot, source: Source, table: str,
                   progress: Progress) -> Bootstrapped:
         """Replace the snapshot's rows with a consistent read of ``table`` from ``source``, committed with
         its SCN as both the applied and the bootstrap transaction id."""
@@ -129,7 +130,7 @@ class MergeEngine(Protocol):
         ``until`` is not past the applied SCN (a replay): nothing is committed."""
 
 
-    def refresh(self, snap: DeltaSnapshot, source: CaptureSource, table: str, rows: RowSelection,
+    def refresh(self, snap: DeltaSnapshot, source: Source, table: str, rows: RowSelection,
                 progress: Progress) -> Refreshed:
         """Read ``rows`` of ``table`` again from ``source`` (key ranges, each its own consistent read) and fold
         them into the snapshot (``dataplane.refresh``) in one commit; the applied SCN stays."""
@@ -175,10 +176,11 @@ class MergeEngine(Protocol):
         SCN."""
 
 
-def range_rows(config: DatabusConfig, source: CaptureSource) -> int:
+def range_rows(config: DatabusConfig, source: Source) -> int:
     """Rows per key range when a table is read in ranges: a server source's ``bootstrap_chunk_rows``, else
     ``merge.file_rows`` (a SQLite range is about one data file)."""
-    return int(getattr(getattr(source, "config", None), "bootstrap_chunk_rows", config.merge.file_rows))
+    server = source.config
+    return server.bootstrap_chunk_rows if isinstance(server, ServerSourceBase) else config.merge.file_rows
 
 
 def soft_deletes(config: DatabusConfig, snap: DeltaSnapshot) -> bool:

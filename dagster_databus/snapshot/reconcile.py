@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from dagster_databus.dataplane.delta import DeltaSnapshot
     from dagster_databus.log.changelog import ChangeLog
-    from dagster_databus.sources.base import CaptureSource
+    from dagster_databus.sources.base import Source
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +233,7 @@ class _SnapshotSide:
         return pa.Table.from_batches([b.select(self.schema.column_names).cast(target) for b in kept], target)
 
 
-def _locate(source: CaptureSource, side: _SnapshotSide, schema: TableSchema,
+def _locate(source: Source, side: _SnapshotSide, schema: TableSchema,
             buckets: Sequence[int]) -> tuple[RowDifference, ...]:
     """The first differing rows in ``buckets``: both sides read again at one newer SCN, compared by key."""
     read = source.rows_in_buckets(schema.table, buckets)

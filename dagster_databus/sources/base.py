@@ -263,7 +263,3 @@ class Failover(Protocol):
                     progress: Progress) -> SwitchPlan | None:
         """The switch to another server, decided from ``checkpoint`` as read under the log's writer lock; None
         when the server answers again or another run switched already (its server is then attached)."""
-
-
-# The name other layers knew the protocol by; ``Source`` is the one protocol.
-CaptureSource = Source

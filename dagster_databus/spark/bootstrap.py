@@ -1,4 +1,4 @@
-"""The spark engine's bootstrap: the source's table cut into primary-key ranges (``CaptureSource.ranges``), one
+"""The spark engine's bootstrap: the source's table cut into primary-key ranges (``Source.ranges``), one
 task per range reading it on its own connection and writing its rows as Parquet straight into the snapshot's
 folder, clustered by key (``spark.tables``); the driver commits the files in one delta-rs transaction.
 
@@ -24,11 +24,11 @@ if TYPE_CHECKING:
     from dagster_databus.core.progress import Progress
     from dagster_databus.dataplane.delta import DeltaSnapshot
     from dagster_databus.dataplane.resume import BootstrapPlan, BootstrapProgress
-    from dagster_databus.sources.base import CaptureSource, RangeRead
+    from dagster_databus.sources.base import RangeRead, Source
 
 
 class Bootstrapping(SparkJobs):
-    def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
+    def bootstrap(self, snap: DeltaSnapshot, source: Source, table: str, progress: Progress) -> Bootstrapped:
         from dagster_databus.dataplane.reads import FilesSink
         from dagster_databus.dataplane.resume import BootstrapProgress
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from dagster_databus.core.schema import TableSchema
     from dagster_databus.dataplane.delta import DeltaSnapshot
     from dagster_databus.log.changelog import ChangeLog
-    from dagster_databus.sources.base import CaptureSource
+    from dagster_databus.sources.base import Source
 
 
 class DeltaSparkEngine(SparkEngine):
@@ -40,7 +40,7 @@ class DeltaSparkEngine(SparkEngine):
                               "spark.delta_jars (or DATABUS_DELTA_JARS), run on a cluster that has them, or use "
                               "merge.engine: spark")
 
-    def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
+    def bootstrap(self, snap: DeltaSnapshot, source: Source, table: str, progress: Progress) -> Bootstrapped:
         from pyspark import StorageLevel
 
         self._require_delta_spark()

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from dagster_databus.dataplane.files import DataFile, TableFile
     from dagster_databus.dataplane.merging import MergePlan
     from dagster_databus.log.changelog import ChangeLog
-    from dagster_databus.sources.base import CaptureSource, RowSelection
+    from dagster_databus.sources.base import RowSelection, Source
 
 
 class SnapshotMerging(SparkJobs):
@@ -60,7 +60,7 @@ class SnapshotMerging(SparkJobs):
                  f"{done.files.added}")
         return Merged(done.counts, stats, done.files)
 
-    def refresh(self, snap: DeltaSnapshot, source: CaptureSource, table: str, rows: RowSelection,
+    def refresh(self, snap: DeltaSnapshot, source: Source, table: str, rows: RowSelection,
                 progress: Progress) -> Refreshed:
         """One task per key range reads it, turns it into changes and routes them to the files that may hold
         their keys; the merge's apply tasks rewrite those files (``spark.rewrite``)."""

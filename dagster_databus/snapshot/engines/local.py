@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from dagster_databus.dataplane.history import HistoryTable
     from dagster_databus.dataplane.logical import LogicalLayout, LogicalPart, LogicalSnapshot
     from dagster_databus.log.changelog import ChangeLog
-    from dagster_databus.sources.base import CaptureSource, RowSelection
+    from dagster_databus.sources.base import RowSelection, Source
 
 
 class LocalEngine:
@@ -63,7 +63,7 @@ class LocalEngine:
         self.memory_bytes = config.merge.memory_mb * 2**20
         self.spill_dir = config.merge.spill_dir
 
-    def bootstrap(self, snap: DeltaSnapshot, source: CaptureSource, table: str, progress: Progress) -> Bootstrapped:
+    def bootstrap(self, snap: DeltaSnapshot, source: Source, table: str, progress: Progress) -> Bootstrapped:
         read = source.snapshot(table)
         progress(f"{table}: bootstrapping from the source at SCN {read.scn}, in this process")
         reading = Ticker(progress, f"{table}: bootstrapping", "rows")
@@ -83,7 +83,7 @@ class LocalEngine:
         return None if counts is None else Merged(counts, stats)
 
 
-    def refresh(self, snap: DeltaSnapshot, source: CaptureSource, table: str, rows: RowSelection,
+    def refresh(self, snap: DeltaSnapshot, source: Source, table: str, rows: RowSelection,
                 progress: Progress) -> Refreshed:
         """The key ranges read one after another in this process, their changes MERGEd in one delta-rs commit."""
         from dagster_databus.dataplane.commit import location
