@@ -1,0 +1,1 @@
+"""PostgreSQL capture by logical decoding: ``pgoutput`` messages of a publication, read from a replication slot."""
