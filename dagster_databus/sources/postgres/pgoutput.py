@@ -1,0 +1,471 @@
+"""A decoder of ``pgoutput``'s logical replication messages (protocol versions 1 and 2).
+
+The formats are PostgreSQL's "Logical Replication Message Formats" (``proto.c``). Every integer is
+big-endian; strings are NUL-terminated; tuple values come as text (``'t'``, what the type's output
+function prints, in the session's client encoding, which the reader sets to UTF8), binary (``'b'``, only
+with the ``binary`` option), NULL (``'n'``) or ``UNCHANGED`` (``'u'``: a TOASTed value the change did
+not touch, which the server leaves out). Inside a protocol 2 stream block (Stream Start .. Stream Stop)
+Relation, Type, Insert, Update, Delete, Truncate and Message carry the streamed transaction's xid first.
+
+Decoding is on capture's hot path, so the tuple loop reads a ``bytes`` payload by offsets with
+precompiled ``struct`` unpackers and builds nothing but the values themselves. A message the decoder
+does not know stops capture with ``PgoutputMessageError``: skipping one could lose changes.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Final, TypeAlias
+
+from dagster_databus.errors import DatabusError
+
+PG_EPOCH_UNIX_MICROS: Final = 946_684_800_000_000  # 2000-01-01T00:00:00Z, PostgreSQL's timestamp epoch
+
+# Replica identity as Relation messages send it (pg_class.relreplident).
+REPLICA_IDENTITY_DEFAULT: Final = "d"
+REPLICA_IDENTITY_NOTHING: Final = "n"
+REPLICA_IDENTITY_FULL: Final = "f"
+REPLICA_IDENTITY_INDEX: Final = "i"
+
+_U8 = struct.Struct(">B").unpack_from
+_U16 = struct.Struct(">H").unpack_from
+_U32 = struct.Struct(">I").unpack_from
+_I32 = struct.Struct(">i").unpack_from
+_BEGIN = struct.Struct(">QqI").unpack_from  # final LSN, commit time, xid
+_COMMIT = struct.Struct(">BQQq").unpack_from  # flags, commit LSN, end LSN, commit time
+_STREAM_COMMIT = struct.Struct(">IBQQq").unpack_from  # xid, flags, commit LSN, end LSN, commit time
+_ATTR = struct.Struct(">Ii").unpack_from  # type oid, type modifier
+_XID_OID = struct.Struct(">II").unpack_from  # a streamed change's xid, then its relation
+
+_T, _N, _U, _B = ord("t"), ord("n"), ord("u"), ord("b")  # tuple value kinds
+_NEW, _KEY, _OLD = ord("N"), ord("K"), ord("O")  # tuple markers in Insert / Update / Delete
+
+
+def lsn_text(lsn: int) -> str:
+    """An LSN as PostgreSQL prints it (``16/B374D848``)."""
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def pg_micros_to_unix_ms(micros: int) -> int:
+    """A pgoutput timestamp (microseconds since 2000-01-01 UTC) as milliseconds since the Unix epoch."""
+    return (micros + PG_EPOCH_UNIX_MICROS) // 1000
+
+
+class Unchanged:
+    """The type of ``UNCHANGED``: a TOASTed value the change left as it was, whose bytes the server did
+    not send. Only ``UNCHANGED`` exists (it survives pickling as itself)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+    def __reduce__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED: Final = Unchanged()
+
+Value: TypeAlias = str | bytes | Unchanged | None
+Tuple: TypeAlias = tuple[Value, ...]
+
+
+class PgoutputMessageError(DatabusError):
+    """A pgoutput message capture must not read past: of a type it does not decode, out of place (a
+    stream block not closed), truncated, or text that is not UTF-8. The message names the type byte and
+    the LSN; capture stops there rather than skip a change."""
+
+
+# -- messages ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    final_lsn: int  # the LSN of the transaction's commit record
+    commit_ts: int  # microseconds since 2000-01-01 UTC, as the server sends it
+    xid: int
+
+    @property
+    def commit_ts_ms(self) -> int:
+        return pg_micros_to_unix_ms(self.commit_ts)
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    flags: int
+    commit_lsn: int
+    end_lsn: int  # the LSN just after the commit record: what a standby status update confirms
+    commit_ts: int  # microseconds since 2000-01-01 UTC
+
+    @property
+    def commit_ts_ms(self) -> int:
+        return pg_micros_to_unix_ms(self.commit_ts)
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    commit_lsn: int  # the commit's LSN on the origin server
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class RelationColumn:
+    name: str
+    type_oid: int  # pg_attribute.atttypid: a domain's own oid, not its base type's
+    type_modifier: int  # atttypmod, -1 when none
+    key: bool  # part of the replica identity (every column under REPLICA IDENTITY FULL)
+
+
+@dataclass(frozen=True, slots=True)
+class Relation:
+    oid: int
+    namespace: str  # "pg_catalog" when the server sends the empty string for it
+    name: str
+    replica_identity: str  # REPLICA_IDENTITY_DEFAULT / _NOTHING / _FULL / _INDEX
+    columns: tuple[RelationColumn, ...]  # live columns only: dropped and generated ones are never sent
+    xid: int | None = None  # the streamed transaction, inside a stream block
+
+
+@dataclass(frozen=True, slots=True)
+class Type:
+    oid: int
+    namespace: str  # of the base type when ``oid`` is a domain
+    name: str
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Insert:
+    relation_oid: int
+    new: Tuple
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    relation_oid: int
+    new: Tuple  # UNCHANGED where a TOASTed value was not touched
+    old_key: Tuple | None = None  # 'K': the old replica identity columns (others None), when the key changed
+    old: Tuple | None = None  # 'O': the whole old row, under REPLICA IDENTITY FULL
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    relation_oid: int
+    old_key: Tuple | None = None  # 'K': the replica identity columns, others None
+    old: Tuple | None = None  # 'O': the whole row, under REPLICA IDENTITY FULL
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    relation_oids: tuple[int, ...]
+    cascade: bool
+    restart_identity: bool
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogicalMessage:
+    """``pg_logical_emit_message``'s message (sent with the ``messages`` option)."""
+
+    transactional: bool
+    lsn: int
+    prefix: str
+    content: bytes
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStart:
+    xid: int
+    first_segment: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStop:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCommit:
+    xid: int
+    flags: int
+    commit_lsn: int
+    end_lsn: int
+    commit_ts: int  # microseconds since 2000-01-01 UTC
+
+    @property
+    def commit_ts_ms(self) -> int:
+        return pg_micros_to_unix_ms(self.commit_ts)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamAbort:
+    xid: int
+    subxid: int  # equal to ``xid`` when the whole transaction aborted
+    abort_lsn: int | None = None  # protocol 4 (parallel apply) only
+    abort_ts: int | None = None
+
+
+Message: TypeAlias = (Begin | Commit | Origin | Relation | Type | Insert | Update | Delete | Truncate | LogicalMessage
+                      | StreamStart | StreamStop | StreamCommit | StreamAbort)
+
+_STREAM_STOP: Final = StreamStop()
+
+# Types capture does not ask for, named so the error says what to change rather than "unknown".
+_NOT_REQUESTED = {
+    ord("b"): "Begin Prepare", ord("P"): "Prepare", ord("K"): "Commit Prepared", ord("r"): "Rollback Prepared",
+    ord("p"): "Stream Prepare",
+}
+
+
+def _tuple(data: bytes, pos: int) -> tuple[Tuple, int]:
+    """TupleData at ``pos``: the values, and the offset after them."""
+    (count,) = _U16(data, pos)
+    pos += 2
+    values: list[Value] = [None] * count  # NULLs need no store
+    for i in range(count):
+        kind = data[pos]
+        if kind == _T:
+            start = pos + 5
+            pos = start + _U32(data, pos + 1)[0]
+            values[i] = data[start:pos].decode()
+        elif kind == _N:
+            pos += 1
+        elif kind == _U:
+            values[i] = UNCHANGED
+            pos += 1
+        elif kind == _B:
+            start = pos + 5
+            pos = start + _U32(data, pos + 1)[0]
+            values[i] = data[start:pos]
+        else:
+            raise _Malformed(f"tuple value kind {chr(kind)!r} (0x{kind:02x}) is none of 'n', 'u', 't', 'b'")
+    if pos > len(data):  # a slice past the end is silently short: say the message is truncated
+        raise _Malformed(f"the tuple's values end {pos - len(data)} byte(s) past the message")
+    return tuple(values), pos
+
+
+def _string(data: bytes, pos: int) -> tuple[str, int]:
+    end = data.index(0, pos)
+    return data[pos:end].decode(), end + 1
+
+
+class _Malformed(Exception):
+    """Inside the decoder: a message that does not parse (turned into ``PgoutputMessageError``)."""
+
+
+class PgoutputDecoder:
+    """Decodes one replication stream's messages in order, tracking whether it is inside a protocol 2
+    stream block (where changes carry their transaction's xid)."""
+
+    __slots__ = ("_plain", "_streamed", "in_stream", "stream_xid")
+
+    def __init__(self) -> None:
+        self.in_stream = False
+        self.stream_xid: int | None = None  # the transaction of the open stream block
+        plain = {
+            ord("B"): self._begin, ord("C"): self._commit, ord("O"): self._origin, ord("R"): self._relation,
+            ord("Y"): self._type, ord("I"): self._insert, ord("U"): self._update, ord("D"): self._delete,
+            ord("T"): self._truncate, ord("M"): self._message, ord("S"): self._stream_start,
+            ord("E"): self._stream_stop, ord("c"): self._stream_commit, ord("A"): self._stream_abort,
+        }
+        self._plain = plain
+        # Inside a stream block: changes lead with the xid; a Begin, Commit or another Stream Start is out of place.
+        self._streamed = {k: v for k, v in plain.items() if k in b"ORYIUDTME"}
+
+    def decode(self, payload: bytes | bytearray | memoryview, lsn: int | None = None) -> Message:
+        """One message (a CopyData 'w' payload, or the SQL interface's ``data``). ``lsn`` (the message's
+        WAL position, when known) is only for the error raised on a message that cannot be decoded."""
+        data = payload if type(payload) is bytes else bytes(payload)
+        try:
+            kind = data[0]
+            handler = (self._streamed if self.in_stream else self._plain).get(kind)
+            if handler is None:
+                raise self._unknown(kind, lsn)
+            message, end = handler(data)
+            if end != len(data):
+                raise _Malformed(f"{len(data) - end} byte(s) past the end of the message" if end < len(data)
+                                 else f"the message ends {end - len(data)} byte(s) early")
+            return message
+        except (_Malformed, struct.error, IndexError, ValueError) as exc:
+            if isinstance(exc, UnicodeDecodeError):
+                raise self._error(
+                    data, lsn, f"holds text that is not UTF-8 ({exc})",
+                    "read the slot with client_encoding UTF8 (options '-c client_encoding=UTF8'); a database whose "
+                    "encoding is SQL_ASCII may hold bytes that are not UTF-8: correct those values") from None
+            raise self._error(data, lsn, f"does not parse: {exc}", _BUG_FIX) from None
+
+    # -- errors ------------------------------------------------------------------------------------------
+
+    def _where(self, lsn: int | None) -> str:
+        at = f" at LSN {lsn_text(lsn)}" if lsn is not None else ""
+        return at + (f" inside the stream block of transaction {self.stream_xid}" if self.in_stream else "")
+
+    def _error(self, data: bytes, lsn: int | None, problem: str, fix: str) -> PgoutputMessageError:
+        kind = f"{chr(data[0])!r} (0x{data[0]:02x})" if data else "(empty)"
+        return PgoutputMessageError(
+            f"pgoutput message of type {kind}{self._where(lsn)} ({len(data)} bytes) {problem}", fix,
+            lsn=lsn_text(lsn) if lsn is not None else None, message_type=kind)
+
+    def _unknown(self, kind: int, lsn: int | None) -> PgoutputMessageError:
+        shown = f"{chr(kind)!r} (0x{kind:02x})"
+        where = self._where(lsn)
+        at = lsn_text(lsn) if lsn is not None else None
+        if kind in _NOT_REQUESTED:
+            return PgoutputMessageError(
+                f"pgoutput sent a {_NOT_REQUESTED[kind]} message (type {shown}){where}: a two-phase commit message, "
+                "which capture does not request and does not decode",
+                "the replication slot was created with two_phase (or the session asked for it): drop the slot, "
+                "create it again without two_phase, and bootstrap the source", lsn=at, message_type=shown)
+        if self.in_stream and kind in self._plain:
+            return PgoutputMessageError(
+                f"pgoutput message of type {shown}{where} cannot come inside a stream block (Stream Start without "
+                "Stream Stop)", _BUG_FIX, lsn=at, message_type=shown)
+        return PgoutputMessageError(
+            f"pgoutput message of unknown type {shown}{where}: capture stops rather than skip it, since it may "
+            "carry changes", _BUG_FIX, lsn=at, message_type=shown)
+
+    # -- messages ----------------------------------------------------------------------------------------
+
+    def _begin(self, data: bytes) -> tuple[Message, int]:
+        final_lsn, commit_ts, xid = _BEGIN(data, 1)
+        return Begin(final_lsn, commit_ts, xid), 21
+
+    def _commit(self, data: bytes) -> tuple[Message, int]:
+        flags, commit_lsn, end_lsn, commit_ts = _COMMIT(data, 1)
+        return Commit(flags, commit_lsn, end_lsn, commit_ts), 26
+
+    def _origin(self, data: bytes) -> tuple[Message, int]:
+        (commit_lsn,) = struct.unpack_from(">Q", data, 1)
+        name, pos = _string(data, 9)
+        return Origin(commit_lsn, name), pos
+
+    def _xid(self, data: bytes) -> tuple[int | None, int]:
+        """The leading xid of a change inside a stream block, and where the message's own fields start."""
+        if self.in_stream:
+            return _U32(data, 1)[0], 5
+        return None, 1
+
+    def _relation(self, data: bytes) -> tuple[Message, int]:
+        xid, pos = self._xid(data)
+        (oid,) = _U32(data, pos)
+        namespace, pos = _string(data, pos + 4)
+        name, pos = _string(data, pos)
+        identity = chr(data[pos])
+        (count,) = _U16(data, pos + 1)
+        pos += 3
+        columns = []
+        for _ in range(count):
+            flags = data[pos]
+            column, pos = _string(data, pos + 1)
+            type_oid, typmod = _ATTR(data, pos)
+            pos += 8
+            columns.append(RelationColumn(column, type_oid, typmod, bool(flags & 1)))
+        return Relation(oid, namespace or "pg_catalog", name, identity, tuple(columns), xid), pos
+
+    def _type(self, data: bytes) -> tuple[Message, int]:
+        xid, pos = self._xid(data)
+        (oid,) = _U32(data, pos)
+        namespace, pos = _string(data, pos + 4)
+        name, pos = _string(data, pos)
+        return Type(oid, namespace or "pg_catalog", name, xid), pos
+
+    def _insert(self, data: bytes) -> tuple[Message, int]:
+        if self.in_stream:
+            xid, oid = _XID_OID(data, 1)
+            pos = 9
+        else:
+            (oid,) = _U32(data, 1)
+            xid, pos = None, 5
+        if data[pos] != _NEW:
+            raise _Malformed(f"expected 'N' before the new tuple, got {chr(data[pos])!r}")
+        new, pos = _tuple(data, pos + 1)
+        return Insert(oid, new, xid), pos
+
+    def _update(self, data: bytes) -> tuple[Message, int]:
+        if self.in_stream:
+            xid, oid = _XID_OID(data, 1)
+            pos = 9
+        else:
+            (oid,) = _U32(data, 1)
+            xid, pos = None, 5
+        marker = data[pos]
+        old_key = old = None
+        if marker == _KEY:
+            old_key, pos = _tuple(data, pos + 1)
+            marker = data[pos]
+        elif marker == _OLD:
+            old, pos = _tuple(data, pos + 1)
+            marker = data[pos]
+        if marker != _NEW:
+            raise _Malformed(f"expected 'K', 'O' or 'N' in an update, got {chr(marker)!r}")
+        new, pos = _tuple(data, pos + 1)
+        return Update(oid, new, old_key, old, xid), pos
+
+    def _delete(self, data: bytes) -> tuple[Message, int]:
+        if self.in_stream:
+            xid, oid = _XID_OID(data, 1)
+            pos = 9
+        else:
+            (oid,) = _U32(data, 1)
+            xid, pos = None, 5
+        marker = data[pos]
+        if marker == _KEY:
+            key, pos = _tuple(data, pos + 1)
+            return Delete(oid, key, None, xid), pos
+        if marker == _OLD:
+            old, pos = _tuple(data, pos + 1)
+            return Delete(oid, None, old, xid), pos
+        raise _Malformed(f"expected 'K' or 'O' in a delete, got {chr(marker)!r}")
+
+    def _truncate(self, data: bytes) -> tuple[Message, int]:
+        xid, pos = self._xid(data)
+        (count,) = _U32(data, pos)
+        options = data[pos + 4]
+        pos += 5
+        oids = struct.unpack_from(f">{count}I", data, pos)
+        return Truncate(oids, bool(options & 1), bool(options & 2), xid), pos + 4 * count
+
+    def _message(self, data: bytes) -> tuple[Message, int]:
+        xid, pos = self._xid(data)
+        flags = data[pos]
+        (lsn,) = struct.unpack_from(">Q", data, pos + 1)
+        prefix, pos = _string(data, pos + 9)
+        (length,) = _U32(data, pos)
+        pos += 4
+        content = data[pos:pos + length]
+        if len(content) != length:
+            raise _Malformed(f"the content is {len(content)} bytes, not the {length} it declares")
+        return LogicalMessage(bool(flags & 1), lsn, prefix, content, xid), pos + length
+
+    def _stream_start(self, data: bytes) -> tuple[Message, int]:
+        (xid,) = _U32(data, 1)
+        first = data[5] == 1
+        self.in_stream, self.stream_xid = True, xid
+        return StreamStart(xid, first), 6
+
+    def _stream_stop(self, data: bytes) -> tuple[Message, int]:
+        if not self.in_stream:
+            raise _Malformed("Stream Stop without a Stream Start")
+        self.in_stream, self.stream_xid = False, None
+        return _STREAM_STOP, 1
+
+    def _stream_commit(self, data: bytes) -> tuple[Message, int]:
+        xid, flags, commit_lsn, end_lsn, commit_ts = _STREAM_COMMIT(data, 1)
+        return StreamCommit(xid, flags, commit_lsn, end_lsn, commit_ts), 30
+
+    def _stream_abort(self, data: bytes) -> tuple[Message, int]:
+        xid, subxid = _XID_OID(data, 1)
+        if len(data) >= 25:  # protocol 4 adds the abort's LSN and time (streaming = parallel)
+            abort_lsn, abort_ts = struct.unpack_from(">Qq", data, 9)
+            return StreamAbort(xid, subxid, abort_lsn, abort_ts), 25
+        return StreamAbort(xid, subxid), 9
+
+
+_BUG_FIX = ("this is a bug in dagster-databus's pgoutput decoder, or a server newer than it knows: report it with the "
+            "server's version (SELECT version()) and the message's LSN, and upgrade dagster-databus. Capture keeps "
+            "its checkpoint before this message, so nothing is lost meanwhile")
