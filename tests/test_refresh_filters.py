@@ -2,7 +2,11 @@
 SQLite and MariaDB: every injection class is refused with a message naming the problem and the fix, before
 anything is read or written (the snapshot keeps its version and rows, and a secrets table the config does not
 capture never reaches it); key bounds outside the key's type or forming an empty range are refused the same
-way; and legitimate filters select exactly their rows, run as ``sources.filters`` rendered them."""
+way; and legitimate filters select exactly their rows, run as ``sources.filters`` rendered them.
+
+PostgreSQL's filters are checked the same way, and run as rendered through psycopg2 on a throwaway cluster
+(``pg``): hostile text inside a literal arrives as that literal's value (psycopg2's %-formatting included),
+and the allowed functions reach pg_catalog's, not a look-alike on the search_path."""
 
 from __future__ import annotations
 
@@ -26,12 +30,13 @@ from dagster_databus.errors import ConfigError
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source, read_rows
 from dagster_databus.sources.base import KeyRange, RangeRead, RowSelection
-from dagster_databus.sources.filters import Filter, check_filter
+from dagster_databus.sources.filters import FUNCTIONS, Filter, FilterDialect, check_filter, select_clause
 from dagster_databus.sources.keys import selection_for
 from dagster_databus.sources.sqlite import bootstrap as sqlite_bootstrap
-from tests.conftest import cycle
+from tests.conftest import cycle, require_tool
 from tests.harness import MysqlHarness, SourceHarness, SqliteHarness, config_document, make_config
 from tests.mariadb import MariaDBServer
+from tests.postgres import PostgresServer, find_pg_bindir
 
 SECRET = "hunter2-TOPSECRET"
 TABLE = "accounts"
@@ -49,7 +54,14 @@ SCHEMAS = {
     "mysql": ["CREATE TABLE accounts (id INT PRIMARY KEY, owner VARCHAR(50) NOT NULL, status VARCHAR(20) NOT NULL, "
               "balance BIGINT, note VARCHAR(100))",
               "CREATE TABLE secrets (id INT PRIMARY KEY, pw VARCHAR(100) NOT NULL)"],
+    # varchar, not text: a look-alike upper(varchar) on the search_path matches it better than pg_catalog's.
+    "postgres": ["CREATE TABLE accounts (id integer PRIMARY KEY, owner varchar(50) NOT NULL, "
+                 "status varchar(20) NOT NULL, balance bigint, note varchar(100))",
+                 "CREATE TABLE secrets (id integer PRIMARY KEY, pw text NOT NULL)",
+                 "CREATE TABLE texts (id integer PRIMARY KEY, body text NOT NULL)"],
 }
+COLUMNS = ("id", "owner", "status", "balance", "note")
+PG_COLUMNS = {c: f'"{c}"' for c in COLUMNS}  # as the PostgreSQL source quotes them
 
 
 @dataclass
@@ -168,6 +180,57 @@ MYSQL_ONLY = [
     ("owner = _latin1'alice'", "string literal"),
     ("owner = X'616C696365'", "string literal"),
 ]
+POSTGRES_ONLY = [
+    ("`pw` = 'x'", "Unexpected token"),  # backticks are not PostgreSQL's quotes
+    ("\"pw\" = 'x'", "'pw'"),
+    ("U&\"pw\" = 'x'", "BitwiseAnd"),
+    # Strings with escape rules of their own: refused by token, whatever they hold.
+    ("note = E'\\x27' OR 1=1", "E'...' escape string"),
+    ("note = e'it\\'s'", "E'...' escape string"),
+    ("note = U&'\\0027'", "U&'...' Unicode escape string"),
+    ("note = $$x$$ OR (SELECT pw FROM secrets) = $$y$$", "dollar-quoted string"),
+    ("note = $q$ $$ OR 1=1 $$ $q$", "dollar-quoted string"),
+    ("note = 'a\x00b'", "NUL character"),
+    # Casts: none needed (a quoted literal takes the compared column's type), and some look up the catalog.
+    ("id::text = '1'", "a cast"),
+    ("'secrets'::regclass IS NOT NULL", "a cast"),
+    ("CAST(id AS text) = '1'", "a cast"),
+    ("date '2024-01-01' < note", "a cast"),
+    ("pg_sleep(10) IS NULL", "pg_sleep()"),
+    ("id = 1 OR pg_sleep(1) IS NULL", "pg_sleep()"),
+    ("current_setting('data_directory') = 'x'", "current_setting()"),
+    ("set_config('search_path', 'x', false) = 'x'", "set_config()"),
+    ("pg_read_file('/etc/passwd') = 'x'", "pg_read_file()"),
+    ("query_to_xml('SELECT pw FROM secrets', true, true, '') IS NULL", "query_to_xml()"),
+    ("txid_current() > 0", "txid_current()"),
+    ("substring(owner, 'a.*') = 'a'", "substring()"),  # its regular-expression form
+    ("\"Lower\"(owner) = 'x'", "quoted name"),
+    ("pg_catalog.lower(owner) = 'x'", "qualified"),
+    ("public.secrets.pw = 'x'", "qualified by a database or schema"),
+    ("accounts.* IS NULL", "uses *"),
+    ("current_user = 'postgres'", "'current_user'"),
+    ("NOT EXISTS (SELECT 1 FROM pg_sleep(5))", "subquery"),
+    ("id = $1", "parameter"),
+    ("id = %s", "parameter"),
+    ("note = %(pw)s", "parameter"),
+    ("owner ~ 'a.*'", "regular-expression"),
+    ("owner ~* 'A'", "regular-expression"),
+    ("owner SIMILAR TO 'a%'", "regular-expression"),
+    ("id = ANY(ARRAY[1, 2])", "Any"),
+    ("ROW(id, id) = ROW(1, 1)", "ROW()"),
+    ("id = (1, 2)", "row value"),
+    ("id = 0x1F", "hex"),
+    ("owner COLLATE \"C\" = 'x'", "COLLATE"),
+    ("owner AT TIME ZONE 'UTC' = 'x'", "AtTimeZone"),
+    ("id OPERATOR(pg_catalog.=) 1", "Operator"),
+    ("balance ^ 2 > 1", "Pow"),
+    ("id # 1 = 0", "BitwiseXor"),
+    ("id BETWEEN SYMMETRIC 3 AND 1", "symmetric"),
+    ("lower(x => owner) = 'x'", "Kwarg"),
+    ("id = 1 /* /* */ OR 1=1 */", "comment"),
+]
+# The refusals every dialect shares, then PostgreSQL's own (the backtick case is PostgreSQL's own).
+PG_HOSTILE = [case for case in REFUSED if not case[0].startswith("`")] + POSTGRES_ONLY
 
 
 HOSTILE = [("sqlite", *case) for case in REFUSED + SQLITE_ONLY] + [("mysql", *case) for case in REFUSED + MYSQL_ONLY]
@@ -314,29 +377,63 @@ def test_a_mysql_int_key_is_bounded_by_its_own_range(shop: Shop) -> None:
 
 def _matches(kind: str) -> list[tuple[str, Callable[[dict[str, Any]], bool], str]]:
     """(filter, which source rows it selects, what its rendered SQL holds) for ``kind``."""
-    q = (lambda c: f'"{c}"') if kind == "sqlite" else (lambda c: f"`{c}`")
-    quoted = "[status] = 'new'" if kind == "sqlite" else "`status` = 'new'"
-    escaped = "note = 'it''s'" if kind == "sqlite" else "note = 'it\\'s'"
+    q = (lambda c: f"`{c}`") if kind == "mysql" else (lambda c: f'"{c}"')
+    fn = (lambda f: f"pg_catalog.{f}") if kind == "postgres" else str.upper  # see test_..._not_a_look_alike
+    quoted = {"sqlite": "[status] = 'new'", "mysql": "`status` = 'new'"}.get(kind, "\"status\" = 'new'")
+    escaped = "note = 'it\\'s'" if kind == "mysql" else "note = 'it''s'"
     return [
         ("status = 'new'", lambda r: r["status"] == "new", f"({q('status')} = "),
         ("id IN (2, 4, 6)", lambda r: r["id"] in (2, 4, 6), f"({q('id')} IN (2, 4, 6))"),
-        ("owner LIKE 'c%'", lambda r: r["owner"].lower().startswith("c"), f"({q('owner')} LIKE "),  # any case
+        # Any case on SQLite and MariaDB (their default collations); PostgreSQL's LIKE tells case (ILIKE does not).
+        ("owner LIKE 'c%'", lambda r: (r["owner"] if kind == "postgres" else r["owner"].lower()).startswith("c"),
+         f"({q('owner')} LIKE "),
         ("status = 'paid' AND (balance > 500 OR owner = 'bob')",
          lambda r: r["status"] == "paid" and (r["balance"] > 500 or r["owner"] == "bob"),
          f"(({q('status')} = "),
         ("NOT status = 'closed' AND balance BETWEEN 100 AND 400",
          lambda r: r["status"] != "closed" and 100 <= r["balance"] <= 400, f"({q('balance')} BETWEEN 100 AND 400)"),
-        ("upper(owner) = 'CAROL'", lambda r: r["owner"].upper() == "CAROL", f"(UPPER({q('owner')}) = "),
+        ("upper(owner) = 'CAROL'", lambda r: r["owner"].upper() == "CAROL", f"({fn('upper')}({q('owner')}) = "),
         ("length(owner) = 4 OR note IS NULL", lambda r: len(r["owner"]) == 4 or r["note"] is None,
-         f"(LENGTH({q('owner')}) = 4)"),
+         f"({fn('length')}({q('owner')}) = 4)"),
         (quoted, lambda r: r["status"] == "new", f"({q('status')} = "),
         (escaped, lambda r: r["note"] == "it's", f"({q('note')} = "),
-        # MySQL's default LIKE escape is the backslash (kept in the bound pattern); SQLite names one.
-        ("note LIKE '%\\%%'" if kind == "mysql" else "note LIKE '%!%%' ESCAPE '!'",
+        # MySQL's and PostgreSQL's default LIKE escape is the backslash (kept in the bound pattern); SQLite
+        # names one.
+        ("note LIKE '%!%%' ESCAPE '!'" if kind == "sqlite" else "note LIKE '%\\%%'",
          lambda r: r["note"] is not None and "%" in r["note"], f"({q('note')} LIKE "),
         ("CASE WHEN balance < 50 THEN 'low' ELSE 'high' END = 'low'", lambda r: r["balance"] < 50,
          f"((CASE WHEN ({q('balance')} < 50) THEN"),
-    ]
+    ] + (POSTGRES_MATCHES if kind == "postgres" else [])
+
+
+# PostgreSQL's own: ILIKE, IS [NOT] DISTINCT FROM, ||, % as pg_catalog.mod, and its other functions.
+POSTGRES_MATCHES: list[tuple[str, Callable[[dict[str, Any]], bool], str]] = [
+    ("owner ILIKE 'c%'", lambda r: r["owner"].lower().startswith("c"), '("owner" ILIKE %s)'),
+    ("owner NOT ILIKE '%A%' AND status <> 'closed'", lambda r: "a" not in r["owner"].lower()
+     and r["status"] != "closed", '("owner" NOT ILIKE %s)'),
+    ("note ILIKE 'A!_%' ESCAPE '!'", lambda r: (r["note"] or "").startswith("a_"), '("note" ILIKE %s ESCAPE %s)'),
+    ("note IS DISTINCT FROM 'it''s'", lambda r: r["note"] != "it's", '("note" IS DISTINCT FROM %s)'),
+    ("note IS NOT DISTINCT FROM NULL", lambda r: r["note"] is None, '("note" IS NOT DISTINCT FROM NULL)'),
+    ("owner || '/' || status = 'bob/paid'", lambda r: f"{r['owner']}/{r['status']}" == "bob/paid",
+     '((("owner" || %s) || "status") = %s)'),
+    ("id % 3 = 0", lambda r: r["id"] % 3 == 0, '(pg_catalog.mod("id", 3) = 0)'),  # no bare % for psycopg2
+    ("mod(balance, 100) = 0 AND balance > 0", lambda r: r["balance"] > 0 and r["balance"] % 100 == 0,
+     '(pg_catalog.mod("balance", 100) = 0)'),
+    ("left(owner, 2) = 'ca' OR right(owner, 2) = 'ob'", lambda r: r["owner"][:2] == "ca" or r["owner"][-2:] == "ob",
+     'pg_catalog.left("owner", 2)'),
+    ("strpos(owner, 'a') = 2 AND char_length(owner) < 5", lambda r: r["owner"].find("a") == 1
+     and len(r["owner"]) < 5, 'pg_catalog.strpos("owner", %s)'),
+    ("substr(owner, 2, 2) = 'ar'", lambda r: r["owner"][1:3] == "ar", 'pg_catalog.substr("owner", 2, 2)'),
+    ("trim(owner) = 'bob' OR btrim(status, 'd') = 'pai'", lambda r: r["owner"] == "bob" or r["status"] == "paid",
+     'TRIM("owner")'),  # TRIM is grammar: PostgreSQL's parser makes it pg_catalog.btrim itself
+    ("coalesce(note, 'none') = 'none' AND nullif(status, 'new') IS NULL",
+     lambda r: r["note"] is None and r["status"] == "new", 'COALESCE("note", %s)'),
+    ("abs(balance) < 10 OR round(balance / 7.0, 1) = 14.3", lambda r: abs(r["balance"]) < 10
+     or round(r["balance"] / 7, 1) == 14.3, 'pg_catalog.abs("balance")'),
+    ("to_char(balance, 'FM9999') = '990'", lambda r: r["balance"] == 990, 'pg_catalog.to_char("balance", %s)'),
+    ("(balance > 500) IS TRUE", lambda r: r["balance"] > 500, '(("balance" > 500) IS TRUE)'),
+    ("\"Owner\" = 'carol'", lambda r: r["owner"] == "carol", '("owner" = %s)'),  # quotes map to columns too
+]
 
 
 @pytest.fixture
@@ -448,3 +545,193 @@ def test_oracle_filters_are_rendered_with_binds_and_refused_alike() -> None:
 def test_a_filter_too_deep_or_too_long_is_refused(text: str, problem: str) -> None:
     with pytest.raises(ConfigError, match=problem):
         check_filter(text, "sqlite", TABLE, {"id": '"id"'})
+
+
+# -- PostgreSQL (rendered here, run through psycopg2 on a throwaway cluster) ------------------------------
+
+@pytest.mark.parametrize("where, problem", PG_HOSTILE, ids=[w for w, _ in PG_HOSTILE])
+def test_a_hostile_filter_is_refused_on_postgres_naming_why(where: str, problem: str) -> None:
+    """Refused from the text alone, before any connection: nothing of it reaches the server."""
+    with pytest.raises(ConfigError) as refused:
+        check_filter(where, "postgres", TABLE, PG_COLUMNS)
+    message = str(refused.value)
+    assert refused.value.field == "snapshot.where"
+    assert problem in message, message
+    assert "cannot select" in message and "\nFix: " in message and "PostgreSQL filters allow" in message, message
+
+
+def test_a_postgres_cast_is_refused_with_the_literal_to_write_instead() -> None:
+    with pytest.raises(ConfigError) as refused:
+        check_filter("id::text = '1'", "postgres", TABLE, PG_COLUMNS)
+    fix = str(refused.value).split("\nFix: ", 1)[1]
+    assert fix.startswith("compare with a plain quoted literal, which PostgreSQL reads as the type"), fix
+    assert "regclass" in fix, fix
+
+
+def test_postgres_filters_are_rendered_with_percent_s_and_pg_catalog_calls() -> None:
+    """%s placeholders in the order of the text, no other '%' (psycopg2 formats the text with %), functions
+    qualified, PostgreSQL's own operators kept."""
+    where = check_filter("coalesce(note, 'a') IN ('b', 'c') AND owner NOT ILIKE 'd!%' ESCAPE '!' AND id % 2 = 0 "
+                         "AND note IS DISTINCT FROM 'e' AND lower(owner) || '-' = '%s%(x)s'", "postgres", TABLE,
+                         PG_COLUMNS)
+    assert where.sql == ('(((((COALESCE("note", %s) IN (%s, %s)) AND ("owner" NOT ILIKE %s ESCAPE %s)) AND '
+                         '(pg_catalog.mod("id", 2) = 0)) AND ("note" IS DISTINCT FROM %s)) AND '
+                         '((pg_catalog.lower("owner") || %s) = %s))')
+    assert where.params == ("a", "b", "c", "d!%", "!", "e", "-", "%s%(x)s")
+    assert "%" not in where.sql.replace("%s", "")
+    assert where.functions == frozenset(FUNCTIONS["postgres"])
+
+
+@pytest.mark.parametrize("kind, quoted", [("postgres", '"50%"'), ("mysql", "`50%`")])
+def test_a_column_whose_name_holds_a_percent_sign_is_refused_where_the_driver_formats_with_it(kind: FilterDialect,
+                                                                                               quoted: str) -> None:
+    """psycopg2 and pymysql fill parameters in with Python's %: "50%" in the text would take one (or fail)."""
+    with pytest.raises(ConfigError, match=r"holds a '%'"):
+        check_filter(f"{quoted} = 1", kind, TABLE, {"50%": quoted, "id": quoted.replace("50%", "id")})
+    assert check_filter("id = 1", kind, TABLE, {"50%": quoted, "id": quoted.replace("50%", "id")}).params == ()
+
+
+ALL_KEYS = KeyRange(None, None)
+
+
+@dataclass
+class PgShop:
+    """A PostgreSQL database holding ``accounts`` (ROWS), ``secrets`` and ``texts`` (HOSTILE_TEXTS)."""
+
+    server: PostgresServer
+    database: str
+
+    def run(self, sql: str, params: Any) -> tuple[list[tuple[Any, ...]], str]:
+        """``sql`` run with ``params`` as the source runs it (psycopg2), and the text the server received."""
+        conn = self.server.connect(self.database)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, params)
+                return list(cur.fetchall()), (cur.query or b"").decode()
+        finally:
+            conn.close()
+
+    def intact(self) -> None:
+        """The tables as the fixture made them: nothing a filter held ran as SQL."""
+        assert self.run("SELECT id, pw FROM secrets ORDER BY id", None)[0] == [(1, SECRET), (2, SECRET + "-2")]
+        assert self.run("SELECT count(*) FROM accounts", None)[0] == [(len(ROWS),)]
+
+
+# Text that would be SQL, a quote's end, a psycopg2 mark or another quoting's opening if it were pasted.
+HOSTILE_TEXTS = [
+    "x' OR 1=1 --", "1; DROP TABLE secrets", "'; DROP TABLE secrets; --", "$$ OR 1=1 $$", "$q$ OR 1=1 $q$",
+    "E'\\x27' OR 1=1", "pg_sleep(10)", "(SELECT pw FROM secrets)", "current_setting('data_directory')",
+    "%s", "%(name)s", "%%s", "100%", "%", "U&'\\0027'", "back\\slash' OR '1'='1", "*/ OR 1=1 /*",
+    "it's \"quoted\"", "\\'", "ä 😀 \u2028", "secrets.pw", "t.*",
+]
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PgShop]:
+    require_tool(find_pg_bindir() is not None,
+                 "PostgreSQL server binaries not found: install Debian's postgresql (.ci/prereqs install)")
+    server = PostgresServer()
+    try:
+        server.create_database("filters")
+        server.execute(*SCHEMAS["postgres"],
+                       *[("INSERT INTO accounts VALUES (%s, %s, %s, %s, %s)", row) for row in ROWS],
+                       ("INSERT INTO secrets VALUES (1, %s), (2, %s)", (SECRET, SECRET + "-2")),
+                       *[("INSERT INTO texts VALUES (%s, %s)", (i, text)) for i, text in enumerate(HOSTILE_TEXTS)],
+                       database="filters")
+        yield PgShop(server, "filters")
+    finally:
+        server.close()
+
+
+def _pg_select(where: Filter, keys: KeyRange = ALL_KEYS, table: str = TABLE) -> tuple[str, list[Any]]:
+    """The query a PostgreSQL read runs for ``keys`` and ``where`` (select_clause, as the source builds it)."""
+    clause, params = select_clause('"id"', "%s", keys, where)
+    return f'SELECT "id" FROM "{table}" {clause}ORDER BY "id"', params
+
+
+PG_ALLOWED = list(range(len(_matches("postgres"))))
+
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("case", PG_ALLOWED, ids=[_matches("postgres")[i][0] for i in PG_ALLOWED])
+def test_a_legitimate_postgres_filter_selects_exactly_its_rows_as_rendered(pg: PgShop, case: int) -> None:
+    where, selects, rendered = _matches("postgres")[case]
+    wanted = [r[0] for r in ROWS if selects(dict(zip(COLUMNS, r, strict=True)))]
+    assert wanted and len(wanted) != len(ROWS), "each case selects some rows, not all"
+    checked = check_filter(where, "postgres", TABLE, PG_COLUMNS)
+    assert rendered in checked.sql, checked.sql
+    assert "%" not in checked.sql.replace("%s", ""), checked.sql
+    sql, params = _pg_select(checked)
+    rows, sent = pg.run(sql, params)
+    assert [r[0] for r in rows] == wanted, (checked.sql, sent)
+    # The server received the rendered text with each literal quoted by psycopg2, never the text as typed.
+    assert _in_order(checked.sql.split("%s"), sent), (checked.sql, sent)
+    # With key bounds: the bounds' parameters come first, the filter's after them.
+    sql, params = _pg_select(checked, KeyRange((2,), (10,)))
+    assert [r[0] for r in pg.run(sql, params)[0]] == [k for k in wanted if 2 < k <= 10]
+    pg.intact()
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("index", range(len(HOSTILE_TEXTS)), ids=HOSTILE_TEXTS)
+def test_hostile_text_in_a_postgres_literal_arrives_as_its_value(pg: PgShop, index: int) -> None:
+    """Each text, written as a plain literal ('' for its quotes), is one bound value: it finds exactly its own
+    row, whatever quote, comment, statement, dollar quote or psycopg2 mark it holds."""
+    text = HOSTILE_TEXTS[index]
+    columns = {"id": '"id"', "body": '"body"'}
+    for where, found in [(f"body = '{text.replace(chr(39), chr(39) * 2)}'", [index]),
+                         (f"body <> '{text.replace(chr(39), chr(39) * 2)}' AND id = {index}", [])]:
+        checked = check_filter(where, "postgres", "texts", columns)
+        assert checked.params == (text,) and "%" not in checked.sql.replace("%s", ""), checked
+        sql, params = _pg_select(checked, table="texts")
+        assert [r[0] for r in pg.run(sql, params)[0]] == found
+        # Without key bounds too (params holds the filter's literal alone).
+        assert [r[0] for r in pg.run(f'SELECT "id" FROM "texts" WHERE {checked.sql}', checked.params)[0]] == found
+    pg.intact()
+
+
+@pytest.mark.server
+def test_what_postgresql_reads_as_one_string_is_bound_as_one(pg: PgShop) -> None:
+    """'\\'' is one string on PostgreSQL (standard strings: the backslash is itself, '' a quote), so the
+    subquery and the comment below are text inside it, bound as one value: no row, and no secret read."""
+    where = "note = '\\'' OR owner = (SELECT pw FROM secrets LIMIT 1) -- '"
+    checked = check_filter(where, "postgres", TABLE, PG_COLUMNS)
+    assert checked.sql == '("note" = %s)'
+    assert checked.params == ("\\' OR owner = (SELECT pw FROM secrets LIMIT 1) -- ",)
+    rows, sent = pg.run(*_pg_select(checked))
+    assert rows == [] and SECRET not in sent
+    pg.intact()
+
+
+@pytest.mark.server
+def test_a_postgres_filter_without_literals_runs_with_or_without_parameters(pg: PgShop) -> None:
+    """No '%' but placeholders in the text: psycopg2 leaves it as it is with parameters (even none) and
+    without (with an empty list it formats it, where a bare % would fail or take a parameter)."""
+    checked = check_filter("id % 5 = 0 OR balance % 2 = 1", "postgres", TABLE, PG_COLUMNS)
+    assert checked.params == ()
+    # PostgreSQL's mod takes the dividend's sign (mod(-3, 2) is -1), Python's % the divisor's.
+    wanted = [r[0] for r in ROWS if r[0] % 5 == 0 or (r[3] > 0 and r[3] % 2 == 1)]
+    nothing: list[Any] = [[], (), None]
+    for params in nothing:
+        assert [r[0] for r in pg.run(f'SELECT "id" FROM "accounts" WHERE {checked.sql} ORDER BY "id"',
+                                     params)[0]] == wanted
+
+
+@pytest.mark.server
+def test_postgres_filter_calls_reach_pg_catalog_not_a_look_alike_on_the_search_path(pg: PgShop) -> None:
+    """Whoever may create a function in a schema on the search_path can shadow a built-in with a closer argument
+    type (CVE-2018-1058): public.upper(varchar) wins over pg_catalog.upper(text) for a varchar column. The
+    filter's pg_catalog.upper does not meet it."""
+    conn = pg.server.connect(pg.database, autocommit=False)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("CREATE FUNCTION public.upper(varchar) RETURNS text LANGUAGE sql AS $$ SELECT 'CAROL' $$")
+            cur.execute('SELECT count(*) FROM "accounts" WHERE upper("owner") = \'CAROL\'')
+            assert cur.fetchone() == (len(ROWS),)  # the look-alike answers an unqualified call
+            checked = check_filter("upper(owner) = 'CAROL'", "postgres", TABLE, PG_COLUMNS)
+            cur.execute(f'SELECT "id" FROM "accounts" WHERE {checked.sql} ORDER BY "id"', checked.params)
+            assert cur.fetchall() == [(3,), (4,)]
+    finally:
+        conn.rollback()  # the look-alike goes with the transaction
+        conn.close()

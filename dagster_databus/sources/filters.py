@@ -2,18 +2,21 @@
 
 A filter comes from whoever can reach the CLI or the Dagster UI, and ends up in a query run with the source's
 credentials, so it is never pasted into SQL. It is parsed with sqlglot in the source's dialect (SQLite,
-MySQL/MariaDB, Oracle), every node of the tree is checked against an allow-list, and the condition that runs
-is rendered back from that tree by this module:
+MySQL/MariaDB, Oracle, PostgreSQL), every node of the tree is checked against an allow-list, and the condition
+that runs is rendered back from that tree by this module:
 
 - columns of the table being read, quoted by the project's own quoting (never the user's quotes);
 - string literals as bound parameters (never as text, so no escape rules or server mode can change them);
 - numbers, NULL, TRUE/FALSE; comparison, arithmetic, AND/OR/NOT, IN lists of literals, BETWEEN, LIKE
   [ESCAPE], IS [NOT] NULL and CASE, each operator in parentheses, so the database groups what was checked;
-- calls of an allow-list of cheap scalar functions per dialect (``FUNCTIONS``), with their arities.
+- calls of an allow-list of cheap scalar functions per dialect (``FUNCTIONS``), with their arities;
+- on PostgreSQL also ILIKE, IS [NOT] DISTINCT FROM and || (text concatenation).
 
 Anything else is refused with a ``ConfigError`` on ``snapshot.where`` naming what and why: subqueries, other
 tables, comments, ';', UNION, other functions, parameters and variables, identifiers that are not the table's
-columns, empty filters. docs/operations.md ("Refresh filters") lists the same for users.
+columns, empty filters; on PostgreSQL also casts (::), E'...', U&'...' and $$...$$ strings. Where the
+driver formats parameters with Python's % (MySQL, PostgreSQL), the rendered text holds no '%' but its ``%s``
+placeholders. docs/operations.md ("Refresh filters") lists the same for users.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from sqlglot import Token, TokenType, exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.dialects.mysql import MySQL
 from sqlglot.dialects.oracle import Oracle
+from sqlglot.dialects.postgres import Postgres
 from sqlglot.dialects.sqlite import SQLite
 from sqlglot.errors import ParseError, TokenError
 
@@ -36,7 +40,7 @@ from dagster_databus.errors import ConfigError
 from dagster_databus.sources.base import KeyRange
 from dagster_databus.sources.keys import key_clause
 
-FilterDialect = Literal["sqlite", "mysql", "oracle"]
+FilterDialect = Literal["sqlite", "mysql", "oracle", "postgres"]
 
 MAX_LENGTH = 20_000  # characters of filter text
 MAX_DEPTH = 64  # nesting of the parsed tree
@@ -64,10 +68,43 @@ FUNCTIONS: dict[str, dict[str, tuple[int, int]]] = {
         "nvl": (2, 2), "nullif": (2, 2), "to_char": (1, 2), "to_date": (1, 2), "to_number": (1, 1),
         "add_months": (2, 2), "months_between": (2, 2), "last_day": (1, 1),
     },
+    # No substring: with two arguments and a text second one PostgreSQL picks its regular-expression form
+    # (substring('hello', '2') is NULL), whose cost depends on the pattern; substr takes positions only.
+    "postgres": {
+        "lower": (1, 1), "upper": (1, 1), "length": (1, 1), "char_length": (1, 1), "substr": (2, 3),
+        "left": (2, 2), "right": (2, 2), "strpos": (2, 2), "trim": (1, 1), "btrim": (1, 2), "ltrim": (1, 2),
+        "rtrim": (1, 2), "abs": (1, 1), "round": (1, 2), "trunc": (1, 2), "ceil": (1, 1), "floor": (1, 1),
+        "mod": (2, 2), "coalesce": (2, 16), "nullif": (2, 2), "date_trunc": (2, 2), "date_part": (2, 2),
+        "to_char": (2, 2), "to_date": (2, 2), "to_number": (2, 2),
+    },
 }
 # Functions SQLite calls for an operator a filter may use (its authorizer sees these names too).
 OPERATOR_FUNCTIONS: dict[str, frozenset[str]] = {"sqlite": frozenset({"like"}), "mysql": frozenset(),
-                                                 "oracle": frozenset()}
+                                                 "oracle": frozenset(), "postgres": frozenset()}
+# PostgreSQL resolves an unqualified function by search_path, where whoever may create in a schema on it can
+# put a look-alike with a closer argument type (CVE-2018-1058): the filter's calls are rendered as
+# pg_catalog.name(...). These three are grammar, not functions (pg_catalog.coalesce does not exist); the
+# server's parser turns them into its own nodes or pg_catalog calls, so they are rendered unqualified.
+_POSTGRES_SYNTAX = frozenset({"coalesce", "nullif", "trim"})
+# What messages call each dialect.
+_NAMES: dict[str, str] = {"sqlite": "SQLite", "mysql": "MySQL/MariaDB", "oracle": "Oracle", "postgres": "PostgreSQL"}
+# Dialects whose driver fills parameters in with Python's % formatting (pymysql, psycopg2): a '%' in the
+# rendered text other than a placeholder's would be read as one (or fail), so none may reach it.
+_PERCENT_FORMAT = frozenset({"mysql", "postgres"})
+# PostgreSQL string literals with their own escape rules: refused by token, before parsing, so a filter's
+# text means what it says to its reader ('' for a quote inside a plain literal, a backslash is itself).
+_POSTGRES_STRINGS: dict[TokenType, str] = {
+    TokenType.BYTE_STRING: "an E'...' escape string (its backslash escapes are a second syntax inside the text)",
+    TokenType.UNICODE_STRING: "a U&'...' Unicode escape string (its escapes are a second syntax inside the text)",
+    TokenType.HEREDOC_STRING: "a dollar-quoted string ($$...$$ or $tag$...$tag$)",
+}
+_PLAIN_LITERAL = "write text as a plain 'quoted' literal: '' for a quote inside it, and a backslash is itself"
+# Why PostgreSQL casts are refused, for the refusal's fix: a quoted literal needs none.
+_POSTGRES_CAST = "a cast (::type, CAST(... AS type), or a typed literal such as date '...')"
+_POSTGRES_CAST_FIX = ("compare with a plain quoted literal, which PostgreSQL reads as the type of what it is "
+                      "compared with (placed_at >= '2024-01-01', id = '12'), or use an allowed function; casts "
+                      "are refused because a cast may name any type, and some (regclass, regproc, ...) look up the "
+                      "catalog or run a type's input function on the filter's text")
 
 _FLATTER = "write a flatter condition: IN (...) for many values of one column"
 _MARK = "\x00"  # around a string literal's number in the text being rendered (no rendered part holds it)
@@ -87,8 +124,8 @@ _REFUSED: list[tuple[tuple[type[exp.Expression], ...], str]] = [
     ((exp.PropertyEQ,), "an assignment (:=)"),
     ((exp.Placeholder, exp.Parameter, exp.SessionParameter),
      "a parameter or variable: a filter holds its values as literals"),
-    ((exp.HexString, exp.BitString, exp.National, exp.ByteString, exp.Introducer),
-     "a hex, bit or national string literal: write text as a plain 'quoted' literal"),
+    ((exp.HexString, exp.BitString, exp.National, exp.ByteString, exp.UnicodeString, exp.Introducer),
+     "a hex, bit, escape or national string literal: write text as a plain 'quoted' literal"),
     ((exp.Cast, exp.TryCast), "CAST: compare with a literal of the column's kind, or use an allowed function"),
     ((exp.Collate,), "COLLATE"),
     ((exp.Tuple,), "a row value (a, b)"),
@@ -96,13 +133,17 @@ _REFUSED: list[tuple[tuple[type[exp.Expression], ...], str]] = [
     ((exp.Dot,), "a qualified name or call (schema.function)"),
     ((exp.Window,), "a window function"),
     ((exp.Interval,), "INTERVAL"),
+    ((exp.RegexpLike, exp.RegexpILike, exp.SimilarTo),
+     "a regular-expression match (~, ~*, REGEXP, SIMILAR TO), whose cost depends on the pattern: use LIKE"),
 ]
 
 
 @dataclass(frozen=True)
 class Filter:
     """A refresh filter as it runs: ``sql`` rendered from the checked tree, with its string literals as
-    ``params`` (``?`` for SQLite, ``%s`` for MySQL, ``:w0, :w1, ...`` for Oracle, in order)."""
+    ``params`` (``?`` for SQLite, ``%s`` for MySQL and PostgreSQL, ``:w0, :w1, ...`` for Oracle, in order).
+    Run ``sql`` with parameters (a sequence, even an empty one) where they are ``%s``: its text holds no other
+    '%', so the driver's formatting leaves it as it is."""
 
     text: str  # what the user typed
     dialect: FilterDialect
@@ -147,7 +188,7 @@ def allowed_summary(dialect: FilterDialect) -> str:
 def _plain(dialect: FilterDialect) -> Dialect:
     """The dialect with every function call parsed as a plain call (name and arguments, as typed): no call is
     rewritten into another function's node, so the allow-list sees and renders exactly what was written."""
-    base = {"sqlite": SQLite, "mysql": MySQL, "oracle": Oracle}[dialect]
+    base = {"sqlite": SQLite, "mysql": MySQL, "oracle": Oracle, "postgres": Postgres}[dialect]
 
     # The parser's base is chosen at run time, so it is made as a class statement would make it (its
     # metaclass builds the parser's tables from these).
@@ -175,7 +216,7 @@ class _Renderer:
     # -- refusals ----------------------------------------------------------------------
 
     def refuse(self, problem: str, fix: str | None = None) -> ConfigError:
-        what = {"sqlite": "SQLite", "mysql": "MySQL/MariaDB", "oracle": "Oracle"}[self.dialect]
+        what = _NAMES[self.dialect]
         general = (f"write one condition on the columns of {self.table!r} ({', '.join(self.names)}) with literals, "
                    "comparisons, arithmetic, AND/OR/NOT, IN (literals), BETWEEN, LIKE, IS [NOT] NULL, CASE and "
                    f"the functions {what} filters allow ({allowed_summary(self.dialect)}); docs/operations.md, "
@@ -197,7 +238,7 @@ class _Renderer:
         try:
             tokens = dialect.tokenize(text)
         except TokenError:
-            raise self.refuse(f"cannot be read as {self.dialect} SQL: {self._open_quote(text)}",
+            raise self.refuse(f"cannot be read as {_NAMES[self.dialect]} SQL: {self._open_quote(text)}",
                               "close every quote") from None
         self._check_tokens(text, tokens)
         try:
@@ -205,7 +246,7 @@ class _Renderer:
         except ParseError as exc:
             first = exc.errors[0] if exc.errors else {}
             where = f" (at column {first['col']})" if "col" in first else ""
-            raise self.refuse(f"is not a condition {self.dialect} SQL parses: "
+            raise self.refuse(f"is not a condition {_NAMES[self.dialect]} SQL parses: "
                               f"{first.get('description', 'syntax error')}{where}", "correct the syntax") from None
         except RecursionError:
             raise self.refuse(f"nests deeper than {MAX_DEPTH} levels", _FLATTER) from None
@@ -219,7 +260,8 @@ class _Renderer:
             raise self.refuse(f"has {nodes:,} parts (at most {MAX_NODES:,})", "use a key range for many rows")
         sql = self._placeholders(self.node(tree, 0))
         # What the renderer writes holds no comment, no statement separator and no quote but identifiers'.
-        if any(bad in sql for bad in ("--", "/*", "#", ";", "'", _MARK)):
+        if any(bad in sql for bad in ("--", "/*", "#", ";", "'", _MARK)) or (
+                self.dialect in _PERCENT_FORMAT and "%" in sql.replace("%s", "")):
             raise RuntimeError(f"a refresh filter rendered to {sql!r}, which it must not: a bug in sources.filters")
         return sql
 
@@ -228,7 +270,8 @@ class _Renderer:
         of the placeholders (whatever order the renderer met the literals in)."""
         def place(match: re.Match[str]) -> str:
             self.params.append(self.literals[int(match.group(1))])
-            return {"sqlite": "?", "mysql": "%s"}.get(self.dialect, f":w{len(self.params) - 1}")
+            return "?" if self.dialect == "sqlite" else "%s" if self.dialect in _PERCENT_FORMAT else (
+                f":w{len(self.params) - 1}")
 
         return re.sub(f"{_MARK}(\\d+){_MARK}", place, marked)
 
@@ -255,6 +298,8 @@ class _Renderer:
                 raise self.refuse(f"quotes {token.text!r} in double quotes, which MySQL reads as text, or as a "
                                   "column under ANSI_QUOTES", "write text in single quotes ('new') and columns "
                                   "plain or in backticks (`status`)")
+            elif self.dialect == "postgres" and token.token_type in _POSTGRES_STRINGS:
+                raise self.refuse(f"uses {_POSTGRES_STRINGS[token.token_type]}", _PLAIN_LITERAL)
         if not tokens:
             raise self.refuse("is empty", "give a condition")
         if depth:
@@ -266,7 +311,8 @@ class _Renderer:
         """``node`` rendered, after checking it is allowed with no arguments but the ones rendered."""
         render = self._renderer(node)
         if render is None:
-            raise self.refuse(f"uses {self._describe(node)}")
+            cast = self.dialect == "postgres" and isinstance(node, exp.Cast | exp.TryCast)
+            raise self.refuse(f"uses {self._describe(node)}", _POSTGRES_CAST_FIX if cast else None)
         allowed, draw = render
         self._no_extra(node, allowed, depth)
         return draw(depth + 1)
@@ -303,14 +349,19 @@ class _Renderer:
         if symbol is not None:
             return two | {"typed", "safe"}, lambda k: f"({n(node.this, k)} {symbol} {n(node.expression, k)})"
         if isinstance(node, exp.Mod):
+            # A call elsewhere: MOD is the other dialects' spelling, and % is the formatting mark of MySQL's
+            # and PostgreSQL's drivers.
             return two, lambda k: (f"({n(node.this, k)} % {n(node.expression, k)})" if d == "sqlite"
-                                   else f"MOD({n(node.this, k)}, {n(node.expression, k)})")
+                                   else f"{self._function('mod')}({n(node.this, k)}, {n(node.expression, k)})")
         if isinstance(node, exp.IntDiv) and d == "mysql":
             return two, lambda k: f"({n(node.this, k)} DIV {n(node.expression, k)})"
         if isinstance(node, exp.DPipe) and d != "mysql":
             return two | {"safe"}, lambda k: f"({n(node.this, k)} || {n(node.expression, k)})"
         if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ) and d != "oracle":
             eq = isinstance(node, exp.NullSafeEQ)
+            if d == "postgres":  # IS [NOT] DISTINCT FROM (PostgreSQL has no <=>)
+                return two, lambda k: (f"({n(node.this, k)} IS {'NOT ' if eq else ''}DISTINCT FROM "
+                                       f"{n(node.expression, k)})")
             if d == "sqlite":
                 return two, lambda k: f"({n(node.this, k)} IS {'' if eq else 'NOT '}{n(node.expression, k)})"
             return two, lambda k: (f"({n(node.this, k)} <=> {n(node.expression, k)})" if eq
@@ -323,9 +374,10 @@ class _Renderer:
         if isinstance(node, exp.Between):
             return frozenset({"this", "low", "high"}), lambda k: (
                 f"({n(node.this, k)} BETWEEN {n(node.args['low'], k)} AND {n(node.args['high'], k)})")
-        if isinstance(node, exp.Like):
+        like = exp.Like | exp.ILike if d == "postgres" else exp.Like  # ILIKE: PostgreSQL's, case-insensitive
+        if isinstance(node, like):
             return two | {"negate"}, lambda k: self._like(node, None, k)
-        if isinstance(node, exp.Escape) and isinstance(node.this, exp.Like):
+        if isinstance(node, exp.Escape) and isinstance(node.this, like):
             return two, lambda k: self._like(node.this, node.expression, k)
         if isinstance(node, exp.Case):
             return frozenset({"this", "ifs", "default"}), lambda k: self._case(node, k)
@@ -350,6 +402,10 @@ class _Renderer:
             why = "two columns of the table differ only in case" if found else f"no column of {self.table!r} is"
             raise self.refuse(f"names {name!r}, and {why} called that (a filter may name only the table's columns)",
                               f"name a column of {self.table!r}: {', '.join(self.names)}")
+        if self.dialect in _PERCENT_FORMAT and "%" in found[0]:
+            raise self.refuse(f"names the column {name!r}, whose name holds a '%', which the {_NAMES[self.dialect]} "
+                              "driver would read as a parameter mark",
+                              "select these rows with a key range (--after/--through), or filter on other columns")
         return found[0]
 
     def _literal(self, node: exp.Literal | exp.RawString) -> str:
@@ -358,14 +414,19 @@ class _Renderer:
                 raise self.refuse(f"uses the number {node.this!r}, which is not a plain decimal number",
                                   "write numbers in decimal, as 12, 1.5 or 2e3")
             return str(node.this)
-        self.literals.append(str(node.this))
+        value = str(node.this)
+        if self.dialect == "postgres" and "\x00" in value:
+            raise self.refuse("holds a NUL character in a literal, which PostgreSQL text cannot hold",
+                              "remove the NUL character")
+        self.literals.append(value)
         return f"{_MARK}{len(self.literals) - 1}{_MARK}"
 
-    def _like(self, node: exp.Like, escape: exp.Expression | None, depth: int) -> str:
+    def _like(self, node: exp.Expression, escape: exp.Expression | None, depth: int) -> str:
         self._no_extra(node, {"this", "expression", "negate"}, depth)
         negate = "NOT " if node.args.get("negate") else ""
+        word = "ILIKE" if isinstance(node, exp.ILike) else "LIKE"
         tail = f" ESCAPE {self.node(escape, depth)}" if escape is not None else ""
-        return f"({self.node(node.this, depth)} {negate}LIKE {self.node(node.expression, depth)}{tail})"
+        return f"({self.node(node.this, depth)} {negate}{word} {self.node(node.expression, depth)}{tail})"
 
     def _in(self, node: exp.In, depth: int) -> str:
         if node.args.get("query") is not None:
@@ -397,8 +458,13 @@ class _Renderer:
     def _call(self, node: exp.Anonymous, depth: int) -> str:
         name = str(node.this).lower()
         arity = self.functions.get(name)
-        if arity is None or not isinstance(node.this, str):
-            raise self.refuse(f"calls {node.name}(), which is not a function a {self.dialect} filter may call "
+        if not isinstance(node.this, str):
+            # A quoted name would be rendered as the allow-list's, which is not what the user wrote.
+            raise self.refuse(f"calls {node.name}() by a quoted name", f"write {node.name.lower()}() unquoted")
+        if self.dialect == "postgres" and name in ("cast", "try_cast"):  # CAST(x AS t), parsed plain as a call
+            raise self.refuse(f"uses {_POSTGRES_CAST}", _POSTGRES_CAST_FIX)
+        if arity is None:
+            raise self.refuse(f"calls {node.name}(), which is not a function a {_NAMES[self.dialect]} filter may call "
                               "(only cheap scalar functions on the row are allowed)",
                               f"use one of {allowed_summary(self.dialect)}")
         args = node.expressions
@@ -406,9 +472,17 @@ class _Renderer:
             takes = f"{arity[0]}" if arity[0] == arity[1] else f"{arity[0]} to {arity[1]}"
             raise self.refuse(f"calls {name}() with {len(args)} argument(s); it takes {takes} here",
                               f"call {name}() with {takes} argument(s)")
-        return f"{name.upper()}({', '.join(self.node(a, depth) for a in args)})"
+        return f"{self._function(name)}({', '.join(self.node(a, depth) for a in args)})"
+
+    def _function(self, name: str) -> str:
+        """How an allowed function ``name`` is written in the rendered text."""
+        if self.dialect == "postgres" and name not in _POSTGRES_SYNTAX:
+            return f"pg_catalog.{name}"  # the built-in, whatever the search_path holds (_POSTGRES_SYNTAX)
+        return name.upper()
 
     def _describe(self, node: exp.Expression) -> str:
+        if self.dialect == "postgres" and isinstance(node, exp.Cast | exp.TryCast):
+            return _POSTGRES_CAST
         for kinds, words in _REFUSED:
             if isinstance(node, kinds):
                 return words
