@@ -21,13 +21,22 @@ from dagster_databus.sources import open_source, read_rows
 from dagster_databus.spark.connect_server import ConnectServer
 from dagster_databus.spark.runtime import SparkRuntime
 from dagster_databus.storage.lake import Lake
-from tests.harness import ORACLE_ENV, ORACLE_SKIP, MysqlHarness, OracleHarness, SourceHarness, SqliteHarness
+from tests.harness import (
+    ORACLE_ENV,
+    ORACLE_SKIP,
+    MysqlHarness,
+    OracleHarness,
+    PostgresHarness,
+    SourceHarness,
+    SqliteHarness,
+)
 from tests.mariadb import COMPRESSED_BINLOG, MariaDBServer
+from tests.postgres import PostgresServer, find_pg_bindir
 from tests.s3server import S3Server
 from tests.sparkcluster import SparkCluster
 from tests.sparkconnect import start_connect_server
 
-SOURCE_KINDS = ["sqlite", "mysql", "oracle"]
+SOURCE_KINDS = ["sqlite", "mysql", "postgres", "oracle"]
 # The behavioural suite also runs on a MariaDB that compresses its binlog (log_bin_compress).
 BEHAVIOUR_KINDS = [*SOURCE_KINDS, "mysql-compressed"]
 
@@ -38,8 +47,9 @@ SPARK_ENGINES = {"spark", "delta-spark"}
 # What marks a test ``server``: a fixture that starts one (here or in its test module: MariaDB pairs and
 # shards, an Oracle harness, `dagster dev`), or a parameter that puts the source, the lake or its objects on
 # one (whatever the parameter is called). A test that starts a server in its body carries the mark itself.
-SERVER_FIXTURES = {"mariadb", "mariadb_compressed", "own_server", "s3", "pair", "servers", "oracle", "dagster_ui"}
-SERVER_PARAMS = {"mysql", "mysql-compressed", "oracle", "s3"}
+SERVER_FIXTURES = {"mariadb", "mariadb_compressed", "own_server", "s3", "pair", "servers", "oracle", "dagster_ui",
+                   "postgres"}
+SERVER_PARAMS = {"mysql", "mysql-compressed", "oracle", "s3", "postgres"}
 # Set by `make test` (so CI): a test that would skip because a system tool is missing fails instead.
 REQUIRE_ALL_ENV = "DATABUS_REQUIRE_ALL"
 
@@ -116,6 +126,18 @@ def mariadb() -> Iterator[MariaDBServer]:
         server.close()
 
 
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One PostgreSQL cluster (wal_level=logical) for the session; tests that change settings start their own."""
+    require_tool(find_pg_bindir() is not None,
+                 "PostgreSQL server binaries not found: install Debian's postgresql (.ci/prereqs install)")
+    server = PostgresServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 @pytest.fixture
 def own_server() -> Iterator[MariaDBServer]:
     """A server of the test's own, for what would disturb others: RESET, PURGE, binlog files rewritten."""
@@ -144,6 +166,10 @@ def source_harness(request: pytest.FixtureRequest, tmp_path: Path) -> SourceHarn
         if not all(os.environ.get(k) for k in ORACLE_ENV):
             pytest.skip(ORACLE_SKIP)
         return OracleHarness()
+    if request.param == "postgres":
+        harness = PostgresHarness(request.getfixturevalue("postgres"))
+        request.addfinalizer(harness.close)
+        return harness
     if request.param == "mysql-compressed":
         return MysqlHarness(request.getfixturevalue("mariadb_compressed"))
     return MysqlHarness(request.getfixturevalue("mariadb"))

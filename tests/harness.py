@@ -27,6 +27,7 @@ from dagster_databus.demo.workload import (
 from dagster_databus.sources import sqlfiles
 from dagster_databus.storage.lake import Lake
 from tests.mariadb import MariaDBServer
+from tests.postgres import PostgresServer
 
 Statement = tuple[str, Sequence[Any]] | str
 
@@ -219,6 +220,72 @@ class OracleHarness:
 
     def workload(self, seed: int) -> ShopWorkload:
         return ShopWorkload(lambda: OracleDatabase(self.connect), seed=seed)
+
+
+def postgres_sql(sql: str) -> str:
+    """The suite's portable SQL in PostgreSQL's dialect: '%s' binds (a literal '%' doubled), DOUBLE PRECISION."""
+    sql = re.sub(r"\bDOUBLE\b(?!\s+PRECISION)", "DOUBLE PRECISION", sql)
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+class PostgresDatabase(DbApiDatabase):
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self.conn.cursor() as cur:
+            cur.execute(postgres_sql(sql), tuple(params))
+            return list(cur.fetchall()) if cur.description else []
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self.conn.cursor() as cur:
+            cur.executemany(postgres_sql(sql), [tuple(r) for r in rows])
+
+
+class PostgresHarness:
+    """One fresh database on a (shared) PostgreSQL server with logical decoding; ``close`` drops its slots and the
+    database, so slots (a server-wide resource) do not pile up across tests."""
+
+    kind = "postgres"
+
+    def __init__(self, server: PostgresServer) -> None:
+        self.server = server
+        self.database = f"db{next(_databases)}"
+        server.create_database(self.database)
+
+    def connect(self) -> Any:
+        return self.server.connect(self.database, autocommit=False)
+
+    def execute(self, statements: Sequence[Statement], commit: bool = True) -> None:
+        db = PostgresDatabase(self.connect)
+        try:
+            for statement in statements:
+                sql, params = (statement, ()) if isinstance(statement, str) else statement
+                db.execute(sql, params)
+            db.commit() if commit else db.rollback()
+        finally:
+            db.close()
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        return self.server.query(postgres_sql(sql) if "?" in sql else sql, database=self.database)
+
+    def source_config(self, name: str, tables: Sequence[tuple[str, Sequence[str]]], **extra: Any) -> dict[str, Any]:
+        return {"name": name, "kind": "postgres", "host": self.server.host, "port": self.server.port,
+                "user": "postgres", "database": self.database,
+                "tables": [{"name": t, "primary_key": list(k)} for t, k in tables], **extra}
+
+    def create_shop(self) -> None:
+        self.execute(list(MYSQL_SCHEMA))
+
+    def workload(self, seed: int) -> ShopWorkload:
+        return ShopWorkload(lambda: PostgresDatabase(self.connect), seed=seed)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # a test that stopped the server leaves nothing to drop
+            self.server.execute(
+                ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> "
+                 "pg_backend_pid()", (self.database,)),
+                ("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s",
+                 (self.database,)),
+                f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
 
 
 def make_config(lake: Path | Lake, *sources: dict[str, Any], **settings: Any) -> DatabusConfig:

@@ -31,6 +31,7 @@ from dagster_databus.config.sources import (
     MysqlSourceConfig,
     MysqlTlsConfig,
     OracleSourceConfig,
+    PostgresSourceConfig,
     SourceConfig,
     SqliteSourceConfig,
     StandbyConfig,
@@ -40,7 +41,8 @@ from dagster_databus.config.sources import (
 __all__ = [
     "CONFIG_ENV", "DEMO_CONFIG", "SUPPORTED_KINDS", "DatabusConfig", "FailoverConfig", "LogicalPartConfig",
     "LogicalTableConfig", "MergeConfig", "MergeEngineName", "MysqlSourceConfig", "MysqlTlsConfig",
-    "OracleSourceConfig", "PollConfig", "ReconcileConfig", "RetentionConfig", "SchemaChanges", "SourceConfig",
-    "SparkConfig", "SqliteSourceConfig", "StandbyConfig", "TableConfig", "TlsMode", "UpkeepConfig",
+    "OracleSourceConfig", "PollConfig", "PostgresSourceConfig", "ReconcileConfig", "RetentionConfig",
+    "SchemaChanges", "SourceConfig", "SparkConfig", "SqliteSourceConfig", "StandbyConfig", "TableConfig", "TlsMode",
+    "UpkeepConfig",
     "config_path_from_env", "load_config", "parse_config",
 ]

@@ -106,7 +106,7 @@ def _resolve_paths(config: DatabusConfig, base: Path) -> DatabusConfig:
         p = p.expanduser()
         return p if p.is_absolute() else (base / p).resolve()
 
-    sources = tuple(s.resolved(resolve) for s in config.sources)
+    sources = tuple(s.resolved(resolve).in_lake(config.lake.location.uri) for s in config.sources)
     spark = config.spark
     if spark.delta_jars is not None:
         spark = spark.model_copy(update={"delta_jars": resolve(spark.delta_jars)})

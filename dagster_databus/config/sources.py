@@ -4,11 +4,13 @@ class here and an entry in ``SourceConfig``; ``resolved`` takes its relative pat
 from __future__ import annotations
 
 import os
+import re
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from dagster_databus.config.fields import (
     PollConfig,
@@ -54,6 +56,10 @@ class SourceBase(Strict):
 
     def resolved(self, resolve: Callable[[Path], Path]) -> SourceBase:
         """This source with the files it names taken from the config's folder when relative."""
+        return self
+
+    def in_lake(self, lake: str) -> SourceBase:
+        """This source with what is named after the lake its change log is in (``lake``, a URI) filled in."""
         return self
 
 
@@ -219,7 +225,62 @@ class OracleSourceConfig(ServerSourceBase):
     lowercase_names: bool = False
 
 
-SourceConfig = Annotated[SqliteSourceConfig | MysqlSourceConfig | OracleSourceConfig, Field(discriminator="kind")]
+_SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
+
+
+class PostgresSourceConfig(ServerSourceBase):
+    """A PostgreSQL database captured by logical decoding (``pgoutput``) from a replication slot (docs/postgres.md)."""
+
+    kind: Literal["postgres"]
+    host: str = "127.0.0.1"
+    port: int = Field(default=5432, ge=1, le=65535)
+    database: str
+    schema_: str = Field(default="public", alias="schema")  # the tables' schema (``schema`` in the YAML)
+    slot: str | None = None  # the logical replication slot; unset: databus_<name>
+    publication: str | None = None  # the publication of the configured tables; unset: databus_<name>
+    # libpq's sslmode (disable, allow, prefer, require, verify-ca, verify-full): managed services want require+.
+    sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "prefer"
+
+    _check_database = field_validator("database")(lambda cls, v: plain_name(v))
+    _check_schema = field_validator("schema_")(lambda cls, v: plain_name(v))
+    _check_publication = field_validator("publication")(lambda cls, v: v if v is None else plain_name(v))
+
+    @field_validator("slot")
+    @classmethod
+    def _slot_spelling(cls, value: str | None) -> str | None:
+        if value is not None and not _SLOT_NAME.fullmatch(value):
+            raise ValueError(f"slot {value!r}: PostgreSQL names a replication slot with lower-case letters, digits and "
+                             "underscores only, at most 63 of them; choose such a name")
+        return value
+
+    @model_validator(mode="after")
+    def _names_fit(self) -> PostgresSourceConfig:
+        # PostgreSQL cuts a longer name at 63 bytes in silence: install could not find its own objects again.
+        for what, name in (("slot", self.slot_name), ("publication", self.publication_name)):
+            if len(name.encode()) > 63:
+                raise ValueError(f"the {what} name {name!r} is longer than PostgreSQL's 63 bytes (it is derived from "
+                                 f"the source's name when {what} is not set): set {what} to a shorter name")
+        return self
+
+    def in_lake(self, lake: str) -> PostgresSourceConfig:
+        """The slot named after the source and the lake when ``slot`` is unset: a slot serves one change log
+        (it is confirmed as that log commits), so the same source captured into two lakes reads two slots."""
+        if self.slot is not None:
+            return self
+        digest = f"{zlib.crc32(lake.encode()):08x}"
+        return self.model_copy(update={"slot": f"databus_{self.name.lower()[:45]}_{digest}"})
+
+    @property
+    def slot_name(self) -> str:
+        return self.slot or f"databus_{self.name}".lower()
+
+    @property
+    def publication_name(self) -> str:
+        return self.publication or f"databus_{self.name}".lower()
+
+
+SourceConfig = Annotated[SqliteSourceConfig | MysqlSourceConfig | OracleSourceConfig | PostgresSourceConfig,
+                         Field(discriminator="kind")]
 # The ``kind`` values, in the union's order: what an unknown kind's error lists.
 SUPPORTED_KINDS: tuple[str, ...] = tuple(get_args(model.model_fields["kind"].annotation)[0]
                                          for model in get_args(get_args(SourceConfig)[0]))

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from dagster_databus.config import SourceConfig
     from dagster_databus.sources.mysql.source import MysqlSource
     from dagster_databus.sources.oracle.source import OracleSource
+    from dagster_databus.sources.postgres.source import PostgresSource
     from dagster_databus.sources.sqlite.source import SqliteSource
 
 RangeReader = Callable[[RangeRead, int], TableSnapshot]
@@ -56,11 +57,13 @@ KINDS: Mapping[str, SourceKind] = {kind.name: kind for kind in (
                "dagster_databus.sources.mysql.bootstrap:read_range"),
     SourceKind("oracle", "dagster_databus.sources.oracle.source:OracleSource",
                "dagster_databus.sources.oracle.bootstrap:read_range"),
+    SourceKind("postgres", "dagster_databus.sources.postgres.source:PostgresSource",
+               "dagster_databus.sources.postgres.bootstrap:read_range"),
 )}
 
 
 if TYPE_CHECKING:  # mypy holds each registered adapter to the Source protocol (the registry imports it by name)
-    _ADAPTERS: tuple[type[Source], ...] = (SqliteSource, MysqlSource, OracleSource)
+    _ADAPTERS: tuple[type[Source], ...] = (SqliteSource, MysqlSource, OracleSource, PostgresSource)
 
 
 def source_kind(name: str) -> SourceKind:

@@ -31,6 +31,12 @@ _SSL_CONFIG = ("server does not support ssl", "root certificate file", "certific
                "server certificate for", "sslmode value", "does not match host name")
 
 
+# Every session's output settings, the replication one's too (its pgoutput text comes from the same output
+# functions): values print the same by either road and the converters (``types``) read one form of each.
+SESSION_OPTIONS = ("-c DateStyle=ISO -c IntervalStyle=iso_8601 -c TimeZone=UTC -c extra_float_digits=3 "
+                   "-c client_encoding=UTF8 -c bytea_output=hex")
+
+
 def _field(spec: dict[str, Any], name: str) -> str:
     return f"sources.{spec['source']}.{name}"
 
@@ -133,7 +139,7 @@ class PostgresConnector:
         c = self.config
         return {"host": c.host, "port": c.port, "user": c.user, "password": c.resolved_password(),
                 "dbname": c.database, "sslmode": c.sslmode, "connect_timeout": c.connect_timeout_s,
-                "application_name": f"databus:{c.name}", "source": c.name,
+                "application_name": f"databus:{c.name}", "options": SESSION_OPTIONS, "source": c.name,
                 "password_field": "password_env" if c.password_env is not None else "password"}
 
     def connect(self, autocommit: bool = True) -> Connection:

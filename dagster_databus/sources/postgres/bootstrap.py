@@ -1,0 +1,221 @@
+"""Reading a PostgreSQL table by primary-key ranges, every range at one exact position.
+
+A read first creates a temporary logical slot with an exported snapshot on a replication connection
+(``exported_snapshot``): the server gives the snapshot's name and the slot's consistent point, the LSN at which
+every transaction committed before it is in the snapshot and every later one is in the stream. Each range
+(a Spark task, or this process) imports that snapshot (``SET TRANSACTION SNAPSHOT``) in a REPEATABLE READ
+transaction of its own, so all ranges read the same moment and the table's SCN is the consistent point: the
+merge replays from the change log exactly what committed after it. The exporting connection stays open while
+the ranges are read (the snapshot lives as long as it does); closing it drops the temporary slot.
+
+Every value is fetched as the text the server's output function prints (psycopg2's own typecasters replaced
+by one that keeps the text, ``as_text``), the very text pgoutput sends, and converted by the same converters
+as the change stream's values (``types``), so a value is the same whichever road brought it. (A cast to text
+is not the same: ``boolean::text`` is ``true`` where the output function prints ``t``, and ``char(n)::text``
+drops the padding.) Keys page as text too: PostgreSQL reads a quoted text back through the column type's input
+function, exactly.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg2
+import pyarrow as pa
+from psycopg2 import sql
+
+from dagster_databus.core.schema import TableSchema
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import ConfigError, SourceUnavailableError
+from dagster_databus.sources import sqlfiles
+from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot
+from dagster_databus.sources.filters import Filter, filter_for, select_clause
+from dagster_databus.sources.keys import keyset_pages, row_key, split_keys
+from dagster_databus.sources.postgres.connect import Connection, ReplicationConnection, connect_spec
+from dagster_databus.sources.postgres.pgoutput import Commit, PgoutputDecoder, lsn_text
+from dagster_databus.sources.postgres.types import text_converter
+
+
+def lsn_of(text: str) -> int:
+    """A ``pg_lsn`` as text (``16/B374D848``) as the integer SCN it is."""
+    high, _, low = text.partition("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+@dataclass
+class ExportedSnapshot:
+    """A snapshot exported with a temporary slot: its name, the LSN it holds every commit before, and the
+    replication connection that keeps both alive (``close`` ends them)."""
+
+    name: str
+    scn: Scn
+    connection: ReplicationConnection
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def exported_snapshot(spec: Mapping[str, Any]) -> ExportedSnapshot:
+    """A new exported snapshot of the source ``spec`` connects to (``PostgresConnector.spec``). Creating the
+    slot waits for the transactions running on the server to end (it needs a moment no transaction spans)."""
+    conn = connect_spec(dict(spec), replication=True)
+    slot = f"databus_read_{uuid.uuid4().hex[:16]}"
+    try:
+        with conn.cursor() as cur:
+            # The pre-15 spelling (EXPORT_SNAPSHOT), which 10 and later all accept.
+            cur.execute(f"CREATE_REPLICATION_SLOT {slot} TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT")
+            row = cur.fetchone()
+    except psycopg2.Error as exc:
+        conn.close()
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SourceUnavailableError(
+            f"source {spec['source']!r} could not create a temporary slot to read a consistent snapshot: {first}",
+            "free a replication slot and a walsender (max_replication_slots, max_wal_senders) for the read, or "
+            "run again", source=spec["source"]) from None
+    assert row is not None
+    return ExportedSnapshot(name=row[2], scn=Scn(lsn_of(row[1])), connection=conn)
+
+
+# The most WAL a read peeks through for its settled SCN (a slot far behind: the read's own LSN stands).
+_PEEK_BYTES = 64 << 20
+
+
+def settled_scn(conn: Connection, slot: str, publication: str, consistent: Scn) -> Scn:
+    """The SCN a read at ``consistent`` (an exported snapshot's LSN) is stamped with: the end of the newest
+    commit of the published tables before it, where the capture slot can say. Any position from that commit up
+    to ``consistent`` is exact (no change of the tables lies between); the lowest is the one a read of the same
+    data gives whenever it runs, as a binlog position does. The slot is peeked (``pg_logical_slot_peek_binary_
+    changes``: nothing consumed) from its confirmed position, where capture leaves it after its last commit; a
+    slot a capture is streaming from cannot be peeked, and ``consistent`` stands."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sqlfiles.load("postgres", "slot.sql"), {"slot": slot})
+            found = cur.fetchone()
+            confirmed = lsn_of(found[7]) if found is not None and found[7] else None
+            if confirmed is None or confirmed > consistent.value or consistent.value - confirmed > _PEEK_BYTES:
+                return consistent
+            cur.execute(sqlfiles.load("postgres", "settled.sql"),
+                        {"slot": slot, "publication": publication, "upto": lsn_text(consistent.value)})
+            rows = cur.fetchall()
+    except psycopg2.Error:
+        conn.rollback()
+        return consistent
+    decoder = PgoutputDecoder()
+    ends = [m.end_lsn for (data,) in rows if isinstance(m := decoder.decode(bytes(data)), Commit)]
+    return Scn(min(max([confirmed, *ends]), consistent.value))
+
+
+# Every type's value as the text the server sent (psycopg2 casts by oid; this one takes them all).
+_TEXT = psycopg2.extensions.new_type(tuple(psycopg2.extensions.string_types), "DATABUS_TEXT",
+                                     lambda value, _cursor: value)
+
+
+def as_text(cur: Any) -> Any:
+    """``cur`` with every column fetched as the server's text (NULL as None)."""
+    psycopg2.extensions.register_type(_TEXT, cur)
+    return cur
+
+
+def begin_at(conn: Connection, snapshot: str) -> Any:
+    """A cursor of a REPEATABLE READ, read-only transaction on ``conn`` that sees ``snapshot``, fetching text."""
+    conn.autocommit = False
+    cur = as_text(conn.cursor())
+    cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
+    return cur
+
+
+def qualified(schema_name: str, table: str) -> sql.Composed:
+    return sql.SQL(".").join([sql.Identifier(schema_name), sql.Identifier(table)])
+
+
+def postgres_filter(table: str, columns: Sequence[str], where: str | None) -> Filter | None:
+    """A selection's filter checked and rendered for PostgreSQL, naming ``columns`` of ``table``."""
+    return filter_for(where, "postgres", table, {c: '"' + c.replace('"', '""') + '"' for c in columns})
+
+
+class TableQueries:
+    """The queries of one table's reads: its rows as text in key order, a page at a time, and its keys."""
+
+    def __init__(self, schema_name: str, schema: TableSchema) -> None:
+        self.schema = schema
+        self.table = qualified(schema_name, schema.table)
+        self.columns = sql.SQL(", ").join(map(sql.Identifier, schema.column_names))
+        self.key = sql.SQL(", ").join(map(sql.Identifier, schema.primary_key))
+        self.marks = ", ".join(["%s"] * len(schema.primary_key))
+        self.key_index = [schema.column_names.index(k) for k in schema.primary_key]
+
+    def clause(self, cur: Any, keys: KeyRange, chosen: Filter | None) -> tuple[str, list[Any]]:
+        return select_clause(self.key.as_string(cur), self.marks, keys, chosen)
+
+    def page(self, cur: Any, keys: KeyRange, chosen: Filter | None, rows: int) -> list[tuple[Any, ...]]:
+        where, params = self.clause(cur, keys, chosen)
+        cur.execute(_query("SELECT ", self.columns, " FROM ", self.table, f" {where}ORDER BY ", self.key, " LIMIT %s"),
+                    (*params, rows))
+        return list(cur.fetchall())
+
+    def pages(self, cur: Any, keys: KeyRange, chosen: Filter | None, rows: int) -> Iterator[list[tuple[Any, ...]]]:
+        return keyset_pages(lambda k: self.page(cur, k, chosen, rows), keys, row_key(self.key_index), rows)
+
+    def ranges(self, cur: Any, rows_per_range: int, rows: RowSelection = ALL_ROWS,
+               chosen: Filter | None = None) -> tuple[KeyRange, ...]:
+        """Ranges of about ``rows_per_range`` of the selected rows: only their boundary keys leave the server."""
+
+        def key_at(after: tuple[Any, ...] | None, n: int) -> tuple[Any, ...] | None:
+            where, params = self.clause(cur, KeyRange(after, rows.keys.through), chosen)
+            cur.execute(_query("SELECT ", self.key, " FROM ", self.table, f" {where}ORDER BY ", self.key,
+                               " LIMIT 1 OFFSET %s"), (*params, n))
+            found = cur.fetchone()
+            return tuple(found) if found is not None else None
+
+        return split_keys(key_at, rows_per_range, rows.keys)
+
+    def check(self, cur: Any, rows: RowSelection, chosen: Filter | None) -> None:
+        """Run the selection's query on no rows: the server names what its own check finds."""
+        where, params = self.clause(cur, rows.keys, chosen)
+        try:
+            cur.execute(_query("SELECT 1 FROM ", self.table, f" {where}LIMIT 0"), params)
+            cur.fetchall()
+        except psycopg2.Error as exc:
+            raise ConfigError("snapshot.where", f"PostgreSQL cannot select {rows.describe()} of "
+                              f"{self.schema.table!r}: {str(exc).strip().splitlines()[0]}",
+                              "write the condition in PostgreSQL's SQL, naming the table's columns") from None
+
+
+def _query(*parts: str | sql.Composable) -> sql.Composed:
+    """Text and quoted parts joined as they are: a filter's rendered text is never run through ``format``."""
+    return sql.Composed([sql.SQL(p) if isinstance(p, str) else p for p in parts])
+
+
+def converted(schema: TableSchema, pages: Iterator[list[tuple[Any, ...]]], what: str) -> Iterator[pa.RecordBatch]:
+    convert = schema.batch(text_converter, what)
+    for rows in pages:
+        yield convert(rows)
+
+
+def read_range(read: RangeRead, index: int) -> TableSnapshot:
+    """Range ``index`` of ``read``, in the snapshot the read exported (at ``read.scn``), on a connection of its
+    own: where a Spark task runs."""
+    spec, schema = read.spec, read.schema
+    queries = TableQueries(spec["schema"], schema)
+    chosen = postgres_filter(schema.table, schema.column_names, read.where)  # checked again where it runs
+    conn = connect_spec(dict(spec["connection"]))
+    try:
+        cur = begin_at(conn, spec["snapshot"])
+    except BaseException:
+        conn.close()
+        raise
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            yield from converted(schema, queries.pages(cur, read.ranges[index], chosen, int(spec["page_rows"])),
+                                 f"bootstrap of {schema.table}")
+            conn.rollback()
+        finally:
+            conn.close()
+
+    assert read.scn is not None
+    return TableSnapshot(scn=read.scn, schema=schema, batches=batches())

@@ -1,0 +1,38 @@
+"""``PostgresSource``, the capture adapter of a PostgreSQL database (``base.Source``), built from parts
+(``parts.ComposedSource``), one job each:
+
+- ``connect`` (``PostgresConnector``): plain and replication connections, typed connection errors;
+- ``catalog`` (``PostgresCatalog``): the tables' schemas from ``pg_catalog``, moved on by relation messages;
+- ``setup`` (``PostgresSetup``): the publication, the slot, REPLICA IDENTITY; the server's settings and rights;
+- ``stream`` (``PostgresStream``): the slot read with ``pgoutput``, positions as WAL LSNs;
+- ``reads`` (``PostgresSnapshots``): reads at an exported snapshot's LSN, in process or by key range in tasks.
+"""
+
+from __future__ import annotations
+
+from dagster_databus.config import PostgresSourceConfig
+from dagster_databus.sources.parts import ComposedSource
+from dagster_databus.sources.postgres.catalog import PostgresCatalog
+from dagster_databus.sources.postgres.connect import PostgresConnector
+from dagster_databus.sources.postgres.setup import PostgresSetup
+from dagster_databus.sources.postgres.snapshots import PostgresSnapshots
+from dagster_databus.sources.postgres.stream import PostgresStream
+
+
+class PostgresSource(ComposedSource):
+    kind = "postgres"
+    sees_ddl = True  # column changes arrive as relation messages, TRUNCATE as its own message
+    install_repairs = False  # verify's problems are server settings and rights, each with its own fix
+
+    def __init__(self, config: PostgresSourceConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.connector = connector = PostgresConnector(config)
+        self.catalog = catalog = PostgresCatalog(connector)
+        self.setup = self.objects = PostgresSetup(connector, config)
+        self.stream = PostgresStream(connector, catalog)
+        self.reads = PostgresSnapshots(connector, catalog)
+
+    def uninstall(self) -> tuple[str, ...]:
+        """Drop the slot and the publication install created."""
+        return self.objects.uninstall()

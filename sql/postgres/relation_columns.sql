@@ -1,0 +1,28 @@
+-- The columns a relation message describes (names, type oids and modifiers, in its order) in the rows
+-- columns.sql gives, so the stream maps them as the catalog does: the type from the message, and what
+-- only the table knows (NOT NULL, default) from its column of that name now, where it still has one.
+SELECT
+    r.name AS attname,
+    CASE WHEN t.typtype = 'd' THEN format_type(t.typbasetype, t.typtypmod)
+        ELSE format_type(r.type_oid, r.typmod) END AS declared,
+    coalesce(bt.typname, t.typname) AS type_name,
+    CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE r.typmod END AS typmod,
+    coalesce(bt.typtype, t.typtype) = 'e' AS is_enum,
+    et.typname AS element,
+    coalesce(ebt.typtype, et.typtype) = 'e' AS element_is_enum,
+    coalesce(a.attnotnull, false) AS not_null,
+    pg_get_expr(d.adbin, d.adrelid) AS default_expr,
+    false AS generated,
+    coalesce(bt.oid, t.oid) AS type_oid
+FROM unnest(%(names)s::text [], %(types)s::oid [], %(typmods)s::int []) WITH ORDINALITY
+    AS r (name, type_oid, typmod, ord)
+JOIN pg_type AS t ON t.oid = r.type_oid
+LEFT JOIN pg_type AS bt ON t.typtype = 'd' AND bt.oid = t.typbasetype
+LEFT JOIN pg_type AS et
+    ON et.oid = coalesce(bt.typelem, t.typelem) AND coalesce(bt.typcategory, t.typcategory) = 'A'
+LEFT JOIN pg_type AS ebt ON et.typtype = 'd' AND ebt.oid = et.typbasetype
+LEFT JOIN pg_namespace AS n ON n.nspname = %(schema)s
+LEFT JOIN pg_class AS c ON c.relnamespace = n.oid AND c.relname = %(table)s
+LEFT JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attname = r.name AND NOT a.attisdropped
+LEFT JOIN pg_attrdef AS d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+ORDER BY r.ord;
