@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dagster_databus.config import DatabusConfig, MysqlSourceConfig, SqliteSourceConfig
+from dagster_databus.config import DatabusConfig, MysqlSourceConfig, PostgresSourceConfig, SqliteSourceConfig
 from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.lag import scn_lag
 from dagster_databus.core.progress import Progress
@@ -224,7 +224,7 @@ def capture(config: DatabusConfig, source: str, progress: Progress = lambda _: N
     require_writable_lake(config.lake)
     settings = config.source(source)
     has_standby = isinstance(settings, MysqlSourceConfig) and settings.standby is not None
-    on_purged = settings.on_purged if isinstance(settings, MysqlSourceConfig) else "fail"
+    on_purged = settings.on_purged if isinstance(settings, MysqlSourceConfig | PostgresSourceConfig) else "fail"
     for attempt in range(3):
         try:
             return _capture(config, source, progress)

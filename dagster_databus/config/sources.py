@@ -238,6 +238,9 @@ class PostgresSourceConfig(ServerSourceBase):
     schema_: str = Field(default="public", alias="schema")  # the tables' schema (``schema`` in the YAML)
     slot: str | None = None  # the logical replication slot; unset: databus_<name>
     publication: str | None = None  # the publication of the configured tables; unset: databus_<name>
+    # When the slot cannot give the changes after the checkpoint (invalidated, or dropped and created again): fail
+    # and name the fix, or start the log and snapshots afresh (as a MySQL source's purged binlog does).
+    on_purged: Literal["fail", "bootstrap"] = "fail"
     # libpq's sslmode (disable, allow, prefer, require, verify-ca, verify-full): managed services want require+.
     sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "prefer"
 
