@@ -22,6 +22,7 @@ from dagster_databus.errors import ConfigError, DatabusError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.schemas import SchemaRegistry
 from dagster_databus.sources import open_source
+from dagster_databus.sources.base import Retaining
 
 # Exit statuses: 2 for an error that fails the same way until its fix is applied; EX_TEMPFAIL (sysexits.h)
 # for a transient one (a server down, a concurrent run's lock), so cron wrappers and schedulers retry only
@@ -160,6 +161,20 @@ def _behind(ahead: Scn | None, behind: Scn | None) -> str:
     return "-" if ahead is None or behind is None else str(scn_lag(ahead, behind))
 
 
+def _retention(source: SourceConfig, config: DatabusConfig) -> None:
+    """A line on what the source's server keeps for capture (a PostgreSQL slot's WAL), where it keeps any."""
+    try:
+        src = open_source(source, config.lake)
+        if not isinstance(src, Retaining):
+            return
+        kept = src.retention()
+    except DatabusError as exc:
+        print(f"  retention: ? ({exc.problem})")
+        return
+    held = "not created" if kept.retained_bytes is None else f"holds {kept.retained_bytes:,} bytes of WAL"
+    print(f"  {kept.holder} {held} ({kept.status})")
+
+
 def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
     print(f"{'source/table':<28}{'checkpoint':>12}{'snapshot':>12}{'source':>12}{'lag':>8}{'segments':>10}{'bytes':>12}")
     for source in config.sources:
@@ -180,6 +195,7 @@ def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
             print(f"  {table.name:<26}{'':>12}{applied or '-'!s:>12}{'':>12}{behind:>8}")
         for problem in pipeline.lake_damage(config, source.name, [t.name for t in source.tables]):
             print(f"  damaged: {problem}")
+        _retention(source, config)
         if isinstance(source, MysqlSourceConfig) and source.standby is not None:
             server = checkpoint.state.get("server", "primary") if checkpoint else "primary"
             switches = "; ".join(f"{e.get('from_server')} -> {e.get('to_server')} by {e.get('method')}"

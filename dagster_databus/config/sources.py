@@ -259,10 +259,10 @@ class PostgresSourceConfig(ServerSourceBase):
     @model_validator(mode="after")
     def _names_fit(self) -> PostgresSourceConfig:
         # PostgreSQL cuts a longer name at 63 bytes in silence: install could not find its own objects again.
-        for what, name in (("slot", self.slot_name), ("publication", self.publication_name)):
-            if len(name.encode()) > 63:
-                raise ValueError(f"the {what} name {name!r} is longer than PostgreSQL's 63 bytes (it is derived from "
-                                 f"the source's name when {what} is not set): set {what} to a shorter name")
+        name = self.publication_name
+        if len(name.encode()) > 63:
+            raise ValueError(f"the publication name {name!r} is longer than PostgreSQL's 63 bytes (it is derived from "
+                             "the source's name when publication is not set): set publication to a shorter name")
         return self
 
     def in_lake(self, lake: str) -> PostgresSourceConfig:
@@ -270,12 +270,12 @@ class PostgresSourceConfig(ServerSourceBase):
         (it is confirmed as that log commits), so the same source captured into two lakes reads two slots."""
         if self.slot is not None:
             return self
-        digest = f"{zlib.crc32(lake.encode()):08x}"
+        digest = f"{zlib.crc32((lake + chr(0) + self.name).encode()):08x}"  # the whole name: a long one is cut
         return self.model_copy(update={"slot": f"databus_{self.name.lower()[:45]}_{digest}"})
 
     @property
     def slot_name(self) -> str:
-        return self.slot or f"databus_{self.name}".lower()
+        return self.slot or f"databus_{self.name.lower()[:55]}"
 
     @property
     def publication_name(self) -> str:

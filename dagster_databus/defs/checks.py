@@ -22,6 +22,7 @@ from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import applied_commit_ms
 from dagster_databus.snapshot.reconcile import Reconciliation, reconcile_table, schema_drift
 from dagster_databus.sources import open_source
+from dagster_databus.sources.base import Retaining
 
 
 def _problems_result(key: dg.AssetCheckKey, problems: list[str], **metadata: Any) -> dg.AssetCheckResult:
@@ -91,7 +92,8 @@ def _capture_lag(config: DatabusConfig, source: SourceConfig) -> dg.AssetCheckRe
     key = changelog_key(source.name)
     checkpoint = ChangeLog(config.lake, source.name).checkpoint()
     try:
-        position = open_source(source, config.lake).high_water_mark()
+        src = open_source(source, config.lake)
+        position = src.high_water_mark()
     except DatabusError as exc:
         return dg.AssetCheckResult(asset_key=key, check_name="capture_lag", passed=False,
                                    metadata={"error": str(exc)})
@@ -106,6 +108,15 @@ def _capture_lag(config: DatabusConfig, source: SourceConfig) -> dg.AssetCheckRe
     lag_s = time_lag(position, captured, int(time.time() * 1000), newest)
     if lag_s is not None:
         metadata["lag_seconds"] = round(lag_s, 3)
+    if isinstance(src, Retaining):  # what the server keeps while capture lags (a PostgreSQL slot's WAL)
+        try:
+            kept = src.retention()
+        except DatabusError as exc:
+            metadata["retention_error"] = str(exc)
+        else:
+            metadata["retained_by"] = dg.MetadataValue.text(f"{kept.holder} ({kept.status})")
+            if kept.retained_bytes is not None:
+                metadata["retained_wal_bytes"] = kept.retained_bytes
     # Limits only when set: a placeholder such as -1 would show and plot as a real figure.
     if limit is not None:
         metadata["max_lag_scn"] = limit

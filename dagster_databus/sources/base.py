@@ -263,3 +263,22 @@ class Failover(Protocol):
                     progress: Progress) -> SwitchPlan | None:
         """The switch to another server, decided from ``checkpoint`` as read under the log's writer lock; None
         when the server answers again or another run switched already (its server is then attached)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """What a source keeps on its server for capture (``Retaining``): a replication slot's WAL, in bytes."""
+
+    holder: str  # what holds it, as the server names it ("replication slot databus_app_1a2b3c4d")
+    retained_bytes: int | None  # None: the holder does not exist (not installed)
+    status: str  # the server's word for its state (PostgreSQL's wal_status: reserved, extended, unreserved, lost)
+
+
+@runtime_checkable
+class Retaining(Protocol):
+    """A source whose server keeps what capture has not read yet (a PostgreSQL slot's WAL), so ``status`` and
+    the capture-lag check show how much: it grows on the server's disk while capture does not run."""
+
+    def retention(self) -> Retention:
+        """What the server keeps for capture now."""
+

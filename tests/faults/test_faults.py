@@ -28,14 +28,21 @@ from dagster_databus.snapshot.merge import engine_for, sync_source
 from dagster_databus.storage.lake import Lake
 from tests.conftest import require_tool
 from tests.faults.loadgen import DDL, TABLE, LoadGenerator, check
-from tests.harness import MysqlHarness, SourceHarness, SqliteHarness, config_document, make_config
+from tests.harness import (
+    MysqlHarness,
+    PostgresHarness,
+    SourceHarness,
+    SqliteHarness,
+    config_document,
+    make_config,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 FAKETIME = next((p for p in ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
                              "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1") if Path(p).exists()), None)
 
 
-@pytest.fixture(params=["sqlite", "mysql"])
+@pytest.fixture(params=["sqlite", "mysql", "postgres"])
 def kind(request: pytest.FixtureRequest) -> str:
     return request.param
 
@@ -43,6 +50,10 @@ def kind(request: pytest.FixtureRequest) -> str:
 def harness_for(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> SourceHarness:
     if kind == "sqlite":
         return SqliteHarness(tmp_path / "source.db")
+    if kind == "postgres":
+        harness = PostgresHarness(request.getfixturevalue("postgres"))
+        request.addfinalizer(harness.close)
+        return harness
     return MysqlHarness(request.getfixturevalue("mariadb"))
 
 
@@ -257,6 +268,9 @@ def test_a_database_that_disappears_mid_run_is_a_clear_error_and_writes_nothing(
     if kind == "sqlite":
         Path(config.sources[0].path).unlink()
         field = "sources.faults.path"
+    elif isinstance(harness, PostgresHarness):
+        harness.close()  # its slot first: PostgreSQL keeps a database that a slot belongs to
+        field = "sources.faults.database"
     else:
         harness.server.execute(f"DROP DATABASE {harness.database}")
         field = "sources.faults.database"
@@ -271,7 +285,7 @@ def test_a_bootstrap_killed_mid_table_resumes_and_reads_each_range_at_most_twice
                                                                                  spark) -> None:
     harness = harness_for(kind, tmp_path, request)
     harness.execute([DDL])
-    small = {"bootstrap_chunk_rows": 40} if kind == "mysql" else {}  # SQLite ranges follow merge.file_rows
+    small = {"bootstrap_chunk_rows": 40} if kind != "sqlite" else {}  # SQLite ranges follow merge.file_rows
     source = harness.source_config("faults", [(TABLE, ["k"])], **small)
     config = make_config(lake, source, merge={"file_rows": 40})
     config_file = tmp_path / "databus.json"

@@ -10,7 +10,11 @@
 
 from __future__ import annotations
 
+from contextlib import closing
+
 from dagster_databus.config import PostgresSourceConfig
+from dagster_databus.sources import sqlfiles
+from dagster_databus.sources.base import Retention
 from dagster_databus.sources.parts import ComposedSource
 from dagster_databus.sources.postgres.catalog import PostgresCatalog
 from dagster_databus.sources.postgres.connect import PostgresConnector
@@ -32,6 +36,17 @@ class PostgresSource(ComposedSource):
         self.setup = self.objects = PostgresSetup(connector, config)
         self.stream = PostgresStream(connector, catalog)
         self.reads = PostgresSnapshots(connector, catalog)
+
+    def retention(self) -> Retention:
+        """The WAL the capture slot holds back on the server (``base.Retaining``)."""
+        with closing(self.connector.connect()) as conn, conn.cursor() as cur:
+            cur.execute(sqlfiles.load("postgres", "slot.sql"), {"slot": self.config.slot_name})
+            row = cur.fetchone()
+        holder = f"replication slot {self.config.slot_name}"
+        if row is None:
+            return Retention(holder, None, "missing")
+        retained, status = row[8], row[5]
+        return Retention(holder, int(retained) if retained is not None else 0, str(status or "unknown"))
 
     def uninstall(self) -> tuple[str, ...]:
         """Drop the slot and the publication install created."""
