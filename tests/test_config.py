@@ -90,7 +90,7 @@ def test_relative_spill_folder_resolves_against_the_config_folder(tmp_path: Path
 @pytest.mark.parametrize(
     ("case", "field", "words"),
     [
-        (lambda db: minimal(db, kind="postgres"), "sources[0].kind", "unknown source kind 'postgres'"),
+        (lambda db: minimal(db, kind="mongodb"), "sources[0].kind", "unknown source kind 'mongodb'"),
         (lambda db: minimal(db, table='"orders; DROP TABLE orders"'), "sources[0].tables[0].name",
          "not a plain identifier"),
         (lambda db: minimal(db, key='["id) --"]'), "sources[0].tables[0].primary_key", "not a plain identifier"),

@@ -137,8 +137,9 @@ def test_snapshot_carries_source_columns_and_metadata_columns(setup, lazy_spark)
     cycle(config, lazy_spark)  # a merged row, not only bootstrapped ones
     schema = snapshot(config).read(with_meta=True).schema
     assert schema.names == ["id", "name", "price", "__scn", "__op", "__commit_ts"]
-    # INTEGER is 64-bit in SQLite, 32-bit in MySQL, NUMBER(*,0) in Oracle, whose REAL is a FLOAT(63) (docs/types.md).
-    key, price = {"sqlite": ("int64", "double"), "mysql": ("int32", "double"),
+    # INTEGER is 64-bit in SQLite, 32-bit in MySQL and PostgreSQL, NUMBER(*,0) in Oracle, whose REAL is a FLOAT(63);
+    # PostgreSQL's REAL is single precision (docs/types.md).
+    key, price = {"sqlite": ("int64", "double"), "mysql": ("int32", "double"), "postgres": ("int32", "float"),
                   "oracle": ("decimal128(38, 0)", "string")}[source.kind]
     assert [str(t) for t in schema.types] == [key, "string", price, "int64", "string", "timestamp[us, tz=UTC]"]
     pipeline.capture(config, "shop")  # nothing new: a no-op
