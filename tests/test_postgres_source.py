@@ -3,7 +3,10 @@ what status and the capture-lag check show of the WAL the slot holds, and reads 
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import json
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -39,6 +42,18 @@ def source_doc(harness: PostgresHarness, **extra: object) -> dict[str, object]:
     return {"name": "shop", "kind": "postgres", "host": "127.0.0.1", "port": harness.server.port,
             "user": "postgres", "database": harness.database, "tables": [{"name": "items", "primary_key": ["id"]}],
             **extra}
+
+
+def temporary_slots(harness: PostgresHarness, settle: int | None = None) -> int:
+    """The temporary slots reads hold; with ``settle``, waited for (up to 10 s) to come to that number: the
+    server drops a temporary slot as the backend that held it exits, a moment after the client closed."""
+    deadline = time.monotonic() + 10
+    while True:
+        found = int(harness.server.query(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'databus_read_%'")[0][0])
+        if settle is None or found == settle or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
 
 
 def test_a_slot_name_postgres_would_refuse_or_cut_is_refused_by_validation(tmp_path: Path) -> None:
@@ -130,11 +145,32 @@ def test_a_bootstrap_reads_at_one_exact_position_while_writes_go_on(pg: Postgres
     events = [e.event for e in ChangeLog(config.lake, "shop").read()]
     assert len(events) == 133 + 57 + 20 and all(e.scn > read.scn for e in events)
     del read, rows  # the exported snapshot (and its temporary slot) go with the read
-    temporary = pg.server.query("SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'databus_read_%'")
-    assert temporary == [(0,)]
+    assert temporary_slots(pg, settle=0) == 0
     for engine in ("spark", "local"):
         engine_config = make_config(tmp_path / engine, source_doc(pg, bootstrap_chunk_rows=37),
                                     merge={"engine": engine})
         cycle(engine_config, spark)
         assert_snapshots_match(engine_config)
         assert DeltaSnapshot(engine_config.lake, "shop", "items").applied_scn() is not None
+
+
+def test_a_read_keeps_its_snapshot_through_copies_and_ends_it_with_the_last(pg: PostgresHarness,
+                                                                             tmp_path: Path) -> None:
+    """An engine may replace a read's ranges (a resumed bootstrap): the copy still reads the exported snapshot
+    after the original is gone, and the temporary slot goes when the last copy does."""
+    pg.execute([("INSERT INTO items SELECT g, 'n' || g, g FROM generate_series(1, 100) AS g", ())])
+    config = make_config(tmp_path / "lake", source_doc(pg))
+    pipeline.install(config, "shop")
+    read = open_source(config.sources[0], config.lake).ranges("items", 30)
+    copy = dataclasses.replace(read, ranges=read.ranges[1:])
+    del read
+    gc.collect()
+    pg.execute(["DELETE FROM items"])
+    rows = [r for i in range(len(copy.ranges)) for b in source_kind("postgres").read_range(copy, i).batches
+            for r in b.to_pylist()]
+    assert sorted(r["id"] for r in rows) == list(range(31, 101))
+
+    assert temporary_slots(pg) == 1
+    del copy, rows
+    gc.collect()
+    assert temporary_slots(pg, settle=0) == 0

@@ -58,6 +58,22 @@ class ExportedSnapshot:
         self.connection.close()
 
 
+class SnapshotLease:
+    """Keeps an exported snapshot alive while anything refers to it, and ends it when nothing does: it travels in
+    a ``RangeRead``'s spec, which every copy of the read shares (an engine may replace its ranges), and is
+    pickled to Spark tasks as an empty lease (they need only the snapshot's name)."""
+
+    def __init__(self, exported: ExportedSnapshot | None = None) -> None:
+        self.exported = exported
+
+    def __reduce__(self) -> tuple[type[SnapshotLease], tuple[()]]:
+        return SnapshotLease, ()
+
+    def __del__(self) -> None:
+        if self.exported is not None:
+            self.exported.close()
+
+
 def exported_snapshot(spec: Mapping[str, Any]) -> ExportedSnapshot:
     """A new exported snapshot of the source ``spec`` connects to (``PostgresConnector.spec``). Creating the
     slot waits for the transactions running on the server to end (it needs a moment no transaction spans)."""

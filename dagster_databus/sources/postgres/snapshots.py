@@ -5,7 +5,6 @@ computed here from such a read (``sources.fingerprints``)."""
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import closing
 from typing import Any
@@ -17,6 +16,7 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.sources.base import ALL_KEYS, ALL_ROWS, RangeRead, RowSelection, SourceFingerprint, TableSnapshot
 from dagster_databus.sources.fingerprints import in_buckets, streamed_fingerprint
 from dagster_databus.sources.postgres.bootstrap import (
+    SnapshotLease,
     TableQueries,
     begin_at,
     converted,
@@ -62,7 +62,7 @@ class PostgresSnapshots:
 
     def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
         """Key ranges that tasks read, all in one exported snapshot. The snapshot (and its temporary slot) lives
-        as long as the returned read: it is released when the read is."""
+        as long as the returned read or a copy of it (``bootstrap.SnapshotLease``)."""
         schema = self.catalog.preflight()[table]
         chosen = postgres_filter(table, schema.column_names, rows.where)
         exported = exported_snapshot(self.connector.spec())
@@ -75,10 +75,9 @@ class PostgresSnapshots:
             exported.close()
             raise
         spec: dict[str, Any] = {"connection": self.connector.spec(), "schema": self.config.schema_,
-                                "snapshot": exported.name, "page_rows": min(rows_per_range, 10_000)}
-        read = RangeRead("postgres", self.name, schema, spec, ranges, scn=scn, where=rows.where)
-        weakref.finalize(read, exported.close)
-        return read
+                                "snapshot": exported.name, "page_rows": min(rows_per_range, 10_000),
+                                "lease": SnapshotLease(exported)}
+        return RangeRead("postgres", self.name, schema, spec, ranges, scn=scn, where=rows.where)
 
     def _settled(self, conn: Connection, consistent: Scn) -> Scn:
         return settled_scn(conn, self.config.slot_name, self.config.publication_name, consistent)
