@@ -160,17 +160,22 @@ def mariadb_compressed() -> Iterator[MariaDBServer]:
 
 def source_harness(request: pytest.FixtureRequest, tmp_path: Path) -> SourceHarness:
     """The harness of the source kind ``request.param`` names."""
-    if request.param == "sqlite":
+    return harness_of(request.param, tmp_path, request)
+
+
+def harness_of(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> SourceHarness:
+    """A harness of source kind ``kind`` (its server started once per session, a database of its own per test)."""
+    if kind == "sqlite":
         return SqliteHarness(tmp_path / "source.db")
-    if request.param == "oracle":
+    if kind == "oracle":
         if not all(os.environ.get(k) for k in ORACLE_ENV):
             pytest.skip(ORACLE_SKIP)
         return OracleHarness()
-    if request.param == "postgres":
+    if kind == "postgres":
         harness = PostgresHarness(request.getfixturevalue("postgres"))
         request.addfinalizer(harness.close)
         return harness
-    if request.param == "mysql-compressed":
+    if kind == "mysql-compressed":
         return MysqlHarness(request.getfixturevalue("mariadb_compressed"))
     return MysqlHarness(request.getfixturevalue("mariadb"))
 

@@ -19,8 +19,8 @@ from dagster_databus.core.defaults import NOT_CONSTANT, constant_value
 from dagster_databus.core.types import ColumnType
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import sync_source
-from tests.conftest import assert_snapshots_match
-from tests.harness import MysqlHarness, SourceHarness, SqliteHarness, make_config
+from tests.conftest import assert_snapshots_match, harness_of
+from tests.harness import MysqlHarness, make_config
 
 
 @pytest.mark.parametrize(("text", "kind", "value"), [
@@ -43,13 +43,7 @@ def test_anything_but_a_constant_of_the_columns_type_is_not_one(text: str, kind:
     assert constant_value(text, ColumnType.parse(kind)) is NOT_CONSTANT
 
 
-def harness_of(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> SourceHarness:
-    if kind == "sqlite":
-        return SqliteHarness(tmp_path / "source.db")
-    return MysqlHarness(request.getfixturevalue("mariadb"))
-
-
-@pytest.mark.parametrize("kind", ["sqlite", "mysql"])
+@pytest.mark.parametrize("kind", ["sqlite", "mysql", "postgres"])
 @pytest.mark.parametrize("engine", ["local", "spark"])
 def test_a_constant_default_is_filled_in_the_lake_for_rows_and_for_older_events(
         kind: str, engine: str, tmp_path: Path, request: pytest.FixtureRequest,

@@ -1,5 +1,5 @@
-"""A NULL in a key: SQLite accepts it in a non-INTEGER PRIMARY KEY and in UNIQUE columns, MySQL in UNIQUE
-columns. Rows sharing a NULL key cannot be told apart, so a snapshot keyed by it would fold them into one.
+"""A NULL in a key: SQLite accepts it in a non-INTEGER PRIMARY KEY and in UNIQUE columns, MySQL and PostgreSQL in
+UNIQUE columns. Rows sharing a NULL key cannot be told apart, so a snapshot keyed by it would fold them into one.
 ``validate`` names such tables, and the bootstrap (both engines) and capture refuse such rows, writing nothing."""
 
 from __future__ import annotations
@@ -15,19 +15,16 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import NullKeyError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
-from tests.harness import MysqlHarness, SourceHarness, SqliteHarness, make_config
+from tests.conftest import harness_of
+from tests.harness import MysqlHarness, SourceHarness, make_config
 from tests.mariadb import MariaDBServer
-
-
-def harness_of(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> SourceHarness:
-    if kind == "sqlite":
-        return SqliteHarness(tmp_path / "source.db")
-    return MysqlHarness(request.getfixturevalue("mariadb"))
 
 
 def nullable_key_table(harness: SourceHarness) -> None:
     if harness.kind == "sqlite":
         harness.execute(["CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER)"])
+    elif harness.kind == "postgres":
+        harness.execute(["CREATE TABLE t (id SERIAL PRIMARY KEY, k VARCHAR(10), v INT, UNIQUE (k))"])
     else:
         harness.execute(["CREATE TABLE t (id INT AUTO_INCREMENT PRIMARY KEY, k VARCHAR(10), v INT, UNIQUE (k))"])
 
@@ -36,7 +33,7 @@ def insert(harness: SourceHarness, k: str | None, v: int) -> tuple[str, tuple[An
     return ("INSERT INTO t (k, v) VALUES (?, ?)", (k, v))
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "mysql"])
+@pytest.mark.parametrize("kind", ["sqlite", "mysql", "postgres"])
 @pytest.mark.parametrize("engine", ["local", "spark"])
 def test_a_null_key_is_named_by_validate_and_refused_by_the_bootstrap(
         kind: str, engine: str, tmp_path: Path, request: pytest.FixtureRequest, lazy_spark: Callable[[], Any]) -> None:
@@ -52,7 +49,7 @@ def test_a_null_key_is_named_by_validate_and_refused_by_the_bootstrap(
     assert not DeltaSnapshot(config.lake, "shop", "t").exists()
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "mysql"])
+@pytest.mark.parametrize("kind", ["sqlite", "mysql", "postgres"])
 def test_a_change_that_gives_a_key_null_stops_capture_before_it_commits(
         kind: str, tmp_path: Path, request: pytest.FixtureRequest, lazy_spark: Callable[[], Any]) -> None:
     harness = harness_of(kind, tmp_path, request)

@@ -12,7 +12,21 @@ SELECT
     et.typname AS element,
     coalesce(ebt.typtype, et.typtype) = 'e' AS element_is_enum,
     a.attnotnull AS not_null,
-    pg_get_expr(d.adbin, d.adrelid) AS default_expr,
+    CASE
+        -- A column added with a constant default: the value every row then present holds (PostgreSQL keeps it
+        -- as the column's "missing value", whatever default was set after), as core.defaults reads a literal.
+        WHEN a.atthasmissing THEN (
+            SELECT CASE coalesce(bt.typcategory, t.typcategory)
+                WHEN 'N' THEN m.v
+                WHEN 'B' THEN CASE m.v WHEN 't' THEN 'TRUE' ELSE 'FALSE' END
+                ELSE quote_literal(m.v)
+            END
+            FROM (SELECT (a.attmissingval::text::text [])[1] AS v) AS m
+        )
+        -- Otherwise rows present when the column was added hold NULL (added without a default) or values of an
+        -- expression: a default now is no constant they hold, so it is given as an expression.
+        WHEN d.adbin IS NOT NULL THEN '(' || pg_get_expr(d.adbin, d.adrelid) || ')'
+    END AS default_expr,
     a.attgenerated <> '' AS generated,
     coalesce(bt.oid, t.oid) AS type_oid
 FROM pg_attribute AS a

@@ -94,7 +94,7 @@ class PostgresCatalog:
             if ctype is None:
                 unmapped.append(f"{name} {declared}")
                 continue
-            columns.append(Column(name=name, type=ctype, source_type=declared, default=_default(default)))
+            columns.append(Column(name=name, type=ctype, source_type=declared, default=default))
         require_mapped(self.name, table, unmapped, "PostgreSQL", _FIX)
         return TableSchema(source=self.name, table=table, columns=tuple(columns),
                            primary_key=resolve_key(columns, key, table, where))
@@ -112,18 +112,3 @@ class PostgresCatalog:
         require_unique_key(schema.primary_key, [set(r[0]) for r in cur.fetchall()], table, where)
         return schema
 
-
-def _default(expression: str | None) -> str | None:
-    """A column's default as ``core.defaults`` reads it: a literal without PostgreSQL's cast suffix
-    (``'a'::text``, ``42``), or in parentheses when it is an expression (``nextval(...)``, ``now()``)."""
-    if expression is None:
-        return None
-    text = expression.strip()
-    literal = text.split("::", 1)[0] if text.startswith("'") and "'::" in text else text
-    if literal.startswith("'") and literal.endswith("'"):
-        return literal
-    try:
-        float(literal)
-    except ValueError:
-        return f"({text})"
-    return literal

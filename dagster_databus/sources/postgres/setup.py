@@ -99,9 +99,11 @@ class PostgresSetup:
 
     @staticmethod
     def _needs_full(table: Mapping[str, Any]) -> bool:
-        """Whether install sets REPLICA IDENTITY FULL on the table: it has none that names a row's key, or it
-        has TOASTable columns and its identity is not FULL already."""
-        return table["replica_identity"] != "f" and (table["toastable"] or not _has_key_identity(table))
+        """Whether install sets REPLICA IDENTITY FULL on the table: every captured table has it. pgoutput sends
+        an update's untouched out-of-line (TOASTed) values as "unchanged", and only the FULL old row carries
+        them; a table without such a column today may be given one by an ALTER TABLE that capture learns of only
+        with the table's next change, too late for the updates between."""
+        return bool(table["replica_identity"] != "f")
 
     def _covered(self, survey: Survey) -> dict[str, str | None]:
         """For each configured table: None when the publication publishes all of it, else why not."""
@@ -220,10 +222,10 @@ class PostgresSetup:
                                 "and deletes carry no key to apply them by (and the server refuses them once the "
                                 f"table is published): {fix}, which sets REPLICA IDENTITY FULL (or ALTER TABLE "
                                 f"{name} REPLICA IDENTITY USING INDEX <a unique index on NOT NULL columns>, and "
-                                "install still sets FULL if it has TOASTable columns)")
+                                "install still sets FULL)")
             elif self._needs_full(t):
-                problems.append(f"table {name} has columns PostgreSQL may TOAST and replica identity {identity}, so "
-                                "an update that leaves such a value unchanged does not carry it: "
+                problems.append(f"table {name} has replica identity {identity}, so an update that leaves a TOASTed "
+                                "(large, out-of-line) value unchanged does not carry it: "
                                 f"{fix}, which sets REPLICA IDENTITY FULL")
         pub = survey.publication
         if pub is None:
