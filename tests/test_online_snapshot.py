@@ -17,7 +17,8 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import reconcile_table
-from tests.harness import MysqlHarness, SqliteHarness, make_config
+from tests.conftest import harness_of
+from tests.harness import MysqlHarness, PostgresHarness, SourceHarness, SqliteHarness, make_config
 
 ROWS = 1_000_000
 RANGE_ROWS = 50_000
@@ -27,7 +28,7 @@ WRITES_PER_S = 500
 class Writer(threading.Thread):
     """Single-row upserts and deletes at a steady rate, each its own transaction, on its own connection."""
 
-    def __init__(self, harness: SqliteHarness | MysqlHarness) -> None:
+    def __init__(self, harness: SourceHarness) -> None:
         super().__init__(daemon=True)
         self.harness, self.stop = harness, threading.Event()
         self.commits: list[float] = []
@@ -37,9 +38,15 @@ class Writer(threading.Thread):
     def run(self) -> None:
         rng = random.Random(3)
         mysql = isinstance(self.harness, MysqlHarness)
-        conn = self.harness.connect() if mysql else sqlite3.connect(self.harness.path, isolation_level=None,
-                                                                     timeout=30)
-        mark = "%s" if mysql else "?"
+        postgres = isinstance(self.harness, PostgresHarness)
+        if isinstance(self.harness, MysqlHarness | PostgresHarness):
+            conn = self.harness.connect()
+        else:
+            assert isinstance(self.harness, SqliteHarness)
+            conn = sqlite3.connect(self.harness.path, isolation_level=None, timeout=30)
+        mark = "%s" if mysql or postgres else "?"
+        upsert = (f"INSERT INTO kv VALUES ({mark}, {mark}, {mark}) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v, "
+                  "payload = EXCLUDED.payload") if postgres else f"REPLACE INTO kv VALUES ({mark}, {mark}, {mark})"
         self.thread_id = conn.thread_id() if mysql else None
         started = time.monotonic()
         try:
@@ -48,8 +55,8 @@ class Writer(threading.Thread):
                 if rng.random() < 0.2:
                     sql, params = f"DELETE FROM kv WHERE k = {mark}", (key,)
                 else:
-                    sql, params = f"REPLACE INTO kv VALUES ({mark}, {mark}, {mark})", (key, n, f"w{n}")
-                if mysql:
+                    sql, params = upsert, (key, n, f"w{n}")
+                if mysql or postgres:
                     with conn.cursor() as cur:
                         cur.execute(sql, params)
                     conn.commit()
@@ -101,15 +108,20 @@ class TransactionSampler(threading.Thread):
         return max(self.seen.values(), default=0)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "mysql"])
+@pytest.mark.parametrize("kind", ["sqlite", "mysql", "postgres"])
 def test_a_large_table_read_under_steady_writes_ends_equal_without_locks_or_long_transactions(
         kind: str, tmp_path: Path, request, spark) -> None:
     if kind == "sqlite":
-        harness: SqliteHarness | MysqlHarness = SqliteHarness(tmp_path / "source.db")
+        harness: SourceHarness = SqliteHarness(tmp_path / "source.db")
         harness.execute(["CREATE TABLE kv (k INTEGER PRIMARY KEY, v INTEGER NOT NULL, payload VARCHAR(64))"])
         fill = ("WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < ?) "
                 "INSERT INTO kv SELECT x, x, 'p' || x FROM n", (ROWS,))
         source = harness.source_config("big", [("kv", ["k"])])
+    elif kind == "postgres":
+        harness = harness_of(kind, tmp_path, request)
+        harness.execute(["CREATE TABLE kv (k INTEGER PRIMARY KEY, v INTEGER NOT NULL, payload VARCHAR(64))"])
+        fill = ("INSERT INTO kv SELECT g, g, 'p' || g FROM generate_series(1, ?) AS g", (ROWS,))
+        source = harness.source_config("big", [("kv", ["k"])], bootstrap_chunk_rows=RANGE_ROWS)
     else:
         harness = MysqlHarness(request.getfixturevalue("mariadb"))
         harness.execute(["CREATE TABLE kv (k INTEGER PRIMARY KEY, v INTEGER NOT NULL, payload VARCHAR(64))"])

@@ -478,9 +478,6 @@ def test_money_is_refused_by_validate_and_capture_naming_the_fix(harness: Postgr
     assert not DeltaSnapshot(config.lake, "shop", table).exists()
 
 
-@pytest.mark.xfail(strict=True, reason="bug: PostgresSetup.install creates the publication and slot without "
-                   "checking the tables' column types (MySQL's install runs catalog.preflight first; docs/types.md "
-                   "says an unmapped type stops install)")
 def test_install_refuses_a_money_column_before_creating_anything(harness: PostgresHarness, tmp_path: Path) -> None:
     harness.execute(["CREATE TABLE priced (id integer PRIMARY KEY, price money)"])
     config = make_config(tmp_path / "lake", harness.source_config("shop", [("priced", ["id"])]))

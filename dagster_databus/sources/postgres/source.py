@@ -14,7 +14,7 @@ from contextlib import closing
 
 from dagster_databus.config import PostgresSourceConfig
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.base import Retention
+from dagster_databus.sources.base import InstallReport, Retention
 from dagster_databus.sources.parts import ComposedSource
 from dagster_databus.sources.postgres.catalog import PostgresCatalog
 from dagster_databus.sources.postgres.connect import PostgresConnector
@@ -36,6 +36,12 @@ class PostgresSource(ComposedSource):
         self.setup = self.objects = PostgresSetup(connector, config)
         self.stream = PostgresStream(connector, catalog)
         self.reads = PostgresSnapshots(connector, catalog)
+
+    def install(self) -> InstallReport:
+        """Install after the catalog's checks: a table with a column no type maps (money, a composite) is refused
+        before the publication and the slot exist."""
+        self.catalog.preflight()
+        return self.setup.install()
 
     def retention(self) -> Retention:
         """The WAL the capture slot holds back on the server (``base.Retaining``)."""
