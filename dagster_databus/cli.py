@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, MysqlSourceConfig, SourceConfig, load_config
@@ -172,7 +173,9 @@ def _retention(source: SourceConfig, config: DatabusConfig) -> None:
         print(f"  retention: ? ({exc.problem})")
         return
     held = "not created" if kept.retained_bytes is None else f"holds {kept.retained_bytes:,} bytes of WAL"
-    print(f"  {kept.holder} {held} ({kept.status})")
+    lag = kept.lag_seconds(int(time.time() * 1000))
+    waiting = "" if lag is None else "; no change waits" if lag == 0 else f"; the oldest change waits {lag:,.1f}s"
+    print(f"  {kept.holder} {held} ({kept.status}){waiting}")
 
 
 def _status(config: DatabusConfig, _: argparse.Namespace) -> int:

@@ -119,11 +119,22 @@ def test_status_and_the_capture_lag_check_show_the_wal_the_slot_holds(
     assert isinstance(src, Retaining)
     kept = src.retention()
     assert kept.retained_bytes is not None and kept.retained_bytes > 1_000_000 and kept.status == "reserved"
+    # The server's position moved, but no change of the published tables waits: no lag in time.
+    assert kept.lag_seconds(int(time.time() * 1000)) == 0.0
+    check = dg.AssetCheckKey(changelog_key("shop"), "capture_lag")
+    assert sync_check(config, config.sources[0], check).metadata["lag_seconds"].value == 0.0  # type: ignore[union-attr]
+
+    pg.execute([("INSERT INTO items VALUES (?, ?, ?)", (1, "apple", "1.50"))])
+    time.sleep(1.5)
     assert main(["--config", str(path), "status"]) == 0
     out = capsys.readouterr().out
     assert f"replication slot {config.sources[0].slot_name} holds " in out  # type: ignore[union-attr]
-    result = sync_check(config, config.sources[0], dg.AssetCheckKey(changelog_key("shop"), "capture_lag"))
+    assert "the oldest change waits" in out
+    result = sync_check(config, config.sources[0], check)
     assert result.metadata["retained_wal_bytes"].value >= kept.retained_bytes  # type: ignore[union-attr]
+    assert result.metadata["lag_seconds"].value >= 1.5  # type: ignore[union-attr]
+    pipeline.capture(config, "shop")
+    assert src.retention().lag_seconds(int(time.time() * 1000)) == 0.0
 
 
 def test_a_bootstrap_reads_at_one_exact_position_while_writes_go_on(pg: PostgresHarness, tmp_path: Path,

@@ -105,9 +105,8 @@ def _capture_lag(config: DatabusConfig, source: SourceConfig) -> dg.AssetCheckRe
         "checkpoint_scn": dg.MetadataValue.text(str(checkpoint.scn) if checkpoint else "none yet")}
     # In time: the source has commits newer than the log's newest, so the log lags by that one's age.
     newest = ChangeLog(config.lake, source.name).commit_ms_through(checkpoint.scn) if checkpoint else None
-    lag_s = time_lag(position, captured, int(time.time() * 1000), newest)
-    if lag_s is not None:
-        metadata["lag_seconds"] = round(lag_s, 3)
+    now_ms = int(time.time() * 1000)
+    lag_s = time_lag(position, captured, now_ms, newest)
     if isinstance(src, Retaining):  # what the server keeps while capture lags (a PostgreSQL slot's WAL)
         try:
             kept = src.retention()
@@ -117,6 +116,10 @@ def _capture_lag(config: DatabusConfig, source: SourceConfig) -> dg.AssetCheckRe
             metadata["retained_by"] = dg.MetadataValue.text(f"{kept.holder} ({kept.status})")
             if kept.retained_bytes is not None:
                 metadata["retained_wal_bytes"] = kept.retained_bytes
+            # The server's own account of what waits: its position moves without changes to capture.
+            lag_s = kept.lag_seconds(now_ms)
+    if lag_s is not None:
+        metadata["lag_seconds"] = round(lag_s, 3)
     # Limits only when set: a placeholder such as -1 would show and plot as a real figure.
     if limit is not None:
         metadata["max_lag_scn"] = limit

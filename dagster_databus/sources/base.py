@@ -272,6 +272,17 @@ class Retention:
     holder: str  # what holds it, as the server names it ("replication slot databus_app_1a2b3c4d")
     retained_bytes: int | None  # None: the holder does not exist (not installed)
     status: str  # the server's word for its state (PostgreSQL's wal_status: reserved, extended, unreserved, lost)
+    # How far capture is behind in time: the commit time (ms) of the oldest change the server holds that capture
+    # has not confirmed, 0 when there is none, None when it cannot be told now (the slot is being read). A
+    # server's position moves without captured changes (PostgreSQL's checkpoints, other databases), so this,
+    # not the distance of positions, says whether changes wait.
+    waiting_since_ms: int | None = None
+
+    def lag_seconds(self, now_ms: int) -> float | None:
+        """Seconds the oldest waiting change has waited (0.0 when none waits; None when unknown)."""
+        if self.waiting_since_ms is None:
+            return None
+        return 0.0 if self.waiting_since_ms == 0 else max(0, now_ms - self.waiting_since_ms) / 1000
 
 
 @runtime_checkable

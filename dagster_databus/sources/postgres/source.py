@@ -11,6 +11,9 @@
 from __future__ import annotations
 
 from contextlib import closing
+from typing import Any
+
+import psycopg2
 
 from dagster_databus.config import PostgresSourceConfig
 from dagster_databus.sources import sqlfiles
@@ -18,6 +21,7 @@ from dagster_databus.sources.base import InstallReport, Retention
 from dagster_databus.sources.parts import ComposedSource
 from dagster_databus.sources.postgres.catalog import PostgresCatalog
 from dagster_databus.sources.postgres.connect import PostgresConnector
+from dagster_databus.sources.postgres.pgoutput import Begin, PgoutputDecoder
 from dagster_databus.sources.postgres.setup import PostgresSetup
 from dagster_databus.sources.postgres.snapshots import PostgresSnapshots
 from dagster_databus.sources.postgres.stream import PostgresStream
@@ -48,11 +52,27 @@ class PostgresSource(ComposedSource):
         with closing(self.connector.connect()) as conn, conn.cursor() as cur:
             cur.execute(sqlfiles.load("postgres", "slot.sql"), {"slot": self.config.slot_name})
             row = cur.fetchone()
+            waiting = self._waiting_since(cur) if row is not None and not row[3] else None
         holder = f"replication slot {self.config.slot_name}"
         if row is None:
             return Retention(holder, None, "missing")
         retained, status = row[8], row[5]
-        return Retention(holder, int(retained) if retained is not None else 0, str(status or "unknown"))
+        return Retention(holder, int(retained) if retained is not None else 0, str(status or "unknown"), waiting)
+
+    def _waiting_since(self, cur: Any) -> int | None:
+        """The commit time (ms) of the first transaction the slot holds for capture, 0 for none: a peek (nothing
+        consumed) decoding up to its first change. None when the server refuses the peek."""
+        try:
+            cur.execute(sqlfiles.load("postgres", "first_waiting.sql"),
+                        {"slot": self.config.slot_name, "publication": self.config.publication_name})
+            row = cur.fetchone()
+        except psycopg2.Error:
+            cur.connection.rollback()
+            return None
+        if row is None:
+            return 0
+        begin = PgoutputDecoder().decode(bytes(row[0]))
+        return begin.commit_ts_ms if isinstance(begin, Begin) else None
 
     def uninstall(self) -> tuple[str, ...]:
         """Drop the slot and the publication install created."""
