@@ -2,46 +2,45 @@
 decoded into columnar change batches of whole transactions, with WAL LSNs as SCNs.
 
 A transaction's events take its commit's end LSN as their SCN: what the slot is confirmed at, and what a
-restarted stream resumes after (the server skips every transaction whose commit lies before it). A poll reads
-up to the WAL position the server had written when it started; the server's keepalives say how far it has
-decoded, so a poll over WAL that holds no change of the published tables still moves the checkpoint, and the
-slot with it: idle tables do not make the server keep WAL. The slot is confirmed only in ``release``, after the
-change log has committed what was read.
+restarted stream resumes after. A poll reads up to the WAL position the server had written when it started; the
+server's keepalives say how far it has decoded, so WAL that holds no change of the published tables still moves
+the checkpoint, and the slot with it. The slot is confirmed only in ``release``, after the log has committed.
+
+Rows are gathered by table as the decoder's tuples and turned into Arrow columns every ``FLUSH_ROWS`` rows (by
+the converters bootstraps use), committed or not: a transaction of millions of rows is held by column until its
+commit gives its SCN, as one batch (a window is never split across the log's segments).
+
+Schema changes arrive as relation messages, sent before a table's first change in a stream and again after its
+columns change. Each table's columns as the log last wrote them ride in the checkpoint's state (``shapes``): a
+relation message that differs from them is a schema change (recorded as the DDL text ``snapshot.evolve`` reads);
+one that differs only from the table's shape now (rows written before a later ALTER) is not.
 """
 
 from __future__ import annotations
 
+import json
 import select
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, closing, nullcontext
-from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import psycopg2
+import pyarrow as pa
 
-from dagster_databus.core.batch import ChangeBatch, ChangeBatchBuilder
+from dagster_databus.core.batch import ChangeBatch, batch_schema, encode_keys, partitions
 from dagster_databus.core.events import Window
-from dagster_databus.core.schema import ColumnsConverter, TableSchema
+from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConcurrentRunError, LogGapError, SchemaDriftError, SourceUnavailableError
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import PollStats
+from dagster_databus.sources.postgres import pgoutput as pg
 from dagster_databus.sources.postgres.bootstrap import lsn_of
 from dagster_databus.sources.postgres.catalog import PostgresCatalog
 from dagster_databus.sources.postgres.connect import PostgresConnector, ReplicationConnection
-from dagster_databus.sources.postgres.pgoutput import (
-    UNCHANGED,
-    Begin,
-    Commit,
-    Delete,
-    Insert,
-    PgoutputDecoder,
-    Relation,
-    Truncate,
-    Update,
-    lsn_text,
-)
+from dagster_databus.sources.postgres.pgoutput import UNCHANGED, Tuple, lsn_text
 from dagster_databus.sources.postgres.setup import read_epoch
 from dagster_databus.sources.postgres.types import text_converter
 
@@ -50,19 +49,15 @@ from dagster_databus.sources.postgres.types import text_converter
 # flushed by the WAL writer within a few hundred milliseconds.
 _SETTLE_S = 3.0
 _ASK_S = 0.1
+_STATUS_S = 1.0  # how often a status goes to the server while messages stream (it asks after wal_sender_timeout/2)
 # One WAL segment: the WAL an idle slot may hold back before a poll moves it on regardless.
 IDLE_ADVANCE_BYTES = 16 << 20
+# Rows of a table held as decoded tuples before they are converted into Arrow columns.
+FLUSH_ROWS = 10_000
+# The checkpoint state that holds each table's columns as the log last wrote them: {table: [[name, type]...]}.
+SHAPES = "shapes"
 
-
-@dataclass
-class _Table:
-    """A published table as the stream knows it: its schema (from the newest relation message), the converter
-    of its row images, and its columns in the order tuples carry them."""
-
-    schema: TableSchema
-    convert: ColumnsConverter
-    names: tuple[str, ...]
-    key: tuple[int, ...]  # positions of the key columns in ``names``
+Shape = list[list[str]]
 
 
 class PostgresStream:
@@ -70,13 +65,8 @@ class PostgresStream:
     part of ``PostgresSource``."""
 
     def __init__(self, connector: PostgresConnector, catalog: PostgresCatalog) -> None:
-        self.connector = connector
-        self.catalog = catalog
-        self.config = connector.config
-        self.name = connector.name
+        self.connector, self.catalog, self.config, self.name = connector, catalog, connector.config, connector.name
         self._stream: ReplicationConnection | None = None  # kept open from a poll to its release
-
-    # -- positions ---------------------------------------------------------------------
 
     def epoch(self) -> str:
         with closing(self.connector.connect()) as conn:
@@ -90,12 +80,21 @@ class PostgresStream:
             return Scn(lsn_of(row[0]))
 
     def start_position(self) -> tuple[Scn, dict[str, str]]:
-        """The slot's confirmed position: where its stream starts (install created it, so nothing after it is
-        lost), else the current WAL position."""
-        slot = self._slot()
-        if slot is not None and slot["confirmed_flush_lsn"]:
-            return Scn(lsn_of(slot["confirmed_flush_lsn"])), {}
-        return self.high_water_mark(), {}
+        """Where a change log that starts afresh (install, bootstrap) starts: the slot moved on to the WAL written
+        now (the snapshots are read after it; WAL an earlier log could not capture is passed over; a slot whose
+        WAL the server removed is made again), else the current WAL position; with the tables' columns now."""
+        state = _state({name: _shape(schema) for name, schema in self.catalog.preflight().items()})
+        slot, name = self._slot(), {"slot": self.config.slot_name}
+        if slot is None:
+            return self.high_water_mark(), state
+        with closing(self.connector.connect()) as conn, conn.cursor() as cur:
+            if slot["wal_status"] == "lost":
+                cur.execute(sqlfiles.load("postgres", "drop_slot.sql"), name)
+                cur.execute(sqlfiles.load("postgres", "create_slot.sql"), name)
+            cur.execute(sqlfiles.load("postgres", "advance_slot.sql"), name)
+            row = cur.fetchone()
+        assert row is not None
+        return Scn(lsn_of(row[0])), state
 
     def reading(self) -> AbstractContextManager[None]:
         return nullcontext()  # the server refuses a second reader of an active slot (``_start`` says so)
@@ -108,8 +107,6 @@ class PostgresStream:
                 return None
             return dict(zip([d[0] for d in cur.description or ()], row, strict=True))
 
-    # -- the stream --------------------------------------------------------------------
-
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
              state: Mapping[str, str] | None = None) -> Iterator[list[Window] | ChangeBatch]:
         self._check_slot(since)
@@ -119,16 +116,22 @@ class PostgresStream:
             return
         self.close()
         conn = self._stream = self.connector.replication()
-        cursor = conn.cursor()
-        self._start(cursor, since)
-        reader = _Reader(self, cursor, since, bound, stats)
+        # Everything sent goes through a cursor of its own that reads nothing: psycopg2 moves a reading cursor's
+        # flush position on to a keepalive's WAL end by itself, past what the change log holds.
+        cursor, feedback = conn.cursor(), conn.cursor()
+        self._start(cursor, feedback, since)
+        reader = _Reader(self, cursor, feedback, since, bound, stats, state or {})
         try:
             yield from reader.read()
         except psycopg2.Error as exc:
+            self.close()
             raise SourceUnavailableError(
                 f"lost the replication connection to source {self.name!r} ({self.connector.describe()}): "
                 f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc}",
                 "run again: capture resumes from the last durable checkpoint", source=self.name) from None
+        except BaseException:
+            self.close()  # the slot is free for the next run (or a bootstrap) at once
+            raise
 
     def release(self, through: Scn) -> None:
         """Confirm the slot at ``through``: the server may recycle the WAL before it."""
@@ -168,13 +171,13 @@ class PostgresStream:
                 f"change log's checkpoint {lsn_text(since.value)}: the slot was dropped and created again (or "
                 "advanced by another client), so the changes between are gone", fix, source=self.name)
 
-    def _start(self, cursor: Any, since: Scn) -> None:
+    def _start(self, cursor: Any, feedback: Any, since: Scn) -> None:
         options = {"proto_version": "1", "publication_names": self.config.publication_name}
         try:
             cursor.start_replication(slot_name=self.config.slot_name, decode=False, start_lsn=since.value,
                                      options=options, status_interval=10)
             # The log holds everything through ``since``: the server may drop it (a release the last run missed).
-            cursor.send_feedback(write_lsn=since.value, flush_lsn=since.value)
+            feedback.send_feedback(write_lsn=since.value, flush_lsn=since.value, force=True)
         except psycopg2.Error as exc:
             text = str(exc).strip()
             if "is active for PID" in text:
@@ -188,138 +191,232 @@ class PostgresStream:
                 "run `databus validate` for the source, then again", source=self.name) from None
 
 
-class _Reader:
-    """One poll's read of the stream: messages decoded, transactions gathered, whole ones built into batches."""
+class _Table:
+    """A published table in one poll: its schema (from a relation message) and its events so far, as Arrow
+    arrays of converted rows, column by column, and the rows not converted yet; the windows (transactions) of
+    the committed ones, in order. The open transaction's rows are the tail past them."""
 
-    def __init__(self, stream: PostgresStream, cursor: Any, since: Scn, bound: Scn, stats: PollStats) -> None:
-        self.stream = stream
-        self.cursor = cursor
-        self.since = since
-        self.bound = bound
-        self.stats = stats
+    def __init__(self, schema: TableSchema, names: Sequence[str]) -> None:
+        assert list(names) == schema.column_names, f"{schema.table}: tuples hold {names}"  # as catalog.build keeps
+        self.schema = schema
+        self.key = tuple(schema.column_names.index(k) for k in schema.primary_key)
+        self.width = len(names)
+        self.columns: list[list[pa.Array]] = [[] for _ in range(self.width + 2)]  # the table's, __op, __seq
+        self.rows: list[Tuple] = []
+        self.ops: list[str] = []
+        self.seqs: list[int] = []
+        self.starts: list[tuple[int, int]] = []  # (first row, commit LSN) of each transaction in ``rows``
+        self.windows: list[tuple[int, int, int]] = []  # (rows, window SCN, commit ms) per committed transaction
+        self.held = 0  # rows held, converted or not
+        self.committed = 0  # of which the windows cover
+
+    @property
+    def open(self) -> bool:
+        return self.held > self.committed
+
+    def add(self, op: str, row: Tuple, seq: int, lsn: int) -> None:
+        if not self.starts or self.starts[-1][1] != lsn:
+            self.starts.append((len(self.rows), lsn))
+        self.rows.append(row)
+        self.ops.append(op)
+        self.seqs.append(seq)
+        self.held += 1
+        if len(self.rows) >= FLUSH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        """The unconverted rows into Arrow arrays, each value by the converter a bootstrap uses."""
+        if not self.rows:
+            return
+        try:
+            data = self.schema.batch(text_converter, "")(self.rows)
+        except Exception:  # a value refused: converted again by transaction, the error names the one holding it
+            for (first, lsn), (end, _) in zip(self.starts, [*self.starts[1:], (len(self.rows), 0)], strict=True):
+                where = f"the change events of the transaction committed at LSN {lsn_text(lsn)}"
+                self.schema.batch(text_converter, where)(self.rows[first:end])
+            raise
+        for parts, array in zip(self.columns, [*data.columns, pa.array(self.ops), pa.array(self.seqs, pa.int32())],
+                                strict=True):
+            parts.append(array)
+        self.rows, self.ops, self.seqs, self.starts = [], [], [], []
+
+    def commit(self, window: int, commit_ms: int) -> int:
+        """The open transaction's rows (how many) belong to window ``window``."""
+        rows = self.held - self.committed
+        if rows:
+            self.windows.append((rows, window, commit_ms))
+            self.committed = self.held
+        return rows
+
+    def take(self) -> pa.RecordBatch | None:
+        """The committed rows as the table's record batch in a change batch; the open transaction's stay."""
+        if not self.committed:
+            return None
+        self.flush()
+        rows, n = [], self.committed
+        for i, parts in enumerate(self.columns):  # a column at a time, its parts let go as it is joined
+            whole = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+            self.columns[i] = [whole.slice(n)] if len(whole) > n else []
+            rows.append(whole.slice(0, n))
+            if len(parts) > 1:
+                del parts, whole
+                pa.default_memory_pool().release_unused()  # the parts' pages, not kept for arrays of their size
+        counts, scns, commits = (np.array(v, np.int64) for v in zip(*self.windows, strict=True))
+        window, commit = pa.array(np.repeat(scns, counts)), pa.array(np.repeat(commits, counts))
+        schema, columns, (op, seq) = self.schema, rows[:self.width], rows[self.width:]
+        keys = encode_keys([columns[i] for i in self.key], lambda: list(zip(
+            *(schema.columns[i].type.from_arrow(columns[i]) for i in self.key), strict=True)), schema,
+            f"the change events of SCN {self.windows[0][1]} to {self.windows[-1][1]}")
+        self.held, self.committed, self.windows = self.held - self.committed, 0, []
+        return pa.RecordBatch.from_arrays(
+            [*columns, window, window, seq, op, keys, partitions(keys), commit],
+            schema=batch_schema(schema))
+
+
+class _Reader:
+    """One poll's read of the stream: messages decoded, rows gathered by table, whole transactions built into
+    batches."""
+
+    def __init__(self, stream: PostgresStream, cursor: Any, feedback: Any, since: Scn, bound: Scn, stats: PollStats,
+                 state: Mapping[str, str]) -> None:
+        self.stream, self.cursor, self.feedback = stream, cursor, feedback
+        self.since, self.bound, self.stats = since, bound, stats
         self.name = stream.name
         self.schema_name = stream.config.schema_
         self.chunk_rows = stream.config.poll.chunk_rows
-        self.decoder = PgoutputDecoder()
+        self.decoder = pg.PgoutputDecoder()
         self.tables: dict[int, _Table | None] = {}  # relation oid -> the table, None when not configured
+        self.by_name: dict[str, _Table] = {}
         self.configured = {t.name for t in stream.config.tables}
-        self.builder = ChangeBatchBuilder()
-        self.changes: list[tuple[_Table, str, dict[str, Any]]] = []  # the open transaction's events
-        self.begin: Begin | None = None
+        # Each table's columns as the log last wrote them (the checkpoint's, else as the table is now), and as it
+        # was when the poll began (the catalog read before the bound was fixed).
+        self.live = dict(stream.catalog.schemas())
+        saved = json.loads(state.get(SHAPES, "{}"))
+        self.shapes: dict[str, Shape] = {name: saved.get(name, _shape(s)) for name, s in self.live.items()}
+        self.begin: pg.Begin | None = None
+        self.skip = False  # the open transaction commits before ``since``: its changes are in the log already
+        self.seq = 0
+        self.events = 0  # committed events held
+        self.last_end = since.value  # the end of the last commit read
 
     def read(self) -> Iterator[ChangeBatch]:
-        last_end = self.since.value
         settled_at, asked_at, wal_end = time.monotonic(), 0.0, 0
         while True:
             message = self.cursor.read_message()
             if message is None:
                 if self.cursor.wal_end > wal_end:
                     wal_end, settled_at = self.cursor.wal_end, time.monotonic()
-                if self.begin is None and max(wal_end, last_end) >= self.bound.value:
+                if self.begin is None and max(wal_end, self.last_end) >= self.bound.value:
                     break
                 now = time.monotonic()
                 if self.begin is None and now - settled_at > _SETTLE_S:
                     break  # the server's decoding stands still short of the bound: stop where it stands
-                if now - asked_at > _ASK_S:
-                    self.cursor.send_feedback(reply=True)
+                if now - asked_at > _ASK_S:  # a keepalive back says how far the server has decoded
+                    self.feedback.send_feedback(reply=True)
                     asked_at = now
                 select.select([self.cursor], [], [], _ASK_S)
                 continue
             settled_at = time.monotonic()
+            if settled_at - asked_at > _STATUS_S:  # so the server never asks the reading cursor for one
+                self.feedback.send_feedback(force=True)
+                asked_at = settled_at
             decoded = self.decoder.decode(message.payload, message.data_start)
-            if isinstance(decoded, Commit):
-                if self._commit(decoded) and self.builder.events >= self.chunk_rows:
-                    yield self._chunk(Scn(decoded.end_lsn))
-                last_end = max(last_end, decoded.end_lsn)
-                if last_end >= self.bound.value:
+            if isinstance(decoded, pg.Insert):
+                self._add(self._table(decoded.relation_oid), "i", decoded.new)
+            elif isinstance(decoded, pg.Update):
+                self._update(decoded)
+            elif isinstance(decoded, pg.Delete):
+                old = decoded.old if decoded.old is not None else decoded.old_key
+                self._add(self._table(decoded.relation_oid), "d", old)
+            elif isinstance(decoded, pg.Begin):
+                self.begin, self.seq = decoded, 0
+                self.skip = decoded.final_lsn < self.since.value
+            elif isinstance(decoded, pg.Commit):
+                if self._commit(decoded) and self.events >= self.chunk_rows:
+                    yield self._chunk()
+                if self.last_end >= self.bound.value:
                     break
-            elif isinstance(decoded, Relation):
-                changed = self._relation(decoded)
-                if changed is not None:
-                    if self.builder.events:  # the events read so far were written with the old shape
-                        yield self._chunk(Scn(last_end))
-                    self.stream.catalog.adopt({changed.table: changed})
-            else:
-                self._change(decoded)
-        if self.builder.events:
-            yield self._chunk(Scn(last_end))
+            elif isinstance(decoded, pg.Relation):
+                yield from self._relation(decoded)
+            elif isinstance(decoded, pg.Truncate):
+                self._truncate(decoded)
+            # Origin, Type and logical messages carry nothing capture keeps.
         # The checkpoint stays at the last commit read, so an idle source's positions move only with its data
         # (a snapshot's SCN is then the same whenever it is read: ``bootstrap.settled_scn``). Once the WAL after
         # it grows past IDLE_ADVANCE_BYTES, the checkpoint moves to where the server has decoded, so the slot
         # lets the server recycle WAL that holds no change of the published tables.
-        until = last_end
         reached = min(wal_end, self.bound.value)
-        if reached - last_end > IDLE_ADVANCE_BYTES:
-            until = reached
-        self.stats.until = Scn(max(until, self.since.value, self.stats.until.value))
+        until = max(reached if reached - self.last_end > IDLE_ADVANCE_BYTES else self.last_end, self.since.value,
+                    self.stats.until.value)
+        if until > self.stats.until.value or self.events:  # the checkpoint moves: it carries what changed since
+            self._unseen_changes(Scn(until))
+        if self.events:
+            yield self._chunk()
+        self.stats.until = Scn(until)
+        self.stats.state = _state(self.shapes)
 
-    def _chunk(self, through: Scn) -> ChangeBatch:
-        batch = self.builder.build()
-        self.builder = ChangeBatchBuilder()
-        self.stats.until = through
+    def _chunk(self) -> ChangeBatch:
+        tables = {name: rows for name, table in self.by_name.items() if (rows := table.take()) is not None}
+        self.events = 0
+        self.stats.until = Scn(self.last_end)
         self.stats.chunks += 1
-        self.stats.state = {}
-        return batch
+        self.stats.state = _state(self.shapes)
+        return ChangeBatch(tables)
 
-    def _change(self, message: object) -> None:
-        if isinstance(message, Begin):
-            self.begin, self.changes = message, []
-        elif isinstance(message, Insert):
-            table = self._table(message.relation_oid)
-            if table is not None:
-                self.changes.append((table, "i", self._image(table, message.new, None)))
-        elif isinstance(message, Update):
-            table = self._table(message.relation_oid)
-            if table is not None:
-                self._update(table, message)
-        elif isinstance(message, Delete):
-            table = self._table(message.relation_oid)
-            if table is not None:
-                old = message.old if message.old is not None else message.old_key
-                self.changes.append((table, "d", self._image(table, old or (), None)))
-        elif isinstance(message, Truncate):
+    def _commit(self, commit: pg.Commit) -> bool:
+        """The open transaction's rows are a window; whether it had any."""
+        self.begin = None
+        self.last_end = max(self.last_end, commit.end_lsn)
+        added = sum(t.commit(commit.end_lsn, commit.commit_ts_ms) for t in self.by_name.values())
+        self.events += added
+        return added > 0
+
+    def _add(self, table: _Table | None, op: str, row: Tuple | None) -> None:
+        if table is not None and not self.skip:
             assert self.begin is not None
-            for oid in message.relation_oids:
-                table = self._table(oid)
-                if table is not None:
-                    statement = f"TRUNCATE {self.schema_name}.{table.schema.table}"
-                    self.stats.ddl.append((Scn(self.begin.final_lsn), table.schema.table, statement))
-        # Origin, Type and logical messages carry nothing capture keeps.
+            table.add(op, row if row is not None else (None,) * table.width, self.seq, self.begin.final_lsn)
+            self.seq += 1
 
-    def _commit(self, commit: Commit) -> bool:
-        """Add the transaction's events to the batch; whether it had any."""
-        changes, self.changes, self.begin = self.changes, [], None
-        if not changes or commit.end_lsn <= self.since.value:
-            return False
-        window, ms = Scn(commit.end_lsn), commit.commit_ts_ms
-        for seq, (table, op, image) in enumerate(changes):
-            self.builder.add(table.schema, table.convert, op, image, window, seq, ms)
-        return True
-
-    def _update(self, table: _Table, message: Update) -> None:
-        new = self._image(table, message.new, message.old)
+    def _update(self, message: pg.Update) -> None:
+        table = self._table(message.relation_oid)
+        if table is None or self.skip:
+            return
+        new = message.new
+        if UNCHANGED in new:
+            new = self._untoasted(table, new, message.old)
         old = message.old if message.old is not None else message.old_key
-        if old is not None and any(old[i] != message.new[i] and message.new[i] is not UNCHANGED for i in table.key):
-            self.changes.append((table, "d", self._image(table, old, None)))  # the key changed: the old row goes
-            self.changes.append((table, "i", new))
+        if old is not None and any(old[i] != new[i] for i in table.key):
+            self._add(table, "d", old)  # the key changed: the old row goes
+            self._add(table, "i", new)
         else:
-            self.changes.append((table, "u", new))
+            self._add(table, "u", new)
 
-    def _image(self, table: _Table, values: Sequence[Any], old: Sequence[Any] | None) -> dict[str, Any]:
-        """A row image by column name; an unchanged TOASTed value is taken from the old row, which only
-        REPLICA IDENTITY FULL sends (install sets it on tables that have such columns)."""
-        image = dict(zip(table.names, values, strict=False))
-        for i, value in enumerate(values):
+    def _untoasted(self, table: _Table, new: Tuple, old: Tuple | None) -> Tuple:
+        """The new row with each unchanged TOASTed value taken from the old row, which only REPLICA IDENTITY
+        FULL sends (install sets it on tables that have such columns)."""
+        values = list(new)
+        for i, value in enumerate(new):
             if value is UNCHANGED:
                 if old is None or old[i] is UNCHANGED:
+                    name = table.schema.column_names[i]
                     raise SchemaDriftError(
-                        f"an update of table {table.schema.table!r} of source {self.name!r} left column "
-                        f"{table.names[i]!r} unchanged and out of line (TOAST), and the server sent no old row to "
-                        "take its value from: the table's REPLICA IDENTITY is not FULL",
+                        f"an update of table {table.schema.table!r} of source {self.name!r} left column {name!r} "
+                        "unchanged and out of line (TOAST), and the server sent no old row to take its value from: "
+                        "the table's REPLICA IDENTITY was not FULL when it was written",
                         f"run `databus install --source {self.name}` (it sets REPLICA IDENTITY FULL), then "
                         f"`databus bootstrap --source {self.name}`", source=self.name, table=table.schema.table)
-                image[table.names[i]] = old[i]
-        return image
+                values[i] = old[i]
+        return tuple(values)
+
+    def _truncate(self, message: pg.Truncate) -> None:
+        """TRUNCATE empties tables without row events: recorded as a statement, so the merge reads them again."""
+        if self.skip or self.begin is None:
+            return
+        for oid in message.relation_oids:
+            table = self._table(oid)
+            if table is not None:
+                statement = f"TRUNCATE {self.schema_name}.{table.schema.table}"
+                self.stats.ddl.append((Scn(self.begin.final_lsn), table.schema.table, statement))
 
     def _table(self, oid: int) -> _Table | None:
         if oid not in self.tables:
@@ -327,29 +424,43 @@ class _Reader:
                                    "run again; report it if it repeats", source=self.name)
         return self.tables[oid]
 
-    def _relation(self, relation: Relation) -> TableSchema | None:
-        """A relation message: sent before a table's first change in each stream, and again after its columns
-        change. A shape that differs from the table's current schema is a schema change (returned), recorded as
-        the statement ``snapshot.evolve`` reads at the start of the transaction that first wrote the new shape."""
+    def _relation(self, relation: pg.Relation) -> Iterator[ChangeBatch]:
+        """A relation message: the table's columns from here on. A shape other than the catalog's becomes the
+        catalog's (after the events held so far, written with the old one, are yielded); one other than the
+        log's last is a schema change, recorded at the start of the transaction that first wrote the new shape."""
         if relation.namespace != self.schema_name or relation.name not in self.configured:
             self.tables[relation.oid] = None
-            return None
+            return
         name = relation.name
         current = self.stream.catalog.schemas().get(name)
         schema = self._relation_schema(relation, current)
-        self.tables[relation.oid] = _published(schema, [c.name for c in relation.columns])
-        if schema == current:
-            return None
-        if any(table.schema.table == name for table, _, _ in self.changes):
-            raise SchemaDriftError(
-                f"a transaction of source {self.name!r} changed table {name!r}'s columns between its row changes "
-                f"(at {lsn_text(self.begin.final_lsn if self.begin else 0)}): its window cannot hold both shapes",
-                f"run `databus bootstrap --source {self.name}`", source=self.name, table=name)
-        if current is not None and self.begin is not None:
-            self.stats.ddl.append((Scn(self.begin.final_lsn), name, _describe(current, schema)))
-        return schema
+        table = self.by_name.get(name)
+        if table is None or table.schema != schema:
+            if table is not None and table.open:
+                raise SchemaDriftError(
+                    f"a transaction of source {self.name!r} changed table {name!r}'s columns between its row "
+                    f"changes (at {lsn_text(self.begin.final_lsn if self.begin else 0)}): its window cannot hold "
+                    "both shapes", f"run `databus bootstrap --source {self.name}`", source=self.name, table=name)
+            if self.events and (table is not None or schema != current):
+                yield self._chunk()
+            if schema != current:
+                self.stream.catalog.adopt({name: schema})
+            table = self.by_name[name] = _Table(schema, [c.name for c in relation.columns])
+        self.tables[relation.oid] = table
+        before, after = self.shapes.get(name), _shape(schema)
+        if before is not None and before != after and self.begin is not None:
+            self.stats.ddl.append((Scn(self.begin.final_lsn), name, _describe(before, schema)))
+        self.shapes[name] = after
 
-    def _relation_schema(self, relation: Relation, current: TableSchema | None) -> TableSchema:
+    def _unseen_changes(self, until: Scn) -> None:
+        """A table whose columns changed with no change of its rows after: no relation message tells it, but the
+        catalog read before the bound does (its ALTER committed before the poll's bound, so at ``until``)."""
+        for name, schema in self.live.items():
+            if name not in self.by_name and self.shapes.get(name) != _shape(schema):
+                self.stats.ddl.append((until, name, _describe(self.shapes[name], schema)))
+                self.shapes[name] = _shape(schema)
+
+    def _relation_schema(self, relation: pg.Relation, current: TableSchema | None) -> TableSchema:
         key = current.primary_key if current is not None else self.stream.config.table(relation.name).primary_key
         with closing(self.stream.connector.connect()) as conn, conn.cursor() as cur:
             cur.execute(sqlfiles.load("postgres", "relation_columns.sql"),
@@ -360,22 +471,23 @@ class _Reader:
         return self.stream.catalog.build(relation.name, key, rows, self.stream.connector.field("tables"))
 
 
-def _published(schema: TableSchema, names: Sequence[str]) -> _Table:
-    convert = schema.column_converter(text_converter)
-    at = {n: i for i, n in enumerate(names)}
-    return _Table(schema, convert, tuple(names), tuple(at[k] for k in schema.primary_key))
+def _shape(schema: TableSchema) -> Shape:
+    return [[c.name, c.source_type] for c in schema.columns]
 
 
-def _describe(before: TableSchema, after: TableSchema) -> str:
+def _state(shapes: Mapping[str, Shape]) -> dict[str, str]:
+    return {SHAPES: json.dumps(shapes, separators=(",", ":"), sort_keys=True)}
+
+
+def _describe(before: Shape, after: TableSchema) -> str:
     """The column change between two shapes of a table, as the statement ``snapshot.evolve`` reads."""
-    old = {c.name: c for c in before.columns}
+    old = dict((name, declared) for name, declared in before)
     new = {c.name: c for c in after.columns}
     parts = [f"DROP COLUMN {n}" for n in old if n not in new]
     for name, column in new.items():
         if name not in old:
             default = f" DEFAULT {column.default}" if column.default is not None else ""
             parts.append(f"ADD COLUMN {name} {column.source_type}{default}")
-        elif old[name].source_type != column.source_type:
+        elif old[name] != column.source_type:
             parts.append(f"ALTER COLUMN {name} TYPE {column.source_type}")
     return f"ALTER TABLE {after.table} " + ", ".join(parts or ["(relation changed)"])
-
