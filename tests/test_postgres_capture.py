@@ -268,7 +268,7 @@ def test_a_column_added_to_a_table_no_change_touched_since_still_reaches_its_sna
 
 # -- slots lost behind capture's back ----------------------------------------------------------------------
 
-def shop_with_history(pg: PostgresHarness, tmp_path: Path, lazy_spark) -> tuple[DatabusConfig, dict[str, Any], Any]:
+def synced_shop(pg: PostgresHarness, tmp_path: Path, lazy_spark) -> tuple[DatabusConfig, dict[str, Any], Any]:
     pg.create_shop()
     spec = pg.source_config("shop", SHOP)
     config = make_config(tmp_path / "lake", spec, merge={"engine": "local"})
@@ -281,7 +281,7 @@ def shop_with_history(pg: PostgresHarness, tmp_path: Path, lazy_spark) -> tuple[
 
 def test_a_slot_dropped_behind_captures_back_fails_naming_the_fix_or_is_bootstrapped(
         pg: PostgresHarness, tmp_path: Path, lazy_spark) -> None:
-    config, spec, workload = shop_with_history(pg, tmp_path, lazy_spark)
+    config, spec, workload = synced_shop(pg, tmp_path, lazy_spark)
     slot = slot_of(pg)
     pg.server.execute(("SELECT pg_drop_replication_slot(%s)", (slot,)))
     workload.run(10)  # no slot keeps these changes
@@ -308,7 +308,7 @@ def test_a_slot_dropped_behind_captures_back_fails_naming_the_fix_or_is_bootstra
 @pytest.mark.parametrize("on_purged", ["fail", "bootstrap"])
 def test_a_slot_the_server_invalidated_fails_naming_the_fix_or_is_bootstrapped(
         pg: PostgresHarness, tmp_path: Path, lazy_spark, on_purged: str) -> None:
-    config, spec, workload = shop_with_history(pg, tmp_path, lazy_spark)
+    config, spec, workload = synced_shop(pg, tmp_path, lazy_spark)
     pg.server.lose_slot(slot_of(pg), database=pg.database)
     config = make_config(tmp_path / "lake", {**spec, "on_purged": on_purged}, merge={"engine": "local"})
     if on_purged == "fail":
