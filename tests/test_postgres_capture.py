@@ -302,9 +302,6 @@ def test_a_slot_dropped_behind_captures_back_fails_naming_the_fix_or_is_bootstra
     assert_snapshots_match(bootstrapping)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "setup.verify lists an invalidated slot among the problems install cannot fix, so capture stops with "
-    "CaptureNotInstalledError before the stream names the gap, and a bootstrap is refused the same way"))
 @pytest.mark.parametrize("on_purged", ["fail", "bootstrap"])
 def test_a_slot_the_server_invalidated_fails_naming_the_fix_or_is_bootstrapped(
         pg: PostgresHarness, tmp_path: Path, lazy_spark, on_purged: str) -> None:

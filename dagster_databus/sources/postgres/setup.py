@@ -170,12 +170,6 @@ class PostgresSetup:
             problems.append(f"replication slot {self.slot!r} belongs to database {slot['database']!r}, not "
                             f"{self.config.database!r}: set sources.{self.name}.slot to another name, or drop it "
                             "there if nothing uses it")
-        elif slot["wal_status"] == "lost":
-            problems.append(f"replication slot {self.slot!r} was invalidated (wal_status 'lost'): the server removed "
-                            "WAL it had not yet delivered, so those changes are gone. Drop it (SELECT "
-                            f"pg_drop_replication_slot('{self.slot}')), run `databus install --source {self.name}` "
-                            f"to create it afresh, then `databus snapshot --source {self.name}` to read the tables "
-                            "again; raise max_slot_wal_keep_size (or capture more often) so it does not recur")
         if s["max_wal_senders"] == 0:
             problems.append("max_wal_senders is 0, so the server accepts no replication connection: ALTER SYSTEM "
                             "SET max_wal_senders = 10, then restart the server")
@@ -360,6 +354,12 @@ class PostgresSetup:
                          f"(wal_status {slot['wal_status']})")
         else:
             notes.append(f"replication slot {self.slot!r} holds no WAL (wal_status {slot['wal_status']})")
+        if slot is not None and slot["wal_status"] == "lost":
+            # Not a problem install could fix: capture names the gap (LogGapError), and a bootstrap remakes the slot.
+            notes.append(f"replication slot {self.slot!r} was invalidated: the server removed WAL it had not "
+                         "delivered, so the changes after the change log's checkpoint are gone; run `databus "
+                         f"bootstrap --source {self.name}` (or set on_purged: bootstrap), and raise "
+                         "max_slot_wal_keep_size (or capture more often) so it does not recur")
         return notes
 
 

@@ -182,8 +182,8 @@ class PostgresStream:
             text = str(exc).strip()
             if "is active for PID" in text:
                 raise ConcurrentRunError(
-                    f"replication slot {self.config.slot_name!r} of source {self.name!r} is being read by another "
-                    f"process ({text.splitlines()[0]})",
+                    f"replication slot {self.config.slot_name!r} of source {self.name!r} is locked by another run "
+                    f"reading it ({text.splitlines()[0]})",
                     "wait for the other capture run to finish; a slot serves one reader at a time",
                     source=self.name) from None
             raise SourceUnavailableError(
