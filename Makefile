@@ -27,7 +27,7 @@ demo: prereqs $(STAMP)
 # command), and DATABUS_REQUIRE_ALL=1 turns a test's skip for a missing tool into a failure, so a
 # passing `make test` (and CI, which runs it) has run the UI and clock-jump tests, not skipped them.
 test: prereqs test-prereqs $(STAMP)
-	DATABUS_REQUIRE_ALL=1 $(PY) -m pytest -q
+	DATABUS_REQUIRE_ALL=1 $(PY) -m pytest -q --durations=25
 
 test-prereqs:
 	@.ci/prereqs check
