@@ -17,6 +17,7 @@ from benchmarks import (
     bench_merge,
     bench_mysql,
     bench_online,
+    bench_postgres,
     bench_pruning,
     bench_reconcile,
     bench_scaleout,
@@ -28,6 +29,7 @@ if __name__ == "__main__":
     bench_triggers.main()
     bench_capture.main()
     bench_mysql.main()
+    bench_postgres.main()
     bench_log_write.main()
     bench_manifest.main()
     bench_consumer.main()
