@@ -211,6 +211,12 @@ _PLAIN = {"byte": int, "short": int, "integer": int, "long": int, "double": floa
 def _as_is(column_type: ColumnType, to_value: Callable[[Any], Any], raw: list[Any]) -> pa.Array | None:
     """``raw`` as an Arrow array in one call when every value is already canonical; None otherwise
     (then the per-value path converts, checks and names the first value that does not fit)."""
+    from_text = getattr(to_value, "from_text", None)
+    if from_text is not None:  # text values parsed by column (an Arrow cast that refuses what the type cannot hold)
+        try:
+            return from_text(pa.array(raw, pa.string()))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            return None  # the per-value path converts, checks and names the value that does not fit
     expected = _PLAIN.get(column_type.kind)
     if expected is None or not (to_value is same or getattr(to_value, "passes_through", None) is expected):
         return None

@@ -8,16 +8,18 @@ transaction of its own, so all ranges read the same moment and the table's SCN i
 merge replays from the change log exactly what committed after it. The exporting connection stays open while
 the ranges are read (the snapshot lives as long as it does); closing it drops the temporary slot.
 
-Every value is fetched as the text the server's output function prints (psycopg2's own typecasters replaced
-by one that keeps the text, ``as_text``), the very text pgoutput sends, and converted by the same converters
-as the change stream's values (``types``), so a value is the same whichever road brought it. (A cast to text
-is not the same: ``boolean::text`` is ``true`` where the output function prints ``t``, and ``char(n)::text``
-drops the padding.) Keys page as text too: PostgreSQL reads a quoted text back through the column type's input
-function, exactly.
+Every value is fetched as the text the server's output function prints, the very text pgoutput sends, and
+converted by the same converters as the change stream's values (``types``), so a value is the same whichever
+road brought it. A page is one ``COPY (SELECT ...) TO STDOUT`` in CSV, parsed by ``pyarrow.csv`` into text
+columns and converted a column at a time (``copied``): no Python object per value. (A cast to text is not the
+same: ``boolean::text`` is ``true`` where the output function prints ``t``, and ``char(n)::text`` drops the
+padding.) Keys page as text too (queries fetch text: ``as_text``): PostgreSQL reads a quoted text back through
+the column type's input function, exactly.
 """
 
 from __future__ import annotations
 
+import io
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,15 +27,16 @@ from typing import Any
 
 import psycopg2
 import pyarrow as pa
+import pyarrow.csv as pacsv
 from psycopg2 import sql
 
-from dagster_databus.core.schema import TableSchema
+from dagster_databus.core.schema import VALUE_FIX, TableSchema, same
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ConfigError, SourceUnavailableError
+from dagster_databus.errors import ConfigError, SourceUnavailableError, TypeValueError
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot
 from dagster_databus.sources.filters import Filter, filter_for, select_clause
-from dagster_databus.sources.keys import keyset_pages, row_key, split_keys
+from dagster_databus.sources.keys import split_keys
 from dagster_databus.sources.postgres.connect import Connection, ReplicationConnection, connect_spec
 from dagster_databus.sources.postgres.pgoutput import Commit, PgoutputDecoder, lsn_text
 from dagster_databus.sources.postgres.types import text_converter
@@ -167,15 +170,6 @@ class TableQueries:
     def clause(self, cur: Any, keys: KeyRange, chosen: Filter | None) -> tuple[str, list[Any]]:
         return select_clause(self.key.as_string(cur), self.marks, keys, chosen)
 
-    def page(self, cur: Any, keys: KeyRange, chosen: Filter | None, rows: int) -> list[tuple[Any, ...]]:
-        where, params = self.clause(cur, keys, chosen)
-        cur.execute(_query("SELECT ", self.columns, " FROM ", self.table, f" {where}ORDER BY ", self.key, " LIMIT %s"),
-                    (*params, rows))
-        return list(cur.fetchall())
-
-    def pages(self, cur: Any, keys: KeyRange, chosen: Filter | None, rows: int) -> Iterator[list[tuple[Any, ...]]]:
-        return keyset_pages(lambda k: self.page(cur, k, chosen, rows), keys, row_key(self.key_index), rows)
-
     def ranges(self, cur: Any, rows_per_range: int, rows: RowSelection = ALL_ROWS,
                chosen: Filter | None = None) -> tuple[KeyRange, ...]:
         """Ranges of about ``rows_per_range`` of the selected rows: only their boundary keys leave the server."""
@@ -206,10 +200,55 @@ def _query(*parts: str | sql.Composable) -> sql.Composed:
     return sql.Composed([sql.SQL(p) if isinstance(p, str) else p for p in parts])
 
 
-def converted(schema: TableSchema, pages: Iterator[list[tuple[Any, ...]]], what: str) -> Iterator[pa.RecordBatch]:
-    convert = schema.batch(text_converter, what)
-    for rows in pages:
-        yield convert(rows)
+def copied(cur: Any, queries: TableQueries, keys: KeyRange, chosen: Filter | None, rows: int,
+           what: str) -> Iterator[pa.RecordBatch]:
+    """The rows of ``keys`` a page at a time, each page one ``COPY (SELECT ...) TO STDOUT`` in CSV read by
+    ``pyarrow.csv`` as text columns (the output functions' text, as a SELECT gives it) and converted by column."""
+    schema = queries.schema
+    names = schema.column_names
+    read = pacsv.ReadOptions(column_names=names, block_size=64 << 20)
+    parse = pacsv.ParseOptions(newlines_in_values=True)  # a quoted text may hold line breaks
+    types = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, strings_can_be_null=True,
+                                 quoted_strings_can_be_null=False, null_values=[""])
+    steps = [(c, text_converter(c)) for c in schema.columns]
+    arrow = schema.arrow(with_meta=False)
+    after = keys.after
+    while True:
+        where, params = queries.clause(cur, KeyRange(after, keys.through), chosen)
+        select = cur.mogrify(_query("SELECT ", queries.columns, " FROM ", queries.table, f" {where}ORDER BY ",
+                                    queries.key, " LIMIT %s"), (*params, rows))
+        buffer = io.BytesIO()
+        cur.copy_expert(b"COPY (" + select + b") TO STDOUT WITH (FORMAT csv)", buffer)
+        if not buffer.tell():
+            return
+        buffer.seek(0)
+        table = pacsv.read_csv(buffer, read_options=read, parse_options=parse, convert_options=types)
+        arrays = []
+        for i, (column, to_value) in enumerate(steps):
+            texts = table.column(i).combine_chunks()
+            from_text = getattr(to_value, "from_text", None)
+            if column.type.kind == "string" and to_value is same:
+                arrays.append(texts)
+                continue
+            if from_text is not None:
+                try:
+                    arrays.append(from_text(texts))
+                    continue
+                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                    pass
+            check = column.type.check
+            values = []
+            for raw in texts.to_pylist():
+                try:
+                    values.append(None if raw is None else check(to_value(raw)))
+                except TypeValueError as exc:
+                    raise schema.value_error(column, raw, str(exc), what, VALUE_FIX) from None
+            arrays.append(column.type.to_arrow(values))
+        schema.refuse_null_keys([arrays[i] for i in queries.key_index], what)
+        yield pa.RecordBatch.from_arrays(arrays, schema=arrow)
+        if table.num_rows < rows:
+            return
+        after = tuple(table.column(i)[-1].as_py() for i in queries.key_index)
 
 
 def read_range(read: RangeRead, index: int) -> TableSnapshot:
@@ -227,8 +266,8 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
-            yield from converted(schema, queries.pages(cur, read.ranges[index], chosen, int(spec["page_rows"])),
-                                 f"bootstrap of {schema.table}")
+            yield from copied(cur, queries, read.ranges[index], chosen, int(spec["page_rows"]),
+                              f"bootstrap of {schema.table}")
             conn.rollback()
         finally:
             conn.close()

@@ -19,7 +19,7 @@ from dagster_databus.sources.postgres.bootstrap import (
     SnapshotLease,
     TableQueries,
     begin_at,
-    converted,
+    copied,
     exported_snapshot,
     postgres_filter,
     settled_scn,
@@ -53,7 +53,7 @@ class PostgresSnapshots:
 
         def batches() -> Iterator[pa.RecordBatch]:
             try:
-                yield from converted(schema, queries.pages(cur, ALL_KEYS, None, batch_rows), f"bootstrap of {table}")
+                yield from copied(cur, queries, ALL_KEYS, None, batch_rows, f"bootstrap of {table}")
             finally:
                 conn.close()
                 exported.close()

@@ -49,6 +49,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from dagster_databus.core.schema import Column, same
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import TypeValueError, UnsupportedTypeError
@@ -197,7 +200,41 @@ def pg_column_type(column: PgColumn) -> ColumnType | None:
 _INTERVAL_TYPE = re.compile(r"interval(\(\d\))?( \w+( to \w+)?(\(\d\))?)?", re.IGNORECASE)
 
 
+def _by_column(convert: Callable[[str], Any], from_text: Callable[[pa.Array], pa.Array]) -> Callable[[str], Any]:
+    """``convert`` (one value's text) with ``from_text``: a whole column of texts in one call, which raises an Arrow
+    error for any text ``convert`` would not take exactly (the per-value path then names it)."""
+    def one(text: str) -> Any:
+        return convert(text)
+
+    one.from_text = from_text  # type: ignore[attr-defined]
+    return one
+
+
+def _cast_to(target: pa.DataType) -> Callable[[pa.Array], pa.Array]:
+    return lambda texts: texts.cast(target)  # a safe cast: overflow, lost digits and stray text raise
+
+
+_BOOLEAN_TEXT = pa.array(["t", "f"])
+
+
+def _booleans(texts: pa.Array) -> pa.Array:
+    if (pc.sum(pc.is_in(texts, value_set=_BOOLEAN_TEXT)).as_py() or 0) != len(texts) - texts.null_count:
+        raise pa.ArrowInvalid("boolean text other than 't' and 'f'")
+    return pc.equal(texts, "t")
+
+
 def text_converter(column: Column) -> Callable[[str], Any]:
+    converter = _text_converter(column)
+    kind = column.type.kind
+    if kind in ("short", "integer", "long", "double", "date", "timestamp_ntz", "timestamp") or (
+            kind == "decimal" and not column.type.as_text_in_delta):
+        return _by_column(converter, _cast_to(column.type.arrow()))
+    if kind == "boolean":
+        return _by_column(converter, _booleans)
+    return converter
+
+
+def _text_converter(column: Column) -> Callable[[str], Any]:
     """The converter of ``column``'s text (never NULL) into the canonical value of ``column.type``; it raises
     ``TypeValueError`` for text the type cannot hold (``TableSchema.converter`` adds source, table and column).
     ``column.source_type`` is the type as ``format_type`` prints it (the base type's, for a domain)."""
