@@ -152,16 +152,25 @@ def oracle_sql(sql: str) -> str:
     return re.sub(r"\?", bind, sql)
 
 
-class OracleDatabase(DbApiDatabase):
+class DialectDatabase(DbApiDatabase):
+    """A DB-API driver whose statements the suite's portable SQL is translated for (``dialect``)."""
+
+    @staticmethod
+    def dialect(sql: str) -> str:
+        return sql
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.conn.cursor() as cur:
-            cur.execute(oracle_sql(sql), list(params))
+            cur.execute(self.dialect(sql), list(params))
             return list(cur.fetchall()) if cur.description else []
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         with self.conn.cursor() as cur:
-            cur.executemany(oracle_sql(sql), [list(r) for r in rows])
+            cur.executemany(self.dialect(sql), [list(r) for r in rows])
+
+
+class OracleDatabase(DialectDatabase):
+    dialect = staticmethod(oracle_sql)
 
 
 class OracleHarness:
@@ -228,16 +237,8 @@ def postgres_sql(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
 
 
-class PostgresDatabase(DbApiDatabase):
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self.conn.cursor() as cur:
-            cur.execute(postgres_sql(sql), tuple(params))
-            return list(cur.fetchall()) if cur.description else []
-
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        with self.conn.cursor() as cur:
-            cur.executemany(postgres_sql(sql), [tuple(r) for r in rows])
+class PostgresDatabase(DialectDatabase):
+    dialect = staticmethod(postgres_sql)
 
 
 class PostgresHarness:
