@@ -115,51 +115,43 @@ class TableSchema:
                          fix: str = VALUE_FIX) -> ColumnsConverter:
         """A converter of row images (driver values by column name) into this schema's snapshot columns,
         a column at a time; a value that does not fit raises ``value_error`` with ``where(row index)``."""
-        steps = [(c, convert(c), c.type.check) for c in self.columns]
+        steps = [(c, convert(c)) for c in self.columns]
 
         def columns(rows: Sequence[Mapping[str, Any]], where: Callable[[int], str]) -> list[pa.Array]:
-            arrays = []
-            for column, to_value, check in steps:
-                raw = [r.get(column.name) for r in rows]
-                fast = _as_is(column.type, to_value, raw)
-                if fast is not None:
-                    arrays.append(fast)
-                    continue
-                try:
-                    values = [None if v is None else check(to_value(v)) for v in raw]
-                except TypeValueError:
-                    for i, v in enumerate(raw):  # the first value that does not fit, named with its row
-                        try:
-                            None if v is None else check(to_value(v))
-                        except TypeValueError as exc:
-                            raise self.value_error(column, v, str(exc), where(i), fix) from None
-                    raise
-                arrays.append(column.type.to_arrow(values))
-            return arrays
+            return [self.convert_column(column, to_value, [r.get(column.name) for r in rows], where, fix)
+                    for column, to_value in steps]
 
         return columns
+
+    def convert_column(self, column: Column, to_value: Callable[[Any], Any], raw: list[Any],
+                       where: Callable[[int], str], fix: str = VALUE_FIX) -> pa.Array:
+        """``raw`` values of ``column`` as its Arrow array: in one call where they are canonical already (or text
+        its converter parses by column), else each converted and checked; the first value that does not fit
+        raises ``value_error`` with ``where(its index)``."""
+        fast = _as_is(column.type, to_value, raw)
+        if fast is not None:
+            return fast
+        check = column.type.check
+        try:
+            values = [None if v is None else check(to_value(v)) for v in raw]
+        except TypeValueError:
+            for i, v in enumerate(raw):  # the first value that does not fit, named with its row
+                try:
+                    None if v is None else check(to_value(v))
+                except TypeValueError as exc:
+                    raise self.value_error(column, v, str(exc), where(i), fix) from None
+            raise
+        return column.type.to_arrow(values)
 
     def batch(self, convert: Callable[[Column], Callable[[Any], Any]], where: str,
               fix: str = VALUE_FIX) -> Callable[[list[tuple[Any, ...]]], pa.RecordBatch]:
         """A converter of fetched rows (tuples in column order) into one snapshot record batch."""
-        steps = [(c, convert(c), c.type.check) for c in self.columns]
+        steps = [(c, convert(c)) for c in self.columns]
         arrow = self.arrow(with_meta=False)
 
         def batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
-            arrays = []
-            for i, (column, to_value, check) in enumerate(steps):
-                fast = _as_is(column.type, to_value, [r[i] for r in rows])
-                if fast is not None:
-                    arrays.append(fast)
-                    continue
-                values = []
-                for r in rows:
-                    raw = r[i]
-                    try:
-                        values.append(None if raw is None else check(to_value(raw)))
-                    except TypeValueError as exc:
-                        raise self.value_error(column, raw, str(exc), where, fix) from None
-                arrays.append(column.type.to_arrow(values))
+            arrays = [self.convert_column(column, to_value, [r[i] for r in rows], lambda _: where, fix)
+                      for i, (column, to_value) in enumerate(steps)]
             self.refuse_null_keys([arrays[self.column_names.index(k)] for k in self.primary_key], where)
             return pa.RecordBatch.from_arrays(arrays, schema=arrow)
 
@@ -208,15 +200,25 @@ def passes_through(kind: type) -> Callable[[Callable[[Any], Any]], Callable[[Any
 _PLAIN = {"byte": int, "short": int, "integer": int, "long": int, "double": float, "string": str}
 
 
+def parse_texts(to_value: Callable[[Any], Any], texts: pa.Array) -> pa.Array | None:
+    """Text values (an Arrow string array) parsed in one call by ``to_value.from_text``, a converter's by-column
+    form (an Arrow cast that refuses what the type cannot hold); None where it has none or refuses one (then the
+    per-value path converts, checks and names the value that does not fit)."""
+    from_text = getattr(to_value, "from_text", None)
+    if from_text is None:
+        return None
+    try:
+        parsed: pa.Array = from_text(texts)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    return parsed
+
+
 def _as_is(column_type: ColumnType, to_value: Callable[[Any], Any], raw: list[Any]) -> pa.Array | None:
     """``raw`` as an Arrow array in one call when every value is already canonical; None otherwise
     (then the per-value path converts, checks and names the first value that does not fit)."""
-    from_text = getattr(to_value, "from_text", None)
-    if from_text is not None:  # text values parsed by column (an Arrow cast that refuses what the type cannot hold)
-        try:
-            return from_text(pa.array(raw, pa.string()))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-            return None  # the per-value path converts, checks and names the value that does not fit
+    if getattr(to_value, "from_text", None) is not None:
+        return parse_texts(to_value, pa.array(raw, pa.string()))
     expected = _PLAIN.get(column_type.kind)
     if expected is None or not (to_value is same or getattr(to_value, "passes_through", None) is expected):
         return None

@@ -30,9 +30,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 from psycopg2 import sql
 
-from dagster_databus.core.schema import VALUE_FIX, TableSchema, same
+from dagster_databus.core.schema import TableSchema, parse_texts, same
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ConfigError, SourceUnavailableError, TypeValueError
+from dagster_databus.errors import ConfigError, SourceUnavailableError
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot
 from dagster_databus.sources.filters import Filter, filter_for, select_clause
@@ -226,24 +226,12 @@ def copied(cur: Any, queries: TableQueries, keys: KeyRange, chosen: Filter | Non
         arrays = []
         for i, (column, to_value) in enumerate(steps):
             texts = table.column(i).combine_chunks()
-            from_text = getattr(to_value, "from_text", None)
             if column.type.kind == "string" and to_value is same:
                 arrays.append(texts)
                 continue
-            if from_text is not None:
-                try:
-                    arrays.append(from_text(texts))
-                    continue
-                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-                    pass
-            check = column.type.check
-            values = []
-            for raw in texts.to_pylist():
-                try:
-                    values.append(None if raw is None else check(to_value(raw)))
-                except TypeValueError as exc:
-                    raise schema.value_error(column, raw, str(exc), what, VALUE_FIX) from None
-            arrays.append(column.type.to_arrow(values))
+            parsed = parse_texts(to_value, texts)
+            arrays.append(parsed if parsed is not None else
+                          schema.convert_column(column, to_value, texts.to_pylist(), lambda _: what))
         schema.refuse_null_keys([arrays[i] for i in queries.key_index], what)
         yield pa.RecordBatch.from_arrays(arrays, schema=arrow)
         if table.num_rows < rows:
