@@ -71,18 +71,27 @@ class PostgresCatalog:
         return problems
 
     def read_columns(self, cur: Any, table: str) -> list[tuple[Any, ...]]:
-        """The catalog's rows for ``table``'s columns (``sql/postgres/columns.sql``), in the table's order."""
-        cur.execute(sqlfiles.load("postgres", "columns.sql"), {"schema": self.config.schema_, "table": table})
+        """The catalog's rows for ``table``'s live columns, in the table's order (none: no such table)."""
+        cur.execute(sqlfiles.load("postgres", "table_columns.sql"), {"schema": self.config.schema_, "table": table})
+        row = cur.fetchone()
+        if row is None or row[0] is None:
+            return []
+        names, types, typmods = row
+        return self.described(cur, table, names, types, typmods)
+
+    def described(self, cur: Any, table: str, names: Sequence[str], types: Sequence[int],
+                  typmods: Sequence[int]) -> list[tuple[Any, ...]]:
+        """The rows ``build`` maps for columns given by name, type oid and modifier (a table's, or a relation
+        message's), in that order (``sql/postgres/described_columns.sql``)."""
+        cur.execute(sqlfiles.load("postgres", "described_columns.sql"),
+                    {"names": list(names), "types": list(types), "typmods": list(typmods),
+                     "schema": self.config.schema_, "table": table})
         return list(cur.fetchall())
 
     def build(self, table: str, key: Sequence[str], rows: Sequence[tuple[Any, ...]], where: str) -> TableSchema:
-        """The schema of ``table`` from its catalog rows: generated columns left out (pgoutput never sends
-        them), every other column mapped or refused by name."""
+        """The schema of ``table`` from its described columns, every column mapped or refused by name."""
         columns, unmapped = [], []
-        for (name, declared, type_name, typmod, is_enum, element, element_is_enum, _nn, default, generated,
-             type_oid) in rows:
-            if generated:
-                continue
+        for name, declared, type_name, typmod, is_enum, element, element_is_enum, _nn, default, type_oid in rows:
             check_column_name(name, table, where)
             pg = PgColumn(name=name, declared=declared, type_name=type_name, typmod=typmod, is_enum=is_enum,
                           element=element, element_is_enum=bool(element_is_enum), type_oid=type_oid)

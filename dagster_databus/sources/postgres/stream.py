@@ -462,13 +462,11 @@ class _Reader:
 
     def _relation_schema(self, relation: pg.Relation, current: TableSchema | None) -> TableSchema:
         key = current.primary_key if current is not None else self.stream.config.table(relation.name).primary_key
+        catalog, columns = self.stream.catalog, relation.columns
         with closing(self.stream.connector.connect()) as conn, conn.cursor() as cur:
-            cur.execute(sqlfiles.load("postgres", "relation_columns.sql"),
-                        {"names": [c.name for c in relation.columns], "types": [c.type_oid for c in relation.columns],
-                         "typmods": [c.type_modifier for c in relation.columns],
-                         "schema": self.schema_name, "table": relation.name})
-            rows = cur.fetchall()
-        return self.stream.catalog.build(relation.name, key, rows, self.stream.connector.field("tables"))
+            rows = catalog.described(cur, relation.name, [c.name for c in columns], [c.type_oid for c in columns],
+                                     [c.type_modifier for c in columns])
+        return catalog.build(relation.name, key, rows, self.stream.connector.field("tables"))
 
 
 def _shape(schema: TableSchema) -> Shape:

@@ -112,7 +112,7 @@ def declared_type(type_name: str, typmod: int = -1, *, element: str | None = Non
 
 @dataclass(frozen=True, slots=True)
 class PgColumn:
-    """A column as the catalog describes it (``sql/postgres/columns.sql``)."""
+    """A column as the catalog describes it (``sql/postgres/described_columns.sql``)."""
 
     name: str
     declared: str  # format_type(atttypid, atttypmod): what messages show, and Column.source_type

@@ -1,6 +1,7 @@
--- The columns a relation message describes (names, type oids and modifiers, in its order) in the rows
--- columns.sql gives, so the stream maps them as the catalog does: the type from the message, and what
--- only the table knows (NOT NULL, default) from its column of that name now, where it still has one.
+-- Columns given by name, type oid and modifier (a table's live columns: table_columns.sql; or as a relation
+-- message describes them), in that order, as the catalog maps them: the declared type (a domain answers for
+-- its base type; an array for its element type), whether it is an enum, and what only the table knows (NOT
+-- NULL, the default) from its column of that name now, where it still has one.
 SELECT
     r.name AS attname,
     CASE WHEN t.typtype = 'd' THEN format_type(t.typbasetype, t.typtypmod)
@@ -26,7 +27,6 @@ SELECT
         -- expression: a default now is no constant they hold, so it is given as an expression.
         WHEN d.adbin IS NOT NULL THEN '(' || pg_get_expr(d.adbin, d.adrelid) || ')'
     END AS default_expr,
-    false AS generated,
     coalesce(bt.oid, t.oid) AS type_oid
 FROM unnest(%(names)s::text [], %(types)s::oid [], %(typmods)s::int []) WITH ORDINALITY
     AS r (name, type_oid, typmod, ord)
