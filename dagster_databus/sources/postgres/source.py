@@ -38,7 +38,7 @@ class PostgresSource(ComposedSource):
         self.connector = connector = PostgresConnector(config)
         self.catalog = catalog = PostgresCatalog(connector)
         self.setup = self.objects = PostgresSetup(connector, config)
-        self.stream = PostgresStream(connector, catalog)
+        self.stream = self.reader = PostgresStream(connector, catalog)
         self.reads = PostgresSnapshots(connector, catalog)
 
     def install(self) -> InstallReport:
@@ -49,15 +49,17 @@ class PostgresSource(ComposedSource):
 
     def retention(self) -> Retention:
         """The WAL the capture slot holds back on the server (``base.Retaining``)."""
-        with closing(self.connector.connect()) as conn, conn.cursor() as cur:
-            cur.execute(sqlfiles.load("postgres", "slot.sql"), {"slot": self.config.slot_name})
-            row = cur.fetchone()
-            waiting = self._waiting_since(cur) if row is not None and not row[3] else None
+        slot = self.reader.slot()
         holder = f"replication slot {self.config.slot_name}"
-        if row is None:
+        if slot is None:
             return Retention(holder, None, "missing")
-        retained, status = row[8], row[5]
-        return Retention(holder, int(retained) if retained is not None else 0, str(status or "unknown"), waiting)
+        waiting = None
+        if not slot["active"]:  # a slot a capture streams from cannot be peeked
+            with closing(self.connector.connect()) as conn, conn.cursor() as cur:
+                waiting = self._waiting_since(cur)
+        retained = slot["retained_bytes"]
+        return Retention(holder, int(retained) if retained is not None else 0, str(slot["wal_status"] or "unknown"),
+                         waiting)
 
     def _waiting_since(self, cur: Any) -> int | None:
         """The commit time (ms) of the first transaction the slot holds for capture, 0 for none: a peek (nothing

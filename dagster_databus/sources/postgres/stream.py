@@ -84,7 +84,7 @@ class PostgresStream:
         now (the snapshots are read after it; WAL an earlier log could not capture is passed over; a slot whose
         WAL the server removed is made again), else the current WAL position; with the tables' columns now."""
         state = _state({name: _shape(schema) for name, schema in self.catalog.preflight().items()})
-        slot, name = self._slot(), {"slot": self.config.slot_name}
+        slot, name = self.slot(), {"slot": self.config.slot_name}
         if slot is None:
             return self.high_water_mark(), state
         with closing(self.connector.connect()) as conn, conn.cursor() as cur:
@@ -99,7 +99,8 @@ class PostgresStream:
     def reading(self) -> AbstractContextManager[None]:
         return nullcontext()  # the server refuses a second reader of an active slot (``_start`` says so)
 
-    def _slot(self) -> dict[str, Any] | None:
+    def slot(self) -> dict[str, Any] | None:
+        """The capture slot as ``sql/postgres/slot.sql`` describes it, or None when it does not exist."""
         with closing(self.connector.connect()) as conn, conn.cursor() as cur:
             cur.execute(sqlfiles.load("postgres", "slot.sql"), {"slot": self.config.slot_name})
             row = cur.fetchone()
@@ -154,7 +155,7 @@ class PostgresStream:
     def _check_slot(self, since: Scn) -> None:
         """Refuse a slot that cannot give every change after ``since``: invalidated (its WAL removed) or
         confirmed past it (dropped and created again, or advanced by someone else)."""
-        slot = self._slot()
+        slot = self.slot()
         fix = (f"run `databus bootstrap --source {self.name}` (the log and snapshots start afresh from the slot), "
                f"or set sources.{self.name}.on_purged: bootstrap")
         if slot is None:
