@@ -7,13 +7,15 @@ call these functions.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dagster_databus.config import DatabusConfig, MysqlSourceConfig, PostgresSourceConfig, SqliteSourceConfig
-from dagster_databus.core.batch import ChangeBatch
+from dagster_databus.core.batch import ChangeBatch, SpooledBatch
 from dagster_databus.core.lag import scn_lag
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
@@ -280,22 +282,27 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
                 # A chunk may follow a schema change: register what its events were written with.
                 versions = writer.register_schemas(src.schemas().values(), guard)
                 ddl.record(stats.ddl)  # before the checkpoint passes them
-                batch = chunk if isinstance(chunk, ChangeBatch) else ChangeBatch.from_windows(chunk, writer.schemas())
-                info = writer.append_batch(batch, epoch, dict(stats.state))
-                window_scns, window_commits = batch.window_ends()
+                if isinstance(chunk, SpooledBatch):
+                    info = writer.append_spooled(_counting_ops(chunk, result.events_by_op), epoch, dict(stats.state))
+                    window_commits = np.array([chunk.commit_ms] * chunk.windows, np.int64)  # as if all the last's
+                else:
+                    batch = chunk if isinstance(chunk, ChangeBatch) else ChangeBatch.from_windows(chunk,
+                                                                                                  writer.schemas())
+                    info = writer.append_batch(batch, epoch, dict(stats.state))
+                    window_commits = batch.window_ends()[1]
+                    for op, count in batch.op_counts().items():
+                        result.events_by_op[op] = result.events_by_op.get(op, 0) + count
                 result.segments += 1
-                result.windows += len(window_scns)
+                result.windows += info.windows
                 result.events += info.events
                 if reread_ms is not None:
                     result.reread_windows += int((window_commits <= reread_ms).sum())
-                for op, count in batch.op_counts().items():
-                    result.events_by_op[op] = result.events_by_op.get(op, 0) + count
                 for table, count in info.tables.items():
                     result.events_by_table[table] = result.events_by_table.get(table, 0) + count
                 result.newest_commit_ms = int(window_commits[-1])
                 elapsed = max(time.monotonic() - started, 1e-9)
                 ahead = f", the source is at SCN {stats.source_hwm}" if stats.source_hwm.value > info.last_scn else ""
-                progress(f"{source}: appended SCN {info.first_scn}..{info.last_scn} ({len(window_scns)} windows, "
+                progress(f"{source}: appended SCN {info.first_scn}..{info.last_scn} ({info.windows} windows, "
                          f"{info.events} events); {result.events:,} events in {elapsed:.1f}s, "
                          f"{result.events / elapsed:,.0f} events/s{ahead}")
             ddl.record(stats.ddl)
@@ -310,6 +317,17 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
         src.release(result.until)
     result.duration_s = time.monotonic() - started
     return result
+
+
+def _counting_ops(spooled: SpooledBatch, counts: dict[str, int]) -> SpooledBatch:
+    """``spooled`` with each piece's events counted by operation into ``counts`` as the writer reads it."""
+    def pieces() -> Iterator[ChangeBatch]:
+        for piece in spooled.pieces():
+            for op, count in piece.op_counts().items():
+                counts[op] = counts.get(op, 0) + count
+            yield piece
+
+    return replace(spooled, pieces=pieces)
 
 
 def row_selection(config: DatabusConfig, source: str, tables: Sequence[str], after: Sequence[Any] | None = None,

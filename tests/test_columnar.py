@@ -6,6 +6,7 @@ import datetime as dt
 import io
 import random
 import sqlite3
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import fastavro
 import pyarrow as pa
 import pytest
 
-from dagster_databus.core.batch import ChangeBatch
+from dagster_databus.core.batch import ChangeBatch, SpooledBatch
 from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
@@ -167,6 +168,27 @@ def test_append_batch_refuses_what_append_refuses_and_writes_nothing(tmp_path: P
                 ChangeEvent(Scn(8), 0, "t1", Op.INSERT, (8,), {"id": 8}, 1),))], {"t1": other}), "e1")
     assert log.committed_scn() == Scn(6) and len(log.manifest().segments) == 1
     assert sorted(p.name for p in log.segments_dir.iterdir()) == [log.manifest().segments[0].file]
+
+
+def test_spooled_pieces_make_one_segment_equal_to_the_batch_and_pieces_out_of_order_write_nothing(
+        tmp_path: Path) -> None:
+    windows = mixed_windows()
+    pieces = [ChangeBatch.from_windows([w], {"t1": T1, "t2": T2}) for w in windows]
+    spooled = SpooledBatch(windows[0].first_scn, windows[-1].scn, 2, 1_006, lambda: iter(pieces))
+    log = ChangeLog(tmp_path / "a", "s")
+    with log.writer() as w:
+        w.register_schemas([T1, T2])
+        with pytest.raises(ValueError, match="out of commit order"):
+            w.append_spooled(replace(spooled, pieces=lambda: iter(pieces[::-1])), "e1")
+        with pytest.raises(ValueError, match="out of commit order"):  # a piece past the windows it was given as
+            w.append_spooled(replace(spooled, last_scn=Scn(5)), "e1")
+        assert log.manifest().empty and not list(log.segments_dir.glob("*.avro"))
+        info = w.append_spooled(spooled, "e1")
+        with pytest.raises(ValueError, match="commit order after SCN 6"):
+            w.append_spooled(spooled, "e1")
+    assert (info.first_scn, info.last_scn, info.windows, info.events, info.tables, info.last_commit_ms) == (
+        1, 6, 2, 5, {"t1": 3, "t2": 2}, 1_006)
+    assert list(log.read_windows()) == windows and len(log.manifest().segments) == 1
 
 
 # -- SQLite capture by column ------------------------------------------------------------------

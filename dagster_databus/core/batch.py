@@ -9,7 +9,7 @@ columns of ``EVENT_SCHEMA`` (``core.event_columns``). Commit order across tables
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import groupby
@@ -110,6 +110,19 @@ class ChangeBatch:
         for window, group in groupby(events, key=lambda item: item[0]):
             windows.append(Window(scn=Scn(window), events=tuple(e for _, _, e in group)))
         return windows
+
+
+@dataclass(frozen=True)
+class SpooledBatch:
+    """Whole windows too large to hold at once (a transaction of millions of rows): ``pieces`` gives them as
+    change batches in commit order, one at a time, read back from where the source spooled them. A window may
+    span pieces; the log writes them all as one segment (``LogWriter.append_spooled``)."""
+
+    first_scn: Scn
+    last_scn: Scn
+    windows: int
+    commit_ms: int  # the last window's commit time
+    pieces: Callable[[], Iterator[ChangeBatch]]
 
 
 @dataclass(slots=True)

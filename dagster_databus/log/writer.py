@@ -14,20 +14,20 @@ reads and commits through the public functions of ``log.manifest`` and ``log.int
 
 from __future__ import annotations
 
-import io
 import json
 import re
+import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import numpy as np
 import pyarrow as pa
 
-from dagster_databus.core.batch import ChangeBatch, batch_schema
+from dagster_databus.core.batch import ChangeBatch, SpooledBatch, batch_schema
 from dagster_databus.core.events import Window
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Position, Scn
@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 # An object no manifest names is removed by the next writer on a store only once this old (or once
 # the log has moved past its SCNs): a writer on another machine may be about to commit it.
 SWEEP_GRACE_S = 3600.0
+# A segment being written is held in memory up to this size, then staged in a temporary file.
+SPOOL_SEGMENT_BYTES = 8 << 20
 _SEGMENT = re.compile(r"^(\d{20})-(\d{20})")
 
 
@@ -225,17 +227,16 @@ class LogWriter:
                 )
             previous = window.scn
         batch = ChangeBatch.from_windows(windows, self.schemas())
-        return self._publish(manifest, batch, batch.commit_order(), (windows[0].first_scn, windows[-1].scn),
-                             len(windows), epoch, state)
+        _, rows = self._segment_schema()
+        tables = {table: len(events) for table, events in batch.tables.items() if len(events)}
+        return self._publish(manifest, self._encode(batch, rows, batch.commit_order()),
+                             (windows[0].first_scn, windows[-1].scn), len(windows), tables,
+                             int(batch.window_ends()[1][-1]), epoch, state)
 
     def append_batch(self, batch: ChangeBatch, epoch: str, state: dict[str, str] | None = None) -> SegmentInfo:
         """Publish a columnar batch of whole windows as one segment (``append`` without per-event objects)."""
         manifest = self._manifest_for(epoch)
-        schemas = self.schemas()
-        for table, rows in batch.tables.items():
-            if table not in schemas or rows.schema != batch_schema(schemas[table]):
-                raise ValueError(f"table {table!r}: the batch's columns are not those of its registered schema "
-                                 f"(register_schemas first): {rows.schema}")
+        self._check_columns(batch)
         order = batch.commit_order()
         scn, window = batch.column("__scn"), batch.column("__window_scn")
         if order is not None:
@@ -246,8 +247,47 @@ class LogWriter:
                 and np.all(scn[np.concatenate([[0], starts])] > previous)):
             raise ValueError(f"the batch's windows are not in commit order after SCN {manifest.last_scn}: "
                              "the log only grows in commit order")
-        return self._publish(manifest, batch, order, (Scn(int(scn[0])), Scn(int(window[-1]))), len(starts) + 1,
-                             epoch, state)
+        _, rows = self._segment_schema()
+        tables = {table: len(events) for table, events in batch.tables.items() if len(events)}
+        return self._publish(manifest, self._encode(batch, rows, order), (Scn(int(scn[0])), Scn(int(window[-1]))),
+                             len(starts) + 1, tables, int(batch.window_ends()[1][-1]), epoch, state)
+
+    def append_spooled(self, spooled: SpooledBatch, epoch: str, state: dict[str, str] | None = None) -> SegmentInfo:
+        """Publish windows too large to hold as one segment, their pieces read, encoded and written one at a time
+        (the segment is staged on disk once it outgrows ``SPOOL_SEGMENT_BYTES``)."""
+        manifest = self._manifest_for(epoch)
+        if spooled.first_scn <= manifest.last_scn or spooled.last_scn < spooled.first_scn:
+            raise ValueError(f"spooled windows {spooled.first_scn}..{spooled.last_scn} are not in commit order after "
+                             f"SCN {manifest.last_scn}: the log only grows in commit order")
+        _, rows = self._segment_schema()
+        tables: dict[str, int] = {}
+
+        def blocks() -> Iterator[pa.Array]:
+            previous = (spooled.first_scn.value, -1)  # (window, seq) of the last event written
+            for piece in spooled.pieces():
+                self._check_columns(piece)
+                order = piece.commit_order()
+                window, seq = piece.column("__window_scn"), piece.column("__seq")
+                if order is not None:
+                    window, seq = window[order], seq[order]
+                if (window[0], seq[0]) <= previous or window[-1] > spooled.last_scn.value:
+                    raise ValueError(f"a piece of spooled windows {spooled.first_scn}..{spooled.last_scn} is out of "
+                                     "commit order: the log only grows in commit order")
+                previous = (int(window[-1]), int(seq[-1]))
+                for table, events in piece.tables.items():
+                    tables[table] = tables.get(table, 0) + len(events)
+                yield from self._encode(piece, rows, order)
+
+        # ``tables`` is filled as ``blocks`` is consumed, before the segment is named in the manifest.
+        return self._publish(manifest, blocks(), (spooled.first_scn, spooled.last_scn), spooled.windows, tables,
+                             spooled.commit_ms, epoch, state)
+
+    def _check_columns(self, batch: ChangeBatch) -> None:
+        schemas = self.schemas()
+        for table, rows in batch.tables.items():
+            if table not in schemas or rows.schema != batch_schema(schemas[table]):
+                raise ValueError(f"table {table!r}: the batch's columns are not those of its registered schema "
+                                 f"(register_schemas first): {rows.schema}")
 
     def _manifest_for(self, epoch: str) -> Manifest:
         manifest = self.current()
@@ -261,27 +301,27 @@ class LogWriter:
             f"from epoch {epoch} may not append to it",
             "bootstrap the source into a fresh log (see docs/operations.md)", source=self.layout.source)
 
-    def _publish(self, manifest: Manifest, batch: ChangeBatch, order: np.ndarray | None, scns: tuple[Scn, Scn],
-                 windows: int, epoch: str, state: dict[str, str] | None) -> SegmentInfo:
+    def _publish(self, manifest: Manifest, blocks: Iterator[pa.Array], scns: tuple[Scn, Scn], windows: int,
+                 tables: dict[str, int], last_commit_ms: int, epoch: str, state: dict[str, str] | None) -> SegmentInfo:
         first, last = scns
         name = f"{first.value:020d}-{last.value:020d}-{new_tag()}.avro"
         key = self.layout.segment_key(name)
         schema, rows = self._segment_schema()
-        blocks = self._encode(batch, rows, order)
-        buffer = io.BytesIO()
-        # zstd level 1: a third of deflate's time (level 1) for a smaller file, and faster to read.
-        write_container(buffer, schema, blocks, codec="zstandard", level=1, metadata={
-            "databus.source": self.layout.source, "databus.epoch": epoch, "databus.first_scn": str(first),
-            "databus.last_scn": str(last), "databus.rows": json.dumps(rows)})
-        data = buffer.getvalue()
-        with disk_errors(f"writing change-log segment {name}", self.layout.root / "segments"):
-            self.layout.objects.create(key, data, staged=lambda: crash_point("segment_written"))
+        with tempfile.SpooledTemporaryFile(SPOOL_SEGMENT_BYTES) as spooled:
+            buffer = cast(BinaryIO, spooled)
+            # zstd level 1: a third of deflate's time (level 1) for a smaller file, and faster to read.
+            write_container(buffer, schema, blocks, codec="zstandard", level=1, metadata={
+                "databus.source": self.layout.source, "databus.epoch": epoch, "databus.first_scn": str(first),
+                "databus.last_scn": str(last), "databus.rows": json.dumps(rows)})
+            size = buffer.tell()
+            buffer.seek(0)
+            with disk_errors(f"writing change-log segment {name}", self.layout.root / "segments"):
+                self.layout.objects.create(key, buffer, staged=lambda: crash_point("segment_written"))
         crash_point("segment_published")
-        tables = {table: len(events) for table, events in batch.tables.items() if len(events)}
         info = SegmentInfo(
             file=name, first_scn=first.value, last_scn=last.value, windows=windows,
-            events=sum(tables.values()), bytes=len(data), created_ms=now_ms(), tables=tables,
-            last_commit_ms=int(batch.window_ends()[1][-1]),
+            events=sum(tables.values()), bytes=size, created_ms=now_ms(), tables=dict(tables),
+            last_commit_ms=last_commit_ms,
         )
         # A log's first segment names it, unless start_at did (logs older than ids keep none).
         log_id = manifest.log_id or ("" if not manifest.empty else uuid.uuid4().hex)

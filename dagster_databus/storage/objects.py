@@ -13,6 +13,7 @@ import builtins  # ``list`` in these classes' annotations is their method
 import contextlib
 import io
 import os
+import shutil
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,9 +54,10 @@ class LakeObjects(Protocol):
         """The object as a seekable file that reads only the byte ranges asked for (Parquet footers and
         column chunks); FileNotFoundError when there is none."""
 
-    def create(self, key: str, data: bytes, staged: Callable[[], None] | None = None) -> bool:
-        """Write the object only if the name is free; False (and nothing written) when it is taken.
-        ``staged`` runs when the bytes are durable but not yet under the name (a test seam)."""
+    def create(self, key: str, data: bytes | BinaryIO, staged: Callable[[], None] | None = None) -> bool:
+        """Write the object (bytes, or a file read from where it stands) only if the name is free; False (and
+        nothing written) when it is taken. ``staged`` runs when the bytes are durable but not yet under the name
+        (a test seam)."""
 
     def list(self, prefix: str) -> builtins.list[ObjectInfo]:
         """Objects whose key starts with ``prefix`` (a folder: end it with '/'), in key order."""
@@ -113,7 +115,7 @@ class LocalObjects:
     def reader(self, key: str) -> BinaryIO:
         return open(self._path(key), "rb")
 
-    def create(self, key: str, data: bytes, staged: Callable[[], None] | None = None) -> bool:
+    def create(self, key: str, data: bytes | BinaryIO, staged: Callable[[], None] | None = None) -> bool:
         path = self._path(key)
         tmp = self._staged(path, data)
         if staged is not None:
@@ -154,11 +156,14 @@ class LocalObjects:
         os.replace(self._path(source), path)
 
     @staticmethod
-    def _staged(path: Path, data: bytes) -> Path:
+    def _staged(path: Path, data: bytes | BinaryIO) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f".tmp-{path.name}-{uuid.uuid4().hex}"
         with open(tmp, "wb") as f:
-            f.write(data)
+            if isinstance(data, bytes):
+                f.write(data)
+            else:
+                shutil.copyfileobj(data, f, 1 << 20)
             f.flush()
             os.fsync(f.fileno())
         return tmp
@@ -203,14 +208,16 @@ class StoreObjects:
 
         return _Ranged(obstore.open_reader(self.store, self.root + key))  # type: ignore[return-value]
 
-    def create(self, key: str, data: bytes, staged: Callable[[], None] | None = None) -> bool:
+    def create(self, key: str, data: bytes | BinaryIO, staged: Callable[[], None] | None = None) -> bool:
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
         if staged is not None:
             staged()
         try:
-            obstore.put(self.store, self.root + key, data, mode="create")
+            # One conditional PUT: a multipart upload cannot refuse a taken name, so a file is sent whole.
+            body = data if isinstance(data, bytes) else data.read()
+            obstore.put(self.store, self.root + key, body, mode="create")
         except (AlreadyExistsError, PreconditionError):
             return False
         return True

@@ -6,9 +6,13 @@ restarted stream resumes after. A poll reads up to the WAL position the server h
 server's keepalives say how far it has decoded, so WAL that holds no change of the published tables still moves
 the checkpoint, and the slot with it. The slot is confirmed only in ``release``, after the log has committed.
 
-Rows are gathered by table as the decoder's tuples and turned into Arrow columns every ``FLUSH_ROWS`` rows (by
-the converters bootstraps use), committed or not: a transaction of millions of rows is held by column until its
-commit gives its SCN, as one batch (a window is never split across the log's segments).
+Rows are gathered by table as the decoder's tuples and turned into Arrow columns every ``rows.FLUSH_ROWS`` rows
+(by the converters bootstraps use), committed or not. A transaction past ``spool.SPOOL_ROWS`` rows goes to disk
+piece by piece and is yielded at its commit as a ``SpooledBatch``, which the log writes as one segment (a window
+is never split across segments), so memory stays flat however large it is. On PostgreSQL 14+ the stream uses
+protocol 2, so the server streams such a transaction as it decodes it (Stream Start .. Stream Stop blocks,
+between other transactions) instead of spilling it to its own disk until the commit; a Stream Abort drops it, or
+a subtransaction of it.
 
 Schema changes arrive as relation messages, sent before a table's first change in a stream and again after its
 columns change. Each table's columns as the log last wrote them ride in the checkpoint's state (``shapes``): a
@@ -21,15 +25,13 @@ from __future__ import annotations
 import json
 import select
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, closing, nullcontext
 from typing import Any
 
-import numpy as np
 import psycopg2
-import pyarrow as pa
 
-from dagster_databus.core.batch import ChangeBatch, batch_schema, encode_keys, partitions
+from dagster_databus.core.batch import ChangeBatch, SpooledBatch
 from dagster_databus.core.events import Window
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
@@ -41,8 +43,10 @@ from dagster_databus.sources.postgres.bootstrap import lsn_of
 from dagster_databus.sources.postgres.catalog import PostgresCatalog
 from dagster_databus.sources.postgres.connect import PostgresConnector, ReplicationConnection
 from dagster_databus.sources.postgres.pgoutput import UNCHANGED, Tuple, lsn_text
+from dagster_databus.sources.postgres.rows import TableRows
 from dagster_databus.sources.postgres.setup import read_epoch
-from dagster_databus.sources.postgres.types import text_converter
+from dagster_databus.sources.postgres.shapes import SHAPES, Shape, describe_change, shape_of, shapes_state
+from dagster_databus.sources.postgres.spool import SPOOL_ROWS, Spool, Streamed, spill
 
 # How long a poll waits for the server's decoding to reach the bound once nothing more arrives, and how often it
 # asks for a keepalive meanwhile: the walsender decodes only WAL that is flushed, and an asynchronous commit is
@@ -52,12 +56,8 @@ _ASK_S = 0.1
 _STATUS_S = 1.0  # how often a status goes to the server while messages stream (it asks after wal_sender_timeout/2)
 # One WAL segment: the WAL an idle slot may hold back before a poll moves it on regardless.
 IDLE_ADVANCE_BYTES = 16 << 20
-# Rows of a table held as decoded tuples before they are converted into Arrow columns.
-FLUSH_ROWS = 10_000
-# The checkpoint state that holds each table's columns as the log last wrote them: {table: [[name, type]...]}.
-SHAPES = "shapes"
-
-Shape = list[list[str]]
+# Protocol 2 (transactions streamed before their commit) is PostgreSQL 14's.
+STREAMING_SINCE = 140_000
 
 
 class PostgresStream:
@@ -83,7 +83,7 @@ class PostgresStream:
         """Where a change log that starts afresh (install, bootstrap) starts: the slot moved on to the WAL written
         now (the snapshots are read after it; WAL an earlier log could not capture is passed over; a slot whose
         WAL the server removed is made again), else the current WAL position; with the tables' columns now."""
-        state = _state({name: _shape(schema) for name, schema in self.catalog.preflight().items()})
+        state = shapes_state({name: shape_of(schema) for name, schema in self.catalog.preflight().items()})
         slot, name = self.slot(), {"slot": self.config.slot_name}
         if slot is None:
             return self.high_water_mark(), state
@@ -109,7 +109,7 @@ class PostgresStream:
             return dict(zip([d[0] for d in cur.description or ()], row, strict=True))
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
-             state: Mapping[str, str] | None = None) -> Iterator[list[Window] | ChangeBatch]:
+             state: Mapping[str, str] | None = None) -> Iterator[list[Window] | ChangeBatch | SpooledBatch]:
         self._check_slot(since)
         bound = self.high_water_mark()
         stats.source_hwm = bound
@@ -174,6 +174,10 @@ class PostgresStream:
 
     def _start(self, cursor: Any, feedback: Any, since: Scn) -> None:
         options = {"proto_version": "1", "publication_names": self.config.publication_name}
+        if self._stream is not None and self._stream.server_version >= STREAMING_SINCE:
+            # A transaction larger than the server's logical_decoding_work_mem comes as it is decoded, not at its
+            # commit: the server does not spill it to its own disk, and capture spools it to ours meanwhile.
+            options.update(proto_version="2", streaming="on")
         try:
             cursor.start_replication(slot_name=self.config.slot_name, decode=False, start_lsn=since.value,
                                      options=options, status_interval=10)
@@ -192,88 +196,6 @@ class PostgresStream:
                 "run `databus validate` for the source, then again", source=self.name) from None
 
 
-class _Table:
-    """A published table in one poll: its schema (from a relation message) and its events so far, as Arrow
-    arrays of converted rows, column by column, and the rows not converted yet; the windows (transactions) of
-    the committed ones, in order. The open transaction's rows are the tail past them."""
-
-    def __init__(self, schema: TableSchema, names: Sequence[str]) -> None:
-        assert list(names) == schema.column_names, f"{schema.table}: tuples hold {names}"  # as catalog.build keeps
-        self.schema = schema
-        self.key = tuple(schema.column_names.index(k) for k in schema.primary_key)
-        self.width = len(names)
-        self.columns: list[list[pa.Array]] = [[] for _ in range(self.width + 2)]  # the table's, __op, __seq
-        self.rows: list[Tuple] = []
-        self.ops: list[str] = []
-        self.seqs: list[int] = []
-        self.starts: list[tuple[int, int]] = []  # (first row, commit LSN) of each transaction in ``rows``
-        self.windows: list[tuple[int, int, int]] = []  # (rows, window SCN, commit ms) per committed transaction
-        self.held = 0  # rows held, converted or not
-        self.committed = 0  # of which the windows cover
-
-    @property
-    def open(self) -> bool:
-        return self.held > self.committed
-
-    def add(self, op: str, row: Tuple, seq: int, lsn: int) -> None:
-        if not self.starts or self.starts[-1][1] != lsn:
-            self.starts.append((len(self.rows), lsn))
-        self.rows.append(row)
-        self.ops.append(op)
-        self.seqs.append(seq)
-        self.held += 1
-        if len(self.rows) >= FLUSH_ROWS:
-            self.flush()
-
-    def flush(self) -> None:
-        """The unconverted rows into Arrow arrays, each value by the converter a bootstrap uses."""
-        if not self.rows:
-            return
-        try:
-            data = self.schema.batch(text_converter, "")(self.rows)
-        except Exception:  # a value refused: converted again by transaction, the error names the one holding it
-            for (first, lsn), (end, _) in zip(self.starts, [*self.starts[1:], (len(self.rows), 0)], strict=True):
-                where = f"the change events of the transaction committed at LSN {lsn_text(lsn)}"
-                self.schema.batch(text_converter, where)(self.rows[first:end])
-            raise
-        for parts, array in zip(self.columns, [*data.columns, pa.array(self.ops), pa.array(self.seqs, pa.int32())],
-                                strict=True):
-            parts.append(array)
-        self.rows, self.ops, self.seqs, self.starts = [], [], [], []
-
-    def commit(self, window: int, commit_ms: int) -> int:
-        """The open transaction's rows (how many) belong to window ``window``."""
-        rows = self.held - self.committed
-        if rows:
-            self.windows.append((rows, window, commit_ms))
-            self.committed = self.held
-        return rows
-
-    def take(self) -> pa.RecordBatch | None:
-        """The committed rows as the table's record batch in a change batch; the open transaction's stay."""
-        if not self.committed:
-            return None
-        self.flush()
-        rows, n = [], self.committed
-        for i, parts in enumerate(self.columns):  # a column at a time, its parts let go as it is joined
-            whole = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
-            self.columns[i] = [whole.slice(n)] if len(whole) > n else []
-            rows.append(whole.slice(0, n))
-            if len(parts) > 1:
-                del parts, whole
-                pa.default_memory_pool().release_unused()  # the parts' pages, not kept for arrays of their size
-        counts, scns, commits = (np.array(v, np.int64) for v in zip(*self.windows, strict=True))
-        window, commit = pa.array(np.repeat(scns, counts)), pa.array(np.repeat(commits, counts))
-        schema, columns, (op, seq) = self.schema, rows[:self.width], rows[self.width:]
-        keys = encode_keys([columns[i] for i in self.key], lambda: list(zip(
-            *(schema.columns[i].type.from_arrow(columns[i]) for i in self.key), strict=True)), schema,
-            f"the change events of SCN {self.windows[0][1]} to {self.windows[-1][1]}")
-        self.held, self.committed, self.windows = self.held - self.committed, 0, []
-        return pa.RecordBatch.from_arrays(
-            [*columns, window, window, seq, op, keys, partitions(keys), commit],
-            schema=batch_schema(schema))
-
-
 class _Reader:
     """One poll's read of the stream: messages decoded, rows gathered by table, whole transactions built into
     batches."""
@@ -286,21 +208,33 @@ class _Reader:
         self.schema_name = stream.config.schema_
         self.chunk_rows = stream.config.poll.chunk_rows
         self.decoder = pg.PgoutputDecoder()
-        self.tables: dict[int, _Table | None] = {}  # relation oid -> the table, None when not configured
-        self.by_name: dict[str, _Table] = {}
+        self.tables: dict[int, TableRows | None] = {}  # relation oid -> the table, None when not configured
+        self.by_name: dict[str, TableRows] = {}
         self.configured = {t.name for t in stream.config.tables}
         # Each table's columns as the log last wrote them (the checkpoint's, else as the table is now), and as it
         # was when the poll began (the catalog read before the bound was fixed).
         self.live = dict(stream.catalog.schemas())
         saved = json.loads(state.get(SHAPES, "{}"))
-        self.shapes: dict[str, Shape] = {name: saved.get(name, _shape(s)) for name, s in self.live.items()}
+        self.shapes: dict[str, Shape] = {name: saved.get(name, shape_of(s)) for name, s in self.live.items()}
         self.begin: pg.Begin | None = None
         self.skip = False  # the open transaction commits before ``since``: its changes are in the log already
         self.seq = 0
+        self.spool: Spool | None = None  # the open transaction's rows past SPOOL_ROWS
+        self.streams: dict[int, Streamed] = {}  # transactions streamed before their commit, by xid
+        self.streamed: Streamed | None = None  # the one whose stream block is open
         self.events = 0  # committed events held
         self.last_end = since.value  # the end of the last commit read
 
-    def read(self) -> Iterator[ChangeBatch]:
+    def read(self) -> Iterator[ChangeBatch | SpooledBatch]:
+        try:
+            yield from self._read()
+        finally:  # spooled rows of transactions not committed by the bound are read again by the next poll
+            for streamed in self.streams.values():
+                streamed.spool.close()
+            if self.spool is not None:
+                self.spool.close()
+
+    def _read(self) -> Iterator[ChangeBatch | SpooledBatch]:
         settled_at, asked_at, wal_end = time.monotonic(), 0.0, 0
         while True:
             message = self.cursor.read_message()
@@ -323,24 +257,29 @@ class _Reader:
                 asked_at = settled_at
             decoded = self.decoder.decode(message.payload, message.data_start)
             if isinstance(decoded, pg.Insert):
-                self._add(self._table(decoded.relation_oid), "i", decoded.new)
+                self._add(self._table(decoded.relation_oid), "i", decoded.new, decoded.xid)
             elif isinstance(decoded, pg.Update):
                 self._update(decoded)
             elif isinstance(decoded, pg.Delete):
                 old = decoded.old if decoded.old is not None else decoded.old_key
-                self._add(self._table(decoded.relation_oid), "d", old)
+                self._add(self._table(decoded.relation_oid), "d", old, decoded.xid)
             elif isinstance(decoded, pg.Begin):
                 self.begin, self.seq = decoded, 0
                 self.skip = decoded.final_lsn < self.since.value
-            elif isinstance(decoded, pg.Commit):
-                if self._commit(decoded) and self.events >= self.chunk_rows:
-                    yield self._chunk()
-                if self.last_end >= self.bound.value:
+            elif isinstance(decoded, pg.Commit | pg.StreamCommit):
+                yield from self._commit(decoded)
+                if self.last_end >= self.bound.value and self.begin is None:
                     break
             elif isinstance(decoded, pg.Relation):
                 yield from self._relation(decoded)
             elif isinstance(decoded, pg.Truncate):
                 self._truncate(decoded)
+            elif isinstance(decoded, pg.StreamStart):
+                self.streamed = self.streams.setdefault(decoded.xid, Streamed(decoded.xid))
+            elif isinstance(decoded, pg.StreamStop):
+                self.streamed = None
+            elif isinstance(decoded, pg.StreamAbort):
+                self._abort(decoded)
             # Origin, Type and logical messages carry nothing capture keeps.
         # The checkpoint stays at the last commit read, so an idle source's positions move only with its data
         # (a snapshot's SCN is then the same whenever it is read: ``bootstrap.settled_scn``). Once the WAL after
@@ -354,45 +293,124 @@ class _Reader:
         if self.events:
             yield self._chunk()
         self.stats.until = Scn(until)
-        self.stats.state = _state(self.shapes)
+        self.stats.state = shapes_state(self.shapes)
 
     def _chunk(self) -> ChangeBatch:
         tables = {name: rows for name, table in self.by_name.items() if (rows := table.take()) is not None}
         self.events = 0
         self.stats.until = Scn(self.last_end)
         self.stats.chunks += 1
-        self.stats.state = _state(self.shapes)
+        self.stats.state = shapes_state(self.shapes)
         return ChangeBatch(tables)
 
-    def _commit(self, commit: pg.Commit) -> bool:
-        """The open transaction's rows are a window; whether it had any."""
+    def _commit(self, commit: pg.Commit | pg.StreamCommit) -> Iterator[ChangeBatch | SpooledBatch]:
+        """The committed transaction's rows are a window: held with the windows before it (yielded once they are
+        ``chunk_rows`` events), or, when spooled, yielded after them as a ``SpooledBatch`` of their own."""
+        window, commit_ms = commit.end_lsn, commit.commit_ts_ms
+        if isinstance(commit, pg.StreamCommit):
+            streamed = self.streams.pop(commit.xid, None)
+            if streamed is not None and commit.commit_lsn >= self.since.value:
+                yield from self._streamed_commit(streamed, commit)  # its windows before it first
+            elif streamed is not None:
+                streamed.spool.close()
+            self.last_end = max(self.last_end, window)
+            return
         self.begin = None
-        self.last_end = max(self.last_end, commit.end_lsn)
-        added = sum(t.commit(commit.end_lsn, commit.commit_ts_ms) for t in self.by_name.values())
-        self.events += added
-        return added > 0
+        spool, self.spool = self.spool, None
+        if spool is None:
+            self.last_end = max(self.last_end, window)
+            self.events += sum(t.commit(window, commit_ms) for t in self.by_name.values())
+            if self.events >= self.chunk_rows:
+                yield self._chunk()
+            return
+        try:
+            spill(self.by_name, spool)
+            if self.events:
+                yield self._chunk()
+            self.last_end = max(self.last_end, window)
+            yield self._spooled(window, commit_ms, lambda: spool.read(window, commit_ms))
+        finally:
+            spool.close()
 
-    def _add(self, table: _Table | None, op: str, row: Tuple | None) -> None:
-        if table is not None and not self.skip:
-            assert self.begin is not None
-            table.add(op, row if row is not None else (None,) * table.width, self.seq, self.begin.final_lsn)
-            self.seq += 1
+    def _streamed_commit(self, streamed: Streamed, commit: pg.StreamCommit) -> Iterator[ChangeBatch | SpooledBatch]:
+        try:
+            current = self.stream.catalog.schemas()
+            for name, table in streamed.tables.items():
+                if (table.held or name in streamed.spool.tables) and current.get(name) != table.schema:
+                    raise self._two_shapes(name, commit.commit_lsn)
+            for name, statement in streamed.ddl:
+                self.stats.ddl.append((Scn(commit.commit_lsn), name, statement))
+            if not streamed.kept:
+                return
+            streamed.spill()
+            if self.events:
+                yield self._chunk()
+            yield self._spooled(commit.end_lsn, commit.commit_ts_ms,
+                                lambda: streamed.read(commit.end_lsn, commit.commit_ts_ms))
+        finally:
+            streamed.spool.close()
+
+    def _spooled(self, window: int, commit_ms: int, pieces: Any) -> SpooledBatch:
+        self.stats.until = Scn(window)
+        self.stats.chunks += 1
+        self.stats.state = shapes_state(self.shapes)
+        return SpooledBatch(Scn(window), Scn(window), 1, commit_ms, pieces)
+
+    def _abort(self, abort: pg.StreamAbort) -> None:
+        """A streamed transaction rolled back (its rows go), or one of its subtransactions (left out at commit)."""
+        streamed = self.streams.get(abort.xid)
+        if streamed is None:
+            return
+        if abort.subxid == abort.xid:
+            del self.streams[abort.xid]
+            streamed.spool.close()
+        else:
+            streamed.aborted.add(abort.subxid)
+
+    def _two_shapes(self, name: str, lsn: int) -> SchemaDriftError:
+        return SchemaDriftError(
+            f"a transaction of source {self.name!r} changed table {name!r}'s columns between its row changes (at "
+            f"{lsn_text(lsn)}): its window cannot hold both shapes", f"run `databus bootstrap --source {self.name}`",
+            source=self.name, table=name)
+
+    def _add(self, table: TableRows | None, op: str, row: Tuple | None, xid: int | None) -> None:
+        if table is None or (self.skip and xid is None):
+            return
+        image = row if row is not None else (None,) * table.width
+        if xid is not None:  # a change streamed before its transaction commits: held apart, by transaction
+            streamed = self.streamed
+            assert streamed is not None
+            name = table.schema.table
+            own = streamed.tables.get(name)
+            if own is None or own.schema != table.schema:
+                if own is not None and (own.held or streamed.spool.rows):
+                    raise self._two_shapes(name, self.last_end)
+                own = streamed.tables[name] = TableRows(table.schema, table.schema.column_names)
+            streamed.add(own, op, image, xid)
+            return
+        assert self.begin is not None
+        table.add(op, image, self.seq, self.begin.final_lsn)
+        self.seq += 1
+        if self.seq % SPOOL_ROWS == 0:  # too many to hold: the open transaction's rows so far go to disk
+            if self.spool is None:
+                self.spool = Spool()
+            spill(self.by_name, self.spool)
 
     def _update(self, message: pg.Update) -> None:
         table = self._table(message.relation_oid)
-        if table is None or self.skip:
+        if table is None or (self.skip and message.xid is None):
             return
         new = message.new
         if UNCHANGED in new:
             new = self._untoasted(table, new, message.old)
         old = message.old if message.old is not None else message.old_key
         if old is not None and any(old[i] != new[i] for i in table.key):
-            self._add(table, "d", old)  # the key changed: the old row goes
-            self._add(table, "i", new)
+            self._add(table, "d", old, message.xid)  # the key changed: the old row goes
+            self._add(table, "i", new, message.xid)
         else:
-            self._add(table, "u", new)
+            self._add(table, "u", new, message.xid)
 
-    def _untoasted(self, table: _Table, new: Tuple, old: Tuple | None) -> Tuple:
+    def _untoasted(self, table: TableRows, new: Tuple, old: Tuple | None) -> Tuple:
         """The new row with each unchanged TOASTed value taken from the old row, which only REPLICA IDENTITY
         FULL sends (install sets it on tables that have such columns)."""
         values = list(new)
@@ -411,15 +429,21 @@ class _Reader:
 
     def _truncate(self, message: pg.Truncate) -> None:
         """TRUNCATE empties tables without row events: recorded as a statement, so the merge reads them again."""
-        if self.skip or self.begin is None:
+        if self.skip and self.streamed is None:
             return
         for oid in message.relation_oids:
             table = self._table(oid)
             if table is not None:
-                statement = f"TRUNCATE {self.schema_name}.{table.schema.table}"
-                self.stats.ddl.append((Scn(self.begin.final_lsn), table.schema.table, statement))
+                self._record(table.schema.table, f"TRUNCATE {self.schema_name}.{table.schema.table}")
 
-    def _table(self, oid: int) -> _Table | None:
+    def _record(self, table: str, statement: str) -> None:
+        """A statement of the open transaction, at its commit: a streamed one's waits for its Stream Commit."""
+        if self.streamed is not None:
+            self.streamed.ddl.append((table, statement))
+        elif self.begin is not None:
+            self.stats.ddl.append((Scn(self.begin.final_lsn), table, statement))
+
+    def _table(self, oid: int) -> TableRows | None:
         if oid not in self.tables:
             raise SchemaDriftError(f"source {self.name!r}: a change of relation {oid} came before its description",
                                    "run again; report it if it repeats", source=self.name)
@@ -437,29 +461,26 @@ class _Reader:
         schema = self._relation_schema(relation, current)
         table = self.by_name.get(name)
         if table is None or table.schema != schema:
-            if table is not None and table.open:
-                raise SchemaDriftError(
-                    f"a transaction of source {self.name!r} changed table {name!r}'s columns between its row "
-                    f"changes (at {lsn_text(self.begin.final_lsn if self.begin else 0)}): its window cannot hold "
-                    "both shapes", f"run `databus bootstrap --source {self.name}`", source=self.name, table=name)
+            if table is not None and (table.open or (self.spool is not None and name in self.spool.tables)):
+                raise self._two_shapes(name, self.begin.final_lsn if self.begin else 0)
             if self.events and (table is not None or schema != current):
                 yield self._chunk()
             if schema != current:
                 self.stream.catalog.adopt({name: schema})
-            table = self.by_name[name] = _Table(schema, [c.name for c in relation.columns])
+            table = self.by_name[name] = TableRows(schema, [c.name for c in relation.columns])
         self.tables[relation.oid] = table
-        before, after = self.shapes.get(name), _shape(schema)
-        if before is not None and before != after and self.begin is not None:
-            self.stats.ddl.append((Scn(self.begin.final_lsn), name, _describe(before, schema)))
+        before, after = self.shapes.get(name), shape_of(schema)
+        if before is not None and before != after and (self.begin is not None or self.streamed is not None):
+            self._record(name, describe_change(before, schema))
         self.shapes[name] = after
 
     def _unseen_changes(self, until: Scn) -> None:
         """A table whose columns changed with no change of its rows after: no relation message tells it, but the
         catalog read before the bound does (its ALTER committed before the poll's bound, so at ``until``)."""
         for name, schema in self.live.items():
-            if name not in self.by_name and self.shapes.get(name) != _shape(schema):
-                self.stats.ddl.append((until, name, _describe(self.shapes[name], schema)))
-                self.shapes[name] = _shape(schema)
+            if name not in self.by_name and self.shapes.get(name) != shape_of(schema):
+                self.stats.ddl.append((until, name, describe_change(self.shapes[name], schema)))
+                self.shapes[name] = shape_of(schema)
 
     def _relation_schema(self, relation: pg.Relation, current: TableSchema | None) -> TableSchema:
         key = current.primary_key if current is not None else self.stream.config.table(relation.name).primary_key
@@ -468,25 +489,3 @@ class _Reader:
             rows = catalog.described(cur, relation.name, [c.name for c in columns], [c.type_oid for c in columns],
                                      [c.type_modifier for c in columns])
         return catalog.build(relation.name, key, rows, self.stream.connector.field("tables"))
-
-
-def _shape(schema: TableSchema) -> Shape:
-    return [[c.name, c.source_type] for c in schema.columns]
-
-
-def _state(shapes: Mapping[str, Shape]) -> dict[str, str]:
-    return {SHAPES: json.dumps(shapes, separators=(",", ":"), sort_keys=True)}
-
-
-def _describe(before: Shape, after: TableSchema) -> str:
-    """The column change between two shapes of a table, as the statement ``snapshot.evolve`` reads."""
-    old = dict((name, declared) for name, declared in before)
-    new = {c.name: c for c in after.columns}
-    parts = [f"DROP COLUMN {n}" for n in old if n not in new]
-    for name, column in new.items():
-        if name not in old:
-            default = f" DEFAULT {column.default}" if column.default is not None else ""
-            parts.append(f"ADD COLUMN {name} {column.source_type}{default}")
-        elif old[name] != column.source_type:
-            parts.append(f"ALTER COLUMN {name} TYPE {column.source_type}")
-    return f"ALTER TABLE {after.table} " + ", ".join(parts or ["(relation changed)"])
