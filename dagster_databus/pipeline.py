@@ -16,11 +16,12 @@ import numpy as np
 
 from dagster_databus.config import DatabusConfig, MysqlSourceConfig, PostgresSourceConfig, SqliteSourceConfig
 from dagster_databus.core.batch import ChangeBatch, SpooledBatch
-from dagster_databus.core.lag import scn_lag
+from dagster_databus.core.lag import scn_lag, time_lag
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError, DatabusError, LogGapError, SourceUnavailableError
 from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.log.manifest import Manifest
 from dagster_databus.log.retention import RetentionResult
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import ALL_ROWS, Failover, InstallReport, PollStats, RowSelection, Source
@@ -317,6 +318,55 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
         src.release(result.until)
     result.duration_s = time.monotonic() - started
     return result
+
+
+def capture_figures(result: CaptureResult, manifest: Manifest, now_ms: int | None = None) -> dict[str, Any]:
+    """A capture run's figures, with the log as it stands after it (``manifest``)."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return {
+        "scn_range": f"{result.since}..{result.until}",
+        "scn_from": str(result.since), "scn_to": str(result.until), "source_scn": str(result.source_hwm),
+        "windows": result.windows, "events": result.events, "segments_written": result.segments,
+        "inserts": result.events_by_op.get("i", 0), "updates": result.events_by_op.get("u", 0),
+        "deletes": result.events_by_op.get("d", 0),
+        "events_by_table": dict(result.events_by_table),
+        "lag_scn": result.lag_scn,
+        **capture_lag_seconds(result, now_ms),
+        "log_segments": len(manifest.segments),
+        "log_bytes": sum(s.bytes for s in manifest.segments),
+        "epoch": result.epoch, "duration_s": round(result.duration_s, 3),
+        **_failover(result, manifest),
+    }
+
+
+def capture_lag_seconds(result: CaptureResult, now_ms: int) -> dict[str, float]:
+    """``commit_to_log_seconds``: from the newest captured commit to now, this run's capture delay;
+    ``lag_seconds``: how far the log is behind the source in time (0 when it read all there was)."""
+    figures: dict[str, float] = {}
+    if result.newest_commit_ms:
+        figures["commit_to_log_seconds"] = round(max(0, now_ms - result.newest_commit_ms) / 1000, 3)
+    # Behind the source, the log lags by its newest commit's age: the source has newer ones.
+    lag = time_lag(result.source_hwm, result.until, now_ms, result.newest_commit_ms)
+    if lag is not None:
+        figures["lag_seconds"] = round(lag, 3)
+    return figures
+
+
+def _failover(result: CaptureResult, manifest: Manifest) -> dict[str, Any]:
+    """Which server capture reads, and the switch this run followed (if any)."""
+    if not manifest.lineage and not manifest.state.get("server"):
+        return {}
+    out: dict[str, Any] = {"server": manifest.state.get("server", "primary"), "failovers": len(manifest.lineage)}
+    if result.failover is not None:
+        switch = result.failover
+        out.update({
+            "failover": dict(switch),
+            "failover_to": str(switch.get("to_server", "")),
+            "failover_method": str(switch.get("method", "")),
+            "failover_position": f"{switch.get('resume_file')}:{switch.get('resume_offset')}",
+            "reread_windows": result.reread_windows,
+        })
+    return out
 
 
 def _counting_ops(spooled: SpooledBatch, counts: dict[str, int]) -> SpooledBatch:

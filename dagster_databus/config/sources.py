@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -23,7 +23,7 @@ from dagster_databus.config.fields import (
     plain_name,
     unique_table_names,
 )
-from dagster_databus.errors import ConfigError
+from dagster_databus.errors import ConfigError, DatabusError
 
 
 class SourceBase(Strict):
@@ -50,6 +50,15 @@ class SourceBase(Strict):
             if t.name == name:
                 return t
         raise KeyError(name)
+
+    def chosen_tables(self, named: Sequence[str] | None) -> list[str]:
+        """The tables a command or run names (all of the source's when none); an unknown one is refused."""
+        tables = list(named) if named else [t.name for t in self.tables]
+        unknown = [t for t in tables if t not in {t.name for t in self.tables}]
+        if unknown:
+            raise DatabusError(f"source {self.name!r} captures no table named {', '.join(unknown)}",
+                               f"name tables from the config: {', '.join(t.name for t in self.tables)}")
+        return tables
 
     def schema_policy(self, table: str) -> SchemaChanges:
         return self.table(table).schema_changes or self.schema_changes

@@ -7,7 +7,6 @@ and check still shows and can be selected on its own (the step runs only what is
 sources' steps run in parallel processes.
 """
 
-import time
 from collections.abc import Iterator
 from typing import Literal
 
@@ -17,17 +16,15 @@ from pydantic import Field
 
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, SourceConfig
-from dagster_databus.core.lag import time_lag
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.dataplane.delta import DeltaFolder, DeltaSnapshot
-from dagster_databus.dataplane.engine import Refreshed
 from dagster_databus.defs.checks import sync_check, sync_check_specs
 from dagster_databus.defs.common import Metadata, capture_key, changelog_key, clear_errors, pool, snapshot_key
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.log.manifest import Manifest
-from dagster_databus.pipeline import CaptureResult
-from dagster_databus.snapshot.merge import HistorySynced, TableSyncResult, engine_for, sync_tables
+from dagster_databus.pipeline import capture_figures
+from dagster_databus.snapshot.figures import Figures, sync_figures
+from dagster_databus.snapshot.merge import TableSyncResult, engine_for, sync_tables
 from dagster_databus.sources.base import ALL_ROWS, RowSelection
 
 INSTALL_DESCRIPTIONS = {
@@ -164,31 +161,15 @@ def _install(context: AssetExecutionContext, config: DatabusConfig, name: str) -
 
 def _capture(context: AssetExecutionContext, config: DatabusConfig, name: str) -> dg.MaterializeResult[None]:
     result = pipeline.capture(config, name, progress=context.log.info)
-    manifest = ChangeLog(config.lake, name).manifest()
-    now_ms = int(time.time() * 1000)
-    return dg.MaterializeResult(asset_key=changelog_key(name), metadata={
-        "scn_range": f"{result.since}..{result.until}",
-        "scn_from": dg.MetadataValue.text(str(result.since)),
-        "scn_to": dg.MetadataValue.text(str(result.until)),
-        "source_scn": dg.MetadataValue.text(str(result.source_hwm)),
-        "windows": result.windows, "events": result.events, "segments_written": result.segments,
-        "inserts": result.events_by_op.get("i", 0), "updates": result.events_by_op.get("u", 0),
-        "deletes": result.events_by_op.get("d", 0),
-        "events_by_table": dg.MetadataValue.json(result.events_by_table),
-        "lag_scn": result.lag_scn,
-        **_capture_lag_seconds(result, now_ms),
-        "log_segments": len(manifest.segments),
-        "log_bytes": sum(s.bytes for s in manifest.segments),
-        "epoch": result.epoch, "duration_s": round(result.duration_s, 3),
-        **_failover_metadata(result, manifest),
-    })
+    return dg.MaterializeResult(asset_key=changelog_key(name), metadata=metadata(
+        capture_figures(result, ChangeLog(config.lake, name).manifest())))
 
 
 def _snapshot_result(config: DatabusConfig, name: str, table: str,
                      result: TableSyncResult) -> dg.MaterializeResult[None]:
     schema = column_schema(DeltaSnapshot(config.lake, name, table), ChangeLog(config.lake, name).schemas.latest(table))
     return dg.MaterializeResult(asset_key=snapshot_key(name, table),
-                                metadata={**_snapshot_metadata(result), "dagster/column_schema": schema})
+                                metadata={**metadata(sync_figures(result)), "dagster/column_schema": schema})
 
 
 def _enforce_retention(context: AssetExecutionContext, config: DatabusConfig, name: str) -> None:
@@ -196,52 +177,6 @@ def _enforce_retention(context: AssetExecutionContext, config: DatabusConfig, na
     if retention is not None and retention.removed_segments:
         context.log.info(f"{name}: retention removed {retention.removed_segments} segments "
                          f"({retention.removed_bytes} bytes); the log now starts after SCN {retention.start_scn}")
-
-
-def _capture_lag_seconds(result: CaptureResult, now_ms: int) -> dict[str, float]:
-    """``commit_to_log_seconds``: from the newest captured commit to now, this run's capture delay;
-    ``lag_seconds``: how far the log is behind the source in time (0 when it read all there was)."""
-    figures: dict[str, float] = {}
-    if result.newest_commit_ms:
-        figures["commit_to_log_seconds"] = round(max(0, now_ms - result.newest_commit_ms) / 1000, 3)
-    # Behind the source, the log lags by its newest commit's age: the source has newer ones.
-    lag = time_lag(result.source_hwm, result.until, now_ms, result.newest_commit_ms)
-    if lag is not None:
-        figures["lag_seconds"] = round(lag, 3)
-    return figures
-
-
-def _failover_metadata(result: CaptureResult, manifest: Manifest) -> Metadata:
-    """Which server capture reads, and the switch this run followed (if any)."""
-    if not manifest.lineage and not manifest.state.get("server"):
-        return {}
-    out: Metadata = {"server": manifest.state.get("server", "primary"), "failovers": len(manifest.lineage)}
-    if result.failover is not None:
-        switch = result.failover
-        out.update({
-            "failover": dg.MetadataValue.json(switch),
-            "failover_to": str(switch.get("to_server", "")),
-            "failover_method": str(switch.get("method", "")),
-            "failover_position": f"{switch.get('resume_file')}:{switch.get('resume_offset')}",
-            "reread_windows": result.reread_windows,
-        })
-    return out
-
-
-def _refreshed(f: Refreshed) -> Metadata:
-    return {"refresh_rows_read": f.rows_read, "refresh_ranges": f.ranges,
-            "refresh_deletes_found": f.deletes_found, "refresh_deletes_checked": f.deletes_checked,
-            "refresh_inserted": f.counts.inserted, "refresh_updated": f.counts.updated,
-            "refresh_deleted": f.counts.deleted}
-
-
-def _history(h: HistorySynced) -> Metadata:
-    """The history table's figures (``dataplane.history``): versions held, and what this run opened and closed."""
-    return {"history_versions": h.versions, "history_scn": dg.MetadataValue.text(str(h.to_scn)),
-            "history_versions_opened": h.counts.inserted, "history_versions_closed": h.counts.updated,
-            "history_versions_deleted": h.counts.deleted,
-            **({"history_started_at_scn": dg.MetadataValue.text(str(h.started_at))} if h.started_at else {}),
-            **({"history_delta_version": h.delta_version} if h.delta_version is not None else {})}
 
 
 def column_schema(snap: DeltaFolder, registered: tuple[int, TableSchema] | None = None) -> dg.TableSchema:
@@ -252,24 +187,7 @@ def column_schema(snap: DeltaFolder, registered: tuple[int, TableSchema] | None 
         for name, typ in snap.delta_types().items()])
 
 
-def _snapshot_metadata(r: TableSyncResult) -> Metadata:
-    return {
-        "scn_range": f"{r.from_scn}..{r.to_scn}",
-        "applied_scn": dg.MetadataValue.text(str(r.to_scn)),
-        "log_scn": dg.MetadataValue.text(str(r.log_scn)),
-        "lag_scn": r.lag_scn,
-        **({"lag_seconds": r.lag_seconds} if r.lag_seconds is not None else {}),
-        "windows": r.windows, "events": r.events,
-        "rows_inserted": r.counts.inserted, "rows_updated": r.counts.updated, "rows_deleted": r.counts.deleted,
-        "bootstrapped_at_scn": dg.MetadataValue.text(str(r.bootstrapped_at) if r.bootstrapped_at else "-"),
-        "bootstrap_rows": r.bootstrap_rows,
-        **({"schema_evolved": r.evolved} if r.evolved else {}),
-        **({f"bootstrap_{name}": n for name, n in r.key_ranges.named().items()} if r.key_ranges else {}),
-        **(_refreshed(r.refreshed) if r.refreshed is not None else {}),
-        **(_history(r.history) if r.history is not None else {}),
-        "dagster/row_count": r.snapshot_rows,
-        **({"delta_version": r.delta_version} if r.delta_version is not None else {}),
-        "engine": r.engine, "duration_s": round(r.duration_s, 3),
-        # The spark engine's data files: rewritten (with their bytes) of those the table had, and added.
-        **({f"data_{name}": n for name, n in r.data_files.named().items()} if r.data_files else {}),
-    }
+def metadata(figures: Figures) -> Metadata:
+    """Figures as asset metadata: lists and mappings as JSON, SCNs (text, 64-bit) as text, the rest as they are."""
+    return {key: dg.MetadataValue.json(value) if isinstance(value, dict | list) else value
+            for key, value in figures.items()}

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import threading
-
 import dagster as dg
 from pydantic import PrivateAttr
 
@@ -35,15 +32,6 @@ class DatabusResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # gen
         return self._spark
 
     def start_spark(self) -> None:
-        """Start Spark (the session, or the Connect client, and learn its parallelism) in a background thread
-        while the step does other work, when the merge engine will use it; the engine's first job waits for
-        it. A failure is left for that job to raise, with its fix."""
-        if self.config().merge.engine == "local":
-            return
-        spark = self.spark
-
-        def start() -> None:
-            with contextlib.suppress(Exception):
-                spark.parallelism()
-
-        threading.Thread(target=start, name="databus-spark-start", daemon=True).start()
+        """Start Spark in the background while the step does other work, when the merge engine will use it."""
+        if self.config().merge.engine != "local":
+            self.spark.start_in_background()

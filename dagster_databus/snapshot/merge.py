@@ -329,7 +329,7 @@ def sync_source(spark: SparkRuntime, config: DatabusConfig, source: str, tables:
     done."""
     source_cfg = config.source(source)
     engine = engine_for(spark, config)
-    names = list(tables) if tables is not None else [t.name for t in source_cfg.tables]
+    names = source_cfg.chosen_tables(tables) if tables is None or tables else []
     with task_errors():
         results, failed = [], None
         for _, outcome in sync_tables(config, source_cfg, names, engine, progress, mode, rows):

@@ -11,6 +11,7 @@ is watched, and whether and how delta-spark's classes load.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -63,6 +64,17 @@ class SparkRuntime:
         """Start Spark now, not at the first job (a step that knows it will need it); the runtime."""
         self.kind  # noqa: B018
         return self
+
+    def start_in_background(self) -> None:
+        """Start Spark (the session, or the Connect client, and learn its parallelism) in a background thread
+        while the caller does other work (install, capture); the first job waits for it. A failure is left for
+        that job to raise, with its fix."""
+
+        def start() -> None:
+            with contextlib.suppress(Exception):
+                self.parallelism()
+
+        threading.Thread(target=start, name="databus-spark-start", daemon=True).start()
 
     @property
     def kind(self) -> ClassicSpark | ConnectSpark:

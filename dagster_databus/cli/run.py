@@ -1,0 +1,92 @@
+"""``databus capture``, ``databus merge`` and ``databus sync``: the pipeline's steps without Dagster, by the code
+Dagster's steps run (``pipeline.install`` and ``pipeline.capture``, ``snapshot.merge.sync_source``, then
+retention), under the same locks (the change log's writer lock, the source's reader, each snapshot's commit),
+printing a progress line per piece of work and one summary line per step, with the figures Dagster's metadata
+shows (``--json``: all of them, one JSON object per step)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from dagster_databus import pipeline
+from dagster_databus.config import DatabusConfig
+from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.snapshot.figures import sync_figures
+from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.spark.runtime import SparkRuntime
+
+
+def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """The three commands' parsers, on the ``databus`` parser's subparsers."""
+    helps = {"capture": "install capture (idempotent) and poll one source into its change log",
+             "merge": "merge a source's change log into its snapshots (bootstrapping those that have none)",
+             "sync": "capture, then merge: what one scheduled Dagster run of a source does"}
+    for name, text in helps.items():
+        parser = sub.add_parser(name, parents=[common], help=text)
+        parser.add_argument("--source", required=True)
+        if name != "merge":
+            parser.add_argument("--no-install", action="store_true",
+                                help="only check that capture is installed; do not install or update it")
+        if name != "capture":
+            parser.add_argument("--tables", nargs="*", help="tables to merge (default: all of the source's)")
+        parser.add_argument("--json", action="store_true", help="print each step's figures as one JSON object")
+
+
+def capture(config: DatabusConfig, args: argparse.Namespace) -> int:
+    _capture(config, args)
+    return 0
+
+
+def merge(config: DatabusConfig, args: argparse.Namespace) -> int:
+    _merge(config, args, SparkRuntime(config.spark))
+    return 0
+
+
+def sync(config: DatabusConfig, args: argparse.Namespace) -> int:
+    spark = SparkRuntime(config.spark)
+    if config.merge.engine != "local":
+        spark.start_in_background()  # meanwhile, install and capture
+    _capture(config, args)
+    _merge(config, args, spark)
+    return 0
+
+
+def _capture(config: DatabusConfig, args: argparse.Namespace) -> None:
+    source = config.source(args.source).name  # an unknown source is named before anything is done
+    if not args.no_install:
+        report = pipeline.install(config, source)
+        if report.changed:
+            _say(f"{source}: capture installed or updated for {', '.join(report.changed)}")
+    result = pipeline.capture(config, source, progress=_say)
+    figures = pipeline.capture_figures(result, ChangeLog(config.lake, source).manifest())
+    if args.json:
+        _say(json.dumps({"step": "capture", "source": source, **figures}, sort_keys=True))
+        return
+    lag = f", {figures['lag_seconds']} s" if "lag_seconds" in figures else ""
+    _say(f"{source}: captured SCN {figures['scn_range']}: {result.windows:,} windows, {result.events:,} events "
+         f"(+{figures['inserts']:,} ~{figures['updates']:,} -{figures['deletes']:,}) in "
+         f"{result.segments} segments; {result.lag_scn:,} SCNs behind the source{lag}; {result.duration_s:.2f} s")
+
+
+def _merge(config: DatabusConfig, args: argparse.Namespace, spark: SparkRuntime) -> None:
+    source = config.source(args.source).name
+    results = sync_source(spark, config, source, args.tables or None, progress=_say)
+    retention = pipeline.enforce_retention(config, source)
+    for r in results:
+        figures = sync_figures(r)
+        if args.json:
+            _say(json.dumps({"step": "merge", "source": source, "table": r.table, **figures}, sort_keys=True))
+            continue
+        boot = f", bootstrapped {r.bootstrap_rows:,} rows at SCN {r.bootstrapped_at}" if r.bootstrapped_at else ""
+        _say(f"{source}.{r.table}: SCN {figures['scn_range']}: {r.events:,} events (+{r.counts.inserted:,} "
+             f"~{r.counts.updated:,} -{r.counts.deleted:,}){boot}; {r.snapshot_rows:,} rows; {r.lag_scn:,} SCNs "
+             f"behind the log; {r.engine} engine, {r.duration_s:.2f} s")
+    if retention is not None and retention.removed_segments and not args.json:
+        _say(f"{source}: retention removed {retention.removed_segments} segments ({retention.removed_bytes:,} "
+             f"bytes); the log now starts after SCN {retention.start_scn}")
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)

@@ -1,0 +1,109 @@
+"""``databus capture``, ``databus merge`` and ``databus sync``: the pipeline without Dagster, by the same code,
+under the same locks, with the figures Dagster's metadata shows, and the jobs/ scripts as thin callers of them."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dagster_databus import pipeline
+from dagster_databus.cli import EXIT_TRANSIENT, main
+from dagster_databus.config import load_config
+from dagster_databus.demo.workload import ShopWorkload, create_shop
+from dagster_databus.log.changelog import ChangeLog
+from tests.conftest import assert_snapshots_match
+
+REPO = Path(__file__).resolve().parents[1]
+TABLES = ["customers", "orders", "order_items"]
+
+
+@pytest.fixture
+def config_path(tmp_path: Path) -> Path:
+    create_shop(tmp_path / "shop.db")
+    ShopWorkload(tmp_path / "shop.db").run(20)
+    path = tmp_path / "databus.yaml"
+    keys = {"customers": ["id"], "orders": ["id"], "order_items": ["order_id", "line_no"]}
+    path.write_text(json.dumps({"lake": "lake", "merge": {"engine": "local"}, "sources": [
+        {"name": "shop", "kind": "sqlite", "path": "shop.db",
+         "tables": [{"name": t, "primary_key": keys[t]} for t in TABLES]}]}))
+    return path
+
+
+def json_lines(out: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def test_sync_installs_captures_and_merges_with_one_summary_line_a_step(
+        config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", str(config_path), "sync", "--source", "shop"]) == 0
+    out = capsys.readouterr().out
+    config = load_config(config_path)
+    assert_snapshots_match(config)
+    events = sum(1 for _ in ChangeLog(config.lake, "shop").read())
+    [captured] = [line for line in out.splitlines() if line.startswith("shop: captured SCN")]
+    assert f"{events:,} events" in captured and "0 SCNs behind the source" in captured
+    merged = [line for line in out.splitlines() if line.startswith("shop.") and " SCN " in line]
+    assert sorted(line.split(":")[0] for line in merged) == [f"shop.{t}" for t in sorted(TABLES)]
+    assert all("0 SCNs behind the log" in line and "local engine" in line for line in merged)
+
+
+def test_capture_then_merge_print_the_figures_dagster_shows(config_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    config = load_config(config_path)
+    assert main(["--config", str(config_path), "sync", "--source", "shop"]) == 0
+    capsys.readouterr()
+    with sqlite3.connect(config_path.parent / "shop.db") as conn:
+        conn.execute("INSERT INTO customers (id, name, email) VALUES (9001, 'new', 'n@example.com')")
+        conn.execute("UPDATE customers SET name = 'renamed' WHERE id IN (SELECT id FROM customers WHERE id < 9001 "
+                     "ORDER BY id LIMIT 2)")
+        conn.execute("DELETE FROM order_items WHERE rowid IN (SELECT rowid FROM order_items LIMIT 3)")
+    assert main(["--config", str(config_path), "capture", "--source", "shop", "--json"]) == 0
+    [capture] = json_lines(capsys.readouterr().out)
+    manifest = ChangeLog(config.lake, "shop").manifest()
+    assert (capture["step"], capture["inserts"], capture["updates"], capture["deletes"]) == ("capture", 1, 2, 3)
+    assert capture["events_by_table"] == {"customers": 3, "order_items": 3}
+    assert (capture["log_segments"], capture["lag_scn"]) == (len(manifest.segments), 0)
+    assert capture["scn_to"] == str(manifest.checkpoint.scn)  # type: ignore[union-attr]
+    assert main(["--config", str(config_path), "merge", "--source", "shop", "--tables", "customers",
+                 "order_items", "--json"]) == 0
+    merged = {m["table"]: m for m in json_lines(capsys.readouterr().out)}
+    assert set(merged) == {"customers", "order_items"}
+    assert (merged["customers"]["rows_inserted"], merged["customers"]["rows_updated"]) == (1, 2)
+    assert merged["order_items"]["rows_deleted"] == 3
+    assert all(m["applied_scn"] == capture["scn_to"] and m["engine"] == "local" for m in merged.values())
+    assert_snapshots_match(config)
+
+
+def test_a_capture_while_another_holds_the_log_is_turned_away_as_transient(
+        config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = load_config(config_path)
+    pipeline.install(config, "shop")
+    with ChangeLog(config.lake, "shop").writer():  # what a running capture (CLI or Dagster step) holds
+        assert main(["--config", str(config_path), "capture", "--source", "shop"]) == EXIT_TRANSIENT
+    err = capsys.readouterr().err
+    assert "another" in err and "Fix:" in err, err
+    assert ChangeLog(config.lake, "shop").manifest().segments == ()
+
+
+def test_an_unknown_source_or_table_is_refused_naming_the_choices(config_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", str(config_path), "sync", "--source", "nope"]) == 2
+    assert "shop" in capsys.readouterr().err
+    assert main(["--config", str(config_path), "merge", "--source", "shop", "--tables", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "nope" in err and "customers" in err, err
+
+
+def test_the_jobs_scripts_are_the_cli_commands(config_path: Path) -> None:
+    run = [subprocess.run([sys.executable, script, "--config", str(config_path), "--source", "shop", "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+           for script in ("jobs/capture.py", "jobs/merge_snapshots.py")]
+    assert [r.returncode for r in run] == [0, 0], [r.stderr[-2000:] for r in run]
+    steps = [json_lines(r.stdout) for r in run]
+    assert [s["step"] for s in steps[0]] == ["capture"] and [s["step"] for s in steps[1]] == ["merge"] * 3
+    assert_snapshots_match(load_config(config_path))
