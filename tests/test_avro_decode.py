@@ -22,11 +22,20 @@ from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
 from dagster_databus.log.avro.container import read_container, write_container
+from dagster_databus.log.avro import decoder as decoder_module
 from dagster_databus.log.avro.decoder import Decoder, decode_segment
 from dagster_databus.log.avro.encoder import encode_blocks, encode_records
 from dagster_databus.log.avro.fields import Field, fields_of
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.segments import EVENT_AVRO_FIELDS, ROW_NAMESPACE
+
+
+@pytest.fixture(autouse=True, params=["kernel", "fastavro"])
+def decoded_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test twice: groups decoded by the kernel, and by fastavro (what groups of fewer than
+    ``SMALL_RECORDS`` records take): the two must give the same batches and refuse the same input."""
+    monkeypatch.setattr(decoder_module, "SMALL_RECORDS", 0 if request.param == "kernel" else 10**9)
+    return str(request.param)
 
 UTC = dt.UTC
 # Per product type: range ends, two's complement sign and byte-width boundaries, special floats,

@@ -21,6 +21,7 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import SchemaMismatchError
 from dagster_databus.log.avro.container import write_container
+from dagster_databus.log.avro import encoder
 from dagster_databus.log.avro.encoder import encode_blocks, encode_records
 from dagster_databus.log.avro.fields import Field
 from dagster_databus.log.changelog import ChangeLog
@@ -78,6 +79,25 @@ def test_each_record_is_byte_for_byte_what_fastavro_writes_for_every_type_edge_v
             fastavro.schemaless_writer(expected, avro, {c.name: c.type.to_avro(values[c.name][start + i])
                                                         for c in COLUMNS})
             assert record == expected.getvalue(), (start + i, {c.name: values[c.name][start + i] for c in COLUMNS})
+
+
+def test_small_batches_encoded_by_fastavro_are_byte_for_byte_the_kernels_records(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    values = sample(1_500, seed=11)
+    wide = pa.RecordBatch.from_arrays([c.type.to_arrow(values[c.name]) for c in COLUMNS],
+                                      schema=WIDE.arrow(with_meta=False))
+    ids = pa.RecordBatch.from_arrays([pa.array(range(300), pa.int64())],
+                                     schema=pa.schema([pa.field("id", pa.int64(), nullable=False)]))
+    tables = [(wide.slice(7, 1_400), [Field(c.name, c.type) for c in COLUMNS], 0),
+              (ids, [Field("id", ColumnType("long"), nullable=False)], 71)]  # a branch past one varint byte
+    order = list(range(1_700))
+    random.Random(2).shuffle(order)
+    small = encode_blocks(tables, order, block_records=600)
+    alone = encode_blocks(tables[:1])
+    monkeypatch.setattr(encoder, "SMALL_RECORDS", 0)  # the kernels, whatever the size
+    assert [b.to_pylist() for b in small] == [b.to_pylist() for b in encode_blocks(tables, order, block_records=600)]
+    assert [b.to_pylist() for b in alone] == [b.to_pylist() for b in encode_blocks(tables[:1])]
+    assert [len(b) for b in small] == [600, 600, 500]
 
 
 def test_a_container_of_two_tables_in_commit_order_reads_back_in_any_avro_reader(tmp_path: Path) -> None:

@@ -26,6 +26,8 @@ back to fastavro, which reports its own error if the data is damaged.
 
 from __future__ import annotations
 
+import decimal
+import io
 import json
 import os
 import threading
@@ -38,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from dagster_databus.core.types import ColumnType
 from dagster_databus.log.avro.container import Block, read_container
 from dagster_databus.log.avro.decode_columns import branch_column
 from dagster_databus.log.avro.decode_kernels import (
@@ -56,6 +59,8 @@ from dagster_databus.log.avro.fields import Field, fields_of, short
 # Records decoded per kernel call: big enough that the per-column numpy and Arrow calls are noise,
 # small enough that the (slots x records) matrices stay a few tens of MB.
 GROUP_ROWS = 65_536
+# Fewer records than this in a group are decoded by fastavro, not the kernel (see ``Decoder._decode_small``).
+SMALL_RECORDS = 2_000
 
 Branches = Mapping[str, Sequence[Field]]
 Decoded = tuple[str, pa.RecordBatch, npt.NDArray[np.int64]]
@@ -81,6 +86,7 @@ class Decoder:
             raise ValueError(f"branches {sorted(set(branches) - set(names))} are not in the container's schema "
                              f"(it has {names})")
         self.names = tuple(names)
+        self._schema = schema
         self.branches = tuple(
             compile_branch(name, record, (branches.get(name) if branches is not None else fields_of(record)))
             for name, record in zip(names, records, strict=True))
@@ -134,6 +140,11 @@ class Decoder:
     def decode_blocks(self, blocks: Sequence[Block], first: int = 0) -> list[Decoded]:
         """The records of ``blocks`` (consecutive, or not: each holds whole records), positions from ``first``."""
         n = sum(b.count for b in blocks)
+        if n < SMALL_RECORDS:
+            try:
+                return self._decode_small(blocks, first)
+            except Exception:  # bytes fastavro or Arrow refuse: the kernel decodes them again and names the fault
+                pass
         raw = blocks[0].data if len(blocks) == 1 else b"".join(b.data for b in blocks)
         data = np.frombuffer(raw, dtype=np.uint8)
         ends = np.cumsum([len(b.data) for b in blocks], dtype=np.int64)
@@ -189,6 +200,36 @@ class Decoder:
                         vals[0, start:start + size].copy()))
         return out
 
+    def _decode_small(self, blocks: Sequence[Block], first: int) -> list[Decoded]:
+        """``decode_blocks`` by fastavro, a record at a time, into the same batches: a few records cost it
+        microseconds, and the kernel costs seconds to compile on a machine whose cache does not hold it yet.
+        Whatever it cannot decode raises, and the kernel decodes the group again to say what is wrong."""
+        import fastavro
+
+        parsed = fastavro.parse_schema(_without_decimals(self._schema))
+        index = {name: i for i, name in enumerate(self.names)}
+        rows: list[list[tuple[int, dict[str, Any]]]] = [[] for _ in self.branches]
+        position = first
+        for block in blocks:
+            data = io.BytesIO(block.data)
+            for _ in range(block.count):
+                read: Any = fastavro.schemaless_reader(data, parsed, return_record_name=self.union)
+                name, value = read if self.union else (self.names[0], read)
+                if self._wanted[index[name]]:
+                    rows[index[name]].append((position, value))
+                position += 1
+            if data.tell() != len(block.data):
+                raise ValueError(f"the block at byte {block.offset} holds {len(block.data) - data.tell()} bytes "
+                                 f"after its {block.count} records")
+        out = []
+        for branch, held in zip(self.branches, rows, strict=True):
+            if not held or branch.schema is None:
+                continue
+            arrays = [f.type.to_arrow([_exact(f.type, value[f.name]) for _, value in held]) for f in branch.fields]
+            out.append((branch.name, pa.RecordBatch.from_arrays(arrays, schema=branch.schema),
+                        np.array([p for p, _ in held], dtype=np.int64)))
+        return out
+
     def _failure(self, status: Status, blocks: Sequence[Block], ends: np.ndarray) -> str:
         code, record, op, at = status[0], int(status[1]), status[2], int(status[3])
         if code == TRAILING:  # ``record`` is the block's index, ``at`` where its records end
@@ -207,6 +248,29 @@ class Decoder:
                 BAD_NULL: f"has union index {at} in a [\"null\", T] field",
                 TOO_WIDE: "holds a decimal wider than 128 bits"}[code]
         return f"{where} {what}"
+
+
+def _without_decimals(schema: Any) -> Any:
+    """The schema with its decimals read as their bytes: fastavro rounds a decimal of more digits than its
+    precision to fit, where the kernel (and ``_exact``) refuses it."""
+    if isinstance(schema, list):
+        return [_without_decimals(s) for s in schema]
+    if isinstance(schema, Mapping):
+        if schema.get("logicalType") == "decimal":
+            return schema["type"]
+        return {k: _without_decimals(v) if k in ("type", "fields") else v for k, v in schema.items()}
+    return schema
+
+
+def _exact(column: ColumnType, value: Any) -> Any:
+    """A value fastavro read (decimals as their two's-complement bytes) as the canonical value."""
+    if column.kind != "decimal" or value is None:
+        return column.from_avro(value)
+    unscaled = int.from_bytes(value, "big", signed=True)
+    if abs(unscaled) >= 10 ** column.precision:
+        raise ValueError(f"a decimal of more than {column.precision} digits")
+    digits = tuple(int(d) for d in str(abs(unscaled)))
+    return decimal.Decimal((int(unscaled < 0), digits, -column.scale))  # exact: no context rounds it
 
 
 def _matrices(rows: int, length: int, old_vals: np.ndarray | None = None, old_valid: np.ndarray | None = None,

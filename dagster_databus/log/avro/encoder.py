@@ -26,6 +26,7 @@ disk, as the decoder's are.
 from __future__ import annotations
 
 import decimal
+import io
 import os
 from collections.abc import Iterator, Sequence
 
@@ -64,6 +65,8 @@ from dagster_databus.log.avro.fields import Field
 
 _BIN = pa.large_binary()  # 64-bit offsets: one segment may exceed 2 GiB of encoded rows
 BLOCK_RECORDS = 16_000  # fastavro's default block size: readers see the blocks they are used to
+# Fewer records than this in one call are encoded by fastavro, not the kernels (see ``_small_blocks``).
+SMALL_RECORDS = 2_000
 _Table = tuple[pa.RecordBatch, Sequence[Field], int | None]
 
 
@@ -86,7 +89,11 @@ def encode_blocks(tables: Sequence[_Table], order: np.ndarray | None = None,
 def iter_blocks(tables: Sequence[_Table], order: np.ndarray | None = None,
                 block_records: int = BLOCK_RECORDS) -> Iterator[pa.Array]:
     """``encode_blocks``, a few blocks at a time: each wave is encoded on every core at once (the kernel
-    lets go of the GIL), and only the waves not yet consumed are held, not the whole segment."""
+    lets go of the GIL), and only the waves not yet consumed are held, not the whole segment. Fewer than
+    ``SMALL_RECORDS`` records are encoded by fastavro instead (``_small_blocks``)."""
+    if sum(len(batch) for batch, _, _ in tables) < SMALL_RECORDS:
+        yield from _small_blocks(tables, order, block_records)
+        return
     program = _Program(tables)
     if order is None:  # each table's rows in chunks (blocks) of equal size, enough to keep every core busy
         blocks = [np.arange(first + start, first + min(start + size, rows), dtype=np.int64)
@@ -100,6 +107,50 @@ def iter_blocks(tables: Sequence[_Table], order: np.ndarray | None = None,
     wave = max(os.cpu_count() or 1, 1)
     for start in range(0, len(blocks), wave):
         yield from on_cores(program.encode, blocks[start:start + wave])
+
+
+def _small_blocks(tables: Sequence[_Table], order: np.ndarray | None, block_records: int) -> Iterator[pa.Array]:
+    """The same records, bytes for bytes, encoded one at a time by fastavro from the columns' canonical values.
+
+    A few records cost fastavro microseconds, and the kernels cost seconds to compile on a machine whose cache
+    does not hold them yet (a new container, a read-only site-packages): a scheduled run's small change set
+    pays no compile."""
+    import fastavro
+
+    records: list[bytes] = []
+    for batch, fields, union_index in tables:
+        schema = fastavro.parse_schema({"type": "record", "name": "r", "fields": [
+            {"name": f.name, "type": ["null", f.type.avro()] if f.nullable else f.type.avro()} for f in fields]})
+        columns = []
+        for f in fields:
+            column = batch.column(f.name)
+            if column.null_count and not f.nullable:
+                raise ValueError(f"field {f.name} holds nulls but is not nullable")
+            columns.append([f.type.to_avro(v) for v in f.type.from_arrow(column)])
+        branch = b"" if union_index is None else _varint(union_index)
+        names = [f.name for f in fields]
+        for values in zip(*columns, strict=True) if columns else [()] * len(batch):
+            out = io.BytesIO()
+            out.write(branch)
+            fastavro.schemaless_writer(out, schema, dict(zip(names, values, strict=True)))
+            records.append(out.getvalue())
+    if order is not None:
+        positions = np.asarray(order, dtype=np.int64)
+        if len(positions) and (positions.min() < 0 or positions.max() >= len(records)):
+            raise IndexError(f"order: positions must be in 0..{len(records) - 1}, the tables' rows")
+        records = [records[i] for i in positions.tolist()]
+    for start in range(0, len(records), block_records):
+        yield pa.array(records[start:start + block_records], _BIN)
+
+
+def _varint(n: int) -> bytes:
+    """An Avro long (zigzag, then base-128 little-endian groups)."""
+    value, out = (n << 1) ^ (n >> 63), bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _chunk_rows(rows: int, most: int) -> int:
