@@ -21,8 +21,8 @@ from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
-from dagster_databus.log.avro.container import read_container, write_container
 from dagster_databus.log.avro import decoder as decoder_module
+from dagster_databus.log.avro.container import read_container, write_container
 from dagster_databus.log.avro.decoder import Decoder, decode_segment
 from dagster_databus.log.avro.encoder import encode_blocks, encode_records
 from dagster_databus.log.avro.fields import Field, fields_of

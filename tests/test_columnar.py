@@ -20,8 +20,8 @@ from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import SchemaMismatchError
-from dagster_databus.log.avro.container import write_container
 from dagster_databus.log.avro import encoder
+from dagster_databus.log.avro.container import write_container
 from dagster_databus.log.avro.encoder import encode_blocks, encode_records
 from dagster_databus.log.avro.fields import Field
 from dagster_databus.log.changelog import ChangeLog

@@ -55,7 +55,7 @@ def crc32_each(values: pa.Array) -> np.ndarray:
     data_buffer = values.buffers()[2]
     data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
     if n < SMALL_VALUES:  # zlib's, a value at a time: a few keys need no kernel compiled on a new machine
-        view, bounds = memoryview(data), offsets.tolist()
+        view, bounds = data.data, offsets.tolist()
         out[:] = [zlib.crc32(view[bounds[i]:bounds[i + 1]]) for i in range(n)]
         return out
     _crc32(data, offsets, _TABLE, out)
