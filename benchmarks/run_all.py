@@ -6,6 +6,7 @@ from __future__ import annotations
 from benchmarks import (
     bench_bootstrap,
     bench_capture,
+    bench_cold_start,
     bench_connect,
     bench_consumer,
     bench_dagster,
@@ -42,6 +43,7 @@ if __name__ == "__main__":
     bench_online.main()
     bench_e2e.main()
     bench_dagster.main()
+    bench_cold_start.main()
     bench_connect.main()
     bench_failover.main()
     bench_lake.main()

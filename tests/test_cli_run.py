@@ -4,6 +4,7 @@ under the same locks, with the figures Dagster's metadata shows, and the jobs/ s
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -107,3 +108,19 @@ def test_the_jobs_scripts_are_the_cli_commands(config_path: Path) -> None:
     steps = [json_lines(r.stdout) for r in run]
     assert [s["step"] for s in steps[0]] == ["capture"] and [s["step"] for s in steps[1]] == ["merge"] * 3
     assert_snapshots_match(load_config(config_path))
+
+
+def test_warm_compiles_and_caches_every_kernel_a_large_sqlite_change_set_uses(tmp_path: Path) -> None:
+    cache = tmp_path / "numba"  # an empty cache: a new machine's
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+    first = subprocess.run([sys.executable, "-m", "dagster_databus.cli", "warm"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert f"numba cache: {cache}" in first.stdout
+    cached = {p.name.split("-")[0]: p.stat().st_mtime_ns for p in cache.rglob("*.nbc")}
+    assert {"encode_kernels.sizes_of", "encode_kernels.write", "decode_kernels.decode_records", "crc32._crc32",
+            "fingerprint._md5_prefixes", "scan._scan"} <= set(cached), sorted(cached)
+    again = subprocess.run([sys.executable, "-m", "dagster_databus.cli", "warm"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {p.name.split("-")[0]: p.stat().st_mtime_ns for p in cache.rglob("*.nbc")} == cached, "nothing compiled"

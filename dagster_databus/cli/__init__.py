@@ -373,7 +373,11 @@ def _main(argv: list[str] | None) -> int:
     tail.add_argument("--checkpoint-seconds", type=float, default=None, metavar="T",
                       help="also save it when T seconds passed since the last save")
     run.add_commands(sub, common)
+    sub.add_parser("warm", parents=[common], help="compile and cache the numba kernels now (an image's build step); "
+                                                  "needs no config")
     args = parser.parse_args(argv)
+    if args.command == "warm":
+        return _warm()
     commands = {"validate": _validate, "install": _install, "bootstrap": _bootstrap, "status": _status,
                 "tail": _tail, "reconcile": _reconcile, "snapshot": _snapshot,
                 "upkeep": _upkeep, "capture": run.capture, "merge": run.merge, "sync": run.sync}
@@ -390,6 +394,17 @@ def _main(argv: list[str] | None) -> int:
         print(f"error: {exc.strerror or exc}{where}. Fix: check that the path exists and that this user may "
               "read and write it", file=sys.stderr)
         return 2
+
+
+def _warm() -> int:
+    import numba
+
+    from dagster_databus.cli.warm import warm
+
+    seconds = warm(lambda line: print(line, flush=True))
+    print(f"kernels compiled and cached in {seconds:.1f}s; numba cache: "
+          f"{getattr(numba.config, 'CACHE_DIR', '') or 'beside the package files, else the user cache folder'}")
+    return 0
 
 
 def _quiet_stdout() -> None:

@@ -1,0 +1,69 @@
+"""``databus warm``: compile the package's numba kernels now and cache them on disk, so that no run pays their
+compile later: a Dockerfile's build step, a deploy hook, a CI runner's setup.
+
+A change set of fewer than 2,000 records needs no kernel (fastavro and zlib encode, decode and sum it), so a new
+machine's small scheduled runs cost what warm ones do without this; a larger one compiles the kernels its path
+uses, seconds each, once per cache. ``warm`` runs a small pipeline of its own, in a temporary folder, large enough
+to take every kernel path: a SQLite source of several column types, captured (the txlog scan, the Avro encoder,
+CRC-32), merged by the local engine (the Avro decoder), read back, and reconciled (the fingerprint). The MySQL
+binlog's row kernels compile on a MySQL source's first large change set (docs/deployment.md).
+
+numba caches next to the package's files when they are writable, else in the user's cache folder; set
+``NUMBA_CACHE_DIR`` to put it where the runs will find it (an image's own folder, not the build user's home).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+
+from dagster_databus import pipeline
+from dagster_databus.config import parse_config
+from dagster_databus.core.progress import Progress
+from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.snapshot.reconcile import reconcile_table
+from dagster_databus.spark.runtime import SparkRuntime
+
+ROWS = 5_000  # past every small-batch threshold (2,000 records, 4,096 keys)
+_TABLE = ("CREATE TABLE warm (id INTEGER PRIMARY KEY, n INTEGER, r REAL, s TEXT, b BLOB, d DECIMAL(12, 2), "
+          "day DATE, at TIMESTAMP, flag BOOLEAN, note VARCHAR(20))")
+
+
+def warm(progress: Progress) -> float:
+    """Run the kernels' paths once (compiling and caching what the cache lacks); the seconds it took."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="databus-warm-") as folder:
+        root = Path(folder)
+        with sqlite3.connect(root / "warm.db") as conn:
+            conn.execute(_TABLE)
+        config = parse_config({"lake": "lake", "merge": {"engine": "local"}, "sources": [
+            {"name": "warm", "kind": "sqlite", "path": "warm.db",
+             "tables": [{"name": "warm", "primary_key": ["id"]}]}]}, base=root)
+        pipeline.install(config, "warm")
+        with sqlite3.connect(root / "warm.db") as conn:
+            conn.executemany("INSERT INTO warm VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+                (i, i * 7, i / 3, f"text {i}", bytes([i % 256]) * 3, f"{i}.25", "2024-02-29",
+                 "2024-02-29 12:34:56.789", i % 2, None if i % 3 else "x") for i in range(ROWS)])
+        # Capture, then a merge that bootstraps (the source read); changes to every row, captured and merged
+        # from the log (the decoder).
+        for step in ("capture", "bootstrap", "update", "capture", "merge"):
+            begun = time.monotonic()
+            if step == "capture":
+                pipeline.capture(config, "warm")
+            elif step == "update":
+                with sqlite3.connect(root / "warm.db") as conn:
+                    conn.execute("UPDATE warm SET n = n + 1, s = s || '!'")
+                continue
+            else:
+                sync_source(SparkRuntime(config.spark), config, "warm")
+            progress(f"warm: {step} of {ROWS:,} rows in {time.monotonic() - begun:.1f}s")
+        begun = time.monotonic()
+        events = sum(1 for _ in ChangeLog(config.lake, "warm").read())
+        result = reconcile_table(config, config.source("warm"), "warm")
+        if events != 2 * ROWS or not result.equal:  # the kernels' own output checked, not only compiled
+            raise RuntimeError(f"databus warm: read back {events} of {2 * ROWS} events; reconciled: {result.equal}")
+        progress(f"warm: read back and reconciled in {time.monotonic() - begun:.1f}s")
+    return time.monotonic() - started
