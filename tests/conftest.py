@@ -139,6 +139,14 @@ def postgres() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture
+def pg(postgres: PostgresServer, request: pytest.FixtureRequest) -> PostgresHarness:
+    """A fresh database of its own on the session's PostgreSQL cluster, dropped with its slots after the test."""
+    harness = PostgresHarness(postgres)
+    request.addfinalizer(harness.close)
+    return harness
+
+
+@pytest.fixture
 def own_server() -> Iterator[MariaDBServer]:
     """A server of the test's own, for what would disturb others: RESET, PURGE, binlog files rewritten."""
     server = MariaDBServer()

@@ -38,7 +38,6 @@ from dagster_databus.sources.postgres.pgoutput import lsn_text
 from dagster_databus.sources.postgres.stream import IDLE_ADVANCE_BYTES
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import PostgresHarness, config_document, make_config
-from tests.postgres import PostgresServer
 
 REPO = Path(__file__).resolve().parents[1]
 SHOP = [("customers", ["id"]), ("orders", ["id"]), ("order_items", ["order_id", "line_no"])]
@@ -46,13 +45,6 @@ PAIR = [("a", ["id"]), ("b", ["id"])]
 PAIR_DDL = ["CREATE TABLE a (id INT PRIMARY KEY, v TEXT)", "CREATE TABLE b (id INT PRIMARY KEY, v TEXT)",
             "INSERT INTO a SELECT g, 'a' || g FROM generate_series(1, 30) g",
             "INSERT INTO b SELECT g, 'b' || g FROM generate_series(1, 30) g"]
-
-
-@pytest.fixture
-def pg(postgres: PostgresServer, request: pytest.FixtureRequest) -> PostgresHarness:
-    harness = PostgresHarness(postgres)
-    request.addfinalizer(harness.close)
-    return harness
 
 
 def configured(pg: PostgresHarness, lake: Any, tables: list[tuple[str, list[str]]], *ddl: Any,

@@ -20,18 +20,10 @@ from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources.postgres import spool, stream
 from tests.conftest import assert_snapshots_match
 from tests.harness import PostgresHarness, make_config
-from tests.postgres import PostgresServer
 
 TABLES = [("a", ["id"]), ("b", ["k1", "k2"])]
 DDL = ["CREATE TABLE a (id BIGINT PRIMARY KEY, grp INT, v TEXT, amount NUMERIC(12, 2))",
        "CREATE TABLE b (k1 INT, k2 TEXT, n INT, PRIMARY KEY (k1, k2))"]
-
-
-@pytest.fixture
-def pg(postgres: PostgresServer, request: pytest.FixtureRequest) -> PostgresHarness:
-    harness = PostgresHarness(postgres)
-    request.addfinalizer(harness.close)
-    return harness
 
 
 def configured(pg: PostgresHarness, lake: Path, stream_from_kb: int | None) -> DatabusConfig:
