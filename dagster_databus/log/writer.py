@@ -227,11 +227,8 @@ class LogWriter:
                 )
             previous = window.scn
         batch = ChangeBatch.from_windows(windows, self.schemas())
-        _, rows = self._segment_schema()
-        tables = {table: len(events) for table, events in batch.tables.items() if len(events)}
-        return self._publish(manifest, self._encode(batch, rows, batch.commit_order()),
-                             (windows[0].first_scn, windows[-1].scn), len(windows), tables,
-                             int(batch.window_ends()[1][-1]), epoch, state)
+        return self._publish_batch(manifest, batch, batch.commit_order(), (windows[0].first_scn, windows[-1].scn),
+                                   len(windows), epoch, state)
 
     def append_batch(self, batch: ChangeBatch, epoch: str, state: dict[str, str] | None = None) -> SegmentInfo:
         """Publish a columnar batch of whole windows as one segment (``append`` without per-event objects)."""
@@ -247,10 +244,8 @@ class LogWriter:
                 and np.all(scn[np.concatenate([[0], starts])] > previous)):
             raise ValueError(f"the batch's windows are not in commit order after SCN {manifest.last_scn}: "
                              "the log only grows in commit order")
-        _, rows = self._segment_schema()
-        tables = {table: len(events) for table, events in batch.tables.items() if len(events)}
-        return self._publish(manifest, self._encode(batch, rows, order), (Scn(int(scn[0])), Scn(int(window[-1]))),
-                             len(starts) + 1, tables, int(batch.window_ends()[1][-1]), epoch, state)
+        return self._publish_batch(manifest, batch, order, (Scn(int(scn[0])), Scn(int(window[-1]))),
+                                   len(starts) + 1, epoch, state)
 
     def append_spooled(self, spooled: SpooledBatch, epoch: str, state: dict[str, str] | None = None) -> SegmentInfo:
         """Publish windows too large to hold as one segment, their pieces read, encoded and written one at a time
@@ -300,6 +295,16 @@ class LogWriter:
             f"the change log of source {self.layout.source!r} belongs to epoch {manifest.epoch}; a writer "
             f"from epoch {epoch} may not append to it",
             "bootstrap the source into a fresh log (see docs/operations.md)", source=self.layout.source)
+
+    def _publish_batch(self, manifest: Manifest, batch: ChangeBatch, order: np.ndarray | None,
+                       scns: tuple[Scn, Scn], windows: int, epoch: str, state: dict[str, str] | None) -> SegmentInfo:
+        """``_publish`` of one batch, in ``order`` (its commit order; None: as it is)."""
+        _, rows = self._segment_schema()
+        tables = {table: len(events) for table, events in batch.tables.items() if len(events)}
+        commits = batch.column("__commit_ts_ms")
+        last_commit = int((commits[order] if order is not None else commits)[-1])  # the last event's, in order
+        return self._publish(manifest, self._encode(batch, rows, order), scns, windows, tables, last_commit, epoch,
+                             state)
 
     def _publish(self, manifest: Manifest, blocks: Iterator[pa.Array], scns: tuple[Scn, Scn], windows: int,
                  tables: dict[str, int], last_commit_ms: int, epoch: str, state: dict[str, str] | None) -> SegmentInfo:

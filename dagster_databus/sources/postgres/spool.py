@@ -37,7 +37,6 @@ class Spool:
     def __init__(self) -> None:
         self.folder: Path | None = None
         self.pieces: list[list[tuple[str, TableSchema, Path]]] = []
-        self.rows = 0
         self.tables: set[str] = set()  # with rows spooled
 
     def write(self, piece: Piece) -> None:
@@ -50,7 +49,6 @@ class Spool:
             with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
                 writer.write_batch(batch)
             files.append((name, schema, path))
-            self.rows += len(batch)
             self.tables.add(name)
         if files:
             self.pieces.append(files)
@@ -109,8 +107,7 @@ class Streamed:
     rows of each of its subtransactions, which of them rolled back, and the DDL and TRUNCATEs its stream told
     (recorded at its commit)."""
 
-    def __init__(self, xid: int) -> None:
-        self.xid = xid
+    def __init__(self) -> None:
         self.tables: dict[str, TableRows] = {}
         self.spool = Spool()
         self.seq = 0

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import select
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, closing, nullcontext
 from typing import Any
 
@@ -275,7 +275,7 @@ class _Reader:
             elif isinstance(decoded, pg.Truncate):
                 self._truncate(decoded)
             elif isinstance(decoded, pg.StreamStart):
-                self.streamed = self.streams.setdefault(decoded.xid, Streamed(decoded.xid))
+                self.streamed = self.streams.setdefault(decoded.xid, Streamed())
             elif isinstance(decoded, pg.StreamStop):
                 self.streamed = None
             elif isinstance(decoded, pg.StreamAbort):
@@ -336,7 +336,7 @@ class _Reader:
         try:
             current = self.stream.catalog.schemas()
             for name, table in streamed.tables.items():
-                if (table.held or name in streamed.spool.tables) and current.get(name) != table.schema:
+                if current.get(name) != table.schema:  # its rows, held or spooled, are of another shape
                     raise self._two_shapes(name, commit.commit_lsn)
             for name, statement in streamed.ddl:
                 self.stats.ddl.append((Scn(commit.commit_lsn), name, statement))
@@ -350,7 +350,7 @@ class _Reader:
         finally:
             streamed.spool.close()
 
-    def _spooled(self, window: int, commit_ms: int, pieces: Any) -> SpooledBatch:
+    def _spooled(self, window: int, commit_ms: int, pieces: Callable[[], Iterator[ChangeBatch]]) -> SpooledBatch:
         self.stats.until = Scn(window)
         self.stats.chunks += 1
         self.stats.state = shapes_state(self.shapes)
@@ -383,7 +383,7 @@ class _Reader:
             name = table.schema.table
             own = streamed.tables.get(name)
             if own is None or own.schema != table.schema:
-                if own is not None and (own.held or streamed.spool.rows):
+                if own is not None:  # it holds rows (in memory or spooled) of the table's other shape
                     raise self._two_shapes(name, self.last_end)
                 own = streamed.tables[name] = TableRows(table.schema, table.schema.column_names)
             streamed.add(own, op, image, xid)
