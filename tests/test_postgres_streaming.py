@@ -14,6 +14,7 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.scn import Scn
+from dagster_databus.errors import SchemaDriftError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.columns import table_changes
 from dagster_databus.snapshot.merge import sync_source
@@ -144,3 +145,24 @@ def test_streamed_transactions_keep_only_what_committed_in_commit_order(
     assert_snapshots_match(config)
     # Nothing left on disk: the spool's folders go with the transaction.
     assert set(spools.glob("databus-spool-*")) == before
+
+
+def test_a_streamed_transaction_that_alters_a_table_between_its_rows_is_refused_then_bootstrapped(
+        pg: PostgresHarness, tmp_path: Path, lazy_spark: Any) -> None:
+    config = configured(pg, tmp_path / "lake", 64)
+    pg.execute(["INSERT INTO a VALUES (1, 1, 'before', 1)"])
+    pipeline.capture(config, "shop")
+    log = ChangeLog(config.lake, "shop")
+    checkpoint = log.checkpoint()
+    pg.execute(["INSERT INTO a SELECT g, 0, repeat('w', 60), 0 FROM generate_series(10, 3009) g",
+                "ALTER TABLE a ADD COLUMN note TEXT",
+                "INSERT INTO a SELECT g, 0, repeat('w', 60), 0, 'after' FROM generate_series(5000, 7999) g"])
+    with pytest.raises(SchemaDriftError, match="between its row changes") as stopped:
+        pipeline.capture(config, "shop")
+    assert streamed_transactions(pg) >= 1, "the server streamed the transaction before its commit"
+    assert "databus bootstrap --source shop" in stopped.value.fix
+    assert log.checkpoint() == checkpoint and [e.event.key for e in log.read()] == [(1,)]
+    pipeline.bootstrap(config, "shop")
+    pipeline.capture(config, "shop")
+    sync_source(lazy_spark, config, "shop")
+    assert_snapshots_match(config)

@@ -11,7 +11,8 @@ import pyarrow as pa
 
 from dagster_databus.core.batch import batch_schema, encode_keys, partitions
 from dagster_databus.core.schema import TableSchema
-from dagster_databus.sources.postgres.pgoutput import Tuple, lsn_text
+from dagster_databus.errors import SchemaDriftError
+from dagster_databus.sources.postgres.pgoutput import UNCHANGED, Tuple, lsn_text
 from dagster_databus.sources.postgres.types import text_converter
 
 # Rows of a table held as decoded tuples before they are converted into Arrow columns.
@@ -75,6 +76,23 @@ class TableRows:
             self.windows.append((rows, window, commit_ms))
             self.committed = self.held
         return rows
+
+    def untoasted(self, new: Tuple, old: Tuple | None, source: str) -> Tuple:
+        """An update's new row with each unchanged TOASTed value taken from the old row, which only REPLICA IDENTITY
+        FULL sends (install sets it on tables that have such columns)."""
+        values = list(new)
+        for i, value in enumerate(new):
+            if value is UNCHANGED:
+                if old is None or old[i] is UNCHANGED:
+                    table, name = self.schema.table, self.schema.column_names[i]
+                    raise SchemaDriftError(
+                        f"an update of table {table!r} of source {source!r} left column {name!r} unchanged and out of "
+                        "line (TOAST), and the server sent no old row to take its value from: the table's REPLICA "
+                        "IDENTITY was not FULL when it was written",
+                        f"run `databus install --source {source}` (it sets REPLICA IDENTITY FULL), then "
+                        f"`databus bootstrap --source {source}`", source=source, table=table)
+                values[i] = old[i]
+        return tuple(values)
 
     def take(self) -> pa.RecordBatch | None:
         """The committed rows as the table's record batch in a change batch; the open transaction's stay."""

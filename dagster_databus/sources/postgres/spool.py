@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.schema import TableSchema
+from dagster_databus.errors import DatabusError
 from dagster_databus.sources.postgres.rows import TableRows, change_rows
 
 # Rows of one open transaction held in memory; past them, its rows go to disk.
@@ -116,6 +117,14 @@ class Streamed:
         self.counts: dict[int, int] = {}  # rows of each subtransaction
         self.aborted: set[int] = set()
         self.ddl: list[tuple[str, str]] = []  # (table, statement)
+        self.refused: DatabusError | None = None  # what refused one of its changes, raised if its commit counts
+
+    def refuse(self, exc: DatabusError) -> None:
+        """Keep what refused a change, and let go of the rows: the transaction fails or is dropped at its commit."""
+        self.refused = exc
+        self.tables.clear()
+        self.spool.close()
+        self.held = 0
 
     def add(self, table: TableRows, op: str, row: tuple[object, ...], subxid: int) -> None:
         if not self.marks or self.marks[-1][1] != subxid:

@@ -35,7 +35,13 @@ from dagster_databus.core.batch import ChangeBatch, SpooledBatch
 from dagster_databus.core.events import Window
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ConcurrentRunError, LogGapError, SchemaDriftError, SourceUnavailableError
+from dagster_databus.errors import (
+    ConcurrentRunError,
+    DatabusError,
+    LogGapError,
+    SchemaDriftError,
+    SourceUnavailableError,
+)
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import PollStats
 from dagster_databus.sources.postgres import pgoutput as pg
@@ -256,13 +262,11 @@ class _Reader:
                 self.feedback.send_feedback(force=True)
                 asked_at = settled_at
             decoded = self.decoder.decode(message.payload, message.data_start)
-            if isinstance(decoded, pg.Insert):
-                self._add(self._table(decoded.relation_oid), "i", decoded.new, decoded.xid)
-            elif isinstance(decoded, pg.Update):
-                self._update(decoded)
-            elif isinstance(decoded, pg.Delete):
-                old = decoded.old if decoded.old is not None else decoded.old_key
-                self._add(self._table(decoded.relation_oid), "d", old, decoded.xid)
+            if isinstance(decoded, pg.Insert | pg.Update | pg.Delete):
+                if decoded.xid is None:
+                    self._change(decoded)
+                else:
+                    self._streamed_change(decoded)
             elif isinstance(decoded, pg.Begin):
                 self.begin, self.seq = decoded, 0
                 self.skip = decoded.final_lsn < self.since.value
@@ -334,6 +338,8 @@ class _Reader:
 
     def _streamed_commit(self, streamed: Streamed, commit: pg.StreamCommit) -> Iterator[ChangeBatch | SpooledBatch]:
         try:
+            if streamed.refused is not None:  # it counts: what refused one of its changes stops capture now
+                raise streamed.refused
             current = self.stream.catalog.schemas()
             for name, table in streamed.tables.items():
                 if current.get(name) != table.schema:  # its rows, held or spooled, are of another shape
@@ -350,6 +356,27 @@ class _Reader:
         finally:
             streamed.spool.close()
 
+    def _change(self, change: pg.Insert | pg.Update | pg.Delete) -> None:
+        if isinstance(change, pg.Insert):
+            self._add(self._table(change.relation_oid), "i", change.new, change.xid)
+        elif isinstance(change, pg.Update):
+            self._update(change)
+        else:
+            old = change.old if change.old is not None else change.old_key
+            self._add(self._table(change.relation_oid), "d", old, change.xid)
+
+    def _streamed_change(self, change: pg.Insert | pg.Update | pg.Delete) -> None:
+        """A change of a transaction that may yet roll back or commit before the checkpoint (streamed again, then
+        dropped): what refuses it (a value, two shapes) is kept, and raised only at a commit that counts."""
+        streamed = self.streamed
+        assert streamed is not None
+        if streamed.refused is not None:  # its later rows are not needed: it fails or is dropped at its commit
+            return
+        try:
+            self._change(change)
+        except DatabusError as exc:
+            streamed.refuse(exc)
+
     def _spooled(self, window: int, commit_ms: int, pieces: Callable[[], Iterator[ChangeBatch]]) -> SpooledBatch:
         self.stats.until = Scn(window)
         self.stats.chunks += 1
@@ -359,12 +386,9 @@ class _Reader:
     def _abort(self, abort: pg.StreamAbort) -> None:
         """A streamed transaction rolled back (its rows go), or one of its subtransactions (left out at commit)."""
         streamed = self.streams.get(abort.xid)
-        if streamed is None:
-            return
-        if abort.subxid == abort.xid:
-            del self.streams[abort.xid]
-            streamed.spool.close()
-        else:
+        if streamed is not None and abort.subxid == abort.xid:
+            self.streams.pop(abort.xid).spool.close()
+        elif streamed is not None:
             streamed.aborted.add(abort.subxid)
 
     def _two_shapes(self, name: str, lsn: int) -> SchemaDriftError:
@@ -402,30 +426,13 @@ class _Reader:
             return
         new = message.new
         if UNCHANGED in new:
-            new = self._untoasted(table, new, message.old)
+            new = table.untoasted(new, message.old, self.name)
         old = message.old if message.old is not None else message.old_key
         if old is not None and any(old[i] != new[i] for i in table.key):
             self._add(table, "d", old, message.xid)  # the key changed: the old row goes
             self._add(table, "i", new, message.xid)
         else:
             self._add(table, "u", new, message.xid)
-
-    def _untoasted(self, table: TableRows, new: Tuple, old: Tuple | None) -> Tuple:
-        """The new row with each unchanged TOASTed value taken from the old row, which only REPLICA IDENTITY
-        FULL sends (install sets it on tables that have such columns)."""
-        values = list(new)
-        for i, value in enumerate(new):
-            if value is UNCHANGED:
-                if old is None or old[i] is UNCHANGED:
-                    name = table.schema.column_names[i]
-                    raise SchemaDriftError(
-                        f"an update of table {table.schema.table!r} of source {self.name!r} left column {name!r} "
-                        "unchanged and out of line (TOAST), and the server sent no old row to take its value from: "
-                        "the table's REPLICA IDENTITY was not FULL when it was written",
-                        f"run `databus install --source {self.name}` (it sets REPLICA IDENTITY FULL), then "
-                        f"`databus bootstrap --source {self.name}`", source=self.name, table=table.schema.table)
-                values[i] = old[i]
-        return tuple(values)
 
     def _truncate(self, message: pg.Truncate) -> None:
         """TRUNCATE empties tables without row events: recorded as a statement, so the merge reads them again."""
