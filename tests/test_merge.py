@@ -234,7 +234,7 @@ def test_many_small_segments_are_read_by_a_few_tasks_and_every_window_is_counted
                                                                                         spark) -> None:
     """A capture that polls often leaves a segment per run; the merge reads small ones together (a task
     apiece would cost more than the reading) and still counts each window once."""
-    from dagster_databus.spark.logsource import ChangeLogReader
+    from dagster_databus.spark.logread import log_tasks
 
     harness = SqliteHarness(tmp_path / "s.db")
     harness.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL)"])
@@ -248,11 +248,9 @@ def test_many_small_segments_are_read_by_a_few_tasks_and_every_window_is_counted
     applied = snapshot(config).applied_scn()
     segments = log.manifest().between(applied, None)
     assert len(segments) == 24
-    options = {"lake": config.lake.spec(), "source": "shop", "table": "items", "since": str(applied)}
-    columns = [("id", "long"), ("name", "string"), ("price", "double")]
-    alone = ChangeLogReader(options, columns).partitions()
+    alone = log_tasks(log, "items", applied, None)
     small = max(s.bytes for s in segments) * 5
-    packed = ChangeLogReader({**options, "split_bytes": str(small)}, columns).partitions()
+    packed = log_tasks(log, "items", applied, None, small)
     assert len(alone) == 24 and 5 <= len(packed) < 24
     [result] = sync_source(spark, config, "shop")
     assert result.windows == 24 and result.events == 48

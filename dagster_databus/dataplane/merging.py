@@ -84,14 +84,15 @@ class MergePlan:
             for batch in batches:
                 if not batch.num_rows:
                     continue
-                part = batch.column(self.part_column)[0].as_py() if self.part_column else ""
-                seen = windows.setdefault(part, [])
-                for w in np.unique(batch.column("__window_scn").to_numpy()).tolist():
-                    if not seen or w > seen[-1]:
-                        seen.append(w)
-                counts = pc.value_counts(batch.column("__op"))
-                for op, n in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True):
-                    ops.setdefault(part, {})[op] = ops.setdefault(part, {}).get(op, 0) + n
+                for part, rows in self._parts(batch):
+                    seen = windows.setdefault(part, [])
+                    for w in np.unique(rows.column("__window_scn").to_numpy()).tolist():
+                        if not seen or w > seen[-1]:
+                            seen.append(w)
+                    counts = pc.value_counts(rows.column("__op"))
+                    for op, n in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(),
+                                     strict=True):
+                        ops.setdefault(part, {})[op] = ops.setdefault(part, {}).get(op, 0) + n
                 if self.applied:
                     batch = batch.filter(pc.greater(batch.column("__scn"), self.applied))
                 if reducer is None:
@@ -112,6 +113,20 @@ class MergePlan:
         fact = json.dumps({"read": ops, "windows": [[part, *where, w[0], w[-1], len(w)]
                                                    for part, w in windows.items() if w]})
         yield _routed(FACT_GROUP, self._slots(np.array([FACT_GROUP]))[0], None, fact)
+
+    def _parts(self, batch: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """``batch``'s rows by the part they belong to ("" without parts). Spark may hand one task the rows
+        of several parts in one batch (a union of the parts' reads can be planned as one partition)."""
+        if not self.part_column:
+            yield "", batch
+            return
+        column = batch.column(self.part_column)
+        labels = pc.unique(column).to_pylist()
+        if len(labels) == 1:
+            yield labels[0], batch
+            return
+        for label in labels:
+            yield label, batch.filter(pc.equal(column, label))
 
     def _slots(self, groups: np.ndarray) -> np.ndarray:
         """The ``SLOT`` value of each group: a file group's own; a gap's, spread over the partitions."""

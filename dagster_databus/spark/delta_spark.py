@@ -20,7 +20,8 @@ from dagster_databus.dataplane.reduce import ChangeStats
 from dagster_databus.errors import ConfigError
 from dagster_databus.spark.engine import SparkEngine
 from dagster_databus.spark.errors import task_errors
-from dagster_databus.spark.frames import read_changes, reduce_latest, to_merge_frame
+from dagster_databus.spark.frames import reduce_latest, to_merge_frame
+from dagster_databus.spark.logread import read_changes
 
 if TYPE_CHECKING:
     from dagster_databus.core.progress import Progress

@@ -1,5 +1,5 @@
-"""Spark frames the engines build from the change log: its changes read by tasks (``read_changes``), reduced to
-the newest per key with a window function (``reduce_latest``), in a snapshot's columns (``to_merge_frame``)."""
+"""Spark frames the engines build from the change log's changes (``spark.logread.read_changes``): reduced to the
+newest per key with a window function (``reduce_latest``), in a snapshot's columns (``to_merge_frame``)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from dagster_databus.config import DatabusConfig
     from dagster_databus.core.schema import TableSchema
-    from dagster_databus.core.scn import Scn
     from dagster_databus.spark.runtime import SparkRuntime
-
-
-def read_changes(spark: SparkRuntime, config: DatabusConfig, source: str, table: str, since: Scn, until: Scn,
-                 route: str | None = None, split_bytes: int = 0) -> DataFrame:
-    """The table's changes in (since, until], one input partition per log segment (``spark.logsource``;
-    segments over ``split_bytes`` in pieces, smaller ones together up to that size); with ``route`` (a packed
-    merge plan), reduced per task and tagged with their file groups."""
-    options = {"lake": config.lake.spec(), "source": source, "table": table, "since": str(since),
-               "until": str(until), "split_bytes": str(split_bytes)}
-    return spark.frame("databus_log", **options, **({"route": route} if route is not None else {}))
 
 
 def reduce_latest(spark: SparkRuntime, changes: DataFrame, primary_key: Sequence[str]) -> DataFrame:

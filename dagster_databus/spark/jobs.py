@@ -15,7 +15,7 @@ from dagster_databus.core.wire import pack
 from dagster_databus.dataplane.commit import location, remove_uncommitted
 from dagster_databus.dataplane.files import DataFile, TaskReport, run_prefix
 from dagster_databus.spark.errors import task_errors
-from dagster_databus.spark.frames import read_changes
+from dagster_databus.spark.logread import read_changes
 from dagster_databus.spark.rewrite import Changes, RewriteCommit, RewriteTarget, Rewritten, rewrite
 from dagster_databus.storage.durable import crash_point, disk_errors
 

@@ -15,8 +15,9 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.commit import OPERATION_KEY, commit_files, location
 from dagster_databus.dataplane.engine import LogicalLoaded, LogicalMerged
 from dagster_databus.spark.errors import task_errors
-from dagster_databus.spark.frames import read_changes, reduce_latest
+from dagster_databus.spark.frames import reduce_latest
 from dagster_databus.spark.jobs import ENGINE, FileCopy, SparkJobs, paths, with_columns
+from dagster_databus.spark.logread import read_changes
 from dagster_databus.spark.rewrite import Changes, RewriteCommit, RewriteTarget
 
 if TYPE_CHECKING:

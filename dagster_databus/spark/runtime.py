@@ -132,7 +132,7 @@ class SparkRuntime:
             yield
 
     def frame(self, data_source: str, /, **options: str) -> DataFrame:
-        """A frame of one of the package's data sources (``databus_log``, ``databus_table_files``...), read with
+        """A frame of one of the package's data sources (``databus_table_files``, ``databus_delta_files``...), read with
         ``options``."""
         reader = self.session.read.format(data_source)
         for key, value in options.items():
@@ -182,10 +182,9 @@ def register_data_sources(session: Session) -> None:
     a name already taken races with a registration of the same name under way (tables sync in threads, and
     runs in other processes share a Connect session), so a source already there is left as it is."""
     from dagster_databus.spark.deltafiles import DeltaFilesSource
-    from dagster_databus.spark.logsource import ChangeLogDataSource
     from dagster_databus.spark.tables import TableFilesSource, TableRangesSource, TableRefreshSource
 
-    sources: Sequence[Any] = (ChangeLogDataSource, TableFilesSource, TableRangesSource, TableRefreshSource,
+    sources: Sequence[Any] = (TableFilesSource, TableRangesSource, TableRefreshSource,
                               DeltaFilesSource)
     for source in sources:
         try:
