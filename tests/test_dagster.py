@@ -14,7 +14,9 @@ import pytest
 from dagster_databus.config import load_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.defs.factory import build_definitions
+from dagster_databus.defs.logs import LOG_LEVEL_ENV, default_level
 from dagster_databus.demo.workload import ShopWorkload, create_shop
+from dagster_databus.errors import ConfigError
 from tests.conftest import assert_snapshots_match
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,6 +102,57 @@ def test_the_cli_command_from_the_readme_captures_and_merges_on_the_first_run(tm
     assert not any("multiprocess executor" in (e.message or "") for e in events)
     started = step_pids(events)
     assert set(started) == {"shop_sync_step", "shop_reconciliation"} and len(set(started.values())) == 1
+
+
+def test_runs_print_what_their_steps_did_and_dagsters_debug_events_only_when_asked(tmp_path: Path) -> None:
+    """A scheduled run (the source's sync job) prints its steps' lines at INFO, not Dagster's DEBUG engine
+    events; DATABUS_LOG_LEVEL=DEBUG brings them back; an asset selection's run follows the instance's
+    python_logs level, which docs/operations.md says to set."""
+    config_path = write_config(tmp_path)
+    doc = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**doc, "merge": {"engine": "local"}}))  # the console, not Spark, is tested
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    env = {**os.environ, "DATABUS_CONFIG": str(config_path), "DAGSTER_HOME": str(home)}
+    env.pop(LOG_LEVEL_ENV, None)
+    dagster = str(Path(sys.executable).parent / "dagster")
+    job = [dagster, "job", "execute", "-m", "dagster_databus.definitions", "-j", "shop_sync"]
+
+    def run(command: list[str], seed: int, **extra: str) -> list[str]:
+        ShopWorkload(tmp_path / "shop.db", seed=seed).run(10)
+        proc = subprocess.run(command, env={**env, **extra}, cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-5000:]
+        return proc.stderr.splitlines()
+
+    def debug(lines: list[str]) -> list[str]:
+        return [line for line in lines if " - DEBUG - " in line]
+
+    quiet = run(job, 1)
+    assert not debug(quiet), "\n".join(quiet)
+    for table in ("customers", "orders", "order_items"):  # the bootstrap's line per table
+        assert sum(f" - {table}: bootstrapped " in line for line in quiet) == 1, "\n".join(quiet)
+    quiet = run(job, 2)
+    assert not debug(quiet)
+    for table in ("customers", "orders", "order_items"):
+        assert any(" - INFO - " in line and f" - {table}: merging " in line for line in quiet), "\n".join(quiet)
+    loud = run(job, 3, **{LOG_LEVEL_ENV: "debug"})
+    assert sum("STEP_SUCCESS" in line for line in debug(loud)) == 1
+    materialize_all = [dagster, "asset", "materialize", "-m", "dagster_databus.definitions", "--select", "*"]
+    assert sum("STEP_SUCCESS" in line for line in debug(run(materialize_all, 4))) == 2  # Dagster's default
+    (home / "dagster.yaml").write_text("python_logs:\n  python_log_level: INFO\n")
+    quiet = run(materialize_all, 5)
+    assert not debug(quiet)
+    for table in ("customers", "orders", "order_items"):  # the reconciliation: one line per table
+        assert sum(f" - {table}: reconciled at SCN " in line and ": equal (" in line for line in quiet) == 1
+
+
+def test_an_unknown_console_log_level_is_refused_at_load_naming_the_levels(monkeypatch) -> None:
+    monkeypatch.setenv(LOG_LEVEL_ENV, "LOUD")
+    with pytest.raises(ConfigError, match="not a log level") as caught:
+        default_level()
+    assert "DEBUG, INFO, WARNING" in caught.value.fix
+    monkeypatch.setenv(LOG_LEVEL_ENV, " warning ")
+    assert default_level() == "WARNING"
 
 
 def step_pids(events: list) -> dict[str, int]:

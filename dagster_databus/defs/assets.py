@@ -151,7 +151,9 @@ def _rows(config: SyncRunConfig, lake_config: DatabusConfig, source: str, tables
 
 def _install(context: AssetExecutionContext, config: DatabusConfig, name: str) -> dg.MaterializeResult[None]:
     report = pipeline.install(config, name)
-    context.log.info(f"capture in {name}: updated {list(report.changed)}, unchanged {list(report.unchanged)}")
+    # Said at INFO only when it did something: a scheduled run's install finds nothing to change.
+    (context.log.info if report.changed else context.log.debug)(
+        f"capture in {name}: updated {list(report.changed)}, unchanged {list(report.unchanged)}")
     return dg.MaterializeResult(asset_key=capture_key(name), metadata={
         "epoch": report.epoch, "capture_version": report.version,
         "tables_updated": dg.MetadataValue.json(list(report.changed)),

@@ -142,10 +142,20 @@ def build_reconcile_checks(source: SourceConfig) -> dg.AssetChecksDefinition:
                        ) -> Iterator[dg.AssetCheckResult]:
         config = databus.config()
         for check_key in context.selected_asset_check_keys:
-            r = reconcile_table(config, source, check_key.asset_key.path[-1], context.log.info)
+            # Its two fingerprints' progress at DEBUG; one line per table says how it came out.
+            r = reconcile_table(config, source, check_key.asset_key.path[-1], context.log.debug)
+            (context.log.info if r.equal else context.log.warning)(_reconciled_line(r))
             yield _reconciled_result(check_key.asset_key, r)
 
     return reconciliation
+
+
+def _reconciled_line(r: Reconciliation) -> str:
+    if not r.reconciled:
+        return f"{r.table}: not reconciled: {r.reason}"
+    verdict = "equal" if r.equal else f"DIFFERENT in {r.differing_buckets} key bucket(s)"
+    return (f"{r.table}: reconciled at SCN {r.scn}: {verdict} ({r.source_rows:,} source rows, "
+            f"{r.snapshot_rows:,} snapshot rows, {r.seconds:.1f}s)")
 
 
 def _reconciled_result(key: dg.AssetKey, r: Reconciliation) -> dg.AssetCheckResult:
