@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import zlib
 
-import numba
 import numpy as np
 import pyarrow as pa
+
+from dagster_databus.core.kernels import kernel
 
 # Fewer values than this are summed by zlib one at a time, not the kernel (which costs a compile on a new machine).
 SMALL_VALUES = 4_096
@@ -32,7 +33,7 @@ def _table() -> np.ndarray:
 _TABLE = _table()
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _crc32(data: np.ndarray, offsets: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
     for i in range(len(out)):
         c = np.uint32(0xFFFFFFFF)

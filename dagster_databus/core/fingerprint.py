@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dagster_databus.core.kernels import kernel
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.types import ColumnType
 
@@ -181,7 +181,7 @@ _K = np.array([int(abs(np.sin(i + 1)) * 2**32) & 0xFFFFFFFF for i in range(64)],
 
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _accumulate(counts: np.ndarray, sums: np.ndarray, buckets: np.ndarray, values: np.ndarray,  # pragma: no cover
                 sign: int) -> None:
     for i in range(len(buckets)):
@@ -194,7 +194,7 @@ def _accumulate(counts: np.ndarray, sums: np.ndarray, buckets: np.ndarray, value
             sums[b] -= values[i]
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _md5_block(block: np.ndarray, state: np.ndarray, shifts: np.ndarray, k: np.ndarray) -> None:  # pragma: no cover
     m = np.empty(16, np.int64)
     for j in range(16):
@@ -224,12 +224,12 @@ def _md5_block(block: np.ndarray, state: np.ndarray, shifts: np.ndarray, k: np.n
     state[3] = (state[3] + d) & mask
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _bswap32(x: int) -> int:  # pragma: no cover
     return ((x & 0xFF) << 24) | ((x & 0xFF00) << 8) | ((x >> 8) & 0xFF00) | ((x >> 24) & 0xFF)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _md5_prefixes(data: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
     block = np.empty(64, np.int64)
     tail = np.zeros(128, np.int64)

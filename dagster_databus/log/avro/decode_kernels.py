@@ -5,9 +5,9 @@ cached on disk; they let go of the GIL, so groups of blocks decode on several th
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from dagster_databus.core.kernels import kernel
 from dagster_databus.log.avro.decode_program import BOOL, BYTES, DOUBLE, FLOAT, LONG
 from dagster_databus.log.avro.text_kernels import plain_decimal
 
@@ -21,7 +21,7 @@ _U8 = np.uint64(8)
 _ALL_ONES = np.uint64(2**64 - 1)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _varint(data: np.ndarray, pos: int, end: int) -> tuple[np.int64, np.int64]:  # pragma: no cover - compiled
     """A zigzag varint (Avro int and long) at ``pos``: (value, position after it); position -1 when it
     runs past ``end`` or past 64 bits."""
@@ -48,7 +48,7 @@ def _varint(data: np.ndarray, pos: int, end: int) -> tuple[np.int64, np.int64]: 
             return np.int64(0), np.int64(-1)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def decode_records(data: np.ndarray, ends: np.ndarray, counts: np.ndarray, state: np.ndarray, union: bool,
                    first_op: np.ndarray, ops: np.ndarray, nullable: np.ndarray, slots: np.ndarray, wanted: np.ndarray,
                    first: int, room: np.ndarray, column: np.ndarray, held: np.ndarray, vals: np.ndarray,
@@ -190,7 +190,7 @@ def decode_records(data: np.ndarray, ends: np.ndarray, counts: np.ndarray, state
     return OK, 0, -1, 0
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def copy_values(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, offsets: np.ndarray,
                 out: np.ndarray) -> None:  # pragma: no cover - compiled
     """Each value's bytes (``lengths[i]`` from ``starts[i]`` in ``data``) to ``offsets[i]`` in ``out``."""
@@ -200,7 +200,7 @@ def copy_values(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, offse
             out[at + t] = data[start + t]
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def plain_numbers(text: np.ndarray, offsets: np.ndarray, present: np.ndarray) -> bool:  # pragma: no cover
     """Whether every present value is plain decimal text, ``-?(0|[1-9][0-9]*)(\\.[0-9]+)?``."""
     for i in range(len(offsets) - 1):
@@ -209,7 +209,7 @@ def plain_numbers(text: np.ndarray, offsets: np.ndarray, present: np.ndarray) ->
     return True
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def decimals_as_text(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, present: np.ndarray,
                      precision: int, scale: int, stride: int, out: np.ndarray,
                      out_lengths: np.ndarray) -> int:  # pragma: no cover - compiled

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 from numba import types
 from numba.typed import List
 
+from dagster_databus.core.kernels import kernel
 from dagster_databus.log.avro.text_kernels import plain_decimal
 
 # A scalar integer in the kernels: a Python int or a numpy one (numba compiles both to int64).
@@ -41,17 +41,17 @@ _B1, _B2, _B3, _B4, _B5, _B6, _B7, _B8, _B9 = (np.uint64(1 << (7 * k)) for k in 
 
 # Typed lists are built by compiled (cached) functions: typed.List's own methods compile afresh
 # in every process, for a third of a second.
-@numba.njit(cache=True)
+@kernel(nogil=False)
 def lists() -> tuple[Any, Any, Any]:  # pragma: no cover - compiled
     return List.empty_list(_WORD_VIEW), List.empty_list(_HALF_VIEW), List.empty_list(_RAW_VIEW)
 
 
-@numba.njit(cache=True)
+@kernel(nogil=False)
 def push(views: Any, view: np.ndarray) -> None:  # pragma: no cover - compiled
     views.append(view)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def sizes_of(positions: np.ndarray, starts: np.ndarray, branches: np.ndarray, first_field: np.ndarray,
              program: np.ndarray, words: Any, halves: Any,
              raw: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
@@ -128,7 +128,7 @@ def sizes_of(positions: np.ndarray, starts: np.ndarray, branches: np.ndarray, fi
     return offsets, group, slots, rows, first
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def write(group: np.ndarray, slots: np.ndarray, rows: np.ndarray, first: int, branches: np.ndarray,
           first_field: np.ndarray, program: np.ndarray, words: Any, halves: Any, raw: Any, offsets: np.ndarray,
           out: np.ndarray) -> None:  # pragma: no cover - compiled
@@ -156,7 +156,7 @@ def write(group: np.ndarray, slots: np.ndarray, rows: np.ndarray, first: int, br
 _U = np.uint64
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _sizes(field: np.ndarray, words: Any, halves: Any, raw: Any, slots: np.ndarray, rows: np.ndarray, first: int,
            g0: int, g1: int, sizes: np.ndarray) -> None:  # pragma: no cover - compiled
     """Adds the field's size in records ``g0`` up to ``g1`` of a group to theirs in ``sizes``: record k
@@ -194,7 +194,7 @@ def _sizes(field: np.ndarray, words: Any, halves: Any, raw: Any, slots: np.ndarr
         sizes[_U(i)] += size
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _puts(field: np.ndarray, words: Any, halves: Any, raw: Any, slots: np.ndarray, rows: np.ndarray, first: int,
           g0: int, g1: int, cursor: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
     """Writes the field's value in records ``g0`` up to ``g1`` of a group (as for ``_sizes``) at their
@@ -253,7 +253,7 @@ def _puts(field: np.ndarray, words: Any, halves: Any, raw: Any, slots: np.ndarra
         cursor[i] = at
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _put_text_decimal(out: np.ndarray, at: Int, b: np.ndarray, start: Int, end: Int, scale: Int,
                       limbs: np.ndarray) -> Int:  # pragma: no cover - compiled
     """Plain decimal text as the unscaled value's bytes (length first), as ``_unscaled_bytes`` writes it."""
@@ -273,7 +273,7 @@ def _put_text_decimal(out: np.ndarray, at: Int, b: np.ndarray, start: Int, end: 
     return at + length
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _varint_size(v: Int) -> Int:  # pragma: no cover - compiled
     """Bytes of a zigzag varint: counted without branches, which mispredict on values of mixed widths."""
     u = np.uint64((v << 1) ^ (v >> 63))
@@ -281,7 +281,7 @@ def _varint_size(v: Int) -> Int:  # pragma: no cover - compiled
             + np.int64(u >= _B5) + np.int64(u >= _B6) + np.int64(u >= _B7) + np.int64(u >= _B8) + np.int64(u >= _B9))
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _put_varint(out: np.ndarray, at: Int, v: Int) -> Int:  # pragma: no cover - compiled
     """A zigzag varint (Avro int and long): low 7-bit groups first, high bit = more."""
     u = np.uint64((v << 1) ^ (v >> 63))
@@ -293,7 +293,7 @@ def _put_varint(out: np.ndarray, at: Int, v: Int) -> Int:  # pragma: no cover - 
     return at + 1
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _bit_length(u: np.uint64) -> int:  # pragma: no cover - compiled
     """Bits of ``u`` without its leading zeros (Python's ``int.bit_length``)."""
     bits = 0
@@ -306,7 +306,7 @@ def _bit_length(u: np.uint64) -> int:  # pragma: no cover - compiled
     return bits
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _decimal_length(low: Int, high: Int) -> Int:  # pragma: no cover - compiled
     """Bytes of a decimal128 (its low and high 64-bit halves): like fastavro (and Java's BigInteger),
     ``(|v|.bit_length() + 8) // 8``, so -2^(8n-1) takes n+1 bytes; at most the 16 there are."""
@@ -318,7 +318,7 @@ def _decimal_length(low: Int, high: Int) -> Int:  # pragma: no cover - compiled
     return min(bits // 8 + 1, 16)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _text_unscaled(b: np.ndarray, start: Int, end: Int, scale: Int, limbs: np.ndarray) -> Int:  # pragma: no cover
     """The magnitude of plain decimal text ``b[start:end]`` times 10^scale, digits past the scale
     dropped (as ``int`` of the scaled ``Decimal`` truncates), into ``limbs`` (32-bit, low first);
@@ -344,7 +344,7 @@ def _text_unscaled(b: np.ndarray, start: Int, end: Int, scale: Int, limbs: np.nd
     return used
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _multiply_add(limbs: np.ndarray, used: int, factor: np.uint64, add: np.uint64) -> int:  # pragma: no cover
     """limbs = limbs * factor + add (factor and add below 2^32); returns the limbs used (the top one is
     not zero: leading zero digits take none)."""
@@ -359,7 +359,7 @@ def _multiply_add(limbs: np.ndarray, used: int, factor: np.uint64, add: np.uint6
     return used
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _limbs_length(limbs: np.ndarray, used: Int) -> Int:  # pragma: no cover - compiled
     """Bytes of the unscaled value (its ``used`` limbs, the top one not zero): ``(|v|.bit_length() + 8) // 8``,
     as ``_unscaled_bytes`` writes it."""
@@ -367,7 +367,7 @@ def _limbs_length(limbs: np.ndarray, used: Int) -> Int:  # pragma: no cover - co
     return bits // 8 + 1
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def plain_decimals(offsets: np.ndarray, text: np.ndarray, valid: np.ndarray, nulls: bool, off: int,
                    n: int) -> bool:  # pragma: no cover - compiled
     """Whether every present value is plain decimal text, ``-?[0-9]+(\\.[0-9]+)?``: what the kernel reads."""

@@ -3,11 +3,12 @@ text into unscaled integers, the decoder writes a decimal column's text form; ea
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from dagster_databus.core.kernels import kernel
 
-@numba.njit(cache=True, nogil=True)
+
+@kernel
 def plain_decimal(text: np.ndarray, at: int, end: int, canonical: bool) -> bool:  # pragma: no cover - compiled
     """Whether ``text[at:end]`` is ``-?[0-9]+(\\.[0-9]+)?``; with ``canonical``, also without a leading zero
     before more integer digits (``-?(0|[1-9][0-9]*)(\\.[0-9]+)?``)."""

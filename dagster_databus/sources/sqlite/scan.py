@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 import pyarrow as pa
+
+from dagster_databus.core.kernels import kernel
 
 # Value kinds in the images.
 NULL, INTEGER, TEXT, REAL, BLOB, ESCAPED = 0, 1, 2, 3, 4, 5  # ESCAPED: text with backslash escapes
@@ -70,7 +71,7 @@ def scan(images: pa.Array, columns: int, wanted: Sequence[int]) -> Spans | None:
     return Spans(data, kinds, starts, ends)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _string_end(data: np.ndarray, pos: int, end: int) -> tuple[int, bool]:  # pragma: no cover - compiled
     """From just inside an opening quote: (position of the closing quote, escapes seen); -1 if none."""
     escaped = False
@@ -86,7 +87,7 @@ def _string_end(data: np.ndarray, pos: int, end: int) -> tuple[int, bool]:  # pr
     return -1, escaped
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _scan(data: np.ndarray, offsets: np.ndarray, columns: int, slot: np.ndarray, kinds: np.ndarray,
           starts: np.ndarray, ends: np.ndarray) -> int:  # pragma: no cover - compiled
     """Fill kinds/starts/ends; -1 when every image parsed, else the index of the first that did not."""
@@ -159,7 +160,7 @@ def _scan(data: np.ndarray, offsets: np.ndarray, columns: int, slot: np.ndarray,
     return -1
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _copy(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, offsets: np.ndarray,
           out: np.ndarray) -> None:  # pragma: no cover - compiled
     for i in range(len(starts)):

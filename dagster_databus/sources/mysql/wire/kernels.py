@@ -8,15 +8,16 @@ values written by a real server and compare them with what the server reads back
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from dagster_databus.core.kernels import kernel
 
 # What ``scan`` returns first.
 OK, TRUNCATED, TRAILING = 0, 1, 2
 NULL = -1  # a length in ``ln`` that marks a NULL
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _le(data: np.ndarray, pos: int, n: int) -> int:  # pragma: no cover - compiled
     value = 0
     for i in range(n):
@@ -24,7 +25,7 @@ def _le(data: np.ndarray, pos: int, n: int) -> int:  # pragma: no cover - compil
     return value
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _be(data: np.ndarray, pos: int, n: int) -> int:  # pragma: no cover - compiled
     value = 0
     for i in range(n):
@@ -32,7 +33,7 @@ def _be(data: np.ndarray, pos: int, n: int) -> int:  # pragma: no cover - compil
     return value
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def scan(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, images: np.ndarray, widths: np.ndarray,
          off: np.ndarray, ln: np.ndarray, fill: bool) -> tuple[int, int, int]:  # pragma: no cover - compiled
     """Walk the row images of each event (bytes ``starts[e]:ends[e]``, ``images[e]`` images a row: 2 for
@@ -74,7 +75,7 @@ def scan(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, images: np.ndar
     return OK, n, -1
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def gather_fixed(data: np.ndarray, off: np.ndarray, ln: np.ndarray, width: int,
                  out: np.ndarray) -> None:  # pragma: no cover - compiled
     """Each value's ``width`` bytes side by side (zeros for a NULL), to be viewed as numbers."""
@@ -86,7 +87,7 @@ def gather_fixed(data: np.ndarray, off: np.ndarray, ln: np.ndarray, width: int,
             out[q + j] = data[p + j]
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def int24(data: np.ndarray, off: np.ndarray, ln: np.ndarray, signed: bool,
           out: np.ndarray) -> None:  # pragma: no cover - compiled
     for i in range(len(off)):
@@ -95,7 +96,7 @@ def int24(data: np.ndarray, off: np.ndarray, ln: np.ndarray, signed: bool,
             out[i] = v - (1 << 24) if signed and v >= (1 << 23) else v
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def unsigned_le(data: np.ndarray, off: np.ndarray, ln: np.ndarray, width: int,
                 out: np.ndarray) -> None:  # pragma: no cover - compiled
     """ENUM indexes and YEAR: small unsigned integers."""
@@ -104,7 +105,7 @@ def unsigned_le(data: np.ndarray, off: np.ndarray, ln: np.ndarray, width: int,
             out[i] = _le(data, off[i], width)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def gather_var(data: np.ndarray, off: np.ndarray, ln: np.ndarray, pad_to: int, offsets: np.ndarray,
                out: np.ndarray) -> None:  # pragma: no cover - compiled
     """Variable-length values into Arrow's offsets and data buffers, each right-padded with zero bytes to
@@ -121,7 +122,7 @@ def gather_var(data: np.ndarray, off: np.ndarray, ln: np.ndarray, pad_to: int, o
             out[q + j] = 0
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def var_sizes(ln: np.ndarray, pad_to: int, offsets: np.ndarray) -> None:  # pragma: no cover - compiled
     total = 0
     offsets[0] = 0
@@ -134,7 +135,7 @@ def var_sizes(ln: np.ndarray, pad_to: int, offsets: np.ndarray) -> None:  # prag
 # -- dates and times -----------------------------------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _days(year: int, month: int, day: int) -> int:  # pragma: no cover - compiled
     """Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil)."""
     y = year - (1 if month <= 2 else 0)
@@ -145,7 +146,7 @@ def _days(year: int, month: int, day: int) -> int:  # pragma: no cover - compile
     return era * 146097 + doe - 719468
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _valid_date(year: int, month: int, day: int) -> bool:  # pragma: no cover - compiled
     """A date Python and Delta can hold: no zero parts (MySQL's zero dates), year 1..9999, a real day."""
     if year < 1 or year > 9999 or month < 1 or month > 12 or day < 1:
@@ -156,7 +157,7 @@ def _valid_date(year: int, month: int, day: int) -> bool:  # pragma: no cover - 
     return day <= (30 if month in (4, 6, 9, 11) else 31)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _fraction(data: np.ndarray, pos: int, fsp: int) -> int:  # pragma: no cover - compiled
     """Microseconds of a big-endian fractional-second part of (fsp + 1) // 2 bytes."""
     if fsp <= 0:
@@ -168,7 +169,7 @@ def _fraction(data: np.ndarray, pos: int, fsp: int) -> int:  # pragma: no cover 
     return _be(data, pos, 3)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def dates(data: np.ndarray, off: np.ndarray, ln: np.ndarray, out: np.ndarray,
           bad: np.ndarray) -> None:  # pragma: no cover - compiled
     """DATE (3 bytes: day | month << 5 | year << 9) → days since the epoch; ``bad`` marks zero or
@@ -184,7 +185,7 @@ def dates(data: np.ndarray, off: np.ndarray, ln: np.ndarray, out: np.ndarray,
             bad[i] = True
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def datetimes2(data: np.ndarray, off: np.ndarray, ln: np.ndarray, fsp: int, out: np.ndarray,
                bad: np.ndarray) -> None:  # pragma: no cover - compiled
     """DATETIME2: 5 bytes big-endian (sign, year * 13 + month, day, hour, minute, second) and the
@@ -204,7 +205,7 @@ def datetimes2(data: np.ndarray, off: np.ndarray, ln: np.ndarray, fsp: int, out:
         out[i] = (_days(year, month, day) * 86400 + seconds) * 1000000 + _fraction(data, p + 5, fsp)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def datetimes_old(data: np.ndarray, off: np.ndarray, ln: np.ndarray, out: np.ndarray,
                   bad: np.ndarray) -> None:  # pragma: no cover - compiled
     """DATETIME before MySQL 5.6: 8 bytes little-endian holding YYYYMMDDhhmmss as a decimal number."""
@@ -221,7 +222,7 @@ def datetimes_old(data: np.ndarray, off: np.ndarray, ln: np.ndarray, out: np.nda
         out[i] = (_days(year, month, day) * 86400 + seconds) * 1000000
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def timestamps(data: np.ndarray, off: np.ndarray, ln: np.ndarray, fsp: int, big_endian: bool, out: np.ndarray,
                bad: np.ndarray) -> None:  # pragma: no cover - compiled
     """TIMESTAMP2 (4 bytes big-endian seconds and the fraction) or the old TIMESTAMP (4 bytes
@@ -238,7 +239,7 @@ def timestamps(data: np.ndarray, off: np.ndarray, ln: np.ndarray, fsp: int, big_
             out[i] = seconds * 1000000 + micros
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def times2(data: np.ndarray, off: np.ndarray, ln: np.ndarray, fsp: int,
            out: np.ndarray) -> None:  # pragma: no cover - compiled
     """TIME2 → signed microseconds (``my_time_packed_from_binary``, then the packed time unpacked)."""
@@ -271,7 +272,7 @@ def times2(data: np.ndarray, off: np.ndarray, ln: np.ndarray, fsp: int,
         out[i] = sign * (seconds * 1000000 + (packed & 0xFFFFFF))
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def times_old(data: np.ndarray, off: np.ndarray, ln: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
     """TIME before MySQL 5.6: 3 bytes little-endian, signed, holding [-]HHMMSS as a decimal number."""
     for i in range(len(off)):
@@ -290,7 +291,7 @@ def times_old(data: np.ndarray, off: np.ndarray, ln: np.ndarray, out: np.ndarray
 _DIG2BYTES = np.array([0, 1, 1, 2, 2, 3, 3, 4, 4, 4], np.int64)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _digit_group(buf: np.ndarray, q: int, size: int, count: int, digits: np.ndarray,
                  nd: int) -> tuple[int, int]:  # pragma: no cover - compiled
     """``count`` decimal digits held big-endian in ``size`` bytes at ``buf[q]``, written as ASCII at
@@ -304,7 +305,7 @@ def _digit_group(buf: np.ndarray, q: int, size: int, count: int, digits: np.ndar
     return q + size, nd + count
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def decimals_text(data: np.ndarray, off: np.ndarray, ln: np.ndarray, precision: int, scale: int,
                   offsets: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
     """Packed DECIMAL(precision, scale) → its plain text with exactly ``scale`` fractional digits
@@ -372,7 +373,7 @@ def decimals_text(data: np.ndarray, off: np.ndarray, ln: np.ndarray, precision: 
     offsets[len(off)] = pos
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def sets_text(data: np.ndarray, off: np.ndarray, ln: np.ndarray, width: int, names: np.ndarray,
               name_offsets: np.ndarray, offsets: np.ndarray, out: np.ndarray,
               fill: bool) -> int:  # pragma: no cover - compiled
@@ -411,7 +412,7 @@ def sets_text(data: np.ndarray, off: np.ndarray, ln: np.ndarray, width: int, nam
 # -- keys of updates -----------------------------------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def keys_changed(data: np.ndarray, off: np.ndarray, ln: np.ndarray, before: np.ndarray, key: np.ndarray,
                  out: np.ndarray) -> None:  # pragma: no cover - compiled
     """For each update (its before image at ``before[i]``, its after image next), whether a key column's
