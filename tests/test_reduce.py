@@ -25,7 +25,8 @@ from dagster_databus.snapshot.engines.local import apply_changes, reduced_in_pro
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import reconcile_table
 from dagster_databus.spark.delta_jars import may_commit_with_delta_spark
-from dagster_databus.spark.frames import read_changes, reduce_latest
+from dagster_databus.spark.frames import reduce_latest
+from dagster_databus.spark.logread import read_changes
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SqliteHarness, make_config
 
