@@ -113,14 +113,53 @@ def test_the_jobs_scripts_are_the_cli_commands(config_path: Path) -> None:
 def test_warm_compiles_and_caches_every_kernel_a_large_sqlite_change_set_uses(tmp_path: Path) -> None:
     cache = tmp_path / "numba"  # an empty cache: a new machine's
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
-    first = subprocess.run([sys.executable, "-m", "dagster_databus.cli", "warm"], cwd=tmp_path, env=env,
+    first = subprocess.run([sys.executable, "-m", "dagster_databus.cli", "warm", "--no-spark"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     assert f"numba cache: {cache}" in first.stdout
     cached = {p.name.split("-")[0]: p.stat().st_mtime_ns for p in cache.rglob("*.nbc")}
     assert {"encode_kernels.sizes_of", "encode_kernels.write", "decode_kernels.decode_records", "crc32._crc32",
             "fingerprint._md5_prefixes", "scan._scan"} <= set(cached), sorted(cached)
-    again = subprocess.run([sys.executable, "-m", "dagster_databus.cli", "warm"], cwd=tmp_path, env=env,
+    again = subprocess.run([sys.executable, "-m", "dagster_databus.cli", "warm", "--no-spark"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert {p.name.split("-")[0]: p.stat().st_mtime_ns for p in cache.rglob("*.nbc")} == cached, "nothing compiled"
+
+
+JVM_ARGS = """
+from dagster_databus.config import SparkConfig
+from dagster_databus.spark.classic import open_classic
+
+session = open_classic(SparkConfig())
+assert session.range(0, 100, 1, 2).selectExpr("id % 7 AS k").groupBy("k").count().count() == 7
+args = session.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+print("ARGS", " ".join(str(a) for a in args))
+session.stop()
+"""
+
+
+@pytest.mark.spark  # local Spark in child processes
+def test_warm_writes_the_spark_drivers_class_data_archive_and_sessions_use_it_only_whole(tmp_path: Path) -> None:
+    """The archive takes seconds off a local Spark run's start (docs/performance.md); the JVM crashes on a
+    truncated one, so a session takes it only as a JVM ran with it."""
+    env = {**os.environ, "DATABUS_CACHE_DIR": str(tmp_path / "cache")}
+    warm = subprocess.run([sys.executable, "-m", "dagster_databus.cli", "warm"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert warm.returncode == 0, warm.stderr[-3000:]
+    [archive] = (tmp_path / "cache").glob("spark-driver-*.jsa")
+    assert f"Spark driver class-data archive {archive}" in warm.stdout
+    assert int(archive.with_name(archive.name + ".size").read_text()) == archive.stat().st_size > 2**20
+    assert not list((tmp_path / "cache").glob("*.tmp"))
+
+    def driver_args() -> str:
+        run = subprocess.run([sys.executable, "-c", JVM_ARGS], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        return next(line for line in run.stdout.splitlines() if line.startswith("ARGS "))
+
+    assert f"-XX:SharedArchiveFile={archive}" in driver_args()
+    # Cut short behind the JVM's back (a full disk, a bad copy): runs go on without it, they do not crash.
+    data = archive.read_bytes()
+    archive.chmod(0o644)
+    archive.write_bytes(data[: len(data) // 2])
+    assert "SharedArchiveFile" not in driver_args()

@@ -373,11 +373,14 @@ def _main(argv: list[str] | None) -> int:
     tail.add_argument("--checkpoint-seconds", type=float, default=None, metavar="T",
                       help="also save it when T seconds passed since the last save")
     run.add_commands(sub, common)
-    sub.add_parser("warm", parents=[common], help="compile and cache the numba kernels now (an image's build step); "
-                                                  "needs no config")
+    warm = sub.add_parser("warm", parents=[common], help="compile and cache the numba kernels, and write the Spark "
+                                                         "driver's class-data archive, now (an image's build step); "
+                                                         "needs no config")
+    warm.add_argument("--no-spark", action="store_true",
+                      help="only the kernels: no Spark driver archive (for the local engine or Spark Connect only)")
     args = parser.parse_args(argv)
     if args.command == "warm":
-        return _warm()
+        return _warm(spark=not args.no_spark)
     commands = {"validate": _validate, "install": _install, "bootstrap": _bootstrap, "status": _status,
                 "tail": _tail, "reconcile": _reconcile, "snapshot": _snapshot,
                 "upkeep": _upkeep, "capture": run.capture, "merge": run.merge, "sync": run.sync}
@@ -396,13 +399,13 @@ def _main(argv: list[str] | None) -> int:
         return 2
 
 
-def _warm() -> int:
+def _warm(spark: bool) -> int:
     import numba
 
     from dagster_databus.cli.warm import warm
 
-    seconds = warm(lambda line: print(line, flush=True))
-    print(f"kernels compiled and cached in {seconds:.1f}s; numba cache: "
+    seconds = warm(lambda line: print(line, flush=True), spark=spark)
+    print(f"warm in {seconds:.1f}s; numba cache: "
           f"{getattr(numba.config, 'CACHE_DIR', '') or 'beside the package files, else the user cache folder'}")
     return 0
 

@@ -15,16 +15,19 @@ numba caches next to the package's files when they are writable, else in the use
 from __future__ import annotations
 
 import sqlite3
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from dagster_databus import pipeline
-from dagster_databus.config import parse_config
+from dagster_databus.config import SparkConfig, parse_config
 from dagster_databus.core.progress import Progress
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import reconcile_table
+from dagster_databus.spark.classdata import java_binary, write_archive
+from dagster_databus.spark.classic import DRIVER_JAVA_OPTIONS, open_classic
 from dagster_databus.spark.runtime import SparkRuntime
 
 ROWS = 5_000  # past every small-batch threshold (2,000 records, 4,096 keys)
@@ -32,16 +35,34 @@ _TABLE = ("CREATE TABLE warm (id INTEGER PRIMARY KEY, n INTEGER, r REAL, s TEXT,
           "day DATE, at TIMESTAMP, flag BOOLEAN, note VARCHAR(20))")
 
 
-def warm(progress: Progress) -> float:
-    """Run the kernels' paths once (compiling and caching what the cache lacks); the seconds it took."""
+def warm(progress: Progress, spark: bool = True) -> float:
+    """Run the kernels' paths once (compiling and caching what the cache lacks) and, with ``spark`` and Java
+    here, write the Spark driver's class-data archive (``spark.classdata``); the seconds it took."""
     started = time.monotonic()
+    run_pipeline(progress)
+    if spark:
+        if java_binary() is None:
+            progress("warm: no java here (JAVA_HOME or PATH), so no Spark driver archive; the local engine needs none")
+        else:
+            begun = time.monotonic()
+            archive = write_archive(lambda what, option: [sys.executable, "-m", "dagster_databus.cli.warm", what,
+                                                          option])
+            progress(f"warm: Spark driver class-data archive {archive} ({archive.stat().st_size / 2**20:,.0f} MiB) "
+                     f"in {time.monotonic() - begun:.1f}s")
+    return time.monotonic() - started
+
+
+def run_pipeline(progress: Progress, engine: str = "local", spark: SparkConfig | None = None) -> None:
+    """A SQLite pipeline of its own in a temporary folder, merged by ``engine``: capture, bootstrap, changes to
+    every row captured and merged, read back and reconciled."""
     with tempfile.TemporaryDirectory(prefix="databus-warm-") as folder:
         root = Path(folder)
         with sqlite3.connect(root / "warm.db") as conn:
             conn.execute(_TABLE)
-        config = parse_config({"lake": "lake", "merge": {"engine": "local"}, "sources": [
-            {"name": "warm", "kind": "sqlite", "path": "warm.db",
-             "tables": [{"name": "warm", "primary_key": ["id"]}]}]}, base=root)
+        config = parse_config({"lake": "lake", "merge": {"engine": engine},
+                               "spark": (spark or SparkConfig()).model_dump(mode="json", exclude_none=True),
+                               "sources": [{"name": "warm", "kind": "sqlite", "path": "warm.db",
+                                            "tables": [{"name": "warm", "primary_key": ["id"]}]}]}, base=root)
         pipeline.install(config, "warm")
         with sqlite3.connect(root / "warm.db") as conn:
             conn.executemany("INSERT INTO warm VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
@@ -49,6 +70,7 @@ def warm(progress: Progress) -> float:
                  "2024-02-29 12:34:56.789", i % 2, None if i % 3 else "x") for i in range(ROWS)])
         # Capture, then a merge that bootstraps (the source read); changes to every row, captured and merged
         # from the log (the decoder).
+        runtime = SparkRuntime(config.spark)
         for step in ("capture", "bootstrap", "update", "capture", "merge"):
             begun = time.monotonic()
             if step == "capture":
@@ -58,7 +80,7 @@ def warm(progress: Progress) -> float:
                     conn.execute("UPDATE warm SET n = n + 1, s = s || '!'")
                 continue
             else:
-                sync_source(SparkRuntime(config.spark), config, "warm")
+                sync_source(runtime, config, "warm")
             progress(f"warm: {step} of {ROWS:,} rows in {time.monotonic() - begun:.1f}s")
         begun = time.monotonic()
         events = sum(1 for _ in ChangeLog(config.lake, "warm").read())
@@ -66,4 +88,23 @@ def warm(progress: Progress) -> float:
         if events != 2 * ROWS or not result.equal:  # the kernels' own output checked, not only compiled
             raise RuntimeError(f"databus warm: read back {events} of {2 * ROWS} events; reconciled: {result.equal}")
         progress(f"warm: read back and reconciled in {time.monotonic() - begun:.1f}s")
-    return time.monotonic() - started
+
+
+def _child(what: str, java_option: str) -> int:
+    """A ``write_archive`` child: a classic session whose driver JVM runs with ``java_option``; ``dump`` runs the
+    pipeline on the spark engine (the classes a run's driver loads), ``check`` one job."""
+    spark = SparkConfig(conf={DRIVER_JAVA_OPTIONS: java_option})
+    if what == "dump":
+        run_pipeline(lambda _: None, engine="spark", spark=spark)
+    elif open_classic(spark).range(0, 10, 1, 2).selectExpr("id % 3 AS k").groupBy("k").count().count() != 3:
+        return 1
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()  # the JVM exits, and a dump writes the archive
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1], sys.argv[2]))

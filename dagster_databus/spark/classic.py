@@ -16,11 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from dagster_databus.config import SparkConfig
 from dagster_databus.core.progress import Progress
+from dagster_databus.spark.classdata import driver_java_options
 from dagster_databus.spark.delta_jars import delta_jar_dir
 from dagster_databus.spark.settings import SESSION_CONF
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def open_classic(config: SparkConfig) -> SparkSession:
@@ -49,6 +52,9 @@ def open_classic(config: SparkConfig) -> SparkSession:
         )
     for key, value in config.conf.items():
         builder = builder.config(key, value)
+    java_options = driver_java_options(config.conf.get(DRIVER_JAVA_OPTIONS))  # the class-data archive, if warm
+    if java_options:
+        builder = builder.config(DRIVER_JAVA_OPTIONS, java_options)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
