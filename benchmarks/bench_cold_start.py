@@ -69,7 +69,7 @@ def case(title: str, change: Callable[[Path], None], rounds: int, with_warm: boo
                 else:
                     cache = work / f"cold-{kind.replace(' ', '-')}-{i}"  # empty: nothing compiled yet
                     if kind == "after databus warm":
-                        timed_command([*DATABUS, "warm"], {**os.environ, "NUMBA_CACHE_DIR": str(cache)})
+                        timed_command([*DATABUS, "warm", "--no-spark"], {**os.environ, "NUMBA_CACHE_DIR": str(cache)})
                 runs[kind].append(_round(work, config, lambda: change(work), cache))
         print(f"\n{title} (best of {rounds}, whole commands, interleaved)")
         best = {kind: {step: min(r[step] for r in rs) for step in rs[0]} for kind, rs in runs.items()}
