@@ -163,3 +163,19 @@ def test_warm_writes_the_spark_drivers_class_data_archive_and_sessions_use_it_on
     archive.chmod(0o644)
     archive.write_bytes(data[: len(data) // 2])
     assert "SharedArchiveFile" not in driver_args()
+
+
+def test_warm_names_the_fix_when_the_java_it_finds_cannot_start_spark(tmp_path: Path) -> None:
+    jdk = tmp_path / "jdk" / "bin"
+    jdk.mkdir(parents=True)
+    (jdk / "java").write_text("#!/bin/sh\necho 'this java is broken' >&2\nexit 1\n")
+    (jdk / "java").chmod(0o755)
+    env = {**os.environ, "JAVA_HOME": str(jdk.parent), "DATABUS_CACHE_DIR": str(tmp_path / "cache")}
+    run = subprocess.run([sys.executable, "-m", "dagster_databus.cli", "warm"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 2, run.stderr[-3000:]
+    [said] = run.stderr.strip().splitlines()[-1:]
+    assert said.startswith("error: the Spark driver's class-data archive was not written: the driver archive's "
+                           "dump run failed") and "Fix: make `java -version` (Java 17+)" in said, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
+    assert not list((tmp_path / "cache").glob("*.jsa*")), "no archive, no record, nothing staged"

@@ -403,8 +403,15 @@ def _warm(spark: bool) -> int:
     import numba
 
     from dagster_databus.cli.warm import warm
+    from dagster_databus.spark.classdata import ClassDataError
 
-    seconds = warm(lambda line: print(line, flush=True), spark=spark)
+    try:
+        seconds = warm(lambda line: print(line, flush=True), spark=spark)
+    except ClassDataError as exc:  # the kernels are cached by then; the archive is not
+        print(f"error: the Spark driver's class-data archive was not written: {_one_line(str(exc))}. Fix: "
+              "make `java -version` (Java 17+) and a local Spark session work here, or run databus warm "
+              "--no-spark to keep to the kernels", file=sys.stderr)
+        return 2
     print(f"warm in {seconds:.1f}s; numba cache: "
           f"{getattr(numba.config, 'CACHE_DIR', '') or 'beside the package files, else the user cache folder'}")
     return 0

@@ -24,6 +24,10 @@ ARCHIVE_OPTION = "-XX:SharedArchiveFile="
 DUMP_OPTION = "-XX:ArchiveClassesAtExit="
 
 
+class ClassDataError(RuntimeError):
+    """The archive could not be written (no Java, a child run that failed or hung); runs start without one."""
+
+
 def java_binary() -> Path | None:
     """The ``java`` Spark's launcher runs: ``$JAVA_HOME/bin/java``, else the one on ``PATH``."""
     home = os.environ.get("JAVA_HOME")
@@ -75,13 +79,14 @@ def write_archive(child: Callable[[str, str], list[str]], timeout_s: float = 600
     ``java_option`` for its driver: ``dump`` runs Spark jobs as a run's driver would, ``check`` runs one."""
     archive = archive_path()
     if archive is None:
-        raise RuntimeError("no java found (JAVA_HOME or PATH): Spark cannot start here, so there is nothing to archive")
+        raise ClassDataError("no java found (JAVA_HOME or PATH): Spark cannot start here, so there is nothing to "
+                             "archive")
     archive.parent.mkdir(parents=True, exist_ok=True)
     staged = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
     try:
         _run(child("dump", f"{DUMP_OPTION}{staged}"), "dump", timeout_s)
         if not staged.exists():
-            raise RuntimeError(f"the JVM wrote no class-data archive at {staged}")
+            raise ClassDataError(f"the JVM wrote no class-data archive at {staged}")
         _run(child("check", f"{ARCHIVE_OPTION}{staged}"), "check", timeout_s)
         _record(archive).unlink(missing_ok=True)  # no run takes the old record for the new file meanwhile
         os.replace(staged, archive)
@@ -92,6 +97,11 @@ def write_archive(child: Callable[[str, str], list[str]], timeout_s: float = 600
 
 
 def _run(command: list[str], what: str, timeout_s: float) -> None:
-    run = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ClassDataError(f"the driver archive's {what} run did not end in {timeout_s:.0f}s") from None
     if run.returncode != 0:
-        raise RuntimeError(f"the driver archive's {what} run failed (exit {run.returncode}):\n{run.stderr[-3000:]}")
+        said = [line.strip() for line in run.stderr.splitlines() if line.strip()]
+        raise ClassDataError(f"the driver archive's {what} run failed (exit {run.returncode}): "
+                             f"{said[-1] if said else 'it said nothing'}")
