@@ -6,7 +6,7 @@ null; dropped columns are left out).
 
 Not a Python data source: a data source is planned by Python workers on the server (its schema, its
 partitions), which Spark starts again after a minute idle, on every scheduled run; ``mapInArrow`` needs only the
-task workers, forked from a daemon Spark keeps (``spark.daemon``).
+task workers, forked from the Python daemon Spark keeps running.
 
 With a route (a packed ``dataplane.merging.MergePlan``) each task also does the merge's first step on its
 segment before anything reaches the JVM: the newest change per key, cut by the group of files that may hold it,
