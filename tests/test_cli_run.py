@@ -179,3 +179,13 @@ def test_warm_names_the_fix_when_the_java_it_finds_cannot_start_spark(tmp_path: 
                            "dump run failed") and "Fix: make `java -version` (Java 17+)" in said, run.stderr[-3000:]
     assert "Traceback" not in run.stderr
     assert not list((tmp_path / "cache").glob("*.jsa*")), "no archive, no record, nothing staged"
+
+
+def test_warm_names_the_fix_when_its_cache_folder_cannot_hold_the_driver_archive(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    env = {**os.environ, "DATABUS_CACHE_DIR": str(tmp_path / "a-file" / "cache")}
+    run = subprocess.run([sys.executable, "-m", "dagster_databus.cli", "warm"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert f"{tmp_path / 'a-file' / 'cache'} cannot hold it" in run.stderr
+    assert "set DATABUS_CACHE_DIR to a folder this user can write" in run.stderr

@@ -13,6 +13,7 @@ binary (the JVM refuses, and runs without, an archive of another JDK).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -81,9 +82,9 @@ def write_archive(child: Callable[[str, str], list[str]], timeout_s: float = 600
     if archive is None:
         raise ClassDataError("no java found (JAVA_HOME or PATH): Spark cannot start here, so there is nothing to "
                              "archive")
-    archive.parent.mkdir(parents=True, exist_ok=True)
     staged = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
     try:
+        archive.parent.mkdir(parents=True, exist_ok=True)
         _run(child("dump", f"{DUMP_OPTION}{staged}"), "dump", timeout_s)
         if not staged.exists():
             raise ClassDataError(f"the JVM wrote no class-data archive at {staged}")
@@ -91,8 +92,12 @@ def write_archive(child: Callable[[str, str], list[str]], timeout_s: float = 600
         _record(archive).unlink(missing_ok=True)  # no run takes the old record for the new file meanwhile
         os.replace(staged, archive)
         _record(archive).write_text(str(archive.stat().st_size))
+    except OSError as exc:
+        raise ClassDataError(f"{archive.parent} cannot hold it ({exc.strerror or exc}); set DATABUS_CACHE_DIR to a "
+                             "folder this user can write") from None
     finally:
-        staged.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            staged.unlink(missing_ok=True)
     return archive
 
 
