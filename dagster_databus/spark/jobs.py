@@ -92,7 +92,7 @@ class SparkJobs:
         total = sum(s.bytes for s in log.manifest().between(since, until))
         # Read a segment in pieces of this size, so that even one large segment keeps every core busy.
         split = max(SPLIT_MIN_BYTES, -(-total // (2 * self.spark.parallelism())))
-        return lambda plan: read_changes(self.spark, self.config, log.source, table, since, until, route=pack(plan),
+        return lambda plan: read_changes(self.spark, self.config, log.source, table, since, until, plan=plan,
                                          split_bytes=split)
 
     def file_frame(self, reads: Sequence[FileRead], schema: pa.Schema) -> DataFrame:

@@ -8,14 +8,13 @@ Not a Python data source: a data source is planned by Python workers on the serv
 partitions), which Spark starts again after a minute idle, on every scheduled run; ``mapInArrow`` needs only the
 task workers, forked from the Python daemon Spark keeps running.
 
-With a route (a packed ``dataplane.merging.MergePlan``) each task also does the merge's first step on its
+With a merge plan (``dataplane.merging.MergePlan``) each task also does the merge's first step on its
 segment before anything reaches the JVM: the newest change per key, cut by the group of files that may hold it,
 each group's changes one Arrow payload (``MergePlan.route``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
 
     from dagster_databus.config import DatabusConfig
     from dagster_databus.core.scn import Scn
+    from dagster_databus.dataplane.merging import MergePlan
     from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.spark.runtime import SparkRuntime
 
@@ -65,10 +65,10 @@ def log_tasks(log: ChangeLog, table: str, since: Scn, until: Scn | None, split: 
 
 
 def read_changes(spark: SparkRuntime, config: DatabusConfig, source: str, table: str, since: Scn, until: Scn,
-                 route: str | None = None, split_bytes: int = 0) -> DataFrame:
+                 plan: MergePlan | None = None, split_bytes: int = 0) -> DataFrame:
     """The table's changes in (since, until], one task per log segment (segments over ``split_bytes`` in
-    pieces, smaller ones together up to that size); with ``route`` (a packed merge plan), reduced per task and
-    tagged with their file groups."""
+    pieces, smaller ones together up to that size); with a merge ``plan``, reduced per task and tagged with their
+    file groups (``MergePlan.route``)."""
     from dagster_databus.log.changelog import ChangeLog
 
     log = ChangeLog(config.lake, source)
@@ -76,14 +76,14 @@ def read_changes(spark: SparkRuntime, config: DatabusConfig, source: str, table:
     if latest is None:
         raise ValueError(f"no schema registered for table {table!r}")
     columns = tuple((c.name, str(c.type)) for c in latest[1].columns)
-    tasks = tuple(json.dumps(spec) for spec in log_tasks(log, table, since, until, split_bytes))
-    if route is not None:
+    tasks = tuple(log_tasks(log, table, since, until, split_bytes))
+    if plan is not None:
         from dagster_databus.dataplane.merging import ROUTED_SPARK
 
         schema = ROUTED_SPARK
     else:
         schema = ", ".join(f"`{c.name}` {c.type.spark()}" for c in latest[1].columns) + f", {META_SPARK}"
-    read = LogTasks(config.lake.spec(), source, table, str(since), str(until), columns, tasks, route)
+    read = LogTasks(config.lake.spec(), source, table, str(since), str(until), columns, tasks, plan)
     # One row, so one task, per spec: a range cut in as many slices as it has numbers.
     return spark.session.range(0, len(tasks), 1, max(1, len(tasks))).mapInArrow(read, schema)
 
@@ -100,27 +100,25 @@ class LogTasks:
     since: str  # exclusive
     until: str  # inclusive
     columns: tuple[tuple[str, str], ...]
-    tasks: tuple[str, ...]
-    route: str | None = None
+    tasks: tuple[dict[str, Any], ...]
+    plan: MergePlan | None = None
 
     def __call__(self, ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:
             for batch in ids:
                 for task in batch.column(0).to_pylist():
-                    yield from self.task(json.loads(self.tasks[task]))
+                    yield from self.task(self.tasks[task])
         except DatabusError as exc:
             raise for_task(exc) from None
 
     def task(self, spec: dict[str, Any]) -> Iterator[pa.RecordBatch]:
-        if self.route is None:
+        if self.plan is None:
             yield from self.read(spec)
             return
-        from dagster_databus.core.wire import unpack
-
         # Windows never span segments, and a packed task's segments are read by no other task: its first
         # segment names it.
         origin = (spec["segments"][0]["file"], spec.get("piece", 0))
-        yield from unpack(self.route).route(self.read(spec), origin)
+        yield from self.plan.route(self.read(spec), origin)
 
     def read(self, spec: dict[str, Any]) -> Iterator[pa.RecordBatch]:
         from dagster_databus.core.schema import Column, TableSchema
