@@ -7,6 +7,7 @@ Every test is marked ``spark`` or ``server`` when it needs one (``pytest_collect
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,6 +73,11 @@ def require_tool(present: bool, reason: str) -> None:
     if os.environ.get(REQUIRE_ALL_ENV) == "1":
         pytest.fail(f"{reason} ({REQUIRE_ALL_ENV}=1: the full suite runs every test)", pytrace=False)
     pytest.skip(reason)
+
+
+def immutable(path: Path, on: bool) -> bool:
+    """chattr +i (or -i): a folder even root cannot write (permission bits do not stop root); whether it took."""
+    return subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True).returncode == 0
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -22,6 +22,7 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
+from tests.conftest import immutable
 from tests.harness import MysqlHarness
 from tests.mariadb import MariaDBServer
 
@@ -163,10 +164,6 @@ def _dump(db: Path) -> list[str]:
         return list(conn.iterdump())
 
 
-def _immutable(path: Path, on: bool) -> bool:
-    """chattr +i: a folder even root cannot write (permission bits do not stop root)."""
-    return subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True).returncode == 0
-
 
 def test_validate_reports_every_problem_at_once_and_writes_nothing(config_path: Path, tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
@@ -193,7 +190,7 @@ def test_a_read_only_lake_is_refused_before_the_source_is_touched(config_path: P
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     lake = config_path.parent / "lake"
     lake.mkdir()
-    if not _immutable(lake, True):
+    if not immutable(lake, True):
         pytest.skip("chattr +i is not permitted here, so no folder is read-only to root")
     try:
         db = config_path.parent / "shop.db"
@@ -207,7 +204,7 @@ def test_a_read_only_lake_is_refused_before_the_source_is_touched(config_path: P
         with sqlite3.connect(db) as conn:
             assert not conn.execute("SELECT name FROM sqlite_master WHERE name LIKE '_databus%'").fetchall()
     finally:
-        _immutable(lake, False)
+        immutable(lake, False)
 
 
 def test_validate_names_missing_mysql_privileges_with_pasteable_grants(mariadb: MariaDBServer, tmp_path: Path,

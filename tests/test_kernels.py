@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import immutable
+
 REPO = Path(__file__).resolve().parents[1]
 
 MODULE = '''
@@ -45,27 +47,23 @@ for w in said:
 '''
 
 
-def _immutable(path: Path, on: bool) -> bool:
-    """chattr +i: a folder even root cannot write (permission bits do not stop root)."""
-    return subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True).returncode == 0
-
 
 def test_kernels_compile_where_no_cache_folder_can_be_written_and_one_warning_names_the_fix(tmp_path: Path) -> None:
     folder = tmp_path / "readonly"
     (folder / "__pycache__").mkdir(parents=True)
     (folder / "kernels_here.py").write_text(MODULE)
     (folder / "probe.py").write_text(PROBE)
-    if not _immutable(folder / "__pycache__", True):
+    if not immutable(folder / "__pycache__", True):
         pytest.skip("chattr +i is not permitted here, so no folder is read-only to root")
     try:
-        assert _immutable(folder, True)
+        assert immutable(folder, True)
         env = {**os.environ, "NUMBA_CACHE_DIR": "/dev/null/numba", "HOME": "/dev/null", "XDG_CACHE_HOME": "/dev/null",
                "PYTHONPATH": os.pathsep.join([str(folder), str(REPO)]), "PYTHONDONTWRITEBYTECODE": "1"}
         run = subprocess.run([sys.executable, str(folder / "probe.py")], env=env, capture_output=True, text=True,
                              timeout=300)
     finally:
-        _immutable(folder, False)
-        _immutable(folder / "__pycache__", False)
+        immutable(folder, False)
+        immutable(folder / "__pycache__", False)
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout.splitlines()
     assert out[0] == "numba refused: True", run.stdout  # the setting is real: no folder is writable
