@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.common import MATERIALIZE, demo_config, noop_materialize, timed_command
+from benchmarks.common import MATERIALIZE, demo_config, noop_materialize, runs_text, timed_command
 from dagster_databus.config import CONFIG_ENV
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.spark.connect_server import ConnectServer, remote_config
@@ -82,13 +82,13 @@ def main(rounds: int = 3, transactions: int = 200, idle_s: float = 130) -> dict[
         print(f"\nThe demo's sync run after its bootstrap ({transactions} transactions each, best of {rounds}, "
               "dagster asset materialize --select '*')")
         print(f"  spark.remote (Spark merge on a running server)    {ours:6.1f}s   "
-              f"(runs: {', '.join(f'{t:.1f}' for t in runs['connect'])})   target <= 3 s")
+              f"{runs_text(runs['connect'])}   target <= 3 s")
         print(f"  spark.remote, databus sync (no Dagster, no checks) {cli:6.1f}s   "
-              f"(runs: {', '.join(f'{t:.1f}' for t in runs['cli'])})")
+              f"{runs_text(runs['cli'])}")
         print(f"  merge.engine local (no Spark)                     {peer:6.1f}s   "
-              f"(runs: {', '.join(f'{t:.1f}' for t in runs['local'])})")
+              f"{runs_text(runs['local'])}")
         print(f"  Dagster's floor: the same command on one asset that does nothing {floor:6.1f}s   "
-              f"(runs: {', '.join(f'{t:.1f}' for t in runs['floor'])})")
+              f"{runs_text(runs['floor'])}")
         print(f"  over Spark Connect the run takes {ours / peer:4.2f}x the local engine's time (target <= 1.5x); "
               f"{ours - floor:.1f}s above Dagster's floor, databus sync {cli:.1f}s in all")
         print(f"  spark.remote, {idle_s:.0f} s after the last run (its Python workers started again) "

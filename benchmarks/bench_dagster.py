@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import MATERIALIZE, demo_config, noop_materialize, timed_command
+from benchmarks.common import MATERIALIZE, demo_config, noop_materialize, runs_text, timed_command
 from dagster_databus.config import CONFIG_ENV
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.spark.connect import CACHE_ENV
@@ -57,7 +57,7 @@ def main(rounds: int = 3, transactions: int = 200) -> dict[str, float]:
         best = {name: min(times) for name, times in runs.items()}
 
         def row(label: str, name: str, note: str = "") -> None:
-            print(f"  {label:<58}{best[name]:6.1f}s   (runs: {', '.join(f'{t:.1f}' for t in runs[name])}){note}")
+            print(f"  {label:<58}{best[name]:6.1f}s   {runs_text(runs[name])}{note}")
 
         print(f"\nThe demo's sync after its bootstrap ({transactions} transactions each, best of {rounds}, cold "
               "processes, local Spark)")

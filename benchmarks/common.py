@@ -104,6 +104,11 @@ def demo_config(folder: Path) -> Path:
     return config
 
 
+def runs_text(times: list[float]) -> str:
+    """Every timed run of a side, for the line that prints its best: "(runs: 5.5, 5.6, 5.5)"."""
+    return f"(runs: {', '.join(f'{t:.1f}' for t in times)})"
+
+
 def timed_command(cmd: list[str], env: Mapping[str, str]) -> float:
     """Run ``cmd`` in the repository (wall seconds); exit with its output if it fails."""
     started = time.perf_counter()
