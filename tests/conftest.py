@@ -80,6 +80,13 @@ def immutable(path: Path, on: bool) -> bool:
     return subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True).returncode == 0
 
 
+def make_read_only(path: Path) -> None:
+    """``path`` made immutable (undo with ``immutable(path, False)``); where chattr +i is not permitted, a skip that
+    `make test` turns into a failure (``require_tool``)."""
+    require_tool(immutable(path, True), "chattr +i (e2fsprogs, run as root) is not permitted here, so no folder is "
+                                        "read-only to root")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def host_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """This host's cache (the Spark Connect session runs share) in the test run's own folder, not the user's."""

@@ -22,7 +22,7 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
-from tests.conftest import immutable
+from tests.conftest import immutable, make_read_only
 from tests.harness import MysqlHarness
 from tests.mariadb import MariaDBServer
 
@@ -190,8 +190,7 @@ def test_a_read_only_lake_is_refused_before_the_source_is_touched(config_path: P
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     lake = config_path.parent / "lake"
     lake.mkdir()
-    if not immutable(lake, True):
-        pytest.skip("chattr +i is not permitted here, so no folder is read-only to root")
+    make_read_only(lake)
     try:
         db = config_path.parent / "shop.db"
         before = _dump(db)

@@ -8,9 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import immutable
+from tests.conftest import immutable, make_read_only
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -53,8 +51,7 @@ def test_kernels_compile_where_no_cache_folder_can_be_written_and_one_warning_na
     (folder / "__pycache__").mkdir(parents=True)
     (folder / "kernels_here.py").write_text(MODULE)
     (folder / "probe.py").write_text(PROBE)
-    if not immutable(folder / "__pycache__", True):
-        pytest.skip("chattr +i is not permitted here, so no folder is read-only to root")
+    make_read_only(folder / "__pycache__")
     try:
         assert immutable(folder, True)
         env = {**os.environ, "NUMBA_CACHE_DIR": "/dev/null/numba", "HOME": "/dev/null", "XDG_CACHE_HOME": "/dev/null",
