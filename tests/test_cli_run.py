@@ -189,3 +189,27 @@ def test_warm_names_the_fix_when_its_cache_folder_cannot_hold_the_driver_archive
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-3000:]
     assert f"{tmp_path / 'a-file' / 'cache'} cannot hold it" in run.stderr
     assert "set DATABUS_CACHE_DIR to a folder this user can write" in run.stderr
+
+
+def test_a_sessions_driver_options_keep_the_configs_own_and_take_the_archive_only_whole(tmp_path: Path,
+                                                                                        monkeypatch) -> None:
+    """What ``open_classic`` gives the driver JVM: the config's own options kept, the class-data archive added
+    only where its recorded size matches, never beside an archive the config names itself."""
+    from dagster_databus.spark.classdata import archive_path, driver_java_options
+
+    monkeypatch.setenv("DATABUS_CACHE_DIR", str(tmp_path))
+    archive = archive_path()
+    assert archive is not None and archive.parent == tmp_path
+    assert driver_java_options("-Xss4m") == "-Xss4m" and driver_java_options(None) is None  # no archive yet
+    archive.write_bytes(b"\0" * 4096)
+    assert driver_java_options("-Xss4m") == "-Xss4m"  # no record: no JVM ran with it
+    record = archive.with_name(archive.name + ".size")
+    record.write_text("4095")
+    assert driver_java_options(None) is None  # a record of another size: cut short or replaced
+    record.write_text("not a size")
+    assert driver_java_options(None) is None
+    record.write_text("4096")
+    assert driver_java_options(None) == f"-XX:SharedArchiveFile={archive}"
+    assert driver_java_options(" -Xss4m ") == f"-Xss4m -XX:SharedArchiveFile={archive}"
+    mine = "-XX:SharedArchiveFile=/opt/mine.jsa -Xss4m"
+    assert driver_java_options(mine) == mine

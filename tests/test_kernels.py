@@ -68,3 +68,4 @@ def test_kernels_compile_where_no_cache_folder_can_be_written_and_one_warning_na
     assert out[3].startswith("RuntimeWarning numba cannot cache dagster-databus's compiled kernels (kernels_here.add")
     assert "NUMBA_CACHE_DIR=/dev/null/numba" in out[3] and "Fix: set NUMBA_CACHE_DIR to a folder" in out[3]
     assert not list((folder / "__pycache__").iterdir())
+

@@ -71,7 +71,7 @@ def driver_java_options(given: str | None) -> str | None:
     archive = usable_archive()
     if archive is None or (given and "Archive" in given):  # its own archive, or writing one (``write_archive``)
         return given
-    return f"{given or ''} {ARCHIVE_OPTION}{archive}".strip()
+    return " ".join(part for part in ((given or "").strip(), f"{ARCHIVE_OPTION}{archive}") if part)
 
 
 def write_archive(child: Callable[[str, str], list[str]], timeout_s: float = 600) -> Path:
