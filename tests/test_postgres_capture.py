@@ -12,11 +12,17 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg2
 import pytest
+from deltalake import DeltaTable
+from psycopg2.extras import LogicalReplicationConnection
 
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig
@@ -33,8 +39,9 @@ from dagster_databus.errors import (
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.columns import table_changes
 from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.sources.postgres.bootstrap import lsn_of
-from dagster_databus.sources.postgres.pgoutput import lsn_text
+from dagster_databus.snapshot.reconcile import reconcile_table
+from dagster_databus.sources.postgres.pgoutput import lsn_of, lsn_text
+from dagster_databus.sources.postgres.slots import let_go
 from dagster_databus.sources.postgres.stream import IDLE_ADVANCE_BYTES
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import PostgresHarness, config_document, make_config
@@ -486,3 +493,65 @@ def test_a_transaction_that_alters_a_table_between_its_row_changes_is_refused_th
     cycle(config, lazy_spark)
     assert_snapshots_match(config)
     assert sorted(r["id"] for r in DeltaSnapshot(config.lake, "shop", "t").read().to_pylist()) == [1, 2, 3, 4]
+
+
+# -- the slot after a capture --------------------------------------------------------------------------------
+
+@contextmanager
+def slot_held(pg: PostgresHarness, config: DatabusConfig, seconds: float) -> Iterator[None]:
+    """The capture slot streamed by a connection that closes ``seconds`` after the block starts, without
+    confirming anything: a capture that has just finished whose server process has not let go of the slot yet
+    (on a loaded machine, a moment), as a read started right then sees it."""
+    conn = psycopg2.connect(host=pg.server.host, port=pg.server.port, user="postgres", dbname=pg.database,
+                            connection_factory=LogicalReplicationConnection)
+    cursor = conn.cursor()
+    cursor.start_replication(slot_name=slot_of(pg), decode=False, options={
+        "proto_version": "1", "publication_names": config.source("shop").publication_name})
+    wait_active(pg)
+    closer = threading.Timer(seconds, conn.close)
+    closer.start()
+    try:
+        yield
+    finally:
+        closer.join()
+
+
+def wait_active(pg: PostgresHarness) -> None:
+    deadline = time.monotonic() + 20
+    while not slot_state(pg)["active"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_letting_go_of_the_slot_waits_for_the_server_and_confirms_what_the_stream_did_not(
+        pg: PostgresHarness, tmp_path: Path) -> None:
+    config = configured(pg, tmp_path / "lake", [("a", ["id"])], "CREATE TABLE a (id INT PRIMARY KEY)")
+    pg.execute(["INSERT INTO a VALUES (1)"])
+    [(through,)] = pg.query("SELECT pg_current_wal_insert_lsn()::text")
+    assert slot_state(pg)["confirmed"] < lsn_of(through)
+    with slot_held(pg, config, 0.5), closing(pg.server.connect(pg.database)) as conn:
+        let_go(conn, slot_of(pg), Scn(lsn_of(through)))
+        state = slot_state(pg)
+    assert not state["active"], "let_go returned while the server still streamed the slot"
+    assert state["confirmed"] == lsn_of(through), "the stream confirmed nothing: let_go confirms the slot itself"
+
+
+def test_a_read_while_a_finished_capture_still_holds_the_slot_is_stamped_as_any_later_read_is(
+        pg: PostgresHarness, tmp_path: Path, lazy_spark) -> None:
+    """Were the bootstrap stamped with its snapshot's own LSN (the slot could not be peeked) and a later read of
+    the same rows with the earlier, settled position, the later read would order first: a refresh would not
+    replace the bootstrap's rows, and reconciliation would find the snapshot ahead of the source for good."""
+    config = configured(pg, tmp_path / "lake", [("a", ["id"])], "CREATE TABLE a (id INT PRIMARY KEY, v TEXT)",
+                        "INSERT INTO a SELECT g, 'v' || g FROM generate_series(1, 20) g")
+    pg.execute(["UPDATE a SET v = 'w' WHERE id = 3"])
+    pipeline.capture(config, "shop")
+    with slot_held(pg, config, 0.5):
+        sync_source(lazy_spark, config, "shop", mode="bootstrap")
+    snap = DeltaSnapshot(config.lake, "shop", "a")
+    stamped = snap.applied_scn()
+    DeltaTable(snap.uri, storage_options=snap.storage_options).update(updates={"v": "'damaged'"})
+    [result] = sync_source(lazy_spark, config, "shop", ["a"], mode="refresh",
+                           rows=pipeline.row_selection(config, "shop", ["a"], where="id > 0"))
+    assert result.refreshed is not None and result.refreshed.rows_read == 20
+    assert_snapshots_match(config)
+    check = reconcile_table(config, config.source("shop"), "a")
+    assert check.reconciled and check.equal and check.scn == stamped, check

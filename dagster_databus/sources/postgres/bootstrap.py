@@ -33,19 +33,12 @@ from psycopg2 import sql
 from dagster_databus.core.schema import TableSchema, parse_texts, same
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError, SourceUnavailableError
-from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot
 from dagster_databus.sources.filters import Filter, filter_for, select_clause
 from dagster_databus.sources.keys import split_keys
 from dagster_databus.sources.postgres.connect import Connection, ReplicationConnection, connect_spec
-from dagster_databus.sources.postgres.pgoutput import Commit, PgoutputDecoder, lsn_text
+from dagster_databus.sources.postgres.pgoutput import lsn_of
 from dagster_databus.sources.postgres.types import text_converter
-
-
-def lsn_of(text: str) -> int:
-    """A ``pg_lsn`` as text (``16/B374D848``) as the integer SCN it is."""
-    high, _, low = text.partition("/")
-    return (int(high, 16) << 32) | int(low, 16)
 
 
 @dataclass
@@ -96,35 +89,6 @@ def exported_snapshot(spec: Mapping[str, Any]) -> ExportedSnapshot:
             "run again", source=spec["source"]) from None
     assert row is not None
     return ExportedSnapshot(name=row[2], scn=Scn(lsn_of(row[1])), connection=conn)
-
-
-# The most WAL a read peeks through for its settled SCN (a slot far behind: the read's own LSN stands).
-_PEEK_BYTES = 64 << 20
-
-
-def settled_scn(conn: Connection, slot: str, publication: str, consistent: Scn) -> Scn:
-    """The SCN a read at ``consistent`` (an exported snapshot's LSN) is stamped with: the end of the newest
-    commit of the published tables before it, where the capture slot can say. Any position from that commit up
-    to ``consistent`` is exact (no change of the tables lies between); the lowest is the one a read of the same
-    data gives whenever it runs, as a binlog position does. The slot is peeked (``pg_logical_slot_peek_binary_
-    changes``: nothing consumed) from its confirmed position, where capture leaves it after its last commit; a
-    slot a capture is streaming from cannot be peeked, and ``consistent`` stands."""
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sqlfiles.load("postgres", "slot.sql"), {"slot": slot})
-            found = cur.fetchone()
-            confirmed = lsn_of(found[7]) if found is not None and found[7] else None
-            if confirmed is None or confirmed > consistent.value or consistent.value - confirmed > _PEEK_BYTES:
-                return consistent
-            cur.execute(sqlfiles.load("postgres", "settled.sql"),
-                        {"slot": slot, "publication": publication, "upto": lsn_text(consistent.value)})
-            rows = cur.fetchall()
-    except psycopg2.Error:
-        conn.rollback()
-        return consistent
-    decoder = PgoutputDecoder()
-    ends = [m.end_lsn for (data,) in rows if isinstance(m := decoder.decode(bytes(data)), Commit)]
-    return Scn(min(max([confirmed, *ends]), consistent.value))
 
 
 # Every type's value as the text the server sent (psycopg2 casts by oid; this one takes them all).

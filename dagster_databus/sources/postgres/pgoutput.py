@@ -42,6 +42,12 @@ _T, _N, _U, _B = ord("t"), ord("n"), ord("u"), ord("b")  # tuple value kinds
 _NEW, _KEY, _OLD = ord("N"), ord("K"), ord("O")  # tuple markers in Insert / Update / Delete
 
 
+def lsn_of(text: str) -> int:
+    """A ``pg_lsn`` as text (``16/B374D848``) as the integer SCN it is."""
+    high, _, low = text.partition("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
 def lsn_text(lsn: int) -> str:
     """An LSN as PostgreSQL prints it (``16/B374D848``)."""
     return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"

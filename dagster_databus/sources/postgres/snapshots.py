@@ -22,10 +22,10 @@ from dagster_databus.sources.postgres.bootstrap import (
     copied,
     exported_snapshot,
     postgres_filter,
-    settled_scn,
 )
 from dagster_databus.sources.postgres.catalog import PostgresCatalog
 from dagster_databus.sources.postgres.connect import Connection, PostgresConnector
+from dagster_databus.sources.postgres.slots import settled_scn
 
 
 class PostgresSnapshots:

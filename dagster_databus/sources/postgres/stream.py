@@ -45,13 +45,13 @@ from dagster_databus.errors import (
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import PollStats
 from dagster_databus.sources.postgres import pgoutput as pg
-from dagster_databus.sources.postgres.bootstrap import lsn_of
 from dagster_databus.sources.postgres.catalog import PostgresCatalog
 from dagster_databus.sources.postgres.connect import PostgresConnector, ReplicationConnection
-from dagster_databus.sources.postgres.pgoutput import UNCHANGED, Tuple, lsn_text
+from dagster_databus.sources.postgres.pgoutput import UNCHANGED, Tuple, lsn_of, lsn_text
 from dagster_databus.sources.postgres.rows import TableRows
 from dagster_databus.sources.postgres.setup import read_epoch
 from dagster_databus.sources.postgres.shapes import SHAPES, Shape, describe_change, shape_of, shapes_state
+from dagster_databus.sources.postgres.slots import let_go, slot_state
 from dagster_databus.sources.postgres.spool import SPOOL_ROWS, Spool, Streamed, spill
 
 # How long a poll waits for the server's decoding to reach the bound once nothing more arrives, and how often it
@@ -107,12 +107,8 @@ class PostgresStream:
 
     def slot(self) -> dict[str, Any] | None:
         """The capture slot as ``sql/postgres/slot.sql`` describes it, or None when it does not exist."""
-        with closing(self.connector.connect()) as conn, conn.cursor() as cur:
-            cur.execute(sqlfiles.load("postgres", "slot.sql"), {"slot": self.config.slot_name})
-            row = cur.fetchone()
-            if row is None:
-                return None
-            return dict(zip([d[0] for d in cur.description or ()], row, strict=True))
+        with closing(self.connector.connect()) as conn:
+            return slot_state(conn, self.config.slot_name)
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
              state: Mapping[str, str] | None = None) -> Iterator[list[Window] | ChangeBatch | SpooledBatch]:
@@ -152,6 +148,11 @@ class PostgresStream:
             pass  # the next poll confirms it again before it reads (``_start``)
         finally:
             conn.close()
+        try:
+            with closing(self.connector.connect()) as plain:
+                let_go(plain, self.config.slot_name, through)
+        except (psycopg2.Error, SourceUnavailableError):
+            pass  # as above
 
     def close(self) -> None:
         if self._stream is not None:
@@ -286,7 +287,7 @@ class _Reader:
                 self._abort(decoded)
             # Origin, Type and logical messages carry nothing capture keeps.
         # The checkpoint stays at the last commit read, so an idle source's positions move only with its data
-        # (a snapshot's SCN is then the same whenever it is read: ``bootstrap.settled_scn``). Once the WAL after
+        # (a snapshot's SCN is then the same whenever it is read: ``slots.settled_scn``). Once the WAL after
         # it grows past IDLE_ADVANCE_BYTES, the checkpoint moves to where the server has decoded, so the slot
         # lets the server recycle WAL that holds no change of the published tables.
         reached = min(wal_end, self.bound.value)

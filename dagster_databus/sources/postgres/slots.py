@@ -1,0 +1,84 @@
+"""The capture slot as a plain connection sees it: its state, the SCN a consistent read is stamped with (found
+by peeking the slot), and waiting, after a capture, for the server to let go of the slot where the capture
+confirmed it. A replication connection streams from the slot (``stream``); these never consume it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg2
+
+from dagster_databus.core.scn import Scn
+from dagster_databus.sources import sqlfiles
+from dagster_databus.sources.postgres.connect import Connection
+from dagster_databus.sources.postgres.pgoutput import Commit, PgoutputDecoder, lsn_of, lsn_text
+
+# The most WAL a read peeks through for its settled SCN (a slot far behind: the read's own LSN stands).
+_PEEK_BYTES = 64 << 20
+# How long a slot a finished capture's server process still holds is waited for (it lets go in milliseconds).
+SLOT_FREE_S = 2.0
+# How long a read waits to peek a slot a capture streams from: a poll ends at the WAL written when it began.
+PEEK_WAIT_S = 30.0
+
+
+def settled_scn(conn: Connection, slot: str, publication: str, consistent: Scn,
+                wait_s: float = PEEK_WAIT_S) -> Scn:
+    """The SCN a read at ``consistent`` (an exported snapshot's LSN) is stamped with: the end of the newest
+    commit of the published tables before it, where the capture slot can say. Any position from that commit up
+    to ``consistent`` is exact (no change of the tables lies between); the lowest is the one a read of the same
+    data gives whenever it runs, as a binlog position does. The slot is peeked (``pg_logical_slot_peek_binary_
+    changes``: nothing consumed) from its confirmed position, where capture leaves it after its last commit.
+
+    A slot that a connection streams from cannot be peeked: a capture polling it, or one that has just
+    finished while its server process has not let go yet. The peek is tried again for up to ``wait_s``; only
+    a capture still streaming after that leaves ``consistent``. Stamping one read ``consistent`` and a later
+    read of the same data its settled position would order the later read first: a refresh's rows would then
+    not replace the bootstrap's, and reconciliation would find the snapshot ahead of the source."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return _peeked(conn, slot, publication, consistent)
+        except psycopg2.Error as exc:
+            conn.rollback()
+            if "is active for PID" not in str(exc) or time.monotonic() >= deadline:
+                return consistent
+            time.sleep(0.02)
+
+
+def _peeked(conn: Connection, slot: str, publication: str, consistent: Scn) -> Scn:
+    found = slot_state(conn, slot)
+    confirmed = lsn_of(found["confirmed_flush_lsn"]) if found and found["confirmed_flush_lsn"] else None
+    with conn.cursor() as cur:
+        if confirmed is None or confirmed > consistent.value or consistent.value - confirmed > _PEEK_BYTES:
+            return consistent
+        cur.execute(sqlfiles.load("postgres", "settled.sql"),
+                    {"slot": slot, "publication": publication, "upto": lsn_text(consistent.value)})
+        rows = cur.fetchall()
+    decoder = PgoutputDecoder()
+    ends = [m.end_lsn for (data,) in rows if isinstance(m := decoder.decode(bytes(data)), Commit)]
+    return Scn(min(max([confirmed, *ends]), consistent.value))
+
+
+def slot_state(conn: Connection, slot: str) -> dict[str, Any] | None:
+    """The capture slot as ``sql/postgres/slot.sql`` describes it, or None when it does not exist."""
+    with conn.cursor() as cur:
+        cur.execute(sqlfiles.load("postgres", "slot.sql"), {"slot": slot})
+        row = cur.fetchone()
+        return None if row is None else dict(zip([d[0] for d in cur.description or ()], row, strict=True))
+
+
+def let_go(conn: Connection, slot: str, through: Scn) -> None:
+    """Return once the server process of a closed stream has let go of ``slot``, confirmed at ``through``: a
+    bootstrap or reconciliation right after must find the slot free to peek (``settled_scn``) and where the
+    capture left it. Confirms it here when the feedback was lost with the stream's connection. Best effort
+    (errors are the caller's to pass over): the next poll confirms the slot again before it reads."""
+    deadline = time.monotonic() + SLOT_FREE_S
+    while (state := slot_state(conn, slot)) is not None and state["active"]:
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
+    confirmed = state and state["confirmed_flush_lsn"]
+    if state is not None and (not confirmed or lsn_of(confirmed) < through.value):
+        with conn.cursor() as cur:
+            cur.execute(sqlfiles.load("postgres", "confirm_slot.sql"), {"slot": slot, "upto": lsn_text(through.value)})
