@@ -51,7 +51,7 @@ def measure(label: str, ddl: str, row: Callable[[int], tuple[object, ...]], rows
 
     def bare() -> None:
         with sqlite3.connect(db) as conn:
-            conn.execute("SELECT scn, tbl, op, row, ts FROM _databus_txlog ORDER BY scn").fetchall()
+            conn.execute("SELECT scn, tbl, op, row, ts FROM _databus_images ORDER BY scn").fetchall()
 
     def ours() -> None:
         pipeline.capture(config, "b")

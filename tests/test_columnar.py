@@ -248,7 +248,7 @@ def fast_table(tmp_path: Path):
 
 def txlog_rows(path: Path) -> list[tuple[object, ...]]:
     with sqlite3.connect(path) as conn:
-        return conn.execute("SELECT scn, tbl, op, row, ts FROM _databus_txlog ORDER BY scn").fetchall()
+        return conn.execute("SELECT scn, tbl, op, row, ts FROM _databus_images ORDER BY scn").fetchall()
 
 
 def test_sqlite_images_parsed_by_column_equal_the_row_by_row_conversion(fast_table) -> None:

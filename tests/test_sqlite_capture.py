@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -259,7 +260,7 @@ def test_a_version_2_install_is_converted_keeping_every_uncaptured_change_and_it
     assert source.query("SELECT scn, tbl, op, row, ts FROM _databus_txlog WHERE op != 'm' ORDER BY scn") == kept
     tables = {r[0] for r in source.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "_databus_epoch" not in tables and "_databus_txlog_v2" not in tables
-    assert source.query("SELECT value FROM _databus_settings WHERE name = 'version'") == [("3",)]
+    assert source.query("SELECT value FROM _databus_settings WHERE name = 'version'") == [("4",)]
     source.execute([("INSERT INTO items VALUES (?, 'v3', 1.5, 1)", (9,))])
     assert source.query("SELECT max(scn) FROM _databus_txlog")[0][0] == kept[-1][0] + 1  # SCNs go on, never back
 
@@ -299,3 +300,108 @@ def test_changes_version_2_flagged_stale_follow_the_schema_changes_policy_after_
     pipeline.capture(config, "shop")
     [ddl] = ChangeLog(config.lake, "shop").ddl.records()
     assert ddl.table == "items" and "not repaired" in ddl.statement
+
+
+# -- capture version 4: the values in value columns, the images made by the view ---------------------------
+
+V3_OBJECTS = Path(__file__).parent / "data" / "sqlite_capture_v3.sql"
+# Values whose JSON image version 3's triggers had to tag or escape: a REAL JSON would round, a BLOB, text
+# with quotes, newlines and a character beyond the BMP, 64-bit integer limits.
+EDGE_ITEMS = [(1, 'a "quoted"\nline \\ 😀', 0.1 + 0.2, 2**63 - 1, b"\x00\xff"),
+              (2, "", -0.0, -2**63, b""), (3, None, 1.7976931348623157e308, 0, None),
+              (4, "x", 5e-324, None, b"\x01" * 300)]
+
+
+def test_a_version_3_install_keeps_its_json_changes_and_captures_the_rest_from_value_columns(tmp_path: Path) -> None:
+    import sqlite3
+
+    source = SqliteHarness(tmp_path / "v3.db")
+    source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL, qty INTEGER, data BLOB)"])
+    with sqlite3.connect(source.path) as conn:
+        conn.executescript(V3_OBJECTS.read_text())
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])], poll={"chunk_rows": 3}))
+    source.execute([("INSERT INTO items VALUES (?, ?, ?, ?, ?)", row) for row in EDGE_ITEMS])
+    source.execute([("UPDATE items SET price = ? WHERE id = 2", (0.1 + 0.7,)), "DELETE FROM items WHERE id = 3"])
+    written_by_v3 = source.query("SELECT row FROM _databus_txlog ORDER BY scn")
+    assert all(row.startswith("{") for (row,) in written_by_v3), "version 3's triggers wrote JSON images"
+
+    report = pipeline.install(config, "shop")
+    assert report.changed == ("items",) and report.version == "4"
+    assert source.query("SELECT row FROM _databus_txlog ORDER BY scn") == written_by_v3, "kept as they were"
+    source.execute([("INSERT INTO items VALUES (?, ?, ?, ?, ?)", (10 + row[0], *row[1:])) for row in EDGE_ITEMS])
+    source.execute([("UPDATE items SET price = ? WHERE id = 12", (0.1 + 0.7,)), "DELETE FROM items WHERE id = 13",
+                    "UPDATE items SET id = 20 WHERE id = 14"])
+    after = source.query(f"SELECT row FROM _databus_txlog ORDER BY scn LIMIT -1 OFFSET {len(written_by_v3)}")
+    assert after and all(row.startswith("#") for (row,) in after), "version 4's triggers write layout markers"
+
+    pipeline.capture(config, "shop")
+    events = [(e.event.op.value, e.event.key, e.event.row) for e in ChangeLog(config.lake, "shop").read()]
+    images = {key: row for op, key, row in events if op != "d"}
+    for key in [(1,), (11,)]:
+        assert images[key] == {"id": key[0], "name": EDGE_ITEMS[0][1], "price": 0.1 + 0.2, "qty": 2**63 - 1,
+                               "data": b"\x00\xff"}, "the same image, by either version"
+    assert images[(2,)] == images[(12,)] | {"id": 2} and images[(2,)]["price"] == 0.1 + 0.7
+    assert images[(2,)]["qty"] == -2**63 and images[(2,)]["data"] == b""
+    assert images[(4,)] == images[(20,)] | {"id": 4} == {"id": 4, "name": "x", "price": 5e-324, "qty": None,
+                                                        "data": b"\x01" * 300}
+    assert [key for op, key, _ in events if op == "d"] == [(3,), (13,), (14,)]
+
+
+WIDE_KINDS = ["INTEGER", "TEXT", "REAL", "BLOB", "NUMERIC", "DOUBLE PRECISION"]
+
+
+def wide_value(kind: str, row: int, column: int) -> object:
+    if (row + column) % 7 == 0:
+        return None
+    return {"INTEGER": (row * 7919 + column) * (-1) ** column, "TEXT": f"t{row}-{column} \"q\"\n",
+            "REAL": (row + column) / 3, "BLOB": bytes([row % 256, column % 256, 0]),
+            "NUMERIC": row * 1000 + column, "DOUBLE PRECISION": 0.1 * column + row}[kind]
+
+
+def test_a_table_wider_than_json_objects_arguments_is_captured_exactly(tmp_path: Path, lazy_spark) -> None:
+    """SQLite's json_object takes 63 columns (127 arguments): version 3's triggers could not be created for a
+    wider table; version 4's write values, and the view joins the images of several objects."""
+    from dagster_databus.snapshot.merge import sync_source
+    from tests.conftest import assert_snapshots_match
+
+    columns = [(f"c{i}", WIDE_KINDS[i % len(WIDE_KINDS)]) for i in range(1, 200)]
+    source = SqliteHarness(tmp_path / "wide.db")
+    source.execute([f"CREATE TABLE wide (id INTEGER PRIMARY KEY, {', '.join(f'{n} {k}' for n, k in columns)})"])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("wide", ["id"])]),
+                         merge={"engine": "local"})
+    pipeline.install(config, "shop")
+    insert = f"INSERT INTO wide VALUES ({', '.join('?' * (len(columns) + 1))})"
+
+    def rows(first: int, last: int) -> list:
+        return [(insert, (r, *(wide_value(kind, r, i) for i, (_, kind) in enumerate(columns, 1))))
+                for r in range(first, last)]
+
+    source.execute(rows(1, 30))
+    sync_source(lazy_spark, config, "shop", mode="bootstrap")
+    source.execute(rows(30, 60))
+    source.execute(["UPDATE wide SET c2 = 0.1 + 0.2, c199 = 'changed' WHERE id % 4 = 0",
+                    "DELETE FROM wide WHERE id % 5 = 0"])
+    [(image,)] = source.query("SELECT row FROM _databus_images WHERE op = 'i' ORDER BY scn DESC LIMIT 1")
+    assert list(json.loads(image)) == ["id", *(n for n, _ in columns)], "one JSON object of every column"
+    assert pipeline.capture(config, "shop").events == 29 + 30 + 14 + 11
+    sync_source(lazy_spark, config, "shop")
+    assert_snapshots_match(config)
+
+
+def test_rows_of_a_tables_old_and_new_layout_waiting_in_the_txlog_each_keep_their_columns(shop) -> None:
+    source, config = shop
+    source.execute(["INSERT INTO items VALUES (1, 'a', 1.5, 1)", "ALTER TABLE items ADD COLUMN colour TEXT"])
+    pipeline.install(config, "shop")  # new triggers, a second layout; the first change waits with the old one
+    source.execute(["INSERT INTO items VALUES (2, 'b', 2.5, 2, 'red')",
+                    "UPDATE items SET colour = 'blue' WHERE id = 1"])
+    assert len(source.query("SELECT * FROM _databus_layouts WHERE tbl = 'items'")) == 2
+    images = [json.loads(r) for (r,) in source.query("SELECT row FROM _databus_images WHERE op != 'm' ORDER BY scn")]
+    first, repaired, *later = images  # install's repair of key 1 (drift) comes after the change it repairs
+    assert first == {"id": 1, "name": "a", "price": {"$r": "1.5e+00"}, "qty": 1}, "the old layout's columns"
+    assert repaired == {"id": 1, "name": "a", "price": {"$r": "1.5e+00"}, "qty": 1, "colour": None}
+    assert later == [{"id": 2, "name": "b", "price": {"$r": "2.5e+00"}, "qty": 2, "colour": "red"},
+                     {"id": 1, "name": "a", "price": {"$r": "1.5e+00"}, "qty": 1, "colour": "blue"}]
+    pipeline.capture(config, "shop")
+    rows = [e.event.row for e in log_events(config) if e.event.table == "items"]
+    assert rows[-2:] == [{"id": 2, "name": "b", "price": 2.5, "qty": 2, "colour": "red"},
+                         {"id": 1, "name": "a", "price": 1.5, "qty": 1, "colour": "blue"}]

@@ -30,6 +30,18 @@ CREATE TABLE IF NOT EXISTS _databus_txlog (
     ts  INTEGER NOT NULL
 );
 
+-- The row layouts of capture version 4: for each table and column list its triggers were rendered for,
+-- the names and image kinds of the values its txlog rows hold in the value columns v0, v1, ... (added to
+-- the txlog by install as wide as the widest table needs). A row's marker names its layout: '#<id>' for
+-- the row, '#<id>k' for its key (render.py). Layouts are never deleted: a row may outlive its table's
+-- triggers in the txlog until the poll has read it.
+CREATE TABLE IF NOT EXISTS _databus_layouts (
+    id   INTEGER PRIMARY KEY,
+    tbl  TEXT NOT NULL,
+    spec TEXT NOT NULL,  -- JSON: the columns as [name, kind] pairs and the key's column positions
+    UNIQUE (tbl, spec)
+);
+
 -- Cuts: the newest SCN each poll saw while holding the write lock (cut.sql). No transaction is
 -- open then, so the changes between two cuts are whole transactions: one window. The triggers
 -- never read this table.

@@ -9,7 +9,7 @@
 SELECT count(*) AS n, group_concat(scn) AS scns, group_concat(tbl) AS tbls,
        group_concat(op, '') AS ops, CAST(group_concat(row, char(10)) AS BLOB) AS images, group_concat(ts) AS ts
 FROM (SELECT scn, tbl, op, row, ts
-      FROM _databus_txlog
+      FROM _databus_images
       WHERE scn > :since_scn AND scn <= :cut_scn
       ORDER BY scn
       LIMIT :chunk_rows);

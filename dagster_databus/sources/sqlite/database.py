@@ -12,7 +12,8 @@ from dagster_databus.errors import ConfigError
 from dagster_databus.sources import sqlfiles
 
 # The tables install creates (the first, the settings, tells whether install has run here).
-CORE_TABLES = ("_databus_settings", "_databus_txlog", "_databus_cuts", "_databus_shapes", "_databus_drift")
+CORE_TABLES = ("_databus_settings", "_databus_txlog", "_databus_cuts", "_databus_shapes", "_databus_drift",
+               "_databus_layouts")
 
 
 class SqliteDatabase:

@@ -1,6 +1,7 @@
-"""The capture objects of a SQLite source: the txlog, cut, shape and drift tables and each table's triggers,
-installed, checked and removed. Install is re-runnable: an unchanged install changes nothing, a version 2
-install is converted in place, and a table whose columns or triggers changed gets its drift noted
+"""The capture objects of a SQLite source: the txlog, cut, shape, drift and layout tables, the images view and
+each table's triggers, installed, checked and removed. Install is re-runnable: an unchanged install changes
+nothing, a version 2 install is converted in place, a version 3 one gets version 4's triggers (the JSON rows
+it wrote are read as they are), and a table whose columns or triggers changed gets its drift noted
 (``drift``) before its triggers are rendered again."""
 
 from __future__ import annotations
@@ -16,16 +17,18 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.errors import CaptureNotInstalledError
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import InstallReport, not_installed, require_installed
-from dagster_databus.sources.sqlite import drift
+from dagster_databus.sources.sqlite import drift, layouts
 from dagster_databus.sources.sqlite.catalog import SqliteCatalog
 from dagster_databus.sources.sqlite.database import CORE_TABLES, SqliteDatabase, high_water_mark, settings
 from dagster_databus.sources.sqlite.database import installed as installed_in
 from dagster_databus.sources.sqlite.render import split, trigger_homes, trigger_names, trigger_sql, wanted_triggers
 from dagster_databus.sources.sqlite.text import text_notes
 
-# 3: a plain rowid txlog, windows by cuts, drift found by the poll (2: the triggers read the epoch and
-# checked the columns per row; 2 also made REAL values travel as exact text).
-CAPTURE_VERSION = "3"
+# 4: the triggers write the values as they are, in value columns, with their layout's marker; the view
+# _databus_images makes the JSON images version 3's triggers wrote (3: a plain rowid txlog, windows by cuts,
+# drift found by the poll; 2: the triggers read the epoch and checked the columns per row, and made REAL
+# values travel as exact text).
+CAPTURE_VERSION = "4"
 
 
 class SqliteTriggers:
@@ -63,8 +66,11 @@ class SqliteTriggers:
                     for statement in split(sqlfiles.load("sqlite", "migrate_v2_rows.sql")):
                         conn.execute(statement)
                 changes = {c.table: c for c in drift.note_changes(conn, schemas)}
+                layouts.widen(conn, schemas.values())
+                stored = {table: layouts.layout(conn, schema, store=True) for table, schema in schemas.items()}
+                layouts.make_view(conn)  # before repairs, which read the images of the rows they repair
                 for table, schema in schemas.items():
-                    script, wanted = wanted_triggers(conn, schema)
+                    script, wanted = wanted_triggers(conn, schema, stored[table])
                     if wanted != {existing_sql.get(name) for name in trigger_names(table).values()}:
                         for statement in split(script):
                             conn.execute(statement)
@@ -97,8 +103,11 @@ class SqliteTriggers:
             problems += [f"capture table {t} is missing" for t in CORE_TABLES if t not in present]
             triggers = trigger_sql(conn)
             homes = trigger_homes(conn)
+            if "_databus_layouts" in present and not layouts.view_current(conn):
+                problems.append(f"capture view {layouts.VIEW} is missing or out of date")
             for table, schema in schemas.items():
-                _, wanted = wanted_triggers(conn, schema)
+                current = layouts.layout(conn, schema) if "_databus_layouts" in present else None
+                _, wanted = wanted_triggers(conn, schema, current)
                 names = list(trigger_names(table).values())
                 missing = [n for n in names if n not in triggers]
                 elsewhere = sorted({homes[n] for n in names if n in homes and homes[n].lower() != table.lower()})

@@ -1,0 +1,55 @@
+"""Capture version 4's row layouts (``render``): which columns of which table a txlog row's value columns hold,
+stored by install, the txlog's value columns made as wide as the widest table, and the view
+``_databus_images`` that reads every row as its JSON image."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+
+from dagster_databus.core.identifiers import quote_sqlite
+from dagster_databus.core.schema import TableSchema
+from dagster_databus.sources import sqlfiles
+from dagster_databus.sources.sqlite.render import layout_images, layout_of, rowid_alias, split
+
+VIEW = "_databus_images"
+
+
+def layout(conn: sqlite3.Connection, schema: TableSchema, store: bool = False) -> int | None:
+    """The id of the layout the table's triggers write for its columns now; stored first when ``store``
+    (install, holding the write lock), else None when it never was."""
+    params = {"tbl": schema.table, "spec": layout_of(schema, rowid_alias(conn, schema.table))}
+    if store:
+        conn.execute(sqlfiles.load("sqlite", "store_layout.sql"), params)
+    row = conn.execute(sqlfiles.load("sqlite", "layout_id.sql"), params).fetchone()
+    return None if row is None else int(row[0])
+
+
+def widen(conn: sqlite3.Connection, schemas: Iterable[TableSchema]) -> None:
+    """Give the txlog the value columns the widest of ``schemas`` needs (``v0`` .. ``v<n-1>``)."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(_databus_txlog)")}
+    width = max((len(s.columns) for s in schemas), default=0)
+    for i in range(width):
+        if f"v{i}" not in have:
+            conn.execute(sqlfiles.render("sqlite", "add_value_column.sql", column=quote_sqlite(f"v{i}")))
+
+
+def view_script(conn: sqlite3.Connection) -> str:
+    """``images_view.sql`` rendered for every stored layout."""
+    rows: list[tuple[int, str]] = conn.execute("SELECT id, spec FROM _databus_layouts ORDER BY id").fetchall()
+    branches = " ".join(layout_images(id_, spec) for id_, spec in rows)
+    return sqlfiles.render("sqlite", "images_view.sql", image=f"CASE row {branches} ELSE row END" if rows else "row")
+
+
+def view_current(conn: sqlite3.Connection) -> bool:
+    """Whether the view exists as the stored layouts render it."""
+    wanted = [s for s in split(view_script(conn)) if s.upper().startswith("CREATE VIEW")]
+    found = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'view' AND name = ?", (VIEW,)).fetchone()
+    return found is not None and [(found[0] or "").strip()] == wanted
+
+
+def make_view(conn: sqlite3.Connection) -> None:
+    """Create the view again when the stored layouts changed (an unchanged install changes nothing)."""
+    if not view_current(conn):
+        for statement in split(view_script(conn)):
+            conn.execute(statement)
