@@ -405,3 +405,14 @@ def test_rows_of_a_tables_old_and_new_layout_waiting_in_the_txlog_each_keep_thei
     rows = [e.event.row for e in log_events(config) if e.event.table == "items"]
     assert rows[-2:] == [{"id": 2, "name": "b", "price": 2.5, "qty": 2, "colour": "red"},
                          {"id": 1, "name": "a", "price": 1.5, "qty": 1, "colour": "blue"}]
+
+
+def test_a_table_too_wide_for_the_txlog_is_refused_naming_it_and_nothing_is_installed(tmp_path: Path) -> None:
+    source = SqliteHarness(tmp_path / "wide.db")
+    source.execute(["CREATE TABLE narrow (id INTEGER PRIMARY KEY, v TEXT)",
+                    f"CREATE TABLE widest (id INTEGER PRIMARY KEY, {', '.join(f'c{i} TEXT' for i in range(1, 2000))})"])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("narrow", ["id"]), ("widest", ["id"])]))
+    refusal = r"(?s)'widest'.*2000 columns.*SQLITE_MAX_COLUMN.*leave 'widest' out"
+    with pytest.raises(CaptureNotInstalledError, match=refusal):
+        pipeline.install(config, "shop")
+    assert not source.query("SELECT name FROM sqlite_master WHERE name LIKE '\\_databus%' ESCAPE '\\'")

@@ -5,10 +5,11 @@ stored by install, the txlog's value columns made as wide as the widest table, a
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from dagster_databus.core.identifiers import quote_sqlite
 from dagster_databus.core.schema import TableSchema
+from dagster_databus.errors import CaptureNotInstalledError
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.sqlite.render import layout_images, layout_of, rowid_alias, split
 
@@ -25,11 +26,23 @@ def layout(conn: sqlite3.Connection, schema: TableSchema, store: bool = False) -
     return None if row is None else int(row[0])
 
 
-def widen(conn: sqlite3.Connection, schemas: Iterable[TableSchema]) -> None:
-    """Give the txlog the value columns the widest of ``schemas`` needs (``v0`` .. ``v<n-1>``)."""
+def widen(conn: sqlite3.Connection, schemas: Sequence[TableSchema], source: str) -> None:
+    """Give the txlog the value columns the widest of ``schemas`` needs (``v0`` .. ``v<n-1>``), or refuse a
+    table wider than this SQLite lets the txlog be."""
+    widest = max(schemas, key=lambda s: len(s.columns), default=None)
+    if widest is None:
+        return
     have = {row[1] for row in conn.execute("PRAGMA table_info(_databus_txlog)")}
-    width = max((len(s.columns) for s in schemas), default=0)
-    for i in range(width):
+    own = sum(1 for name in have if not (name[:1] == "v" and name[1:].isdigit()))
+    limit = conn.getlimit(sqlite3.SQLITE_LIMIT_COLUMN)
+    if own + len(widest.columns) > limit:
+        raise CaptureNotInstalledError(
+            f"table {widest.table!r} of source {source!r} has {len(widest.columns)} columns: the txlog holds a "
+            f"change's values in columns of its own, beside its {own}, and this SQLite allows a table {limit} "
+            "columns (SQLITE_MAX_COLUMN)",
+            f"leave {widest.table!r} out of sources.{source}.tables (or split it into narrower tables), or use a "
+            "SQLite built with a larger SQLITE_MAX_COLUMN", source=source, table=widest.table)
+    for i in range(len(widest.columns)):
         if f"v{i}" not in have:
             conn.execute(sqlfiles.render("sqlite", "add_value_column.sql", column=quote_sqlite(f"v{i}")))
 

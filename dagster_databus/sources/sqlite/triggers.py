@@ -66,7 +66,7 @@ class SqliteTriggers:
                     for statement in split(sqlfiles.load("sqlite", "migrate_v2_rows.sql")):
                         conn.execute(statement)
                 changes = {c.table: c for c in drift.note_changes(conn, schemas)}
-                layouts.widen(conn, schemas.values())
+                layouts.widen(conn, list(schemas.values()), self.name)
                 stored = {table: layouts.layout(conn, schema, store=True) for table, schema in schemas.items()}
                 layouts.make_view(conn)  # before repairs, which read the images of the rows they repair
                 for table, schema in schemas.items():
