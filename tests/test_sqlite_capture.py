@@ -105,6 +105,22 @@ def test_verify_names_a_dropped_trigger(shop) -> None:
         pipeline.capture(config, "shop")
 
 
+def test_a_dropped_or_altered_images_view_is_named_by_verify_and_made_again_by_install(shop) -> None:
+    source, config = shop
+    source.execute(["INSERT INTO items VALUES (1, 'a', 0.5, 1)"])
+    for damage in ["DROP VIEW _databus_images",
+                   "DROP VIEW _databus_images; CREATE VIEW _databus_images AS SELECT scn, tbl, op, row, ts "
+                   "FROM _databus_txlog"]:
+        source.execute(damage.split("; "))
+        assert SqliteSource(config.sources[0]).verify() == ["capture view _databus_images is missing or out of date"]
+        with pytest.raises(CaptureNotInstalledError, match="_databus_images"):
+            pipeline.capture(config, "shop")
+        pipeline.install(config, "shop")
+        assert SqliteSource(config.sources[0]).verify() == []
+    pipeline.capture(config, "shop")
+    assert [e.event.row for e in log_events(config)] == [{"id": 1, "name": "a", "price": 0.5, "qty": 1}]
+
+
 def test_schema_change_makes_triggers_out_of_date_until_reinstalled(shop) -> None:
     source, config = shop
     source.execute(["ALTER TABLE items ADD COLUMN colour TEXT"])
