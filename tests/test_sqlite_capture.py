@@ -340,6 +340,8 @@ def test_a_version_3_install_keeps_its_json_changes_and_captures_the_rest_from_v
     source.execute([("UPDATE items SET price = ? WHERE id = 2", (0.1 + 0.7,)), "DELETE FROM items WHERE id = 3"])
     written_by_v3 = source.query("SELECT row FROM _databus_txlog ORDER BY scn")
     assert all(row.startswith("{") for (row,) in written_by_v3), "version 3's triggers wrote JSON images"
+    with pytest.raises(CaptureNotInstalledError, match=r"(?s)_databus_layouts is missing.*out of date.*install"):
+        pipeline.capture(config, "shop")  # this version reads a version 3 install only once it is upgraded
 
     report = pipeline.install(config, "shop")
     assert report.changed == ("items",) and report.version == "4"
