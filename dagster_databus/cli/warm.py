@@ -6,7 +6,8 @@ machine's small scheduled runs cost what warm ones do without this; a larger one
 uses, seconds each, once per cache. ``warm`` runs a small pipeline of its own, in a temporary folder, large enough
 to take every kernel path: a SQLite source of several column types, captured (the txlog scan, the Avro encoder,
 CRC-32), merged by the local engine (the Avro decoder), read back, and reconciled (the fingerprint). The MySQL
-binlog's row kernels compile on a MySQL source's first large change set (docs/deployment.md).
+binlog's row kernels need no server: each is called as capture calls it, with no rows
+(``sources.mysql.wire.warm``).
 
 numba caches next to the package's files when they are writable, else in the user's cache folder; set
 ``NUMBA_CACHE_DIR`` to put it where the runs will find it (an image's own folder, not the build user's home).
@@ -30,6 +31,7 @@ from dagster_databus.core.progress import Progress
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import reconcile_table
+from dagster_databus.sources.mysql.wire.warm import warm_binlog_kernels
 from dagster_databus.spark.classdata import java_binary, write_archive
 from dagster_databus.spark.classic import DRIVER_JAVA_OPTIONS, open_classic
 from dagster_databus.spark.runtime import SparkRuntime
@@ -44,6 +46,9 @@ def warm(progress: Progress, spark: bool = True) -> float:
     here, write the Spark driver's class-data archive (``spark.classdata``); the seconds it took."""
     started = time.monotonic()
     run_pipeline(progress)
+    begun = time.monotonic()
+    layouts = warm_binlog_kernels()
+    progress(f"warm: MySQL binlog row kernels ({layouts} column layouts) in {time.monotonic() - begun:.1f}s")
     if spark:
         if java_binary() is None:
             progress("warm: no java here (JAVA_HOME or PATH), so no Spark driver archive; the local engine needs none")

@@ -134,7 +134,7 @@ class Transactions:
     # -- reading ------------------------------------------------------------------------
 
     def add(self, shape: Shape, event: RowsEvent, stamp_ms: int, where: str) -> None:
-        images = _count(event.images, shape.widths, 2 if event.kind == UPDATE else 1, where)
+        images = count_images(event.images, shape.widths, 2 if event.kind == UPDATE else 1, where)
         run = self._open.get((shape.schema.table, id(shape)))
         if run is None:
             run = self._open[(shape.schema.table, id(shape))] = _Run(shape)
@@ -307,7 +307,7 @@ def _slices(counts: np.ndarray, most: int) -> list[int]:
     return bounds
 
 
-def _count(images: memoryview, widths: np.ndarray, per_row: int, where: str) -> int:
+def count_images(images: memoryview, widths: np.ndarray, per_row: int, where: str) -> int:
     """Row images in an event's bytes, walked once to check they are whole."""
     data = np.frombuffer(images, np.uint8)
     status, count, _ = k.scan(data, np.zeros(1, np.int64), np.array([len(data)], np.int64),
