@@ -11,15 +11,16 @@ from dagster_databus.core.identifiers import quote_sqlite
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.errors import CaptureNotInstalledError
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.sqlite.render import layout_images, layout_of, rowid_alias, split
+from dagster_databus.sources.sqlite.render import layout_images, layout_of, split
 
 VIEW = "_databus_images"
 
 
-def layout(conn: sqlite3.Connection, schema: TableSchema, store: bool = False) -> int | None:
-    """The id of the layout the table's triggers write for its columns now; stored first when ``store``
-    (install, holding the write lock), else None when it never was."""
-    params = {"tbl": schema.table, "spec": layout_of(schema, rowid_alias(conn, schema.table))}
+def layout(conn: sqlite3.Connection, schema: TableSchema, rowid_key: str | None, store: bool = False) -> int | None:
+    """The id of the layout the table's triggers write for its columns now (``rowid_key``: its rowid alias,
+    ``render.rowid_alias``); stored first when ``store`` (install, holding the write lock), else None when it
+    never was."""
+    params = {"tbl": schema.table, "spec": layout_of(schema, rowid_key)}
     if store:
         conn.execute(sqlfiles.load("sqlite", "store_layout.sql"), params)
     row = conn.execute(sqlfiles.load("sqlite", "layout_id.sql"), params).fetchone()

@@ -78,13 +78,12 @@ def slots(n: int) -> str:
     return ", ".join(f"v{i}" for i in range(n))
 
 
-def wanted_triggers(conn: sqlite3.Connection, schema: TableSchema, layout: int | None
-                    ) -> tuple[str, set[str]]:
+def wanted_triggers(schema: TableSchema, rowid_key: str | None, layout: int | None) -> tuple[str, set[str]]:
     """The table's trigger script for ``layout`` and the CREATE TRIGGER statements in it (none without a
     layout: the table's layout was never stored, so no trigger can be current)."""
     if layout is None:
         return "", set()
-    script = render_triggers(schema, rowid_alias(conn, schema.table), layout)
+    script = render_triggers(schema, rowid_key, layout)
     return script, {stmt for stmt in split(script) if stmt.upper().startswith("CREATE TRIGGER")}
 
 

@@ -21,7 +21,14 @@ from dagster_databus.sources.sqlite import drift, layouts
 from dagster_databus.sources.sqlite.catalog import SqliteCatalog
 from dagster_databus.sources.sqlite.database import CORE_TABLES, SqliteDatabase, high_water_mark, settings
 from dagster_databus.sources.sqlite.database import installed as installed_in
-from dagster_databus.sources.sqlite.render import split, trigger_homes, trigger_names, trigger_sql, wanted_triggers
+from dagster_databus.sources.sqlite.render import (
+    rowid_alias,
+    split,
+    trigger_homes,
+    trigger_names,
+    trigger_sql,
+    wanted_triggers,
+)
 from dagster_databus.sources.sqlite.text import text_notes
 
 # 4: the triggers write the values as they are, in value columns, with their layout's marker; the view
@@ -67,10 +74,12 @@ class SqliteTriggers:
                         conn.execute(statement)
                 changes = {c.table: c for c in drift.note_changes(conn, schemas)}
                 layouts.widen(conn, list(schemas.values()), self.name)
-                stored = {table: layouts.layout(conn, schema, store=True) for table, schema in schemas.items()}
+                rowids = {table: rowid_alias(conn, table) for table in schemas}
+                stored = {table: layouts.layout(conn, schema, rowids[table], store=True)
+                          for table, schema in schemas.items()}
                 layouts.make_view(conn)  # before repairs, which read the images of the rows they repair
                 for table, schema in schemas.items():
-                    script, wanted = wanted_triggers(conn, schema, stored[table])
+                    script, wanted = wanted_triggers(schema, rowids[table], stored[table])
                     if wanted != {existing_sql.get(name) for name in trigger_names(table).values()}:
                         for statement in split(script):
                             conn.execute(statement)
@@ -106,8 +115,9 @@ class SqliteTriggers:
             if "_databus_layouts" in present and not layouts.view_current(conn):
                 problems.append(f"capture view {layouts.VIEW} is missing or out of date")
             for table, schema in schemas.items():
-                current = layouts.layout(conn, schema) if "_databus_layouts" in present else None
-                _, wanted = wanted_triggers(conn, schema, current)
+                rowid = rowid_alias(conn, table)
+                current = layouts.layout(conn, schema, rowid) if "_databus_layouts" in present else None
+                _, wanted = wanted_triggers(schema, rowid, current)
                 names = list(trigger_names(table).values())
                 missing = [n for n in names if n not in triggers]
                 elsewhere = sorted({homes[n] for n in names if n in homes and homes[n].lower() != table.lower()})
