@@ -48,22 +48,25 @@ def widen(conn: sqlite3.Connection, schemas: Sequence[TableSchema], source: str)
             conn.execute(sqlfiles.render("sqlite", "add_value_column.sql", column=quote_sqlite(f"v{i}")))
 
 
-def view_script(conn: sqlite3.Connection) -> str:
-    """``images_view.sql`` rendered for every stored layout."""
+def _view(conn: sqlite3.Connection) -> tuple[str, bool]:
+    """``images_view.sql`` rendered for every stored layout, and whether the database has the view as it
+    renders it."""
     rows: list[tuple[int, str]] = conn.execute("SELECT id, spec FROM _databus_layouts ORDER BY id").fetchall()
     branches = " ".join(layout_images(id_, spec) for id_, spec in rows)
-    return sqlfiles.render("sqlite", "images_view.sql", image=f"CASE row {branches} ELSE row END" if rows else "row")
+    script = sqlfiles.render("sqlite", "images_view.sql", image=f"CASE row {branches} ELSE row END" if rows else "row")
+    wanted = [s for s in split(script) if s.upper().startswith("CREATE VIEW")]
+    found = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'view' AND name = ?", (VIEW,)).fetchone()
+    return script, found is not None and [(found[0] or "").strip()] == wanted
 
 
 def view_current(conn: sqlite3.Connection) -> bool:
     """Whether the view exists as the stored layouts render it."""
-    wanted = [s for s in split(view_script(conn)) if s.upper().startswith("CREATE VIEW")]
-    found = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'view' AND name = ?", (VIEW,)).fetchone()
-    return found is not None and [(found[0] or "").strip()] == wanted
+    return _view(conn)[1]
 
 
 def make_view(conn: sqlite3.Connection) -> None:
     """Create the view again when the stored layouts changed (an unchanged install changes nothing)."""
-    if not view_current(conn):
-        for statement in split(view_script(conn)):
+    script, current = _view(conn)
+    if not current:
+        for statement in split(script):
             conn.execute(statement)
