@@ -434,3 +434,17 @@ def test_a_table_too_wide_for_the_txlog_is_refused_naming_it_and_nothing_is_inst
     with pytest.raises(CaptureNotInstalledError, match=refusal):
         pipeline.install(config, "shop")
     assert not source.query("SELECT name FROM sqlite_master WHERE name LIKE '\\_databus%' ESCAPE '\\'")
+
+
+def test_columns_named_as_the_txlogs_own_and_values_shaped_as_its_markers_arrive_as_they_are(tmp_path: Path) -> None:
+    source = SqliteHarness(tmp_path / "names.db")
+    source.execute(['CREATE TABLE t (id INTEGER PRIMARY KEY, v0 TEXT, "row" TEXT, tbl INTEGER, scn REAL, op BLOB)'])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("t", ["id"])]))
+    pipeline.install(config, "shop")
+    source.execute(["INSERT INTO t VALUES (1, '#1', '#1k', 7, 0.5, x'7b7d')",
+                    "UPDATE t SET \"row\" = '{\"id\": 2}', v0 = NULL WHERE id = 1", "DELETE FROM t WHERE id = 1"])
+    pipeline.capture(config, "shop")
+    events = [(e.event.op.value, e.event.key, e.event.row) for e in log_events(config)]
+    assert events[:2] == [("i", (1,), {"id": 1, "v0": "#1", "row": "#1k", "tbl": 7, "scn": 0.5, "op": b"{}"}),
+                          ("u", (1,), {"id": 1, "v0": None, "row": '{"id": 2}', "tbl": 7, "scn": 0.5, "op": b"{}"})]
+    assert [(op, key) for op, key, _ in events[2:]] == [("d", (1,))]
