@@ -19,6 +19,7 @@ from dagster_databus import pipeline
 from dagster_databus.config import load_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.defs.factory import build_definitions
+from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.spark.runtime import SparkRuntime
 
@@ -80,7 +81,7 @@ def main(rate_per_s: float = 50.0, seconds: float = 60.0) -> None:
               f"(cycle time {seconds / cycles:5.2f}s: the floor for a poll loop)")
         print(f"  cycle time median {statistics.median(durations):5.2f}s, slowest {max(durations):5.2f}s")
 
-        defs = build_definitions(config, path)
+        defs = build_definitions(config, DatabusResource.for_file(path))
         # The same assets as the direct calls below, without the asset checks.
         job = defs.resolve_job_def("e_sync").get_subset(
             asset_selection={dg.AssetKey(["e", "capture"]), dg.AssetKey(["e", "changelog"]),

@@ -9,12 +9,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dagster_databus.config import DatabusConfig, MysqlSourceConfig, PostgresSourceConfig, SqliteSourceConfig
+from dagster_databus.config import DatabusConfig
 from dagster_databus.core.batch import ChangeBatch, SpooledBatch
 from dagster_databus.core.lag import scn_lag, time_lag
 from dagster_databus.core.progress import Progress
@@ -138,17 +137,18 @@ def validate(config: DatabusConfig) -> Validation:
 
 
 def _shared_databases(config: DatabusConfig) -> dict[str, str]:
-    """A problem for each SQLite source whose database file another source of the config captures too (the
-    same file by any path): one source's txlog pruning would cut the other's changes."""
-    owners: dict[Path, str] = {}
+    """A problem for each source whose database another source of the config captures too, where the two would
+    share its capture objects (``SourceBase.exclusive_database``: a SQLite file, by any path): one source's
+    pruning would cut the other's changes."""
+    owners: dict[str, str] = {}
     found = {}
     for source in config.sources:
-        if not isinstance(source, SqliteSourceConfig):
+        database = source.exclusive_database()
+        if database is None:
             continue
-        resolved = Path(source.path).resolve()
-        owner = owners.setdefault(resolved, source.name)
+        owner = owners.setdefault(database, source.name)
         if owner != source.name:
-            found[source.name] = (f"database {resolved} is also captured by source {owner!r}: each database has one "
+            found[source.name] = (f"database {database} is also captured by source {owner!r}: each database has one "
                                   f"source, whose txlog pruning would otherwise cut this one's changes. Fix: list this "
                                   f"source's tables under source {owner!r}, and remove this source")
     return found
@@ -226,8 +226,9 @@ def capture(config: DatabusConfig, source: str, progress: Progress = lambda _: N
     """
     require_writable_lake(config.lake)
     settings = config.source(source)
-    has_standby = isinstance(settings, MysqlSourceConfig) and settings.standby is not None
-    on_purged = settings.on_purged if isinstance(settings, MysqlSourceConfig | PostgresSourceConfig) else "fail"
+    adapter = open_source(settings)
+    has_standby = isinstance(adapter, Failover) and adapter.has_standby()
+    on_purged = settings.when_purged()
     for attempt in range(3):
         try:
             return _capture(config, source, progress)

@@ -19,6 +19,7 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.snapshot.merge import TableSyncResult, sync_source
 from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.sources import open_source, read_rows
+from dagster_databus.sources.registry import KINDS
 from dagster_databus.spark.connect_server import ConnectServer
 from dagster_databus.spark.runtime import SparkRuntime
 from dagster_databus.storage.lake import Lake
@@ -37,7 +38,8 @@ from tests.s3server import S3Server
 from tests.sparkcluster import SparkCluster
 from tests.sparkconnect import start_connect_server
 
-SOURCE_KINDS = ["sqlite", "mysql", "postgres", "oracle"]
+# Every registered kind: a new kind runs the behavioural suite (and fails it until ``harness_of`` has a harness).
+SOURCE_KINDS = list(KINDS)
 # The behavioural suite also runs on a MariaDB that compresses its binlog (log_bin_compress).
 BEHAVIOUR_KINDS = [*SOURCE_KINDS, "mysql-compressed"]
 
@@ -198,7 +200,9 @@ def harness_of(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Sou
         return harness
     if kind == "mysql-compressed":
         return MysqlHarness(request.getfixturevalue("mariadb_compressed"))
-    return MysqlHarness(request.getfixturevalue("mariadb"))
+    if kind == "mysql":
+        return MysqlHarness(request.getfixturevalue("mariadb"))
+    raise LookupError(f"no test harness for source kind {kind!r}: add one to tests/harness.py and harness_of")
 
 
 @pytest.fixture(params=SOURCE_KINDS)

@@ -1,4 +1,4 @@
-"""The ``databus`` command line: validate, install, status."""
+"""The ``databus`` command line: validate, install, uninstall, status."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
-from tests.conftest import immutable, make_read_only
+from tests.conftest import SOURCE_KINDS, harness_of, immutable, make_read_only
 from tests.harness import MysqlHarness
 from tests.mariadb import MariaDBServer
 
@@ -155,7 +155,7 @@ def test_status_after_a_mysql_bootstrap_shows_no_negative_lag_and_says_what_lag_
     out = capsys.readouterr().out
     orders = next(line for line in out.splitlines() if line.strip().startswith("orders"))
     assert orders.split()[1:] == [str(snap), "0"]
-    assert "binlog bytes for MySQL" in out and "-" not in orders
+    assert "MySQL/MariaDB: binlog bytes" in " ".join(out.split()) and "-" not in orders
 
 
 def _dump(db: Path) -> list[str]:
@@ -301,3 +301,45 @@ def test_upkeep_keeps_a_snapshot_up_from_the_command_line(config_path: Path, cap
     version = DeltaSnapshot(config.lake, "shop", "orders").version()
     assert out.startswith("shop.orders: ") and out.rstrip().endswith(f"checkpoint at version {version}")
     assert main(["--config", str(config_path), "reconcile", "--source", "shop"]) == 0
+
+
+# What install leaves in each kind's database, as uninstall names it, and a query of the database that lists what
+# of it is still there (nothing, after uninstall).
+INSTALLED: dict[str, tuple[set[str], str]] = {
+    "sqlite": ({"trigger _databus_orders_insert", "trigger _databus_orders_delete", "table _databus_txlog"},
+               "SELECT name FROM sqlite_master WHERE name LIKE '\\_databus%' ESCAPE '\\'"),
+    "mysql": ({"table _databus_signal"},
+              "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() "
+              "AND table_name = '_databus_signal'"),
+    "postgres": ({"publication databus_shop"},
+                 "SELECT slot_name FROM pg_replication_slots WHERE database = current_database() UNION ALL "
+                 "SELECT pubname FROM pg_publication"),
+    "oracle": ({"trigger SY$T_ORDERS", "table SY$TXLOG"},
+               "SELECT object_name FROM user_objects WHERE object_name LIKE 'SY$%' OR object_name LIKE 'SYNC\\_%' "
+               "ESCAPE '\\'"),
+}
+
+
+@pytest.mark.parametrize("kind", SOURCE_KINDS)
+def test_uninstall_removes_what_install_created_names_it_and_install_puts_it_back(
+        kind: str, tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]) -> None:
+    harness = harness_of(kind, tmp_path, request)
+    harness.create_shop()
+    expected, leftovers = INSTALLED[kind]
+    extra = {"bootstrap_reads": "watermark"} if kind == "mysql" else {}  # its install creates the signal table
+    path = tmp_path / "databus.json"
+    path.write_text(json.dumps({"lake": str(tmp_path / "lake"), "sources": [
+        harness.source_config("shop", [("orders", ["id"]), ("customers", ["id"])], **extra)]}))
+    assert main(["--config", str(path), "install"]) == 0
+    assert harness.query(leftovers), "install created nothing to remove"
+    capsys.readouterr()
+    assert main(["--config", str(path), "uninstall", "--source", "shop"]) == 0
+    out, err = capsys.readouterr()
+    removed = set(out.split(": removed ", 1)[1].strip().split(", "))
+    assert expected <= removed, out
+    assert harness.query(leftovers) == [], "uninstall left capture objects behind"
+    assert "databus bootstrap --source shop" in err  # the change log cannot go on: how to start again
+    assert main(["--config", str(path), "uninstall", "--source", "shop"]) == 0
+    assert "removed nothing" in capsys.readouterr().out
+    assert main(["--config", str(path), "install"]) == 0
+    assert harness.query(leftovers)

@@ -37,7 +37,10 @@ def config_path(tmp_path: Path) -> Path:
 
 
 def json_lines(out: str) -> list[dict[str, object]]:
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    """Every line of a ``--json`` command's stdout, parsed: stdout holds JSON objects only (progress is stderr's)."""
+    objects = [json.loads(line) for line in out.splitlines()]
+    assert objects and all(isinstance(o, dict) for o in objects), out
+    return objects
 
 
 def test_sync_installs_captures_and_merges_with_one_summary_line_a_step(
@@ -141,7 +144,7 @@ def test_warm_compiles_and_caches_every_kernel_a_large_change_set_uses(tmp_path:
     first = subprocess.run([sys.executable, "-m", "dagster_databus.cli", "warm", "--no-spark"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert f"numba cache: {cache}" in first.stdout and "MySQL binlog row kernels" in first.stdout
+    assert f"numba cache: {cache}" in first.stdout and "MySQL/MariaDB binlog row kernels" in first.stdout
     cached = {p.name.split("-")[0]: p.stat().st_mtime_ns for p in cache.rglob("*.nbc")}
     assert {"encode_kernels.sizes_of", "encode_kernels.write", "decode_kernels.decode_records", "crc32._crc32",
             "fingerprint._md5_prefixes", "scan._scan", "kernels.scan", "kernels.decimals_text"} <= set(cached), \

@@ -15,6 +15,7 @@ from dagster_databus.config import load_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.defs.logs import LOG_LEVEL_ENV, default_level
+from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.errors import ConfigError
 from tests.conftest import assert_snapshots_match
@@ -36,7 +37,7 @@ def write_config(tmp_path: Path, tables: list[dict] | None = None) -> Path:
 
 
 def materialize(config_path: Path, instance: dg.DagsterInstance, raise_on_error: bool = True):
-    defs = build_definitions(load_config(config_path), config_path)
+    defs = build_definitions(load_config(config_path), DatabusResource.for_file(config_path))
     job = defs.resolve_implicit_global_asset_job_def()
     return job.execute_in_process(instance=instance, raise_on_error=raise_on_error)
 
@@ -200,7 +201,7 @@ def test_a_failed_run_shows_the_capture_layers_message(tmp_path: Path) -> None:
 
 def test_schedules_jobs_and_graph_shape(tmp_path: Path) -> None:
     config_path = write_config(tmp_path)
-    defs = build_definitions(load_config(config_path), config_path)
+    defs = build_definitions(load_config(config_path), DatabusResource.for_file(config_path))
     schedule = defs.resolve_schedule_def("shop_poll")
     assert schedule.cron_schedule == "*/2 * * * *"
     assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
@@ -224,7 +225,7 @@ def test_schedules_jobs_and_graph_shape(tmp_path: Path) -> None:
 def test_a_subset_of_snapshots_can_be_materialized(tmp_path: Path, spark, subset: list[str]) -> None:
     config_path = write_config(tmp_path)
     ShopWorkload(tmp_path / "shop.db", seed=4).run(10)
-    defs = build_definitions(load_config(config_path), config_path)
+    defs = build_definitions(load_config(config_path), DatabusResource.for_file(config_path))
     selection = [dg.AssetKey(["shop", "capture"]), dg.AssetKey(["shop", "changelog"]),
                  *[dg.AssetKey.from_user_string(s) for s in subset]]
     job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(selection))
@@ -260,7 +261,7 @@ def test_capture_check_passes_when_healthy_and_names_a_dropped_trigger(tmp_path:
     import sqlite3
 
     config_path = write_config(tmp_path)
-    defs = build_definitions(load_config(config_path), config_path)
+    defs = build_definitions(load_config(config_path), DatabusResource.for_file(config_path))
     job = defs.resolve_implicit_global_asset_job_def().get_subset(
         asset_selection={dg.AssetKey(["shop", "capture"])},
         asset_check_selection={dg.AssetCheckKey(dg.AssetKey(["shop", "capture"]), "capture_verified")})
@@ -291,7 +292,7 @@ def test_the_refresh_job_reads_a_key_range_again_with_typed_run_config(tmp_path:
         assert materialize(config_path, instance).success
         snap = DeltaSnapshot(config.lake, "shop", "orders")
         DeltaTable(snap.uri).update(updates={"total": "-1"})
-        defs = build_definitions(config, config_path)
+        defs = build_definitions(config, DatabusResource.for_file(config_path))
         job = defs.resolve_job_def("shop_refresh")
         run_config = {"ops": {"shop_sync_step": {"config": {"mode": "refresh", "tables": ["orders"],
                                                             "key_through": ["5"]}}}}
@@ -320,7 +321,7 @@ def test_the_upkeep_job_observes_each_snapshot_with_its_files(tmp_path: Path, sp
         for _ in range(3):
             workload.run(5)
             assert materialize(config_path, instance).success
-        defs = build_definitions(load_config(config_path), config_path)
+        defs = build_definitions(load_config(config_path), DatabusResource.for_file(config_path))
         assert defs.resolve_schedule_def("shop_upkeep").default_status == dg.DefaultScheduleStatus.STOPPED
         result = defs.resolve_job_def("shop_upkeep").execute_in_process(instance=instance)
         assert result.success

@@ -18,6 +18,7 @@ from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, LogicalTableConfig, load_config, parse_config
 from dagster_databus.dataplane.logical import LogicalSnapshot
 from dagster_databus.defs.factory import build_definitions
+from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.errors import SchemaDriftError, ShardCollisionError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.logical.compare import compare_parts
@@ -386,7 +387,7 @@ def test_the_logical_asset_materializes_with_per_part_metadata(servers, tmp_path
                                     for i, h in enumerate(shards.harnesses)],
         "logical_tables": [{"name": "users", "parts": [{"source": s, "table": "users"} for s in shards.sources]}],
     }))
-    defs = build_definitions(load_config(path), path)
+    defs = build_definitions(load_config(path), DatabusResource.for_file(path))
     assets = defs.resolve_assets_def(dg.AssetKey(["logical", "users"]))
     graph = defs.resolve_asset_graph()
     assert graph.get(dg.AssetKey(["logical", "users"])).parent_keys == {dg.AssetKey([s, "users"])

@@ -17,6 +17,7 @@ from dagster_databus.consumer.pull import MetaManager, PullConsumer
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.defs.common import MAX_RETRIES, clear_errors
 from dagster_databus.defs.factory import build_definitions
+from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.errors import ConfigError, SourceUnavailableError
 from dagster_databus.log.changelog import ChangeLog
@@ -32,7 +33,7 @@ def setup(tmp_path: Path, **source: object):
     path.write_text(json.dumps({"lake": "lake", "sources": [
         {"name": "shop", "kind": "sqlite", "path": "shop.db", "tables": TABLES,
          "owners": ["team:data-platform"], "tags": {"tier": "gold"}, **source}]}))
-    defs = build_definitions(load_config(path), path)
+    defs = build_definitions(load_config(path), DatabusResource.for_file(path))
     return path, defs, ShopWorkload(tmp_path / "shop.db", seed=3)
 
 

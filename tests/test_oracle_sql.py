@@ -154,6 +154,7 @@ def test_alert_sensor_requests_a_run_only_when_signalled(tmp_path: Path, signall
         return signalled
 
     sensor = build_alert_sensor(source, build_source_job(source), wait=wait)
+    assert sensor is not None
     result = sensor.evaluate_tick(dg.build_sensor_context())
     assert len(result.run_requests or []) == runs and waits == [source.alert_wait_s]
     if not runs:

@@ -30,8 +30,10 @@ from dagster_databus.errors import ConfigError
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source, read_rows
 from dagster_databus.sources.base import KeyRange, RangeRead, RowSelection
-from dagster_databus.sources.filters import FUNCTIONS, Filter, FilterDialect, check_filter, select_clause
+from dagster_databus.sources.filters import Filter, select_clause
+from dagster_databus.sources.filters import check_filter as check_dialect_filter
 from dagster_databus.sources.keys import selection_for
+from dagster_databus.sources.registry import source_kind
 from dagster_databus.sources.sqlite import bootstrap as sqlite_bootstrap
 from tests.conftest import cycle, require_tool
 from tests.harness import MysqlHarness, SourceHarness, SqliteHarness, config_document, make_config
@@ -62,6 +64,11 @@ SCHEMAS = {
 }
 COLUMNS = ("id", "owner", "status", "balance", "note")
 PG_COLUMNS = {c: f'"{c}"' for c in COLUMNS}  # as the PostgreSQL source quotes them
+
+
+def check_filter(text: str, kind: str, table: str, columns: dict[str, str]) -> Filter:
+    """``sources.filters.check_filter`` in the dialect of source kind ``kind`` (its registry entry's)."""
+    return check_dialect_filter(text, source_kind(kind).filter_dialect(), table, columns)
 
 
 @dataclass
@@ -579,11 +586,11 @@ def test_postgres_filters_are_rendered_with_percent_s_and_pg_catalog_calls() -> 
                          '((pg_catalog.lower("owner") || %s) = %s))')
     assert where.params == ("a", "b", "c", "d!%", "!", "e", "-", "%s%(x)s")
     assert "%" not in where.sql.replace("%s", "")
-    assert where.functions == frozenset(FUNCTIONS["postgres"])
+    assert where.functions == frozenset(source_kind("postgres").filter_dialect().functions)
 
 
 @pytest.mark.parametrize("kind, quoted", [("postgres", '"50%"'), ("mysql", "`50%`")])
-def test_a_column_whose_name_holds_a_percent_sign_is_refused_where_the_driver_formats_with_it(kind: FilterDialect,
+def test_a_column_whose_name_holds_a_percent_sign_is_refused_where_the_driver_formats_with_it(kind: str,
                                                                                                quoted: str) -> None:
     """psycopg2 and pymysql fill parameters in with Python's %: "50%" in the text would take one (or fail)."""
     with pytest.raises(ConfigError, match=r"holds a '%'"):

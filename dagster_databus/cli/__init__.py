@@ -7,24 +7,21 @@ import argparse
 import json
 import os
 import sys
-import time
 
 from dagster_databus import pipeline
 from dagster_databus.cli import run
-from dagster_databus.config import DatabusConfig, MysqlSourceConfig, SourceConfig, load_config
+from dagster_databus.config import DatabusConfig, load_config
 from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
-from dagster_databus.consumer.pull import MetaManager
 from dagster_databus.core.events import ChangeEvent
 from dagster_databus.core.identifiers import is_plain_name
-from dagster_databus.core.lag import scn_lag
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType, json_value
-from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError, DatabusError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.schemas import SchemaRegistry
 from dagster_databus.sources import open_source
-from dagster_databus.sources.base import Retaining
+from dagster_databus.sources.base import Uninstallable
+from dagster_databus.sources.registry import source_kind
 
 # Exit statuses: 2 for an error that fails the same way until its fix is applied; EX_TEMPFAIL (sysexits.h)
 # for a transient one (a server down, a concurrent run's lock), so cron wrappers and schedulers retry only
@@ -142,75 +139,27 @@ def _snapshot(config: DatabusConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-STATUS_LEGEND = """\
-checkpoint: the change log holds every commit up to this SCN; snapshot: the Delta snapshot reflects the
-log up to this SCN; source: the source's current position; lag: how far behind, in SCN units (row-log
-sequence numbers for SQLite and Oracle, binlog bytes for MySQL): for a source the source minus the
-checkpoint, for a table or consumer the log minus where it stands; "-" where there is nothing yet."""
-
-
-def _behind(ahead: Scn | None, behind: Scn | None) -> str:
-    return "-" if ahead is None or behind is None else str(scn_lag(ahead, behind))
-
-
-def _retention(source: SourceConfig, config: DatabusConfig) -> None:
-    """A line on what the source's server keeps for capture (a PostgreSQL slot's WAL), where it keeps any."""
-    try:
-        src = open_source(source, config.lake)
-        if not isinstance(src, Retaining):
-            return
-        kept = src.retention()
-    except DatabusError as exc:
-        print(f"  retention: ? ({exc.problem})")
-        return
-    held = "not created" if kept.retained_bytes is None else f"holds {kept.retained_bytes:,} bytes of WAL"
-    lag = kept.lag_seconds(int(time.time() * 1000))
-    waiting = "" if lag is None else "; no change waits" if lag == 0 else f"; the oldest change waits {lag:,.1f}s"
-    print(f"  {kept.holder} {held} ({kept.status}){waiting}")
-
-
 def _status(config: DatabusConfig, _: argparse.Namespace) -> int:
-    print(f"{'source/table':<28}{'checkpoint':>12}{'snapshot':>12}{'source':>12}{'lag':>8}{'segments':>10}{'bytes':>12}")
-    for source in config.sources:
-        log = ChangeLog(config.lake, source.name)
-        manifest = log.manifest()
-        checkpoint = manifest.checkpoint
-        try:
-            position: Scn | None = open_source(source, config.lake).high_water_mark()
-        except Exception:  # a report: a source that cannot say where it is (not installed, down) shows "?"
-            position = None
-        cp = checkpoint.scn if checkpoint else None
-        lag = _behind(position, cp)
-        print(f"{source.name:<28}{cp or '-'!s:>12}{'':>12}{position or '?'!s:>12}{lag:>8}{len(manifest.segments):>10}"
-              f"{sum(s.bytes for s in manifest.segments):>12}")
-        for table in source.tables:
-            applied = DeltaSnapshot(config.lake, source.name, table.name).applied_scn()
-            behind = _behind(manifest.last_scn, applied)
-            print(f"  {table.name:<26}{'':>12}{applied or '-'!s:>12}{'':>12}{behind:>8}")
-        for problem in pipeline.lake_damage(config, source.name, [t.name for t in source.tables]):
-            print(f"  damaged: {problem}")
-        _retention(source, config)
-        if isinstance(source, MysqlSourceConfig) and source.standby is not None:
-            server = checkpoint.state.get("server", "primary") if checkpoint else "primary"
-            switches = "; ".join(f"{e.get('from_server')} -> {e.get('to_server')} by {e.get('method')}"
-                                 for e in manifest.lineage) or "none"
-            print(f"  reading the {server} (failovers: {switches})")
-        for client, cursor in MetaManager(config.lake, source.name).cursors().items():
-            at = cursor or manifest.start_scn
-            state = "  behind retention: must bootstrap" if at < manifest.start_scn else ""
-            print(f"  consumer {client:<17}{cursor or '-'!s:>12}{'':>24}{_behind(manifest.last_scn, at):>8}"
-                  f"{state}")
-    for logical in config.logical_tables:
-        from dagster_databus.dataplane.logical import LogicalSnapshot
+    from dagster_databus.cli.status import status_lines
 
-        snap = LogicalSnapshot(config.lake, logical.name)
-        print(f"logical {logical.name}")
-        for part in logical.parts:
-            applied = snap.applied_scn(part.label)
-            log_scn = ChangeLog(config.lake, part.source).manifest().last_scn
-            print(f"  {part.label:<26}{'':>12}{applied or '-'!s:>12}{'':>12}"
-                  f"{_behind(log_scn, applied):>8}")
-    print(f"\n{STATUS_LEGEND}")
+    for line in status_lines(config):
+        print(line)
+    return 0
+
+
+def _uninstall(config: DatabusConfig, args: argparse.Namespace) -> int:
+    """Remove what install created in a source's database (``Uninstallable``); the lake is left as it is."""
+    source = config.source(args.source)
+    kind = source_kind(source.kind)
+    src = open_source(source, config.lake)
+    if not isinstance(src, Uninstallable):
+        print(f"{source.name}: {kind.label} capture installs nothing in the database; nothing to remove")
+        return 0
+    removed = src.uninstall()
+    print(f"{source.name}: removed {', '.join(removed) if removed else 'nothing (none of it was there)'}")
+    print(f"{source.name}: changes from now on are not captured, and this source's change log cannot go on: to "
+          f"capture it again, run `databus install --source {source.name}` and then `databus bootstrap --source "
+          f"{source.name}`", file=sys.stderr)
     return 0
 
 
@@ -350,6 +299,10 @@ def _main(argv: list[str] | None) -> int:
     target.add_argument("--logical", help="a logical table (logical_tables[].name) instead of a source's tables")
     upkeep.add_argument("--tables", nargs="*", help="tables to keep up (default: all of the source's)")
     sub.add_parser("status", parents=[common], help="checkpoint, snapshot SCN and lag per source and table")
+    uninstall = sub.add_parser("uninstall", parents=[common],
+                               help="remove what install created in a source's database (its triggers and txlog, "
+                                    "its replication slot and publication); the lake is kept")
+    uninstall.add_argument("--source", required=True)
     reconcile = sub.add_parser("reconcile", parents=[common],
                                help="compare snapshots with the source at one SCN; name the keys that differ")
     reconcile.add_argument("--source", required=True)
@@ -381,7 +334,8 @@ def _main(argv: list[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.command == "warm":
         return _warm(spark=not args.no_spark)
-    commands = {"validate": _validate, "install": _install, "bootstrap": _bootstrap, "status": _status,
+    commands = {"validate": _validate, "install": _install, "uninstall": _uninstall, "bootstrap": _bootstrap,
+                "status": _status,
                 "tail": _tail, "reconcile": _reconcile, "snapshot": _snapshot,
                 "upkeep": _upkeep, "capture": run.capture, "merge": run.merge, "sync": run.sync}
     try:

@@ -1,13 +1,14 @@
 """``databus capture``, ``databus merge`` and ``databus sync``: the pipeline's steps without Dagster, by the code
 Dagster's steps run (``pipeline.install`` and ``pipeline.capture``, ``snapshot.merge.sync_source``, then
 retention), under the same locks (the change log's writer lock, the source's reader, each snapshot's commit),
-printing a progress line per piece of work and one summary line per step, with the figures Dagster's metadata
-shows (``--json``: all of them, one JSON object per step)."""
+printing a progress line per piece of work on stderr and one summary line per step on stdout, with the figures
+Dagster's metadata shows (``--json``: all of them, one JSON object a line per step, and nothing else on stdout)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from dagster_databus import pipeline
@@ -62,12 +63,12 @@ def _capture(config: DatabusConfig, args: argparse.Namespace) -> None:
     result = pipeline.capture(config, source, progress=_say)
     figures = pipeline.capture_figures(result, ChangeLog(config.lake, source).manifest())
     if args.json:
-        _say(json.dumps({"step": "capture", "source": source, **figures}, sort_keys=True))
+        _result(json.dumps({"step": "capture", "source": source, **figures}, sort_keys=True))
         return
     lag = f", {figures['lag_seconds']} s" if "lag_seconds" in figures else ""
-    _say(f"{source}: captured SCN {figures['scn_range']}: {result.windows:,} windows, {result.events:,} events "
-         f"(+{figures['inserts']:,} ~{figures['updates']:,} -{figures['deletes']:,}) in "
-         f"{result.segments} segments; {result.lag_scn:,} SCNs behind the source{lag}; {result.duration_s:.2f} s")
+    _result(f"{source}: captured SCN {figures['scn_range']}: {result.windows:,} windows, {result.events:,} events "
+            f"(+{figures['inserts']:,} ~{figures['updates']:,} -{figures['deletes']:,}) in "
+            f"{result.segments} segments; {result.lag_scn:,} SCNs behind the source{lag}; {result.duration_s:.2f} s")
 
 
 def _merge(config: DatabusConfig, args: argparse.Namespace, spark: SparkRuntime) -> None:
@@ -77,16 +78,24 @@ def _merge(config: DatabusConfig, args: argparse.Namespace, spark: SparkRuntime)
     for r in results:
         figures = sync_figures(r)
         if args.json:
-            _say(json.dumps({"step": "merge", "source": source, "table": r.table, **figures}, sort_keys=True))
+            _result(json.dumps({"step": "merge", "source": source, "table": r.table, **figures}, sort_keys=True))
             continue
         boot = f", bootstrapped {r.bootstrap_rows:,} rows at SCN {r.bootstrapped_at}" if r.bootstrapped_at else ""
-        _say(f"{source}.{r.table}: SCN {figures['scn_range']}: {r.events:,} events (+{r.counts.inserted:,} "
-             f"~{r.counts.updated:,} -{r.counts.deleted:,}){boot}; {r.snapshot_rows:,} rows; {r.lag_scn:,} SCNs "
-             f"behind the log; {r.engine} engine, {r.duration_s:.2f} s")
-    if retention is not None and retention.removed_segments and not args.json:
-        _say(f"{source}: retention removed {retention.removed_segments} segments ({retention.removed_bytes:,} "
-             f"bytes); the log now starts after SCN {retention.start_scn}")
+        _result(f"{source}.{r.table}: SCN {figures['scn_range']}: {r.events:,} events (+{r.counts.inserted:,} "
+                f"~{r.counts.updated:,} -{r.counts.deleted:,}){boot}; {r.snapshot_rows:,} rows; {r.lag_scn:,} SCNs "
+                f"behind the log; {r.engine} engine, {r.duration_s:.2f} s")
+    if retention is not None and retention.removed_segments:
+        # With --json a line of text would break stdout's JSON: it goes with the progress.
+        (_say if args.json else _result)(
+            f"{source}: retention removed {retention.removed_segments} segments ({retention.removed_bytes:,} bytes); "
+            f"the log now starts after SCN {retention.start_scn}")
 
 
 def _say(line: str) -> None:
+    """A progress line: stderr, so stdout holds only the steps' results (``--json``: only JSON objects)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _result(line: str) -> None:
+    """A step's summary, or its figures as one JSON object: stdout."""
     print(line, flush=True)

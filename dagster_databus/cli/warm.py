@@ -4,10 +4,11 @@ compile later: a Dockerfile's build step, a deploy hook, a CI runner's setup.
 A change set of fewer than 2,000 records needs no kernel (fastavro and zlib encode, decode and sum it), so a new
 machine's small scheduled runs cost what warm ones do without this; a larger one compiles the kernels its path
 uses, seconds each, once per cache. ``warm`` runs a small pipeline of its own, in a temporary folder, large enough
-to take every kernel path: a SQLite source of several column types, captured (the txlog scan, the Avro encoder,
-CRC-32), merged by the local engine (the Avro decoder), read back, and reconciled (the fingerprint). The MySQL
-binlog's row kernels need no server: each is called as capture calls it, with no rows
-(``sources.mysql.wire.warm``).
+to take every kernel path: a sample source of several column types, of the kind that needs no server
+(``registry.embedded_kind``), captured (its row scan, the Avro encoder, CRC-32), merged by the local engine (the Avro
+decoder), read back, and reconciled (the fingerprint). Then each kind's own step (``SourceKind.warm``) compiles
+what its capture runs that the pipeline does not reach, with no server (the binlog's row kernels, called as
+capture calls them with no rows).
 
 numba caches next to the package's files when they are writable, else in the user's cache folder; set
 ``NUMBA_CACHE_DIR`` to put it where the runs will find it (an image's own folder, not the build user's home).
@@ -19,7 +20,6 @@ a local Spark run's driver starts seconds sooner; ``--no-spark`` skips it.
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 import tempfile
 import time
@@ -31,14 +31,12 @@ from dagster_databus.core.progress import Progress
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import reconcile_table
-from dagster_databus.sources.mysql.wire.warm import warm_binlog_kernels
+from dagster_databus.sources.registry import KINDS, embedded_kind
 from dagster_databus.spark.classdata import java_binary, write_archive
 from dagster_databus.spark.classic import DRIVER_JAVA_OPTIONS, open_classic
 from dagster_databus.spark.runtime import SparkRuntime
 
 ROWS = 5_000  # past every small-batch threshold (2,000 records, 4,096 keys)
-_TABLE = ("CREATE TABLE warm (id INTEGER PRIMARY KEY, n INTEGER, r REAL, s TEXT, b BLOB, d DECIMAL(12, 2), "
-          "day DATE, at TIMESTAMP, flag BOOLEAN, note VARCHAR(20))")
 
 
 def warm(progress: Progress, spark: bool = True) -> float:
@@ -46,9 +44,11 @@ def warm(progress: Progress, spark: bool = True) -> float:
     here, write the Spark driver's class-data archive (``spark.classdata``); the seconds it took."""
     started = time.monotonic()
     run_pipeline(progress)
-    begun = time.monotonic()
-    layouts = warm_binlog_kernels()
-    progress(f"warm: MySQL binlog row kernels ({layouts} column layouts) in {time.monotonic() - begun:.1f}s")
+    for kind in KINDS.values():
+        begun = time.monotonic()
+        warmed = kind.warm_kernels()
+        if warmed is not None:
+            progress(f"warm: {kind.label} {warmed} in {time.monotonic() - begun:.1f}s")
     if spark:
         if java_binary() is None:
             progress("warm: no java here (JAVA_HOME or PATH), so no Spark driver archive; the local engine needs none")
@@ -62,38 +62,34 @@ def warm(progress: Progress, spark: bool = True) -> float:
 
 
 def run_pipeline(progress: Progress, engine: str = "local", spark: SparkConfig | None = None) -> None:
-    """A SQLite pipeline of its own in a temporary folder, merged by ``engine``: capture, bootstrap, changes to
-    every row captured and merged, read back and reconciled."""
+    """A sample source's pipeline in a temporary folder, merged by ``engine``: its rows captured, bootstrapped,
+    every row changed, captured and merged, read back and reconciled."""
     with tempfile.TemporaryDirectory(prefix="databus-warm-") as folder:
         root = Path(folder)
-        with sqlite3.connect(root / "warm.db") as conn:
-            conn.execute(_TABLE)
+        sample = embedded_kind().make_sample(root, ROWS)
+        name = sample.config["name"]
         config = parse_config({"lake": "lake", "merge": {"engine": engine},
                                "spark": (spark or SparkConfig()).model_dump(mode="json", exclude_none=True),
-                               "sources": [{"name": "warm", "kind": "sqlite", "path": "warm.db",
-                                            "tables": [{"name": "warm", "primary_key": ["id"]}]}]}, base=root)
-        pipeline.install(config, "warm")
-        with sqlite3.connect(root / "warm.db") as conn:
-            conn.executemany("INSERT INTO warm VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-                (i, i * 7, i / 3, f"text {i}", bytes([i % 256]) * 3, f"{i}.25", "2024-02-29",
-                 "2024-02-29 12:34:56.789", i % 2, None if i % 3 else "x") for i in range(ROWS)])
+                               "sources": [sample.config]}, base=root)
+        [table] = [t.name for t in config.source(name).tables]
+        pipeline.install(config, name)
+        sample.fill()
         # Capture, then a merge that bootstraps (the source read); changes to every row, captured and merged
         # from the log (the decoder).
         runtime = SparkRuntime(config.spark)
         for step in ("capture", "bootstrap", "update", "capture", "merge"):
             begun = time.monotonic()
             if step == "capture":
-                pipeline.capture(config, "warm")
+                pipeline.capture(config, name)
             elif step == "update":
-                with sqlite3.connect(root / "warm.db") as conn:
-                    conn.execute("UPDATE warm SET n = n + 1, s = s || '!'")
+                sample.change()
                 continue
             else:
-                sync_source(runtime, config, "warm")
+                sync_source(runtime, config, name)
             progress(f"warm: {step} of {ROWS:,} rows in {time.monotonic() - begun:.1f}s")
         begun = time.monotonic()
-        events = sum(1 for _ in ChangeLog(config.lake, "warm").read())
-        result = reconcile_table(config, config.source("warm"), "warm")
+        events = sum(1 for _ in ChangeLog(config.lake, name).read())
+        result = reconcile_table(config, config.source(name), table)
         if events != 2 * ROWS or not result.equal:  # the kernels' own output checked, not only compiled
             raise RuntimeError(f"databus warm: read back {events} of {2 * ROWS} events; reconciled: {result.equal}")
         progress(f"warm: read back and reconciled in {time.monotonic() - begun:.1f}s")

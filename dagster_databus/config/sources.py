@@ -1,5 +1,7 @@
 """One config model per source kind, and the union the ``kind`` field chooses from. A new kind is a
-class here and an entry in ``SourceConfig``; ``resolved`` takes its relative paths from the config's folder."""
+class here and an entry in ``SourceConfig`` (and its entry in ``sources.registry``, which names its code);
+``resolved`` takes its relative paths from the config's folder. What the other layers ask of every source's
+config is a method of ``SourceBase``, which a kind overrides, never a test of the model's class."""
 
 from __future__ import annotations
 
@@ -71,6 +73,17 @@ class SourceBase(Strict):
         """This source with what is named after the lake its change log is in (``lake``, a URI) filled in."""
         return self
 
+    def when_purged(self) -> Literal["fail", "bootstrap"]:
+        """What capture does when the source no longer holds the changes after the checkpoint (``on_purged``,
+        where a kind's server can lose them)."""
+        return "fail"
+
+    def exclusive_database(self) -> str | None:
+        """For a database whose capture objects all its sources would share (so one source's pruning would cut
+        another's changes), what identifies it however it is named (a file's resolved path); None where several
+        sources may capture one database."""
+        return None
+
 
 class ServerSourceBase(SourceBase):
     """A database server reached over the network with a user and a password."""
@@ -104,6 +117,10 @@ class SqliteSourceConfig(SourceBase):
 
     def resolved(self, resolve: Callable[[Path], Path]) -> SqliteSourceConfig:
         return self.model_copy(update={"path": resolve(self.path)})
+
+    def exclusive_database(self) -> str:
+        """The database file (its txlog serves one source)."""
+        return str(Path(self.path).resolve())
 
 
 class StandbyConfig(Strict):
@@ -203,9 +220,10 @@ class MysqlSourceConfig(ServerSourceBase):
     _check_database = field_validator("database")(lambda cls, v: plain_name(v))
 
     def replica_server_id(self) -> int:
-        import zlib
-
         return self.server_id or 4_000_000 + zlib.crc32(self.name.encode()) % 1_000_000
+
+    def when_purged(self) -> Literal["fail", "bootstrap"]:
+        return self.on_purged
 
     def resolved(self, resolve: Callable[[Path], Path]) -> MysqlSourceConfig:
         """The TLS files and public keys, taken from the config's folder when relative."""
@@ -273,6 +291,9 @@ class PostgresSourceConfig(ServerSourceBase):
             raise ValueError(f"the publication name {name!r} is longer than PostgreSQL's 63 bytes (it is derived from "
                              "the source's name when publication is not set): set publication to a shorter name")
         return self
+
+    def when_purged(self) -> Literal["fail", "bootstrap"]:
+        return self.on_purged
 
     def in_lake(self, lake: str) -> PostgresSourceConfig:
         """The slot named after the source and the lake when ``slot`` is unset: a slot serves one change log

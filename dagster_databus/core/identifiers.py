@@ -16,8 +16,8 @@ def is_plain_name(name: object) -> bool:
     return isinstance(name, str) and bool(PLAIN_NAME.match(name))
 
 
-def quote_sqlite(name: str) -> str:
-    """Quote a validated identifier for SQLite (and ANSI SQL)."""
+def quote_ansi(name: str) -> str:
+    """Quote a validated identifier as ANSI SQL does (double quotes), as SQLite reads it."""
     if not is_plain_name(name):
         raise ValueError(f"not a plain identifier: {name!r}")
     return f'"{name}"'

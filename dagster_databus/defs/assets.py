@@ -26,16 +26,7 @@ from dagster_databus.pipeline import capture_figures
 from dagster_databus.snapshot.figures import Figures, sync_figures
 from dagster_databus.snapshot.merge import TableSyncResult, engine_for, sync_tables
 from dagster_databus.sources.base import ALL_ROWS, RowSelection
-
-INSTALL_DESCRIPTIONS = {
-    "sqlite": "Installs and verifies change capture in SQLite source `{name}`: the txlog, epoch counter and "
-              "per-table triggers. Re-running changes nothing.",
-    "oracle": "Installs (idempotently) and verifies Databus capture in Oracle source `{name}`: sy$txlog, "
-              "sy$sources, sync_core, sync_alert, J_COALESCE_LOG, J_CALL_SIGNAL, and per table the txn column, "
-              "triggers, delete shadow table and sy$ view. Reports missing or INVALID objects by name.",
-    "mysql": "Verifies that MySQL source `{name}` is ready for binlog capture (log_bin, ROW format, FULL row "
-             "image and metadata, replica id, privileges) and records where capture starts.",
-}
+from dagster_databus.sources.registry import source_kind
 
 
 class SyncRunConfig(dg.Config):
@@ -68,7 +59,7 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
     table_keys = {snapshot_key(name, t.name): t.name for t in source.tables}
     specs = [
         dg.AssetSpec(capture_key(name), group_name=name, kinds=kinds,
-                     description=INSTALL_DESCRIPTIONS[source.kind].format(name=name),
+                     description=source_kind(source.kind).installs.format(name=name),
                      tags={**tags, "databus/role": "install"}, owners=owners),
         dg.AssetSpec(changelog_key(name), group_name=name, kinds={"avro"}, deps=[capture_key(name)],
                      description=f"The durable change log of `{name}`: whole transaction windows since the last "

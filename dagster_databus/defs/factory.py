@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import dagster as dg
 
 from dagster_databus.config import DatabusConfig
@@ -25,7 +23,10 @@ from dagster_databus.defs.sensors import build_alert_sensor
 from dagster_databus.defs.upkeep import build_logical_upkeep_job, build_upkeep_job, build_upkeep_schedule
 
 
-def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definitions:
+def build_definitions(config: DatabusConfig, resource: DatabusResource, executor: bool = True) -> dg.Definitions:
+    """Every source's assets, checks, jobs, schedules and sensors, and the logical tables'; ``resource`` gives the
+    steps the config. With ``executor``, every run of the code location (asset selections too) takes the databus
+    executor; without (a component in a user's project, whose other jobs keep theirs), only the jobs built here."""
     assets: list[dg.AssetsDefinition] = []
     checks: list[dg.AssetChecksDefinition] = []
     jobs: list[dg.JobDefinition] = []
@@ -44,8 +45,9 @@ def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definition
         reconcile_schedules, reconcile_sensors = build_reconcile_triggers(source, reconcile)
         schedules += reconcile_schedules
         sensors += reconcile_sensors
-        if source.kind == "oracle":
-            sensors.append(build_alert_sensor(source, job))
+        alerts = build_alert_sensor(source, job)  # a source whose database signals new commits
+        if alerts is not None:
+            sensors.append(alerts)
     assets += [build_logical_asset(logical) for logical in config.logical_tables]
     checks += [build_logical_check(logical) for logical in config.logical_tables]
     for logical in config.logical_tables:
@@ -56,6 +58,6 @@ def build_definitions(config: DatabusConfig, config_path: Path) -> dg.Definition
         sensors.append(build_logical_automation_sensor())
     return dg.Definitions(
         assets=assets, asset_checks=checks, jobs=jobs, schedules=schedules, sensors=sensors,
-        resources={RESOURCE: DatabusResource(config_path=str(config_path.resolve()))},
-        executor=databus_executor,  # one process per run unless its steps can run side by side
+        resources={RESOURCE: resource},
+        executor=databus_executor if executor else None,  # one process per run unless its steps can run side by side
     )

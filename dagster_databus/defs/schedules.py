@@ -8,6 +8,7 @@ import dagster as dg
 
 from dagster_databus.config import SourceConfig
 from dagster_databus.defs.assets import sync_op_name
+from dagster_databus.defs.executor import databus_executor
 from dagster_databus.defs.logs import job_config
 
 
@@ -25,7 +26,7 @@ def build_source_job(source: SourceConfig) -> dg.UnresolvedAssetJobDefinition:
         name=sync_job_name(source.name),
         selection=dg.AssetSelection.groups(source.name) - reconciled_checks(source),
         description=f"Install/verify capture, poll the change log and merge the snapshots of `{source.name}`.",
-        tags={"databus/source": source.name}, config=job_config(),
+        tags={"databus/source": source.name}, config=job_config(), executor_def=databus_executor,
     )
 
 
@@ -53,7 +54,7 @@ def build_snapshot_jobs(source: SourceConfig) -> list[dg.UnresolvedAssetJobDefin
         dg.define_asset_job(
             name=f"{source.name}_{mode}", selection=selection, description=description,
             config=job_config({"ops": {sync_op_name(source.name): {"config": {"mode": mode, "tables": []}}}}),
-            tags={"databus/source": source.name, "databus/run": mode})
+            tags={"databus/source": source.name, "databus/run": mode}, executor_def=databus_executor)
         for mode, description in descriptions.items()
     ]
 
@@ -71,7 +72,8 @@ def build_reconcile_job(source: SourceConfig) -> dg.UnresolvedAssetJobDefinition
         name=f"{source.name}_reconcile", selection=reconciled_checks(source),
         description=f"Compare every snapshot of `{source.name}` with the source at one SCN (the `reconciled` "
                     "checks): fingerprints computed where the data lives, differing keys named.",
-        tags={"databus/source": source.name, "databus/run": "reconcile"}, config=job_config())
+        tags={"databus/source": source.name, "databus/run": "reconcile"}, config=job_config(),
+        executor_def=databus_executor)
 
 
 def build_reconcile_triggers(source: SourceConfig, job: dg.UnresolvedAssetJobDefinition

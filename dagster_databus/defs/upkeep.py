@@ -12,6 +12,7 @@ import dagster as dg
 
 from dagster_databus.config import LogicalTableConfig, SourceConfig, UpkeepConfig
 from dagster_databus.defs.common import Metadata, clear_errors, pool, snapshot_key
+from dagster_databus.defs.executor import databus_executor
 from dagster_databus.defs.logs import job_config
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.snapshot.upkeep import UpkeepResult
@@ -47,7 +48,7 @@ def build_upkeep_job(source: SourceConfig) -> dg.JobDefinition:
                 yield dg.AssetObservation(asset_key=snapshot_key(name, r.table), metadata=_figures(r))
 
     @dg.job(name=upkeep_job_name(name), tags={"databus/source": name, "databus/run": "upkeep"},
-            config=job_config(),
+            config=job_config(), executor_def=databus_executor,
             description=f"Upkeep of `{name}`'s snapshot and history tables: small files joined in key order, "
                         "files older than upkeep.retain_hours vacuumed (never the last bootstrap's, which rebuild "
                         "needs), the Delta log checkpointed. Figures are observations on each snapshot asset.")
@@ -73,7 +74,7 @@ def build_logical_upkeep_job(logical: LogicalTableConfig) -> dg.JobDefinition:
                 yield dg.AssetObservation(asset_key=logical_key(name), metadata=_figures(result))
 
     @dg.job(name=logical_upkeep_job_name(name), tags={"databus/logical_table": name, "databus/run": "upkeep"},
-            config=job_config(),
+            config=job_config(), executor_def=databus_executor,
             description=f"Upkeep of logical table `{name}`: small files joined in key order, files older than "
                         "upkeep.retain_hours vacuumed, the Delta log checkpointed.")
     def job() -> None:

@@ -156,6 +156,17 @@ class SwitchPlan:
     record: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Sample:
+    """A sample database of a kind that needs no server, made in a folder for ``databus warm``: the ``sources[]``
+    entry of its source (paths relative to that folder), its one table empty; ``fill`` writes its rows, and
+    ``change`` changes every one of them."""
+
+    config: dict[str, Any]
+    fill: Callable[[], None]
+    change: Callable[[], None]
+
+
 @runtime_checkable
 class Source(Protocol):
     """A capture source: one per configured source, made by its kind's entry in ``registry``. The pipeline,
@@ -264,6 +275,30 @@ class Failover(Protocol):
                     progress: Progress) -> SwitchPlan | None:
         """The switch to another server, decided from ``checkpoint`` as read under the log's writer lock; None
         when the server answers again or another run switched already (its server is then attached)."""
+
+    def has_standby(self) -> bool:
+        """Whether the config names a server to switch to (without one, a server down is only waited out)."""
+
+
+@runtime_checkable
+class Alerting(Protocol):
+    """A source whose database signals new commits (Oracle's ``sync_alert``): a sensor waits for the signal and
+    asks for a run then, instead of polling on a schedule alone."""
+
+    def alert_wait_s(self) -> int:
+        """Seconds one wait may block (the source's config): a sensor evaluation's bound."""
+
+    def wait_for_changes(self, max_wait_s: int) -> str | None:
+        """Block up to ``max_wait_s`` for the signal; the source's name if changes were signalled, else None."""
+
+
+@runtime_checkable
+class Uninstallable(Protocol):
+    """A source whose install leaves objects in the database (triggers, a txlog, a replication slot and its WAL)
+    that ``databus uninstall`` removes when capture of it ends."""
+
+    def uninstall(self) -> tuple[str, ...]:
+        """Remove what install created for this source, and only that; what was removed, by name."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,16 +1,16 @@
 """Refresh filters (``databus snapshot --where``, the refresh job's ``where``): parsed, checked and rendered.
 
 A filter comes from whoever can reach the CLI or the Dagster UI, and ends up in a query run with the source's
-credentials, so it is never pasted into SQL. It is parsed with sqlglot in the source's dialect (SQLite,
-MySQL/MariaDB, Oracle, PostgreSQL), every node of the tree is checked against an allow-list, and the condition
-that runs is rendered back from that tree by this module:
+credentials, so it is never pasted into SQL. It is parsed with sqlglot in the source's dialect (a
+``FilterDialect``, which each kind's package defines), every node of the tree is checked against an allow-list,
+and the condition that runs is rendered back from that tree by this module:
 
 - columns of the table being read, quoted by the project's own quoting (never the user's quotes);
 - string literals as bound parameters (never as text, so no escape rules or server mode can change them);
 - numbers, NULL, TRUE/FALSE; comparison, arithmetic, AND/OR/NOT, IN lists of literals, BETWEEN, LIKE
   [ESCAPE], IS [NOT] NULL and CASE, each operator in parentheses, so the database groups what was checked;
-- calls of an allow-list of cheap scalar functions per dialect (``FUNCTIONS``), with their arities;
-- on PostgreSQL also ILIKE, IS [NOT] DISTINCT FROM and || (text concatenation).
+- calls of an allow-list of cheap scalar functions per dialect (``FilterDialect.functions``), with their arities;
+- where the dialect has them: ILIKE, null-safe equality (IS [NOT] DISTINCT FROM, <=>, IS), || and DIV.
 
 Anything else is refused with a ``ConfigError`` on ``snapshot.where`` naming what and why: subqueries, other
 tables, comments, ';', UNION, other functions, parameters and variables, identifiers that are not the table's
@@ -24,88 +24,59 @@ from __future__ import annotations
 import re
 import types
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal
 
 from sqlglot import Token, TokenType, exp
 from sqlglot.dialects.dialect import Dialect
-from sqlglot.dialects.mysql import MySQL
-from sqlglot.dialects.oracle import Oracle
-from sqlglot.dialects.postgres import Postgres
-from sqlglot.dialects.sqlite import SQLite
 from sqlglot.errors import ParseError, TokenError
 
 from dagster_databus.errors import ConfigError
 from dagster_databus.sources.base import KeyRange
 from dagster_databus.sources.keys import key_clause
 
-FilterDialect = Literal["sqlite", "mysql", "oracle", "postgres"]
-
 MAX_LENGTH = 20_000  # characters of filter text
 MAX_DEPTH = 64  # nesting of the parsed tree
 MAX_NODES = 5_000  # nodes of the parsed tree (an IN list of a few thousand literals fits)
 
-# Cheap scalar functions a filter may call: name -> (fewest, most) arguments. Date and time functions only
-# with an argument (SQLite's date() alone is today's date: a value of the clock, not of the row).
-FUNCTIONS: dict[str, dict[str, tuple[int, int]]] = {
-    "sqlite": {
-        "lower": (1, 1), "upper": (1, 1), "length": (1, 1), "substr": (2, 3), "substring": (2, 3),
-        "trim": (1, 2), "ltrim": (1, 2), "rtrim": (1, 2), "abs": (1, 1), "round": (1, 2),
-        "coalesce": (2, 16), "ifnull": (2, 2), "nullif": (2, 2), "instr": (2, 2),
-        "date": (1, 8), "time": (1, 8), "datetime": (1, 8), "julianday": (1, 8), "strftime": (2, 9),
-    },
-    "mysql": {
-        "lower": (1, 1), "upper": (1, 1), "length": (1, 1), "char_length": (1, 1), "substr": (2, 3),
-        "substring": (2, 3), "left": (2, 2), "right": (2, 2), "trim": (1, 1), "ltrim": (1, 1), "rtrim": (1, 1),
-        "abs": (1, 1), "round": (1, 2), "mod": (2, 2), "coalesce": (2, 16), "ifnull": (2, 2), "nullif": (2, 2),
-        "date": (1, 1), "year": (1, 1), "month": (1, 1), "day": (1, 1), "dayofmonth": (1, 1), "hour": (1, 1),
-        "to_days": (1, 1), "datediff": (2, 2), "date_format": (2, 2), "str_to_date": (2, 2),
-    },
-    "oracle": {
-        "lower": (1, 1), "upper": (1, 1), "length": (1, 1), "substr": (2, 3), "trim": (1, 1), "ltrim": (1, 2),
-        "rtrim": (1, 2), "abs": (1, 1), "round": (1, 2), "trunc": (1, 2), "mod": (2, 2), "coalesce": (2, 16),
-        "nvl": (2, 2), "nullif": (2, 2), "to_char": (1, 2), "to_date": (1, 2), "to_number": (1, 1),
-        "add_months": (2, 2), "months_between": (2, 2), "last_day": (1, 1),
-    },
-    # No substring: with two arguments and a text second one PostgreSQL picks its regular-expression form
-    # (substring('hello', '2') is NULL), whose cost depends on the pattern; substr takes positions only.
-    "postgres": {
-        "lower": (1, 1), "upper": (1, 1), "length": (1, 1), "char_length": (1, 1), "substr": (2, 3),
-        "left": (2, 2), "right": (2, 2), "strpos": (2, 2), "trim": (1, 1), "btrim": (1, 2), "ltrim": (1, 2),
-        "rtrim": (1, 2), "abs": (1, 1), "round": (1, 2), "trunc": (1, 2), "ceil": (1, 1), "floor": (1, 1),
-        "mod": (2, 2), "coalesce": (2, 16), "nullif": (2, 2), "date_trunc": (2, 2), "date_part": (2, 2),
-        "to_char": (2, 2), "to_date": (2, 2), "to_number": (2, 2),
-    },
-}
-# Functions SQLite calls for an operator a filter may use (its authorizer sees these names too).
-OPERATOR_FUNCTIONS: dict[str, frozenset[str]] = {"sqlite": frozenset({"like"}), "mysql": frozenset(),
-                                                 "oracle": frozenset(), "postgres": frozenset()}
-# PostgreSQL resolves an unqualified function by search_path, where whoever may create in a schema on it can
-# put a look-alike with a closer argument type (CVE-2018-1058): the filter's calls are rendered as
-# pg_catalog.name(...). These three are grammar, not functions (pg_catalog.coalesce does not exist); the
-# server's parser turns them into its own nodes or pg_catalog calls, so they are rendered unqualified.
-_POSTGRES_SYNTAX = frozenset({"coalesce", "nullif", "trim"})
-# What messages call each dialect.
-_NAMES: dict[str, str] = {"sqlite": "SQLite", "mysql": "MySQL/MariaDB", "oracle": "Oracle", "postgres": "PostgreSQL"}
-# Dialects whose driver fills parameters in with Python's % formatting (pymysql, psycopg2): a '%' in the
-# rendered text other than a placeholder's would be read as one (or fail), so none may reach it.
-_PERCENT_FORMAT = frozenset({"mysql", "postgres"})
-# PostgreSQL string literals with their own escape rules: refused by token, before parsing, so a filter's
-# text means what it says to its reader ('' for a quote inside a plain literal, a backslash is itself).
-_POSTGRES_STRINGS: dict[TokenType, str] = {
-    TokenType.BYTE_STRING: "an E'...' escape string (its backslash escapes are a second syntax inside the text)",
-    TokenType.UNICODE_STRING: "a U&'...' Unicode escape string (its escapes are a second syntax inside the text)",
-    TokenType.HEREDOC_STRING: "a dollar-quoted string ($$...$$ or $tag$...$tag$)",
-}
-_PLAIN_LITERAL = "write text as a plain 'quoted' literal: '' for a quote inside it, and a backslash is itself"
-# Why PostgreSQL casts are refused, for the refusal's fix: a quoted literal needs none.
-_POSTGRES_CAST = "a cast (::type, CAST(... AS type), or a typed literal such as date '...')"
-_POSTGRES_CAST_FIX = ("compare with a plain quoted literal, which PostgreSQL reads as the type of what it is "
-                      "compared with (placed_at >= '2024-01-01', id = '12'), or use an allowed function; casts "
-                      "are refused because a cast may name any type, and some (regclass, regproc, ...) look up the "
-                      "catalog or run a type's input function on the filter's text")
 
+@dataclass(frozen=True, eq=False)
+class FilterDialect:
+    """What a kind's SQL lets a refresh filter hold and how the rendered condition is written: each kind's own,
+    in its package (``sources/<kind>/dialect.py``); this module knows no kind."""
+
+    label: str  # what messages call the dialect ("PostgreSQL")
+    sqlglot: type[Dialect]  # the dialect sqlglot parses the filter's text in
+    # Cheap scalar functions a filter may call: name -> (fewest, most) arguments. Date and time functions only
+    # with an argument (a call of none is a value of the clock, not of the row).
+    functions: Mapping[str, tuple[int, int]]
+    # How a string literal's bound parameter is marked: "?", "%s" (the driver fills parameters in with Python's %
+    # formatting, so no other '%' may reach the text), or ":name" (:w0, :w1, ... in order).
+    placeholder: Literal["?", "%s", ":name"]
+    operator_functions: frozenset[str] = frozenset()  # functions the database calls for an operator (SQLite: like)
+    booleans: bool = True  # TRUE and FALSE are literals
+    modulo: Literal["%", "mod"] = "mod"  # a % b as an operator, or as mod(a, b)
+    integer_division: bool = False  # a DIV b
+    concatenation: bool = True  # a || b joins text
+    null_safe_equal: Literal["IS", "IS DISTINCT FROM", "<=>"] | None = None  # how <=> is written, where it is
+    ilike: bool = False  # ILIKE, case-insensitive LIKE
+    double_quotes_are_text: bool = False  # "..." is text (or a column under a server mode): refused as ambiguous
+    # String literal tokens with escape rules of their own, refused by token before parsing (what each is).
+    refused_strings: Mapping[TokenType, str] = field(default_factory=dict)
+    text_holds_nul: bool = True  # a literal may hold a NUL character
+    casts: tuple[str, str] | None = None  # (what a cast is called, the fix): casts refused with words of their own
+    # Calls rendered as function_schema.name(...), the built-in whatever the search path holds; grammar_functions
+    # are the parser's own nodes (no function of that name exists there), rendered unqualified.
+    function_schema: str | None = None
+    grammar_functions: frozenset[str] = frozenset()
+
+    @property
+    def percent_format(self) -> bool:
+        return self.placeholder == "%s"
+
+
+_PLAIN_LITERAL = "write text as a plain 'quoted' literal: '' for a quote inside it, and a backslash is itself"
 _FLATTER = "write a flatter condition: IN (...) for many values of one column"
 _MARK = "\x00"  # around a string literal's number in the text being rendered (no rendered part holds it)
 _NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
@@ -141,7 +112,7 @@ _REFUSED: list[tuple[tuple[type[exp.Expression], ...], str]] = [
 @dataclass(frozen=True)
 class Filter:
     """A refresh filter as it runs: ``sql`` rendered from the checked tree, with its string literals as
-    ``params`` (``?`` for SQLite, ``%s`` for MySQL and PostgreSQL, ``:w0, :w1, ...`` for Oracle, in order).
+    ``params`` (marked as its dialect's ``placeholder`` says, in order).
     Run ``sql`` with parameters (a sequence, even an empty one) where they are ``%s``: its text holds no other
     '%', so the driver's formatting leaves it as it is."""
 
@@ -163,7 +134,7 @@ def check_filter(text: str, dialect: FilterDialect, table: str, columns: Mapping
     is refused, why, and what to write instead."""
     renderer = _Renderer(text, dialect, table, columns)
     return Filter(text, dialect, renderer.render(), tuple(renderer.params),
-                  frozenset(FUNCTIONS[dialect]) | OPERATOR_FUNCTIONS[dialect])
+                  frozenset(dialect.functions) | dialect.operator_functions)
 
 
 def filter_for(where: str | None, dialect: FilterDialect, table: str, columns: Mapping[str, str]
@@ -181,14 +152,13 @@ def select_clause(cols: str, marks: str, keys: KeyRange, where: Filter | None) -
 
 def allowed_summary(dialect: FilterDialect) -> str:
     """The functions ``dialect`` allows, for a refusal's fix."""
-    return ", ".join(sorted(FUNCTIONS[dialect]))
+    return ", ".join(sorted(dialect.functions))
 
 
 @cache
-def _plain(dialect: FilterDialect) -> Dialect:
+def _plain(base: type[Dialect]) -> Dialect:
     """The dialect with every function call parsed as a plain call (name and arguments, as typed): no call is
     rewritten into another function's node, so the allow-list sees and renders exactly what was written."""
-    base = {"sqlite": SQLite, "mysql": MySQL, "oracle": Oracle, "postgres": Postgres}[dialect]
 
     # The parser's base is chosen at run time, so it is made as a class statement would make it (its
     # metaclass builds the parser's tables from these).
@@ -209,14 +179,14 @@ class _Renderer:
             lowered.setdefault(name.lower(), []).append(quoted)
         self.columns = lowered
         self.names = list(columns)
-        self.functions = FUNCTIONS[dialect]
+        self.functions = dialect.functions
         self.literals: list[str] = []  # string literals by their mark's number
         self.params: list[str] = []  # the same in the order their placeholders appear in the rendered text
 
     # -- refusals ----------------------------------------------------------------------
 
     def refuse(self, problem: str, fix: str | None = None) -> ConfigError:
-        what = _NAMES[self.dialect]
+        what = self.dialect.label
         general = (f"write one condition on the columns of {self.table!r} ({', '.join(self.names)}) with literals, "
                    "comparisons, arithmetic, AND/OR/NOT, IN (literals), BETWEEN, LIKE, IS [NOT] NULL, CASE and "
                    f"the functions {what} filters allow ({allowed_summary(self.dialect)}); docs/operations.md, "
@@ -234,11 +204,11 @@ class _Renderer:
         if len(text) > MAX_LENGTH:
             raise self.refuse(f"is {len(text):,} characters long (at most {MAX_LENGTH:,})",
                               "select the rows with a shorter condition, or with a key range")
-        dialect = _plain(self.dialect)
+        dialect = _plain(self.dialect.sqlglot)
         try:
             tokens = dialect.tokenize(text)
         except TokenError:
-            raise self.refuse(f"cannot be read as {_NAMES[self.dialect]} SQL: {self._open_quote(text)}",
+            raise self.refuse(f"cannot be read as {self.dialect.label} SQL: {self._open_quote(text)}",
                               "close every quote") from None
         self._check_tokens(text, tokens)
         try:
@@ -246,7 +216,7 @@ class _Renderer:
         except ParseError as exc:
             first = exc.errors[0] if exc.errors else {}
             where = f" (at column {first['col']})" if "col" in first else ""
-            raise self.refuse(f"is not a condition {_NAMES[self.dialect]} SQL parses: "
+            raise self.refuse(f"is not a condition {self.dialect.label} SQL parses: "
                               f"{first.get('description', 'syntax error')}{where}", "correct the syntax") from None
         except RecursionError:
             raise self.refuse(f"nests deeper than {MAX_DEPTH} levels", _FLATTER) from None
@@ -261,7 +231,7 @@ class _Renderer:
         sql = self._placeholders(self.node(tree, 0))
         # What the renderer writes holds no comment, no statement separator and no quote but identifiers'.
         if any(bad in sql for bad in ("--", "/*", "#", ";", "'", _MARK)) or (
-                self.dialect in _PERCENT_FORMAT and "%" in sql.replace("%s", "")):
+                self.dialect.percent_format and "%" in sql.replace("%s", "")):
             raise RuntimeError(f"a refresh filter rendered to {sql!r}, which it must not: a bug in sources.filters")
         return sql
 
@@ -270,8 +240,8 @@ class _Renderer:
         of the placeholders (whatever order the renderer met the literals in)."""
         def place(match: re.Match[str]) -> str:
             self.params.append(self.literals[int(match.group(1))])
-            return "?" if self.dialect == "sqlite" else "%s" if self.dialect in _PERCENT_FORMAT else (
-                f":w{len(self.params) - 1}")
+            mark = self.dialect.placeholder
+            return f":w{len(self.params) - 1}" if mark == ":name" else mark
 
         return re.sub(f"{_MARK}(\\d+){_MARK}", place, marked)
 
@@ -284,7 +254,7 @@ class _Renderer:
         for token in tokens:
             if token.comments:
                 raise self.refuse("holds a comment (--, /* */ or #): a comment can hide part of the condition, "
-                                  "and MySQL runs the text of /*! */", "remove the comment")
+                                  "and some databases run a comment's text (/*! */)", "remove the comment")
             if token.token_type == TokenType.SEMICOLON:
                 raise self.refuse("holds a ';' (one condition, not statements)", "remove the ';' and what follows")
             if token.token_type == TokenType.L_PAREN:
@@ -293,13 +263,13 @@ class _Renderer:
                 depth -= 1
                 if depth < 0:
                     raise self.refuse("closes a parenthesis it did not open", "balance the parentheses")
-            elif (self.dialect == "mysql" and token.token_type == TokenType.STRING
+            elif (self.dialect.double_quotes_are_text and token.token_type == TokenType.STRING
                   and text[token.start:token.start + 1] == '"'):
-                raise self.refuse(f"quotes {token.text!r} in double quotes, which MySQL reads as text, or as a "
-                                  "column under ANSI_QUOTES", "write text in single quotes ('new') and columns "
-                                  "plain or in backticks (`status`)")
-            elif self.dialect == "postgres" and token.token_type in _POSTGRES_STRINGS:
-                raise self.refuse(f"uses {_POSTGRES_STRINGS[token.token_type]}", _PLAIN_LITERAL)
+                raise self.refuse(f"quotes {token.text!r} in double quotes, which {self.dialect.label} reads as text, "
+                                  "or as a column under ANSI_QUOTES", "write text in single quotes ('new') and "
+                                  "columns plain or in backticks (`status`)")
+            elif token.token_type in self.dialect.refused_strings:
+                raise self.refuse(f"uses {self.dialect.refused_strings[token.token_type]}", _PLAIN_LITERAL)
         if not tokens:
             raise self.refuse("is empty", "give a condition")
         if depth:
@@ -311,8 +281,9 @@ class _Renderer:
         """``node`` rendered, after checking it is allowed with no arguments but the ones rendered."""
         render = self._renderer(node)
         if render is None:
-            cast = self.dialect == "postgres" and isinstance(node, exp.Cast | exp.TryCast)
-            raise self.refuse(f"uses {self._describe(node)}", _POSTGRES_CAST_FIX if cast else None)
+            casts = self.dialect.casts
+            cast = casts is not None and isinstance(node, exp.Cast | exp.TryCast)
+            raise self.refuse(f"uses {self._describe(node)}", casts[1] if casts is not None and cast else None)
         allowed, draw = render
         self._no_extra(node, allowed, depth)
         return draw(depth + 1)
@@ -334,7 +305,7 @@ class _Renderer:
             return frozenset({"this", "is_string"}), lambda _: self._literal(node)
         if isinstance(node, exp.Null):
             return frozenset(), lambda _: "NULL"
-        if isinstance(node, exp.Boolean) and d != "oracle":
+        if isinstance(node, exp.Boolean) and d.booleans:
             return frozenset({"this"}), lambda _: "TRUE" if node.this else "FALSE"
         if isinstance(node, exp.Paren):
             return frozenset({"this"}), lambda k: n(node.this, k)  # every operator is in parentheses anyway
@@ -351,18 +322,18 @@ class _Renderer:
         if isinstance(node, exp.Mod):
             # A call elsewhere: MOD is the other dialects' spelling, and % is the formatting mark of MySQL's
             # and PostgreSQL's drivers.
-            return two, lambda k: (f"({n(node.this, k)} % {n(node.expression, k)})" if d == "sqlite"
+            return two, lambda k: (f"({n(node.this, k)} % {n(node.expression, k)})" if d.modulo == "%"
                                    else f"{self._function('mod')}({n(node.this, k)}, {n(node.expression, k)})")
-        if isinstance(node, exp.IntDiv) and d == "mysql":
+        if isinstance(node, exp.IntDiv) and d.integer_division:
             return two, lambda k: f"({n(node.this, k)} DIV {n(node.expression, k)})"
-        if isinstance(node, exp.DPipe) and d != "mysql":
+        if isinstance(node, exp.DPipe) and d.concatenation:
             return two | {"safe"}, lambda k: f"({n(node.this, k)} || {n(node.expression, k)})"
-        if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ) and d != "oracle":
+        if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ) and d.null_safe_equal is not None:
             eq = isinstance(node, exp.NullSafeEQ)
-            if d == "postgres":  # IS [NOT] DISTINCT FROM (PostgreSQL has no <=>)
+            if d.null_safe_equal == "IS DISTINCT FROM":
                 return two, lambda k: (f"({n(node.this, k)} IS {'NOT ' if eq else ''}DISTINCT FROM "
                                        f"{n(node.expression, k)})")
-            if d == "sqlite":
+            if d.null_safe_equal == "IS":
                 return two, lambda k: f"({n(node.this, k)} IS {'' if eq else 'NOT '}{n(node.expression, k)})"
             return two, lambda k: (f"({n(node.this, k)} <=> {n(node.expression, k)})" if eq
                                    else f"(NOT ({n(node.this, k)} <=> {n(node.expression, k)}))")
@@ -374,7 +345,7 @@ class _Renderer:
         if isinstance(node, exp.Between):
             return frozenset({"this", "low", "high"}), lambda k: (
                 f"({n(node.this, k)} BETWEEN {n(node.args['low'], k)} AND {n(node.args['high'], k)})")
-        like = exp.Like | exp.ILike if d == "postgres" else exp.Like  # ILIKE: PostgreSQL's, case-insensitive
+        like = exp.Like | exp.ILike if d.ilike else exp.Like
         if isinstance(node, like):
             return two | {"negate"}, lambda k: self._like(node, None, k)
         if isinstance(node, exp.Escape) and isinstance(node.this, like):
@@ -402,8 +373,8 @@ class _Renderer:
             why = "two columns of the table differ only in case" if found else f"no column of {self.table!r} is"
             raise self.refuse(f"names {name!r}, and {why} called that (a filter may name only the table's columns)",
                               f"name a column of {self.table!r}: {', '.join(self.names)}")
-        if self.dialect in _PERCENT_FORMAT and "%" in found[0]:
-            raise self.refuse(f"names the column {name!r}, whose name holds a '%', which the {_NAMES[self.dialect]} "
+        if self.dialect.percent_format and "%" in found[0]:
+            raise self.refuse(f"names the column {name!r}, whose name holds a '%', which the {self.dialect.label} "
                               "driver would read as a parameter mark",
                               "select these rows with a key range (--after/--through), or filter on other columns")
         return found[0]
@@ -415,8 +386,8 @@ class _Renderer:
                                   "write numbers in decimal, as 12, 1.5 or 2e3")
             return str(node.this)
         value = str(node.this)
-        if self.dialect == "postgres" and "\x00" in value:
-            raise self.refuse("holds a NUL character in a literal, which PostgreSQL text cannot hold",
+        if not self.dialect.text_holds_nul and "\x00" in value:
+            raise self.refuse(f"holds a NUL character in a literal, which {self.dialect.label} text cannot hold",
                               "remove the NUL character")
         self.literals.append(value)
         return f"{_MARK}{len(self.literals) - 1}{_MARK}"
@@ -461,10 +432,11 @@ class _Renderer:
         if not isinstance(node.this, str):
             # A quoted name would be rendered as the allow-list's, which is not what the user wrote.
             raise self.refuse(f"calls {node.name}() by a quoted name", f"write {node.name.lower()}() unquoted")
-        if self.dialect == "postgres" and name in ("cast", "try_cast"):  # CAST(x AS t), parsed plain as a call
-            raise self.refuse(f"uses {_POSTGRES_CAST}", _POSTGRES_CAST_FIX)
+        casts = self.dialect.casts
+        if casts is not None and name in ("cast", "try_cast"):  # CAST(x AS t), parsed plain as a call
+            raise self.refuse(f"uses {casts[0]}", casts[1])
         if arity is None:
-            raise self.refuse(f"calls {node.name}(), which is not a function a {_NAMES[self.dialect]} filter may call "
+            raise self.refuse(f"calls {node.name}(), which is not a function a {self.dialect.label} filter may call "
                               "(only cheap scalar functions on the row are allowed)",
                               f"use one of {allowed_summary(self.dialect)}")
         args = node.expressions
@@ -476,20 +448,21 @@ class _Renderer:
 
     def _function(self, name: str) -> str:
         """How an allowed function ``name`` is written in the rendered text."""
-        if self.dialect == "postgres" and name not in _POSTGRES_SYNTAX:
-            return f"pg_catalog.{name}"  # the built-in, whatever the search_path holds (_POSTGRES_SYNTAX)
+        schema = self.dialect.function_schema
+        if schema is not None and name not in self.dialect.grammar_functions:
+            return f"{schema}.{name}"  # the built-in, whatever the search path holds
         return name.upper()
 
     def _describe(self, node: exp.Expression) -> str:
-        if self.dialect == "postgres" and isinstance(node, exp.Cast | exp.TryCast):
-            return _POSTGRES_CAST
+        if self.dialect.casts is not None and isinstance(node, exp.Cast | exp.TryCast):
+            return self.dialect.casts[0]
         for kinds, words in _REFUSED:
             if isinstance(node, kinds):
                 return words
         if isinstance(node, exp.Is):
             return "IS with something other than NULL (write IS NULL, IS NOT NULL, or =)"
         if isinstance(node, exp.Boolean):
-            return "TRUE/FALSE, which Oracle SQL has no literal for (write a comparison)"
+            return f"TRUE/FALSE, which {self.dialect.label} SQL has no literal for (write a comparison)"
         sql = node.sql()
         shown = sql if len(sql) <= 40 else sql[:37] + "..."
         return f"{type(node).__name__} ({shown}), which a refresh filter may not hold"

@@ -26,6 +26,7 @@ from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelec
 from dagster_databus.sources.filters import Filter, filter_for, select_clause
 from dagster_databus.sources.keys import keyset_pages, row_key, split_keys
 from dagster_databus.sources.mysql.connect import Connection, Cursor, MySQLError
+from dagster_databus.sources.mysql.dialect import FILTERS
 from dagster_databus.sources.mysql.types import bootstrap_value, select_expression
 from dagster_databus.sources.mysql.versions import binlog_end
 
@@ -36,7 +37,7 @@ SIGNAL_TABLE = "_databus_signal"
 def mysql_filter(table: str, columns: Sequence[str], where: str | None) -> Filter | None:
     """A selection's filter checked and rendered for MySQL/MariaDB, naming ``columns`` of ``table`` (None: no
     filter). Its text holds no ``%`` (modulo renders as MOD()), so pymysql's parameter formatting leaves it be."""
-    return filter_for(where, "mysql", table, {c: f"`{c}`" for c in columns})
+    return filter_for(where, FILTERS, table, {c: f"`{c}`" for c in columns})
 
 
 def key_ranges(cursor: Cursor, table: str, key: Sequence[str], rows_per_range: int,

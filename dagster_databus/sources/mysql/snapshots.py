@@ -153,6 +153,20 @@ class MysqlSnapshots:
                     f"as an administrator: {grant}; or set bootstrap_reads: lock", source=self.name) from None
         return (SIGNAL_TABLE,)
 
+    def uninstall_signal_table(self) -> tuple[str, ...]:
+        """This source's row of the signal table, and the table once no other source's row is left in it; what
+        was dropped."""
+        with closing(self.servers.connect()) as conn, conn.cursor() as cur:
+            if self._signal_problem(cur) is not None:
+                return ()
+            cur.execute(sqlfiles.load("mysql", "forget_signal.sql"), (self.name,))
+            cur.execute(f"SELECT COUNT(*) FROM `{SIGNAL_TABLE}`")
+            left = cur.fetchone()
+            if left is None or left[0] == 0:
+                cur.execute(sqlfiles.load("mysql", "drop_signal.sql"))
+            conn.commit()
+        return () if left and left[0] else (f"table {SIGNAL_TABLE}",)
+
     def _read_only_snapshot(self, cur: Cursor) -> Scn:
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP in UTC, as the binlog and the snapshot have it

@@ -44,7 +44,7 @@ class MysqlSource(ComposedSource):
         self.servers = servers = MysqlServers(config)
         self.positions = positions = MysqlPositions(servers)
         self.catalog = catalog = MysqlCatalog(servers)
-        self.reads = snapshots = MysqlSnapshots(servers, catalog)
+        self.reads = self.snapshots = snapshots = MysqlSnapshots(servers, catalog)
         self.setup = MysqlChecks(servers, catalog, positions, snapshots)
         self.stream = BinlogReader(servers, catalog, positions)
         self.failover = MysqlFailover(servers, positions)
@@ -64,3 +64,11 @@ class MysqlSource(ComposedSource):
             return None
         switch, state = planned
         return SwitchPlan(Scn.parse(switch.resume_scn), switch.to_epoch, state, switch.record())
+
+    def has_standby(self) -> bool:
+        return self.config.standby is not None
+
+    def uninstall(self) -> tuple[str, ...]:
+        """This source's row of the signal table, and the table when no other source of the database uses it
+        (``Uninstallable``): a binlog reader leaves nothing else on the server."""
+        return self.snapshots.uninstall_signal_table()

@@ -15,6 +15,7 @@ from dagster_databus.errors import ConfigError
 from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot
 from dagster_databus.sources.filters import Filter, filter_for
 from dagster_databus.sources.keys import keyset_pages, split_keys
+from dagster_databus.sources.oracle.dialect import FILTERS
 from dagster_databus.sources.oracle.sql import after_clause, through_clause
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 def oracle_filter(table: str, columns: Mapping[str, str], where: str | None) -> Filter | None:
     """A selection's filter checked and rendered for Oracle (None: no filter); ``table`` as named or quoted,
     ``columns`` maps the snapshot's column names to their quoted dictionary names."""
-    return filter_for(where, "oracle", table.strip('"'), columns)
+    return filter_for(where, FILTERS, table.strip('"'), columns)
 
 
 def key_ranges(cursor: oracledb.Cursor, table: str, keys: Sequence[str], scn: int, rows_per_range: int,

@@ -92,17 +92,20 @@ class OracleInstall:
             f"capture is not installed correctly in Oracle source {self.name!r}:", problems,
             f"materialize the '{self.name}/capture' asset to install or repair the objects", source=self.name))
 
-    def uninstall(self) -> None:
-        """Remove everything install created for this source's tables, then the core objects."""
+    def uninstall(self) -> tuple[str, ...]:
+        """Remove everything install created for this source's tables, then the core objects when no other
+        source uses them; what was dropped ("trigger ORDERS_TRG", ...)."""
+        dropped: list[str] = []
         with closing(self.catalog.connect()) as conn, closing(conn.cursor()) as cur:
             for table in self.catalog.schemas():
-                _apply(cur, split_script(self.catalog.objects(table).render("uninstall/01_table.sql")))
+                dropped += _apply(cur, split_script(self.catalog.objects(table).render("uninstall/01_table.sql")))
             cur.execute("DELETE FROM sy$sources WHERE name = :n", n=self.name)
             cur.execute("SELECT COUNT(*) FROM sy$sources")
             remaining = _count(cur)
             conn.commit()
             if remaining == 0:  # other sources still use the core objects otherwise
-                _apply(cur, split_script(sqlfiles.load("oracle", "uninstall/02_core.sql")))
+                dropped += _apply(cur, split_script(sqlfiles.load("oracle", "uninstall/02_core.sql")))
+        return tuple(dropped)
 
     def _register_source(self, cur: oracledb.Cursor) -> None:
         cur.execute("SELECT bitnum FROM sy$sources WHERE name = :n", n=self.name)
@@ -172,11 +175,18 @@ def epoch_of(cur: oracledb.Cursor, settings: Mapping[str, str]) -> str:
     return f"{_first(cur)}:{settings.get('epoch_id')}"
 
 
-def _apply(cur: oracledb.Cursor, statements: list[Statement]) -> None:
+def _apply(cur: oracledb.Cursor, statements: list[Statement]) -> list[str]:
+    """Run the statements whose work is not done yet; what the DROPs among them dropped, by kind and name."""
+    dropped = []
     for statement in statements:
         if _already_there(cur, statement):
             continue
         cur.execute(statement.text)
+        if statement.drops:
+            dropped.append(f"{statement.drops[0].lower()} {statement.drops[1]}")
+        elif statement.drops_column:
+            dropped.append(f"column {'.'.join(statement.drops_column)}")
+    return dropped
 
 
 def _already_there(cur: oracledb.Cursor, statement: Statement) -> bool:

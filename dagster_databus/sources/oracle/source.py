@@ -35,9 +35,12 @@ class OracleSource(ComposedSource):
         """Every script of the install, rendered, in order: (script, statements)."""
         return self.objects.rendered()
 
-    def uninstall(self) -> None:
-        """Remove everything install created for this source's tables, then the core objects."""
-        self.objects.uninstall()
+    def uninstall(self) -> tuple[str, ...]:
+        """Remove everything install created for this source's tables, then the core objects (``Uninstallable``)."""
+        return self.objects.uninstall()
+
+    def alert_wait_s(self) -> int:
+        return self.config.alert_wait_s
 
     def wait_for_changes(self, max_wait_s: int) -> str | None:
         """Block up to ``max_wait_s`` in sync_alert.waitForEvent; the source name if changes were signalled."""

@@ -37,6 +37,7 @@ from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelec
 from dagster_databus.sources.filters import Filter, filter_for, select_clause
 from dagster_databus.sources.keys import split_keys
 from dagster_databus.sources.postgres.connect import Connection, ReplicationConnection, connect_spec
+from dagster_databus.sources.postgres.dialect import FILTERS
 from dagster_databus.sources.postgres.pgoutput import lsn_of
 from dagster_databus.sources.postgres.types import text_converter
 
@@ -117,7 +118,7 @@ def qualified(schema_name: str, table: str) -> sql.Composed:
 
 def postgres_filter(table: str, columns: Sequence[str], where: str | None) -> Filter | None:
     """A selection's filter checked and rendered for PostgreSQL, naming ``columns`` of ``table``."""
-    return filter_for(where, "postgres", table, {c: '"' + c.replace('"', '""') + '"' for c in columns})
+    return filter_for(where, FILTERS, table, {c: '"' + c.replace('"', '""') + '"' for c in columns})
 
 
 class TableQueries:

@@ -77,5 +77,5 @@ class PostgresSource(ComposedSource):
         return begin.commit_ts_ms if isinstance(begin, Begin) else None
 
     def uninstall(self) -> tuple[str, ...]:
-        """Drop the slot and the publication install created."""
+        """Drop the slot and the publication install created (``Uninstallable``)."""
         return self.objects.uninstall()

@@ -19,18 +19,19 @@ from typing import Any
 
 import pyarrow as pa
 
-from dagster_databus.core.identifiers import quote_sqlite
+from dagster_databus.core.identifiers import quote_ansi
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConfigError, SourceUnavailableError
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot
 from dagster_databus.sources.filters import Filter, filter_for, select_clause
 from dagster_databus.sources.keys import keyset_pages, row_key, split_keys
+from dagster_databus.sources.sqlite.dialect import FILTERS
 
 
 def sqlite_filter(table: str, columns: Sequence[str], where: str | None) -> Filter | None:
     """A selection's filter checked and rendered for SQLite, naming ``columns`` of ``table`` (None: no filter)."""
-    return filter_for(where, "sqlite", table, {c: quote_sqlite(c) for c in columns})
+    return filter_for(where, FILTERS, table, {c: quote_ansi(c) for c in columns})
 
 
 # Functions the product's own select list may call around a column (typeof, to read text carried as bytes):
@@ -73,13 +74,13 @@ def key_ranges(conn: sqlite3.Connection, table: str, key: Sequence[str], rows_pe
                rows: RowSelection = ALL_ROWS, columns: Sequence[str] = ()) -> tuple[KeyRange, ...]:
     """Ranges of about ``rows_per_range`` of the selected rows (``keys.split_keys``); a filter may name
     ``columns``."""
-    cols = ", ".join(quote_sqlite(k) for k in key)
+    cols = ", ".join(quote_ansi(k) for k in key)
     marks = ", ".join("?" * len(key))
     where = sqlite_filter(table, columns, rows.where)
 
     def key_at(after: tuple[Any, ...] | None, n: int) -> tuple[Any, ...] | None:
         clause, params = select_clause(cols, marks, KeyRange(after, rows.keys.through), where)
-        query = f"SELECT {cols} FROM {quote_sqlite(table)} {clause}ORDER BY {cols} LIMIT 1 OFFSET ?"
+        query = f"SELECT {cols} FROM {quote_ansi(table)} {clause}ORDER BY {cols} LIMIT 1 OFFSET ?"
         row: tuple[Any, ...] | None = conn.execute(query, (*params, n)).fetchone()
         return row
 
@@ -92,11 +93,11 @@ def check_selection(conn: sqlite3.Connection, table: str, key: Sequence[str], ro
     """Check the filter (``sources.filters``) and prepare the selection's query (no row is read): SQLite names
     what its own check finds."""
     where = sqlite_filter(table, columns, rows.where)
-    clause, params = select_clause(", ".join(quote_sqlite(k) for k in key), ", ".join("?" * len(key)), rows.keys,
+    clause, params = select_clause(", ".join(quote_ansi(k) for k in key), ", ".join("?" * len(key)), rows.keys,
                                    where)
     try:
         with reading_only(conn, table, where):
-            conn.execute(f"SELECT 1 FROM {quote_sqlite(table)} {clause}LIMIT 0", params).fetchall()
+            conn.execute(f"SELECT 1 FROM {quote_ansi(table)} {clause}LIMIT 0", params).fetchall()
     except sqlite3.Error as exc:
         raise ConfigError("snapshot.where", f"SQLite cannot select {rows.describe()} of {table!r}: {exc}",
                           "write the condition in SQLite's SQL, naming the table's columns") from None
@@ -121,7 +122,7 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
             "on the database's machine, or set merge.engine: local", source=read.source,
             transient="locked" in str(exc)) from None  # a busy writer passes; a missing file does not
     columns = ", ".join(read_expression(c) for c in schema.columns)
-    cols = ", ".join(quote_sqlite(k) for k in key)
+    cols = ", ".join(quote_ansi(k) for k in key)
     marks = ", ".join("?" * len(key))
     key_index = [schema.column_names.index(k) for k in key]
     convert = schema.batch(sqlite_value, f"bootstrap of {schema.table}")
@@ -133,7 +134,7 @@ def read_range(read: RangeRead, index: int) -> TableSnapshot:
 
     def page(keys: KeyRange) -> list[Any]:
         clause, params = select_clause(cols, marks, keys, chosen)
-        return conn.execute(f"SELECT {columns} FROM {quote_sqlite(schema.table)} {clause}ORDER BY {cols} LIMIT ?",
+        return conn.execute(f"SELECT {columns} FROM {quote_ansi(schema.table)} {clause}ORDER BY {cols} LIMIT ?",
                             (*params, page_rows)).fetchall()
 
     def batches() -> Iterator[pa.RecordBatch]:

@@ -10,7 +10,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from dagster_databus.core.identifiers import quote_sqlite
+from dagster_databus.core.identifiers import quote_ansi
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import ConfigError
@@ -72,7 +72,7 @@ class SqliteCatalog:
         problems = []
         with closing(self.database.connect()) as conn:
             for schema in self.schemas().values():
-                query = null_key_query(quote_sqlite(schema.table), [quote_sqlite(k) for k in schema.primary_key])
+                query = null_key_query(quote_ansi(schema.table), [quote_ansi(k) for k in schema.primary_key])
                 problem = null_key_problem(schema, conn.execute(query + " LIMIT 1").fetchone() is not None)
                 if problem:
                     problems.append(problem)
@@ -81,7 +81,7 @@ class SqliteCatalog:
     def _table_schema(self, conn: sqlite3.Connection, index: int, table: str,
                       key: tuple[str, ...]) -> TableSchema:
         where = self.database.field(f"tables[{index}]")
-        info = conn.execute(f"PRAGMA table_info({quote_sqlite(table)})").fetchall()
+        info = conn.execute(f"PRAGMA table_info({quote_ansi(table)})").fetchall()
         if not info:
             self._refuse_renamed_away(conn, table, where)
             existing = [r[0] for r in conn.execute(
@@ -118,7 +118,7 @@ class SqliteCatalog:
             f"{where}.name",
             f"table {table!r} does not exist in {self.config.path}: it was renamed to {moved[0]!r} (the capture "
             f"triggers of {table} moved with it), and no table {table!r} was created again",
-            f"rename it back (ALTER TABLE {quote_sqlite(moved[0])} RENAME TO {quote_sqlite(table)}): the changes made "
+            f"rename it back (ALTER TABLE {quote_ansi(moved[0])} RENAME TO {quote_ansi(table)}): the changes made "
             f"to it meanwhile are then captured as {table}'s; or, to capture it under its new name, set {where}.name "
             f"to {moved[0]} (its snapshot is then read afresh)",
         )
@@ -127,8 +127,8 @@ class SqliteCatalog:
 def _unique_sets(conn: sqlite3.Connection, table: str, info: list[Any]) -> list[set[str]]:
     """The declared primary key and every UNIQUE index, as column sets."""
     sets = [{row[1] for row in info if row[5]}]
-    for index in conn.execute(f"PRAGMA index_list({quote_sqlite(table)})").fetchall():
+    for index in conn.execute(f"PRAGMA index_list({quote_ansi(table)})").fetchall():
         if index[2]:  # unique
-            sets.append({r[2] for r in conn.execute(f"PRAGMA index_info({quote_sqlite(index[1])})")
+            sets.append({r[2] for r in conn.execute(f"PRAGMA index_info({quote_ansi(index[1])})")
                          if r[2] is not None})
     return sets

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dagster_databus.core.identifiers import quote_literal, quote_sqlite
+from dagster_databus.core.identifiers import quote_ansi, quote_literal
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.errors import SchemaDriftError
 from dagster_databus.sources import sqlfiles
@@ -105,9 +105,9 @@ def repair(conn: sqlite3.Connection, schema: TableSchema, change: Change) -> boo
     if any(k not in old_names or tagged_affinity(schema.column(k).source_type) for k in schema.primary_key):
         return False
     script = sqlfiles.render(
-        "sqlite", "repair_rows.sql", table=quote_sqlite(schema.table), table_literal=quote_literal(schema.table),
+        "sqlite", "repair_rows.sql", table=quote_ansi(schema.table), table_literal=quote_literal(schema.table),
         image=image("cur", schema.columns, rowid_alias(conn, schema.table)), now_ms=NOW_MS,
-        key=", ".join(f"cur.{quote_sqlite(k)} COLLATE BINARY" for k in schema.primary_key),
+        key=", ".join(f"cur.{quote_ansi(k)} COLLATE BINARY" for k in schema.primary_key),
         extracted=", ".join(f"json_extract(row, '$.{k}')" for k in schema.primary_key),
         extracted_t=", ".join(f"json_extract(t.row, '$.{k}')" for k in schema.primary_key))
     for statement in split(script):
@@ -155,7 +155,7 @@ def shape(conn: sqlite3.Connection, table: str, carried: frozenset[str] = frozen
     depend on (name and type) and what an added column gives existing rows; a column ``carried`` as bytes
     (``invalid_utf8: binary``) has a fifth entry, "bytes", since its triggers and its type differ."""
     return [[row[1], row[2] or "", row[3], row[4], *(["bytes"] if row[1] in carried else [])]
-            for row in conn.execute(f"PRAGMA table_info({quote_sqlite(table)})")]
+            for row in conn.execute(f"PRAGMA table_info({quote_ansi(table)})")]
 
 
 def carried(schema: TableSchema) -> frozenset[str]:

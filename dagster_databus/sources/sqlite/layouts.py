@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from dagster_databus.core.identifiers import quote_sqlite
+from dagster_databus.core.identifiers import quote_ansi
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.errors import CaptureNotInstalledError
 from dagster_databus.sources import sqlfiles
@@ -45,7 +45,7 @@ def widen(conn: sqlite3.Connection, schemas: Sequence[TableSchema], source: str)
             "SQLite built with a larger SQLITE_MAX_COLUMN", source=source, table=widest.table)
     for i in range(len(widest.columns)):
         if f"v{i}" not in have:
-            conn.execute(sqlfiles.render("sqlite", "add_value_column.sql", column=quote_sqlite(f"v{i}")))
+            conn.execute(sqlfiles.render("sqlite", "add_value_column.sql", column=quote_ansi(f"v{i}")))
 
 
 def _view(conn: sqlite3.Connection) -> tuple[str, bool]:

@@ -16,7 +16,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-from dagster_databus.core.identifiers import quote_literal, quote_sqlite
+from dagster_databus.core.identifiers import quote_ansi, quote_literal
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.sqlite.types import carried_as_bytes
@@ -57,17 +57,17 @@ def render_triggers(schema: TableSchema, rowid_key: str | None, layout: int) -> 
     alias, if it has one."""
     # Binary-exact: under the column's own collation (NOCASE, RTRIM, ...) 'a' and 'A' may be equal, but the
     # snapshot's keys are the stored values, so a change of case is a new key (a delete and an insert).
-    unchanged = " AND ".join(f"OLD.{quote_sqlite(k)} IS NEW.{quote_sqlite(k)} COLLATE BINARY"
+    unchanged = " AND ".join(f"OLD.{quote_ansi(k)} IS NEW.{quote_ansi(k)} COLLATE BINARY"
                              for k in schema.primary_key)
-    names = {k: quote_sqlite(v) for k, v in trigger_names(schema.table).items()}
+    names = {k: quote_ansi(v) for k, v in trigger_names(schema.table).items()}
     return sqlfiles.render(
-        "sqlite", "table_triggers.sql", table=quote_sqlite(schema.table),
+        "sqlite", "table_triggers.sql", table=quote_ansi(schema.table),
         table_literal=quote_literal(schema.table), row_marker=marker(layout),
         key_marker=marker(layout, key=True), row_slots=slots(len(schema.columns)),
         key_slots=slots(len(schema.primary_key)),
-        new_row=", ".join(f"NEW.{quote_sqlite(c.name)}" for c in schema.columns),
-        old_key=", ".join(f"OLD.{quote_sqlite(k)}" for k in schema.primary_key),
-        key_names=", ".join([*(quote_sqlite(k) for k in schema.primary_key),
+        new_row=", ".join(f"NEW.{quote_ansi(c.name)}" for c in schema.columns),
+        old_key=", ".join(f"OLD.{quote_ansi(k)}" for k in schema.primary_key),
+        key_names=", ".join([*(quote_ansi(k) for k in schema.primary_key),
                              *(("rowid", "_rowid_", "oid") if rowid_key is not None else ())]),
         key_unchanged=unchanged, now_ms=NOW_MS, **names,
     )
@@ -89,7 +89,7 @@ def wanted_triggers(schema: TableSchema, rowid_key: str | None, layout: int | No
 
 def image(alias: str, columns: Sequence[Column], rowid_key: str | None) -> str:
     """The JSON image of ``columns`` read through ``alias`` (a table's own row: drift repairs)."""
-    return json_image([(c.name, f"{alias}.{quote_sqlite(c.name)}", value_kind(c, rowid_key)) for c in columns])
+    return json_image([(c.name, f"{alias}.{quote_ansi(c.name)}", value_kind(c, rowid_key)) for c in columns])
 
 
 def layout_images(layout: int, spec: str) -> str:
@@ -145,7 +145,7 @@ def tagged_affinity(declared: str) -> bool:
 
 def rowid_alias(conn: sqlite3.Connection, table: str) -> str | None:
     """The table's INTEGER PRIMARY KEY column when it is the rowid (which only ever holds an integer)."""
-    keys = [row for row in conn.execute(f"PRAGMA table_info({quote_sqlite(table)})") if row[5]]
+    keys = [row for row in conn.execute(f"PRAGMA table_info({quote_ansi(table)})") if row[5]]
     listed = conn.execute("SELECT wr FROM pragma_table_list WHERE name = ? AND schema = 'main'", (table,)).fetchone()
     if len(keys) == 1 and (keys[0][2] or "").upper() == "INTEGER" and listed is not None and not listed[0]:
         return str(keys[0][1])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from dagster_databus.core.identifiers import quote_sqlite
+from dagster_databus.core.identifiers import quote_ansi
 from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.sources.base import ALL_ROWS, RangeRead, RowSelection, SourceFingerprint, TableSnapshot
 from dagster_databus.sources.fingerprints import in_buckets, streamed_fingerprint
@@ -53,8 +53,8 @@ class SqliteSnapshots:
         conn.execute("BEGIN")
         scn = high_water_mark(conn)
         columns = ", ".join(read_expression(c) for c in schema.columns)
-        order = ", ".join(quote_sqlite(k) for k in schema.primary_key)
-        cursor = conn.execute(f"SELECT {columns} FROM {quote_sqlite(table)} ORDER BY {order}")
+        order = ", ".join(quote_ansi(k) for k in schema.primary_key)
+        cursor = conn.execute(f"SELECT {columns} FROM {quote_ansi(table)} ORDER BY {order}")
         convert = schema.batch(sqlite_value, f"bootstrap of {table}")
 
         def batches() -> Iterator[pa.RecordBatch]:

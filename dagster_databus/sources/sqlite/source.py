@@ -44,6 +44,6 @@ class SqliteSource(ComposedSource):
         self.stream = SqlitePoller(database, catalog, self.triggers)
         self.reads = SqliteSnapshots(database, catalog)
 
-    def uninstall(self) -> None:
-        """Remove the capture objects (the txlog and its tables, every table's triggers)."""
-        self.triggers.uninstall()
+    def uninstall(self) -> tuple[str, ...]:
+        """Remove the capture objects (the txlog and its tables, every table's triggers; ``Uninstallable``)."""
+        return self.triggers.uninstall()

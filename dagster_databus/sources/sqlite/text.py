@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
 from typing import Any, TypeVar
 
-from dagster_databus.core.identifiers import quote_sqlite
+from dagster_databus.core.identifiers import quote_ansi
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.errors import SchemaMismatchError
 from dagster_databus.sources import sqlfiles
@@ -85,13 +85,13 @@ def first_invalid_row(conn: sqlite3.Connection, schema: TableSchema) -> tuple[Co
     checked = read_as_text(schema)
     if not checked:
         return None
-    key = ", ".join(f"CASE typeof({quote_sqlite(k)}) WHEN 'text' THEN CAST({quote_sqlite(k)} AS BLOB) "
-                    f"ELSE {quote_sqlite(k)} END" for k in schema.primary_key)
-    values = ", ".join(f"CASE typeof({quote_sqlite(c.name)}) WHEN 'text' THEN CAST({quote_sqlite(c.name)} AS BLOB) END"
+    key = ", ".join(f"CASE typeof({quote_ansi(k)}) WHEN 'text' THEN CAST({quote_ansi(k)} AS BLOB) "
+                    f"ELSE {quote_ansi(k)} END" for k in schema.primary_key)
+    values = ", ".join(f"CASE typeof({quote_ansi(c.name)}) WHEN 'text' THEN CAST({quote_ansi(c.name)} AS BLOB) END"
                        for c in checked)  # text as its bytes; NULL for other values (a BLOB may hold any bytes)
-    invalid = " OR ".join(f"(typeof({quote_sqlite(c.name)}) = 'text' AND {quote_sqlite(c.name)} GLOB :non_ascii "
-                          f"AND {_UDF}(CAST({quote_sqlite(c.name)} AS BLOB)))" for c in checked)
-    sql = sqlfiles.render("sqlite", "invalid_text.sql", table=quote_sqlite(schema.table), key=key, values=values,
+    invalid = " OR ".join(f"(typeof({quote_ansi(c.name)}) = 'text' AND {quote_ansi(c.name)} GLOB :non_ascii "
+                          f"AND {_UDF}(CAST({quote_ansi(c.name)} AS BLOB)))" for c in checked)
+    sql = sqlfiles.render("sqlite", "invalid_text.sql", table=quote_ansi(schema.table), key=key, values=values,
                           invalid=invalid)
     row = _with_check(conn).execute(sql, {"non_ascii": NON_ASCII}).fetchone()
     if row is None:

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import closing
 
-from dagster_databus.core.identifiers import quote_sqlite
+from dagster_databus.core.identifiers import quote_ansi
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.errors import CaptureNotInstalledError
 from dagster_databus.sources import sqlfiles
@@ -158,13 +158,21 @@ class SqliteTriggers:
                                       for table, found in stale.items()])
         conn.execute(sqlfiles.load("sqlite", "set_checked.sql"), {"scn": high_water_mark(conn).value})
 
-    def uninstall(self) -> None:
+    def uninstall(self) -> tuple[str, ...]:
+        """Drop every table's triggers, then the txlog and the tables beside it, in one transaction; what was
+        dropped ("trigger _databus_orders_insert", ...)."""
+        statements = [statement for table in self.config.tables for statement in split(sqlfiles.render(
+            "sqlite", "uninstall_table.sql", **{k: quote_ansi(v) for k, v in trigger_names(table.name).items()}))]
+        statements += split(sqlfiles.load("sqlite", "uninstall.sql"))
+        dropped = []
         with closing(self.database.connect()) as conn:
             conn.execute("BEGIN IMMEDIATE")
-            for table in self.config.tables:
-                names = {k: quote_sqlite(v) for k, v in trigger_names(table.name).items()}
-                for statement in split(sqlfiles.render("sqlite", "uninstall_table.sql", **names)):
-                    conn.execute(statement)
-            for statement in split(sqlfiles.load("sqlite", "uninstall.sql")):
+            existing = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+            for statement in statements:
                 conn.execute(statement)
+                # Each is DROP <kind> IF EXISTS <quoted name>.
+                words = statement.split()
+                if words[-1].strip('";') in existing:
+                    dropped.append(f"{words[1].lower()} {words[-1].strip(chr(34) + ';')}")
             conn.execute("COMMIT")
+        return tuple(dropped)

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from dagster_databus.core.identifiers import quote_sqlite
+from dagster_databus.core.identifiers import quote_ansi
 from dagster_databus.core.schema import Column, passes_through, same
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import TypeValueError
@@ -75,7 +75,7 @@ def carried_as_bytes(column: Column) -> bool:
 def read_expression(column: Column) -> str:
     """How the bootstrap selects ``column``: as it is stored, but text carried as bytes as its bytes (the
     sqlite3 module would decode it, and fail on text that is not UTF-8), as the triggers hex it."""
-    name = quote_sqlite(column.name)
+    name = quote_ansi(column.name)
     if not carried_as_bytes(column):
         return name
     return f"CASE typeof({name}) WHEN 'text' THEN CAST({name} AS BLOB) ELSE {name} END"

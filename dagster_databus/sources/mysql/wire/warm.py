@@ -63,3 +63,8 @@ def warm_binlog_kernels() -> int:
 
 def _never() -> NoReturn:
     raise AssertionError("warm: every column here has a product type")
+
+
+def warm() -> str:
+    """``databus warm``'s step for MySQL sources (the registry's ``warm``): what was warmed."""
+    return f"binlog row kernels ({warm_binlog_kernels()} column layouts)"

@@ -1,0 +1,41 @@
+"""PostgreSQL's SQL as refresh filters see it (``sources.filters``)."""
+
+from __future__ import annotations
+
+from sqlglot import TokenType
+from sqlglot.dialects.postgres import Postgres
+
+from dagster_databus.sources.filters import FilterDialect
+
+# Why casts are refused, and the refusal's fix: a quoted literal needs none.
+CAST = "a cast (::type, CAST(... AS type), or a typed literal such as date '...')"
+CAST_FIX = ("compare with a plain quoted literal, which PostgreSQL reads as the type of what it is compared with "
+            "(placed_at >= '2024-01-01', id = '12'), or use an allowed function; casts are refused because a cast "
+            "may name any type, and some (regclass, regproc, ...) look up the catalog or run a type's input function "
+            "on the filter's text")
+
+FILTERS = FilterDialect(
+    label="PostgreSQL", sqlglot=Postgres, placeholder="%s",  # psycopg2 fills parameters in with Python's %
+    # No substring: with two arguments and a text second one PostgreSQL picks its regular-expression form
+    # (substring('hello', '2') is NULL), whose cost depends on the pattern; substr takes positions only.
+    functions={
+        "lower": (1, 1), "upper": (1, 1), "length": (1, 1), "char_length": (1, 1), "substr": (2, 3),
+        "left": (2, 2), "right": (2, 2), "strpos": (2, 2), "trim": (1, 1), "btrim": (1, 2), "ltrim": (1, 2),
+        "rtrim": (1, 2), "abs": (1, 1), "round": (1, 2), "trunc": (1, 2), "ceil": (1, 1), "floor": (1, 1),
+        "mod": (2, 2), "coalesce": (2, 16), "nullif": (2, 2), "date_trunc": (2, 2), "date_part": (2, 2),
+        "to_char": (2, 2), "to_date": (2, 2), "to_number": (2, 2),
+    },
+    null_safe_equal="IS DISTINCT FROM", ilike=True,
+    # String literals with escape rules of their own: refused by token, before parsing, so a filter's text means
+    # what it says to its reader ('' for a quote inside a plain literal, a backslash is itself).
+    refused_strings={
+        TokenType.BYTE_STRING: "an E'...' escape string (its backslash escapes are a second syntax inside the text)",
+        TokenType.UNICODE_STRING: "a U&'...' Unicode escape string (its escapes are a second syntax inside the text)",
+        TokenType.HEREDOC_STRING: "a dollar-quoted string ($$...$$ or $tag$...$tag$)",
+    },
+    text_holds_nul=False, casts=(CAST, CAST_FIX),
+    # An unqualified function is resolved by search_path, where whoever may create in a schema on it can put a
+    # look-alike with a closer argument type (CVE-2018-1058): calls are rendered as pg_catalog.name(...). These
+    # three are grammar, not functions (pg_catalog.coalesce does not exist): the parser makes its own nodes of them.
+    function_schema="pg_catalog", grammar_functions=frozenset({"coalesce", "nullif", "trim"}),
+)
