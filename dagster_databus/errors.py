@@ -25,6 +25,10 @@ class DatabusError(Exception):
         super().__init__(f"{problem}\nFix: {fix}")
 
 
+class InstallationError(DatabusError):
+    """This installation of the package lacks a file it ships (its SQL): a build that left it out."""
+
+
 class ConfigError(DatabusError):
     """The configuration file is missing, malformed or names things that do not exist."""
 

@@ -37,6 +37,7 @@ from tests.postgres import PostgresServer, find_pg_bindir
 from tests.s3server import S3Server
 from tests.sparkcluster import SparkCluster
 from tests.sparkconnect import start_connect_server
+from tests.wheel import InstalledWheel, build_and_install, warm
 
 # Every registered kind: a new kind runs the behavioural suite (and fails it until ``harness_of`` has a harness).
 SOURCE_KINDS = list(KINDS)
@@ -233,6 +234,17 @@ def assert_snapshots_match(config: DatabusConfig) -> None:
             snap = DeltaSnapshot(config.lake, source_cfg.name, table.name)
             result = compare_rows(table.name, key, read_rows(src, table.name), snap.read().to_pylist())
             assert result.equal, f"{table.name}: {result}"
+
+
+@pytest.fixture(scope="session")
+def installed_wheel(tmp_path_factory: pytest.TempPathFactory
+                    ) -> tuple[InstalledWheel, subprocess.CompletedProcess[str]]:
+    """The package built into an sdist and a wheel and installed into a fresh environment (``tests.wheel``), and
+    its first ``databus warm --no-spark``, into an empty numba cache (as a new machine's), from outside the
+    checkout: every later run of it loads its kernels."""
+    folder = tmp_path_factory.mktemp("wheel")
+    installed = build_and_install(folder)
+    return installed, warm(installed, folder)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,6 @@ from dagster_databus.config import load_config
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.log.changelog import ChangeLog
 from tests.conftest import assert_snapshots_match
-from tests.harness import MysqlHarness
 
 REPO = Path(__file__).resolve().parents[1]
 TABLES = ["customers", "orders", "order_items"]
@@ -112,66 +111,6 @@ def test_the_jobs_scripts_are_the_cli_commands(config_path: Path) -> None:
     steps = [json_lines(r.stdout) for r in run]
     assert [s["step"] for s in steps[0]] == ["capture"] and [s["step"] for s in steps[1]] == ["merge"] * 3
     assert_snapshots_match(load_config(config_path))
-
-
-# A MySQL capture in a process of its own; prints the binlog row kernels it compiled and those it loaded from
-# numba's cache.
-BINLOG_CAPTURE = """
-import json, sys
-from numba.core.dispatcher import Dispatcher
-from dagster_databus import pipeline
-from dagster_databus.config import load_config
-from dagster_databus.sources.mysql.wire import kernels
-
-result = pipeline.capture(load_config(sys.argv[1]), "m")
-dispatchers = {n: d for n in dir(kernels) if isinstance(d := getattr(kernels, n), Dispatcher)}
-print(json.dumps({"events": result.events,
-                  "compiled": sorted(n for n, d in dispatchers.items() if d.stats.cache_misses),
-                  "loaded": sorted(n for n, d in dispatchers.items() if d.stats.cache_hits)}))
-"""
-EVERY_BINLOG_LAYOUT = (
-    "CREATE TABLE t (id INT PRIMARY KEY, ti TINYINT, si SMALLINT UNSIGNED, mi MEDIUMINT, bi BIGINT UNSIGNED, "
-    "f FLOAT, d DOUBLE, y YEAR, dc DECIMAL(12,2), dt DATE, dtm DATETIME(6), ts TIMESTAMP(3) NULL, tm TIME(2), "
-    "b1 BIT(1), b12 BIT(12), e ENUM('a','b'), s SET('a','b'), j JSON, vc VARCHAR(80), c CHAR(8), bn BINARY(8), "
-    "bl BLOB, tx TEXT, u UUID)")
-
-
-def test_warm_compiles_and_caches_every_kernel_a_large_change_set_uses(tmp_path: Path, mariadb) -> None:
-    """SQLite's (its own pipeline) and the MySQL binlog's (no server: each kernel called with no rows), so a
-    MySQL capture on the warmed machine loads its kernels and compiles none."""
-    cache = tmp_path / "numba"  # an empty cache: a new machine's
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
-    first = subprocess.run([sys.executable, "-m", "dagster_databus.cli", "warm", "--no-spark"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=600)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert f"numba cache: {cache}" in first.stdout and "MySQL/MariaDB binlog row kernels" in first.stdout
-    cached = {p.name.split("-")[0]: p.stat().st_mtime_ns for p in cache.rglob("*.nbc")}
-    assert {"encode_kernels.sizes_of", "encode_kernels.write", "decode_kernels.decode_records", "crc32._crc32",
-            "fingerprint._md5_prefixes", "scan._scan", "kernels.scan", "kernels.decimals_text"} <= set(cached), \
-        sorted(cached)
-    again = subprocess.run([sys.executable, "-m", "dagster_databus.cli", "warm", "--no-spark"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert {p.name.split("-")[0]: p.stat().st_mtime_ns for p in cache.rglob("*.nbc")} == cached, "nothing compiled"
-
-    source = MysqlHarness(mariadb)
-    source.execute([EVERY_BINLOG_LAYOUT])
-    spec = source.source_config("m", [("t", ["id"])])
-    config_file = tmp_path / "databus.json"
-    config_file.write_text(json.dumps({"lake": str(tmp_path / "lake"), "sources": [spec]}))
-    pipeline.install(load_config(config_file), "m")
-    row = ("1, 2, 3, -4, 5, 1.5, 2.5, 2024, 12.34, '2024-02-29', '2024-02-29 12:34:56.789012', "
-           "'2024-02-29 12:34:56.789', '-838:59:59.99', 1, 4095, 'b', 'a,b', '{\"k\": [1, 2.5]}', 'v', 'c', 'bn', "
-           "'bl', 'tx', 'f47ac10b-58cc-4372-a567-0e02b2c3d479'")
-    source.execute([f"INSERT INTO t VALUES ({row.replace('1, ', f'{i}, ', 1)})" for i in range(1, 40)]
-                   + ["UPDATE t SET id = id + 100, vc = 'w' WHERE id % 3 = 0", "DELETE FROM t WHERE id % 5 = 0"])
-    run = subprocess.run([sys.executable, "-c", BINLOG_CAPTURE, str(config_file)], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    seen = json.loads(run.stdout.strip().splitlines()[-1])
-    assert seen["events"] >= 39 and seen["compiled"] == [], seen
-    assert {"scan", "keys_changed", "decimals_text", "datetimes2", "timestamps", "times2", "dates", "sets_text",
-            "gather_var", "gather_fixed", "int24"} <= set(seen["loaded"]), seen
 
 
 JVM_ARGS = """

@@ -1,4 +1,9 @@
-"""Loads SQL from the repository's ``sql/`` folder and renders templates.
+"""Loads the package's SQL files and renders templates.
+
+The SQL lives in the repository's top-level ``sql/`` folder; a build copies it into the package as
+``dagster_databus/sql/`` (``build_support/sql_into_package.py``), so an installed wheel, and the zip shipped to a
+Spark Connect server, carry it and read it with ``importlib.resources``. A checkout (or an editable install)
+reads the top-level folder itself.
 
 Templates use ``{name}`` placeholders. Values must already be quoted identifiers or
 literals built from validated names; rendering refuses anything containing a quote
@@ -8,38 +13,34 @@ character it did not expect, as a last guard against pasting raw config into SQL
 from __future__ import annotations
 
 from functools import cache
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
-SQL_ROOT = Path(__file__).resolve().parents[2] / "sql"
+from dagster_databus.errors import InstallationError
+
+CHECKOUT_SQL = Path(__file__).resolve().parents[2] / "sql"
+
+
+@cache
+def sql_root() -> Traversable:
+    """The folder holding the SQL files: the package's own ``sql/`` where the build put one (a wheel, the shipped
+    zip), else the checkout's top-level ``sql/``."""
+    packaged = files("dagster_databus") / "sql"
+    return packaged if packaged.is_dir() else CHECKOUT_SQL
 
 
 @cache
 def load(dialect: str, name: str) -> str:
-    path = SQL_ROOT / dialect / name
+    root = sql_root()
+    path = root.joinpath(dialect, *name.split("/"))
     try:
-        return path.read_text()
-    except OSError as exc:
-        shipped = _from_archive(f"sql/{dialect}/{name}")
-        if shipped is not None:
-            return shipped
-        raise FileNotFoundError(
-            f"SQL file {path} is missing: the sql/ folder must sit beside the dagster_databus package "
-            f"(install the project with 'pip install -e .')"
-        ) from exc
-
-
-def _from_archive(member: str) -> str | None:
-    """``member`` of the zip this package was imported from, when it was (shipped to a Spark Connect server:
-    ``spark.ship_package``, whose zip holds ``sql/`` beside the package); else None."""
-    import zipimport
-
-    loader = globals().get("__loader__")
-    if not isinstance(loader, zipimport.zipimporter):
-        return None
-    try:
-        return loader.get_data(member).decode()
+        return path.read_text(encoding="utf-8")
     except OSError:
-        return None
+        raise InstallationError(
+            f"SQL file {dialect}/{name} is missing from {root}: this installation of dagster-databus is incomplete",
+            "install a wheel or sdist built from the repository (pip wheel ., or python -m build: the build copies "
+            "sql/ into the package), or install the checkout itself with pip install -e .") from None
 
 
 def render(dialect: str, name: str, **values: str) -> str:

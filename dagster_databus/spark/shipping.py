@@ -1,5 +1,5 @@
 """This package shipped to a Spark Connect server whose Python lacks it (``spark.ship_package``): zipped once
-per process with its ``sql/`` files, and added to a session's Python path as an artifact."""
+per process with its SQL files, and added to a session's Python path as an artifact."""
 
 from __future__ import annotations
 
@@ -28,21 +28,23 @@ def package_digest() -> str:
 
 
 def package_zip() -> Path:
-    """``dagster_databus.zip``: the package's files and the ``sql/`` folder beside it, as the repository lays
-    them out (``sources.sqlfiles`` finds them there); built once per process."""
+    """``dagster_databus.zip``: the package's files with its SQL as ``dagster_databus/sql/``, where an installed
+    wheel has it too (``sources.sqlfiles`` reads it there); built once per process."""
     import tempfile
     import zipfile
 
     import dagster_databus
-    from dagster_databus.sources.sqlfiles import SQL_ROOT
+    from dagster_databus.sources.sqlfiles import sql_root
 
     global _zip
     with _zip_lock:
         if _zip is None or not _zip.exists():
             package = Path(dagster_databus.__file__).resolve().parent
+            sql = Path(str(sql_root()))
+            roots = [(package, package.name)] + ([] if sql.parent == package else [(sql, f"{package.name}/sql")])
             out = Path(tempfile.mkdtemp(prefix="databus-ship-")) / "dagster_databus.zip"
             with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
-                for root, prefix in ((package, package.name), (SQL_ROOT, "sql")):
+                for root, prefix in roots:
                     for path in sorted(root.rglob("*")):
                         if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".nbi",
                                                                                                        ".nbc"):
