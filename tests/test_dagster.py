@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from dagster_databus.config import load_config
+from dagster_databus.config import MergeConfig, load_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.defs.logs import LOG_LEVEL_ENV, default_level
@@ -219,6 +219,10 @@ def test_schedules_jobs_and_graph_shape(tmp_path: Path) -> None:
     assert not any(k.name == "reconciled" for k in sync.check_keys)
     graph = defs.resolve_asset_graph()
     assert graph.get(dg.AssetKey(["shop", "orders"])).parent_keys == {dg.AssetKey(["shop", "changelog"])}
+    assert graph.get(dg.AssetKey(["shop", "orders"])).kinds == {"delta", "spark"}  # the default engine's
+    local = load_config(config_path).model_copy(update={"merge": MergeConfig(engine="local")})
+    assert build_definitions(local, DatabusResource.for_file(config_path)).resolve_asset_graph().get(
+        dg.AssetKey(["shop", "orders"])).kinds == {"delta"}  # runs that start no Spark say so
 
 
 @pytest.mark.parametrize("subset", [["shop/orders"], ["shop/customers", "shop/order_items"]])

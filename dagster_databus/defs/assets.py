@@ -51,7 +51,9 @@ def sync_op_name(source: str) -> str:
     return f"{source}_sync_step"
 
 
-def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
+def build_source_assets(source: SourceConfig, engine: str) -> list[dg.AssetsDefinition]:
+    """The source's sync step and its assets; ``engine`` (``merge.engine``) labels the snapshots' kinds: the local
+    engine's runs start no Spark."""
     name = source.name
     kinds: set[str] = {source.kind}
     owners = list(source.owners)
@@ -67,7 +69,8 @@ def build_source_assets(source: SourceConfig) -> list[dg.AssetsDefinition]:
                                  "position at its start.",
                      tags={**tags, "databus/role": "capture"}, owners=owners),
         *[dg.AssetSpec(
-            key, group_name=name, kinds={"delta", "spark"}, deps=[changelog_key(name)],
+            key, group_name=name, kinds={"delta"} if engine == "local" else {"delta", "spark"},
+            deps=[changelog_key(name)],
             description=f"Delta snapshot of `{name}.{table}` (key {', '.join(source.table(table).primary_key)}): "
                         "the latest row per key with `__scn`, `__op`, `__commit_ts`; the bootstrap store for "
                         "consumers.",

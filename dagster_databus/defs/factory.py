@@ -33,7 +33,7 @@ def build_definitions(config: DatabusConfig, resource: DatabusResource, executor
     schedules: list[dg.ScheduleDefinition] = []
     sensors: list[dg.SensorDefinition] = []
     for source in config.sources:
-        assets += build_source_assets(source)
+        assets += build_source_assets(source, config.merge.engine)
         checks.append(build_reconcile_checks(source))
         job = build_source_job(source)
         reconcile = build_reconcile_job(source)
