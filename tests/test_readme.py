@@ -33,7 +33,8 @@ def test_the_demo_prints_the_table_the_readme_shows(tmp_path: Path) -> None:
     assert shown.strip() in run.stdout, run.stdout[-2000:]
     # Every command the demo prints can be pasted into a shell as it is.
     commands = [line[2:] for line in run.stdout.splitlines() if line.startswith("$ ")]
-    assert len(commands) == 3 and all(" dagster asset materialize " in c and "--select '*'" in c for c in commands)
+    assert len(commands) == 3 and all(" && DATABUS_CONFIG=" in c and c.endswith(" dg launch --assets '*'")
+                                      for c in commands), commands
 
 
 def test_the_demo_runs_the_same_on_an_object_store_lake(tmp_path: Path, s3) -> None:

@@ -24,19 +24,22 @@ from dagster_databus.snapshot.reconcile import Comparison, compare_rows
 from dagster_databus.sources import open_source, read_rows
 
 
+# The checkout, a dg project (pyproject.toml's [tool.dg]): `dg launch` runs its definitions from here.
+PROJECT = Path(__file__).resolve().parents[2]
+
+
 def materialize_all(config_path: Path, dagster_home: Path) -> None:
-    """Run every asset through Dagster, headless, as a user would from the command line."""
+    """Run every asset through Dagster, headless, as a user would from the command line (``dg launch``)."""
     dagster_home.mkdir(parents=True, exist_ok=True)
     instance = dagster_home / "dagster.yaml"
     if not instance.exists():  # an asset selection's run prints at the instance's level (defs.logs)
         instance.write_text("python_logs:\n  python_log_level: INFO\n")
     env = {**os.environ, CONFIG_ENV: str(config_path), "DAGSTER_HOME": str(dagster_home)}
-    cmd = [str(Path(sys.executable).parent / "dagster"), "asset", "materialize",
-           "-m", "dagster_databus.definitions", "--select", "*"]
-    shown = shlex.join([f"DATABUS_CONFIG={config_path}", f"DAGSTER_HOME={dagster_home}", "dagster", *cmd[1:]])
-    print(f"$ {shown}", flush=True)
+    cmd = [str(Path(sys.executable).parent / "dg"), "launch", "--assets", "*"]
+    shown = shlex.join([f"DATABUS_CONFIG={config_path}", f"DAGSTER_HOME={dagster_home}", "dg", *cmd[1:]])
+    print(f"$ cd {shlex.quote(str(PROJECT))} && {shown}", flush=True)
     started = time.monotonic()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env, cwd=PROJECT, capture_output=True, text=True)
     if proc.returncode != 0:
         print(proc.stdout[-4000:], proc.stderr[-8000:], sep="\n", file=sys.stderr)
         raise SystemExit(f"dagster run failed (exit {proc.returncode})")

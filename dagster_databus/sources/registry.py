@@ -32,6 +32,10 @@ from dagster_databus.sources.base import RangeRead, Sample, Source, TableSnapsho
 if TYPE_CHECKING:
     from dagster_databus.config import SourceConfig
     from dagster_databus.sources.filters import FilterDialect
+    from dagster_databus.sources.mysql.source import MysqlSource
+    from dagster_databus.sources.oracle.source import OracleSource
+    from dagster_databus.sources.postgres.source import PostgresSource
+    from dagster_databus.sources.sqlite.source import SqliteSource
 
 RangeReader = Callable[[RangeRead, int], TableSnapshot]
 
@@ -138,6 +142,10 @@ KINDS: Mapping[str, SourceKind] = {kind.name: kind for kind in (
         example={"host": "127.0.0.1", "port": 5432, "database": "app", "user": "databus",
                  "password_env": "DATABUS_POSTGRES_PASSWORD"}),
 )}
+
+
+if TYPE_CHECKING:  # mypy holds each registered adapter to the Source protocol (the entries name them as text)
+    _ADAPTERS: tuple[type[Source], ...] = (SqliteSource, MysqlSource, OracleSource, PostgresSource)
 
 
 def source_kind(name: str) -> SourceKind:
