@@ -23,7 +23,6 @@ from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.snapshot.reconcile import Comparison, compare_rows
 from dagster_databus.sources import open_source, read_rows
 
-
 # The checkout, a dg project (pyproject.toml's [tool.dg]): `dg launch` runs its definitions from here.
 PROJECT = Path(__file__).resolve().parents[2]
 
