@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import sqlite3
@@ -156,6 +157,24 @@ def test_status_after_a_mysql_bootstrap_shows_no_negative_lag_and_says_what_lag_
     orders = next(line for line in out.splitlines() if line.strip().startswith("orders"))
     assert orders.split()[1:] == [str(snap), "0"]
     assert "MySQL/MariaDB: binlog bytes" in " ".join(out.split()) and "-" not in orders
+    # A binlog position is 10 digits and more (2^32 and up), and so is a lag across a binlog rotation: every
+    # column as wide as its widest value, each value's right edge under its header's, two spaces apart (the
+    # source's position and its lag once ran together).
+    mariadb.execute("FLUSH BINARY LOGS")
+    harness.workload(seed=7).run(2)
+    assert main(["status", "--config", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header, shop = lines[0], next(line for line in lines if line.startswith("shop "))
+    orders = next(line for line in lines if line.strip().startswith("orders"))
+    manifest = ChangeLog(config.lake, "shop").manifest()
+    assert manifest.checkpoint is not None
+    lag = shop.split()[3]
+    assert len(lag) >= 10 and shop.split() == [
+        "shop", str(manifest.checkpoint.scn), shop.split()[2], lag, str(len(manifest.segments)),
+        str(sum(seg.bytes for seg in manifest.segments))]
+    edges = [m.end() for m in re.finditer(r"\S+", header)]
+    assert [m.end() for m in re.finditer(r"\S+", shop)] == [len("shop"), edges[1], *edges[3:]]
+    assert [m.end() for m in re.finditer(r"\S+", orders)][1:] == [edges[2], edges[4]]
 
 
 def _dump(db: Path) -> list[str]:
@@ -338,7 +357,7 @@ def test_uninstall_removes_what_install_created_names_it_and_install_puts_it_bac
     removed = set(out.split(": removed ", 1)[1].strip().split(", "))
     assert expected <= removed, out
     assert harness.query(leftovers) == [], "uninstall left capture objects behind"
-    assert "databus bootstrap --source shop" in err  # the change log cannot go on: how to start again
+    assert "databus bootstrap --source shop" in err  # capture may not go on: how to start again
     assert main(["--config", str(path), "uninstall", "--source", "shop"]) == 0
     assert "removed nothing" in capsys.readouterr().out
     assert main(["--config", str(path), "install"]) == 0

@@ -157,9 +157,9 @@ def _uninstall(config: DatabusConfig, args: argparse.Namespace) -> int:
         return 0
     removed = src.uninstall()
     print(f"{source.name}: removed {', '.join(removed) if removed else 'nothing (none of it was there)'}")
-    print(f"{source.name}: changes from now on are not captured, and this source's change log cannot go on: to "
-          f"capture it again, run `databus install --source {source.name}` and then `databus bootstrap --source "
-          f"{source.name}`", file=sys.stderr)
+    print(f"{source.name}: changes made from now on may never reach the change log; to capture it again, run "
+          f"`databus install --source {source.name}`, and `databus bootstrap --source {source.name}` where capture "
+          "then refuses the log (a new epoch, or changes it can no longer give)", file=sys.stderr)
     return 0
 
 

@@ -77,6 +77,7 @@ class SourceKind:
         return issubclass(cast(type, _load(self.adapter)), capability)
 
     def filter_dialect(self) -> FilterDialect:
+        """What a refresh filter may hold in the kind's SQL, and how it is written (``sources.filters``)."""
         from dagster_databus.sources.filters import FilterDialect
 
         dialect = _load(self.filters)
