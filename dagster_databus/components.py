@@ -38,7 +38,10 @@ class DatabusScaffoldParams(BaseModel):
 
     kind: str = Field(default_factory=lambda: embedded_kind().name,
                       description=f"the starter source's kind: one of {', '.join(KINDS)}")
-    lake: str = Field(default="lake", description="where the change log and snapshots go (relative: to defs.yaml)")
+    # Outside the code's folders by default: the project's root, which Dagster renders into the YAML's text.
+    lake: str = Field(default="{{ context.project_root }}/.databus/lake",
+                      description="where the change log and snapshots go: a folder (relative: to defs.yaml's) or an "
+                                  "s3://, gs://, az:// URI")
 
 
 class DatabusScaffolder(Scaffolder[DatabusScaffoldParams]):

@@ -1,8 +1,9 @@
 """Shared fixtures: one Spark session for the whole run, on a real standalone cluster (a master and two
 workers started from the pyspark wheel), real SQLite files, real Delta tables.
 
-Every test is marked ``spark`` or ``server`` when it needs one (``pytest_collection_modifyitems``), so
-``pytest -m 'not spark and not server'`` (``make test-fast``) runs the rest without starting either."""
+Every test is marked ``spark`` or ``server`` when it needs one, and ``wheel`` when it builds and installs the
+package (``pytest_collection_modifyitems``), so ``pytest -m 'not spark and not server and not wheel'`` (``make
+test-fast``) runs the rest without starting or building any."""
 
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ SPARK_ENGINES = {"spark", "delta-spark"}
 SERVER_FIXTURES = {"mariadb", "mariadb_compressed", "own_server", "s3", "pair", "servers", "oracle", "dagster_ui",
                    "postgres"}
 SERVER_PARAMS = {"mysql", "mysql-compressed", "oracle", "s3", "postgres"}
+# What marks a test ``wheel``: it builds the package and installs it into a fresh environment (``tests.wheel``),
+# or runs on that road (a parameter named so).
+WHEEL_FIXTURES = {"installed_wheel", "made", "project"}
 # Set by `make test` (so CI): a test that would skip because a system tool is missing fails instead.
 REQUIRE_ALL_ENV = "DATABUS_REQUIRE_ALL"
 
@@ -66,6 +70,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.spark)
         if fixtures & SERVER_FIXTURES or SERVER_PARAMS & set(map(str, params.values())):
             item.add_marker(pytest.mark.server)
+        if fixtures & WHEEL_FIXTURES or "wheel" in set(map(str, params.values())):
+            item.add_marker(pytest.mark.wheel)
 
 
 def require_tool(present: bool, reason: str) -> None:

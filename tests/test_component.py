@@ -85,6 +85,7 @@ def test_dg_scaffolds_checks_lists_and_launches_the_component_with_a_sqlite_and_
     assert scaffolded.returncode == 0, scaffolded.stderr[-3000:]
     starter = yaml.safe_load((project.defs / "cdc" / "defs.yaml").read_text())
     assert starter["type"] == COMPONENT and [s["kind"] for s in starter["attributes"]["sources"]] == ["postgres"]
+    assert starter["attributes"]["lake"] == "{{ context.project_root }}/.databus/lake"  # not in the code's folders
     checked = project.dg("check", "defs")  # the starter as written loads (nothing connects at load)
     assert checked.returncode == 0, (checked.stdout + checked.stderr)[-3000:]
 
