@@ -86,9 +86,9 @@ def test_the_cli_command_from_the_readme_captures_and_merges_on_the_first_run(tm
     home = tmp_path / "dagster_home"
     home.mkdir()
     env = {**os.environ, "DATABUS_CONFIG": str(config_path), "DAGSTER_HOME": str(home)}
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m", "dagster_databus.definitions",
-         "--select", "*"], env=env, cwd=REPO, capture_output=True, text=True, timeout=600,
+    proc = subprocess.run(  # README's "Running it": the checkout is a dg project
+        [str(Path(sys.executable).parent / "dg"), "launch", "--assets", "*"], env=env, cwd=REPO, capture_output=True,
+        text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-5000:]
     assert_snapshots_match(load_config(config_path))
