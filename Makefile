@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-prereqs lint bench prereqs clean dev
+.PHONY: demo test test-faults test-fast test-prereqs lint bench prereqs clean dev
 
 prereqs:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
@@ -23,19 +23,25 @@ $(STAMP): pyproject.toml | prereqs
 demo: prereqs $(STAMP)
 	$(PY) -m dagster_databus.demo
 
-# The full suite. Its system packages are checked before it starts (.ci/prereqs names the install
-# command), and DATABUS_REQUIRE_ALL=1 turns a test's skip for a missing tool into a failure, so a
-# passing `make test` (and CI, which runs it) has run the UI and clock-jump tests, not skipped them.
+# The suite but the fault scenarios. Its system packages are checked before it starts (.ci/prereqs names
+# the install command), and DATABUS_REQUIRE_ALL=1 turns a test's skip for a missing tool into a failure, so
+# a passing `make test` (and CI, which runs it) has run the UI test, not skipped it.
 test: prereqs test-prereqs $(STAMP)
-	DATABUS_REQUIRE_ALL=1 $(PY) -m pytest -q --durations=25
+	DATABUS_REQUIRE_ALL=1 $(PY) -m pytest -q -m 'not fault' --durations=25
+
+# The fault scenarios (tests/conftest.py marks them `fault`: tests/faults/, and the kills and lost servers
+# elsewhere), long runs of their own, which CI runs after `make test`; the clock-jump test's libfaketime
+# is required as make test requires Chromium.
+test-faults: prereqs test-prereqs $(STAMP)
+	DATABUS_REQUIRE_ALL=1 $(PY) -m pytest -q -m fault --durations=10
 
 test-prereqs:
 	@.ci/prereqs check
 
-# The tests that need no server (MariaDB, S3, dagster dev, a browser), no Spark and no built wheel:
-# tests/conftest.py marks the others `spark`, `server` or `wheel`.
+# The tests that need no server (MariaDB, S3, dagster dev, a browser), no Spark and no built wheel, and are
+# no fault scenario: tests/conftest.py marks the others `spark`, `server`, `wheel` or `fault`.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m 'not spark and not server and not wheel'
+	$(PY) -m pytest -q -m 'not spark and not server and not wheel and not fault'
 
 # Duplicate code: a run of DUP_LINES similar lines (imports, signatures, docstrings and comments aside)
 # written twice in dagster_databus/ fails. At 3 lines it flags boilerplate (a constructor's attribute

@@ -1,9 +1,9 @@
 """Shared fixtures: one Spark session for the whole run, on a real standalone cluster (a master and two
 workers started from the pyspark wheel), real SQLite files, real Delta tables.
 
-Every test is marked ``spark`` or ``server`` when it needs one, and ``wheel`` when it builds and installs the
-package (``pytest_collection_modifyitems``), so ``pytest -m 'not spark and not server and not wheel'`` (``make
-test-fast``) runs the rest without starting or building any."""
+Every test is marked ``spark`` or ``server`` when it needs one, ``wheel`` when it builds and installs the package,
+and ``fault`` when it is a fault scenario (``pytest_collection_modifyitems``), so ``pytest -m 'not spark and not
+server and not wheel and not fault'`` (``make test-fast``) runs the rest without starting or building any."""
 
 from __future__ import annotations
 
@@ -58,6 +58,10 @@ SERVER_PARAMS = {"mysql", "mysql-compressed", "oracle", "s3", "postgres"}
 # What marks a test ``wheel``: it builds the package and installs it into a fresh environment (``tests.wheel``),
 # or runs on that road (a parameter named so).
 WHEEL_FIXTURES = {"installed_wheel", "made", "project"}
+# What marks a test ``fault``: the fault suite's folder (processes killed at each boundary, disks full, clocks
+# jumping); scenarios elsewhere that kill a process or lose a server carry the mark themselves. `make test-faults`
+# runs them, `make test` the rest; CI runs both.
+FAULT_SUITE = Path(__file__).resolve().parent / "faults"
 # Set by `make test` (so CI): a test that would skip because a system tool is missing fails instead.
 REQUIRE_ALL_ENV = "DATABUS_REQUIRE_ALL"
 
@@ -72,6 +76,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.server)
         if fixtures & WHEEL_FIXTURES or "wheel" in set(map(str, params.values())):
             item.add_marker(pytest.mark.wheel)
+        if FAULT_SUITE in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.fault)
 
 
 def require_tool(present: bool, reason: str) -> None:

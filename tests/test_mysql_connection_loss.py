@@ -23,6 +23,7 @@ from tests.mariadb import MariaDBServer
 ROWS = 40_000
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("failure", ["kill_binlog_connection", "crash_server"])
 def test_losing_the_source_mid_capture_loses_and_duplicates_nothing(failure: str, tmp_path: Path, spark) -> None:
     server = MariaDBServer()

@@ -92,6 +92,7 @@ def restore(cluster: SparkCluster, wanted: int = 2) -> None:
         cluster.start_worker()
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("lost", ["one", "all"])
 def test_losing_workers_mid_merge_never_leaves_a_partial_commit(tmp_path: Path, spark, spark_cluster: SparkCluster,
                                                                 lost: str) -> None:
