@@ -308,6 +308,7 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
                          f"{info.events} events); {result.events:,} events in {elapsed:.1f}s, "
                          f"{result.events / elapsed:,.0f} events/s{ahead}")
             ddl.record(stats.ddl)
+            versions = writer.register_schemas(src.schemas().values(), guard)  # the tables as the poll left them
             current = log.checkpoint()
             if current is None or stats.until > current.scn:
                 # The poll read past its last window (other tables' transactions, DDL): don't read them again.

@@ -76,7 +76,9 @@ class TableSchema:
 
     def fingerprint(self) -> str:
         body = json.dumps(
-            {"columns": [[c.name, str(c.type)] for c in self.columns], "pk": list(self.primary_key)},
+            # The declared type too: a change of it alone (a longer VARCHAR, fewer fractional seconds) is a new
+            # version, from which ``snapshot.evolve`` tells what the change was.
+            {"columns": [[c.name, str(c.type), c.source_type] for c in self.columns], "pk": list(self.primary_key)},
             sort_keys=True,
         )
         return hashlib.sha256(body.encode()).hexdigest()[:16]

@@ -1,20 +1,23 @@
 """Schema changes applied to a snapshot in place (``schema_changes: evolve``), and when they cannot be.
 
-A change evolves in place when every value the snapshot holds stays exact and no row needs a value
-the change log never carried: columns added (the source gives existing rows NULL, or the constant
-default the column was added with, which the snapshot fills in itself: ``core.defaults``) and types
-widened (int → long, float → double, decimal(p,s) → decimal(p+k,s+j) with no fewer integer digits).
-Such changes commute, so the snapshot is evolved once to the newest registered schema, then merges the
-log, older events included (read with the same default: ``log.columns``). A dropped or renamed column,
-a narrowing or other type change, a new key, a TRUNCATE, or a column added with a default that is not a
-constant (``CURRENT_TIMESTAMP``, an expression), NOT NULL without a default, or a generated value needs
-the table read again; ``plan`` says which and why.
+A change is harmless only when proven: it evolves in place when every value the snapshot holds stays exact and
+no row needs a value the change log never carried. The allow-list: columns added (the source gives existing rows
+NULL, or the constant default the column was added with, which the snapshot fills in itself: ``core.defaults``),
+and a column's declared type changed where the source kind proves the change keeps every stored value
+(``SourceKind.keeps_values``: a wider integer, a longer VARCHAR; none for a kind whose log does not show the
+statement's conversion, as PostgreSQL's ``USING``). Such changes commute, so the snapshot is evolved once to the
+newest registered schema, then merges the log, older events included (read with the same default:
+``log.columns``). Everything else needs the table read again: a dropped or renamed column, any other type change
+(one the source converts values for: ``USING``, fewer fractional seconds, CHAR padding, signedness, a character
+set), a new key, a TRUNCATE, a column added with a default that is not a constant (``CURRENT_TIMESTAMP``, an
+expression), NOT NULL without a default, or a generated value; ``plan`` says which and why. Only a statement that
+touches no column (an index, a table option) changes nothing.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -24,10 +27,12 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.log.ddl import DdlRecord
 
 # Statements that change rows or names without row events: never evolved in place, whatever the columns say
-# (a column dropped and added again under its name has lost its values). SQLite's install reports missing
+# (a column dropped and added again under its name has lost its values; a table created, swapped in, or given
+# another's partition or tablespace holds other rows). SQLite's install reports missing
 # triggers and changes it could not repair in its own words.
-_NOT_IN_PLACE = re.compile(r"\b(DROP|RENAME|CHANGE|TRUNCATE)\b|triggers .* were missing|not repaired",
-                           re.IGNORECASE)
+_NOT_IN_PLACE = re.compile(r"\b(DROP|RENAME|CHANGE|TRUNCATE|EXCHANGE|DISCARD|IMPORT)\b"
+                           r"|\bCREATE\s+(OR\s+REPLACE\s+)?TABLE\b"
+                           r"|triggers .* were missing|not repaired", re.IGNORECASE)
 # A column added with what fills existing rows by a rule the snapshot cannot follow: a generated or
 # auto-increment value, or NOT NULL without a default (MySQL fills the type's implicit default).
 _FILLS = re.compile(r"\bADD\b.*(\bAS\s*\(|\bAUTO_INCREMENT\b|\bGENERATED\b)", re.IGNORECASE | re.DOTALL)
@@ -36,7 +41,16 @@ _DEFAULT = re.compile(r"\bDEFAULT\b", re.IGNORECASE)
 # A default changed after the column was added: the registered default may not be the one rows were given.
 _DEFAULT_CHANGED = re.compile(r"\b(SET\s+DEFAULT|DROP\s+DEFAULT|MODIFY|ALTER\s+(COLUMN\s+)?\S+\s+SET)\b",
                               re.IGNORECASE)
+# A statement that changes a column's type, character set or NULL-ability: the source may have converted every
+# stored value, with no row events (MySQL's MODIFY, PostgreSQL's ALTER COLUMN ... TYPE ... USING).
+_RETYPES = re.compile(r"\b(MODIFY|ALTER\s+(COLUMN\s+)?\S+\s+(SET\s+DATA\s+)?TYPE|CONVERT\s+TO|CHARACTER\s+SET|CHARSET"
+                      r"|COLLATE|USING)\b", re.IGNORECASE)
+# What a retyping statement may say beside the type and still be proven: NOT NULL fills a NULL with the type's
+# zero under a permissive sql_mode, a character set or collation converts text.
+_CONVERTS = re.compile(r"\b(NOT\s+NULL|CONVERT\s+TO|CHARACTER\s+SET|CHARSET|COLLATE|USING)\b", re.IGNORECASE)
 _INTS = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
+
+KeepsValues = Callable[[str, str], bool]  # (old declared type, new declared type) -> every value kept as it was
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +59,7 @@ class Evolution:
     widened: tuple[str, ...]  # "name: old → new"
     refused: tuple[str, ...]  # why the change cannot evolve in place
     filled: dict[str, pa.Scalar] = field(default_factory=dict)  # added columns' defaults, as the rows get them
+    retyped: tuple[str, ...] = ()  # "name: old → new" declared types, proven to keep every value
 
     @property
     def in_place(self) -> bool:
@@ -54,17 +69,22 @@ class Evolution:
     def changes_nothing(self) -> bool:
         """No column added, widened or otherwise changed, and no statement that changes rows (an index added,
         a table option): the snapshot has nothing to follow."""
-        return not (self.added or self.widened or self.refused)
+        return not (self.added or self.widened or self.retyped or self.refused)
 
     def describe(self) -> str:
         added = [f"{n} (filled with {self.filled[n]})" if n in self.filled else n for n in self.added]
         parts = [f"added {', '.join(added)}"] if added else []
         parts += [f"widened {', '.join(self.widened)}"] if self.widened else []
+        parts += [f"retyped {', '.join(self.retyped)}"] if self.retyped else []
         return "; ".join(parts) or "no column change"
 
 
-def plan(held: pa.Schema, schema: TableSchema, key: Sequence[str], statements: Sequence[DdlRecord]) -> Evolution:
-    """How the snapshot's columns ``held`` (and its key ``key``) become ``schema`` after ``statements``."""
+def plan(held: pa.Schema, versions: Sequence[TableSchema], key: Sequence[str], statements: Sequence[DdlRecord],
+         keeps_values: KeepsValues | None = None) -> Evolution:
+    """How the snapshot's columns ``held`` (and its key ``key``) become ``versions[-1]`` after ``statements``;
+    ``versions`` are the table's registered schemas, oldest first, and ``keeps_values`` the source kind's proof
+    that a declared type change keeps every value (None: no type change is proven)."""
+    schema = versions[-1]
     target = schema.arrow(with_meta=False)
     names = set(held.names)
     refused = [f"{r.statement.strip()[:100]!r} (SCN {r.scn}) changes rows or names without row events"
@@ -76,6 +96,7 @@ def plan(held: pa.Schema, schema: TableSchema, key: Sequence[str], statements: S
                 if not name.startswith("__") and name not in target.names]
     if tuple(key) != tuple(schema.primary_key):
         refused.append(f"the key changed from {list(key)} to {list(schema.primary_key)}")
+    retyped = _retyped(held, versions, statements, keeps_values, refused)
     added, widened, filled = [], [], {}
     for target_field in target:
         name = target_field.name
@@ -100,7 +121,55 @@ def plan(held: pa.Schema, schema: TableSchema, key: Sequence[str], statements: S
             else:
                 refused.append(f"column {name} changed type from {old} to {target_field.type}, which does not hold "
                                "every old value exactly")
-    return Evolution(tuple(added), tuple(widened), tuple(refused), filled)
+    described = tuple(f"{name}: {old} → {new}" for name, (old, new) in retyped.items())
+    return Evolution(tuple(added), tuple(widened), tuple(refused), filled, described)
+
+
+def _retyped(held: pa.Schema, versions: Sequence[TableSchema], statements: Sequence[DdlRecord],
+             keeps_values: KeepsValues | None, refused: list[str]) -> dict[str, tuple[str, str]]:
+    """The columns a retyping statement names, each as (old, new) declared type where the change is proven to
+    keep every value; a reason added to ``refused`` for each that is not. A column's old type is the one of the
+    newest registered version that declares it otherwise (a version is registered when the source's declared
+    types change)."""
+    schema = versions[-1]
+    retypes = [r for r in statements if _RETYPES.search(r.statement)]
+    if not retypes:
+        return {}
+    proven: dict[str, tuple[str, str]] = {}
+    seen: set[str] = set()
+    for record in retypes:
+        text, where = record.statement, f"{record.statement.strip()[:100]!r} (SCN {record.scn})"
+        named = [c for c in schema.columns if c.name in held.names
+                 and re.search(rf"(?<![\w$]){re.escape(c.name)}(?![\w$])", text)]
+        if not named:
+            refused.append(f"{where} changes columns the schema cannot tell apart (a table's character set, a "
+                           "conversion): the source may have rewritten their values")
+            continue
+        if _CONVERTS.search(text):
+            refused.append(f"{where} converts values (NOT NULL, a character set or collation, USING) the change "
+                           "log has no events for")
+            continue
+        for column in named:
+            if column.name in seen:  # the versions between two statements may never have been registered
+                refused.append(f"{where} changes column {column.name} again: each step is not known")
+                proven.pop(column.name, None)
+                continue
+            seen.add(column.name)
+            old = next((v.column(column.name) for v in reversed(versions[:-1]) if column.name in v.column_names
+                        and v.column(column.name).source_type != column.source_type), None)
+            if old is None:
+                refused.append(f"{where} changes column {column.name} in a way its declared type "
+                               f"({column.source_type}) does not show: its values may have been rewritten")
+            elif keeps_values is None or not keeps_values(old.source_type, column.source_type):
+                refused.append(f"{where} changes column {column.name} from {old.source_type} to "
+                               f"{column.source_type}, which is not proven to keep every value as it was")
+            elif old.type.arrow() != held.field(column.name).type or (
+                    old.type.arrow() != column.type.arrow() and not _widens(old.type.arrow(), column.type.arrow())):
+                refused.append(f"{where} changes column {column.name} from {old.source_type} to "
+                               f"{column.source_type}, but the snapshot holds it as {held.field(column.name).type}")
+            else:
+                proven[column.name] = (old.source_type, column.source_type)
+    return proven
 
 
 def _widens(old: pa.DataType, new: pa.DataType) -> bool:

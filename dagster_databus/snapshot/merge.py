@@ -28,6 +28,7 @@ from dagster_databus.snapshot.engines import open_engine
 from dagster_databus.snapshot.evolve import plan
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import ALL_ROWS, RowSelection
+from dagster_databus.sources.registry import source_kind
 from dagster_databus.spark.errors import task_errors
 from dagster_databus.spark.properties import with_spark_properties
 from dagster_databus.storage.durable import disk_errors
@@ -260,11 +261,12 @@ def apply_schema_changes(snap: DeltaSnapshot, log: ChangeLog, source_cfg: Source
     statements = "; ".join(r.statement.strip()[:120] for r in pending)
     change = None
     if latest is not None:
-        versions = log.schemas.versions(table)
-        before = log.schemas.load(table, versions[-2]) if len(versions) > 1 else latest[1]
-        change = plan(snap.arrow_schema(), latest[1], before.primary_key, pending)
+        versions = [log.schemas.load(table, v) for v in log.schemas.versions(table)]
+        before = versions[-2] if len(versions) > 1 else latest[1]
+        change = plan(snap.arrow_schema(), versions, before.primary_key, pending,
+                      source_kind(source_cfg.kind).keeps_values())
         if change.changes_nothing:
-            return applied, None  # e.g. an index added: nothing for the snapshot to follow, whatever the policy
+            return applied, None  # statements that touch no column (an index, a table option): nothing to follow
     if policy == "stop":
         raise SchemaDriftError(
             f"table {table!r} of source {source_cfg.name!r} changed at SCN {pending[0].scn} ({statements}) and its "

@@ -55,6 +55,9 @@ class SourceKind:
     example: Mapping[str, Any] = field(default_factory=dict)
     sample: str | None = None  # "module:function": (folder, rows) -> Sample, for a kind that needs no server
     warm: str | None = None  # "module:function": () -> str, compiles its capture's kernels the sample misses
+    # "module:function": (old, new declared type) -> bool, a column type change proven to keep every stored value
+    # (``snapshot.evolve``); None where the log cannot show how the source converted values (no change is proven).
+    retypes: str | None = None
 
     @property
     def name(self) -> str:
@@ -84,6 +87,10 @@ class SourceKind:
         if not isinstance(dialect, FilterDialect):
             raise TypeError(f"{self.filters} is not a FilterDialect (sources.filters)")
         return dialect
+
+    def keeps_values(self) -> Callable[[str, str], bool] | None:
+        """The kind's proof that a column's declared type change keeps every value, if it has one (``retypes``)."""
+        return None if self.retypes is None else cast(Callable[[str, str], bool], _load(self.retypes))
 
     def make_sample(self, folder: Path, rows: int) -> Sample:
         """A sample database of ``rows`` rows in ``folder`` (a kind with ``sample`` only)."""
@@ -120,6 +127,7 @@ KINDS: Mapping[str, SourceKind] = {kind.name: kind for kind in (
         positions="binlog bytes",
         adapter=f"{_PACKAGE}.mysql.source:MysqlSource", range_reader=f"{_PACKAGE}.mysql.bootstrap:read_range",
         filters=f"{_PACKAGE}.mysql.dialect:FILTERS", warm=f"{_PACKAGE}.mysql.wire.warm:warm",
+        retypes=f"{_PACKAGE}.mysql.retypes:keeps_values",
         example={"host": "127.0.0.1", "port": 3306, "database": "app", "user": "databus",
                  "password_env": "DATABUS_MYSQL_PASSWORD"}),
     SourceKind(

@@ -20,6 +20,7 @@ from dagster_databus.errors import BinlogEventError, LogGapError, SourceUnavaila
 from dagster_databus.sources.base import PollStats
 from dagster_databus.sources.mysql.catalog import MysqlCatalog
 from dagster_databus.sources.mysql.connect import Connection, OperationalError
+from dagster_databus.sources.mysql.ddl import ServerNames, table_ddl
 from dagster_databus.sources.mysql.positions import MysqlPositions
 from dagster_databus.sources.mysql.servers import MysqlServers
 from dagster_databus.sources.mysql.types import MysqlType
@@ -40,11 +41,6 @@ from dagster_databus.sources.mysql.wire.tablemap import (
 from dagster_databus.sources.mysql.wire.unpack import payload_events, plain_rows, query_database, query_text
 from dagster_databus.sources.mysql.wire.values import column_type, compatible, cutter, source_type
 
-_DDL = re.compile(
-    r"^\s*(?:/\*.*?\*/\s*)*(ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE|TRUNCATE(?:\s+TABLE)?|DROP\s+TABLE(?:\s+IF\s+EXISTS)?"
-    r"|RENAME\s+TABLE|CREATE\s+(?:OR\s+REPLACE\s+)?TABLE(?:\s+IF\s+NOT\s+EXISTS)?)\s+([`\w.]+)",
-    re.IGNORECASE | re.DOTALL,
-)
 # Statements a row-based binlog writes inside a transaction, which neither end it nor change rows.
 _INSIDE = re.compile(r"^\s*(SAVEPOINT|ROLLBACK\s+(WORK\s+)?TO|RELEASE\s+SAVEPOINT|XA\s+(START|BEGIN|END))\b",
                      re.IGNORECASE)
@@ -70,6 +66,7 @@ class BinlogReader:
         self.name = servers.name
         self._shapes: dict[tuple[Any, ...], Shape] = {}
         self._generation = servers.generation  # of the server the shapes were decoded from
+        self.names = ServerNames()  # how the server compares names: read at each poll
 
     def epoch(self) -> str:
         return self.positions.epoch()
@@ -93,6 +90,9 @@ class BinlogReader:
             start_file = self.positions.check(cur, since, epoch, state or {})
             bound_file, bound_pos = self.positions.end(cur)
             mariadb = ServerVersion.of(cur).mariadb
+            cur.execute("SELECT @@lower_case_table_names")
+            row = cur.fetchone()
+            self.names = ServerNames(int(row[0]) if row else 0)
         bound = self.servers.scn(bound_file, bound_pos)
         stats.source_hwm = bound
         if since >= bound:
@@ -100,6 +100,10 @@ class BinlogReader:
         poll = _Poll(self, start_file, since, bound, stats, state or {}, mariadb)
         try:
             yield from poll.read()
+            if stats.ddl:
+                # The shapes decoded last may be older than a table's DDL read after them (no row of the new
+                # shape followed): the catalog, read after the poll's bound, is what the tables are now.
+                self.catalog.preflight()
         except OperationalError as exc:
             self.servers.refuse_second_reader(exc)
             if exc.args and exc.args[0] == 1236:
@@ -176,13 +180,14 @@ class BinlogReader:
         raise schema.value_error(schema.columns[index], value, reason, where)
 
     def note_ddl(self, database: str, query: str, position: Scn, stats: PollStats) -> None:
-        match = _DDL.match(query)
-        if not match:
+        """A statement that changes captured tables, recorded once for each (a swap names one twice)."""
+        ddl = table_ddl(query)
+        if ddl is None:
             return
-        target = match.group(2).replace("`", "")
-        schema, _, table = target.rpartition(".")
-        if (schema or database) == self.config.database and table in {t.name for t in self.config.tables}:
-            stats.ddl.append((position, table, query))
+        captured = self.names.index(t.name for t in self.config.tables)
+        named = {captured[self.names.key(table)] for schema, table in ddl.tables
+                 if self.names.same(schema or database, self.config.database) and self.names.key(table) in captured}
+        stats.ddl.extend((position, table, query) for table in sorted(named))
 
     def statement_changes(self, database: str, query: str) -> bool:
         """Whether a query event is a row change of a captured table logged as a statement."""
@@ -207,7 +212,7 @@ class _Poll:
         # The last transaction read: its GTID and commit time find the position again on a standby.
         self.done = {k: v for k, v in state.items() if k in ("gtid", "commit_ts")}
         self.gtid = ""
-        self.tables = {t.name for t in source.config.tables}
+        self.tables = source.names.index(t.name for t in source.config.tables)  # the server's form → the config's
         self.maps: dict[int, Shape | None] = {}
         self.map_cache: dict[bytes, TableMap] = {}
         self.tx = Transactions(source.refuse_value)
@@ -344,8 +349,13 @@ class _Poll:
         table_map = self.map_cache.get(shape_bytes)
         if table_map is None:
             table_map = self.map_cache[shape_bytes] = parse_table_map(body, self.mariadb, where)
-        ours = table_map.database == self.source.config.database and table_map.table in self.tables
-        self.maps[table_id] = self.source.shape(table_map) if ours else None
+        names, table = self.source.names, self.tables.get(self.source.names.key(table_map.table))
+        if table is None or not names.same(table_map.database, self.source.config.database):
+            self.maps[table_id] = None
+            return
+        if table != table_map.table:  # the server's form of a name the config writes otherwise
+            table_map = replace(table_map, table=table)
+        self.maps[table_id] = self.source.shape(table_map)
 
     def _rows(self, e: Event, position: Scn | None, where: str) -> None:
         table_id = int.from_bytes(e.body[:6], "little")
