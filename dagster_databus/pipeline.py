@@ -23,7 +23,7 @@ from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.manifest import Manifest
 from dagster_databus.log.retention import RetentionResult
 from dagster_databus.sources import open_source
-from dagster_databus.sources.base import ALL_ROWS, Failover, InstallReport, PollStats, RowSelection, Source
+from dagster_databus.sources.base import ALL_ROWS, Drifting, Failover, InstallReport, PollStats, RowSelection, Source
 from dagster_databus.sources.keys import selection_for
 from dagster_databus.storage.lake import lake_problem, require_writable_lake
 
@@ -129,6 +129,9 @@ def validate(config: DatabusConfig) -> Validation:
             # (MySQL's) are each stated with their own fix.
             install = f". Fix: run `databus install --source {source.name}`" if src.install_repairs else ""
             found += [f"{problem}{install}" for problem in src.verify()]
+            checkpoint = ChangeLog(config.lake, source.name).checkpoint() if lake is None else None
+            if checkpoint is not None and isinstance(src, Drifting):
+                found += src.drift(checkpoint.state)  # objects replaced since capture last read
             found += src.null_keys()  # tables whose key holds NULL, which capture refuses
             notes[source.name] += src.notes()  # what the source says of itself (version, settings, text scanned)
         except DatabusError as exc:

@@ -293,6 +293,16 @@ class Alerting(Protocol):
 
 
 @runtime_checkable
+class Drifting(Protocol):
+    """A source whose capture objects can be replaced behind capture's back with nothing for install to repair (a
+    publication dropped and created again under its name): what a checkpoint's ``state`` recorded of them, checked
+    by validate as capture checks it before each poll."""
+
+    def drift(self, state: Mapping[str, str]) -> list[str]:
+        """A problem, with its fix, for each capture object that is no longer the one ``state`` recorded."""
+
+
+@runtime_checkable
 class Uninstallable(Protocol):
     """A source whose install leaves objects in the database (triggers, a txlog, a replication slot and its WAL)
     that ``databus uninstall`` removes when capture of it ends."""

@@ -7,7 +7,7 @@ model, ``config.sources``) that knows the list. Every other layer asks the regis
 - its adapter (``base.Source``, made with the source's config) and its range reader (``read_range(read, index) ->
   TableSnapshot``: one key range of a ``RangeRead`` on a connection of its own, run where a task runs);
 - which optional capabilities it has, as the protocols of ``base`` its adapter implements (``supports``):
-  ``Failover``, ``Retaining``, ``Alerting``, ``Uninstallable``;
+  ``Failover``, ``Retaining``, ``Alerting``, ``Uninstallable``, ``Drifting``;
 - what ``databus warm`` runs for it: a sample database that needs no server (the embedded kind's), and the
   kernels its capture compiles that the sample's pipeline does not reach.
 

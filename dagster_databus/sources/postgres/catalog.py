@@ -12,7 +12,7 @@ from typing import Any
 from psycopg2 import sql
 
 from dagster_databus.core.schema import Column, TableSchema
-from dagster_databus.errors import ConfigError, UnsupportedTypeError
+from dagster_databus.errors import ConfigError, SchemaDriftError, UnsupportedTypeError
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.catalog import (
     check_column_name,
@@ -88,11 +88,16 @@ class PostgresCatalog:
                      "schema": self.config.schema_, "table": table})
         return list(cur.fetchall())
 
-    def build(self, table: str, key: Sequence[str], rows: Sequence[tuple[Any, ...]], where: str) -> TableSchema:
-        """The schema of ``table`` from its described columns, every column mapped or refused by name."""
+    def build(self, table: str, key: Sequence[str], rows: Sequence[tuple[Any, ...]], where: str,
+              recorded: Mapping[str, Column] | None = None) -> TableSchema:
+        """The schema of ``table`` from its described columns, every column mapped or refused by name. A column
+        whose type is gone (dropped since a relation message described it) is the ``recorded`` one of its name."""
         columns, unmapped = [], []
         for name, declared, type_name, typmod, is_enum, element, element_is_enum, _nn, default, type_oid in rows:
             check_column_name(name, table, where)
+            if declared is None:
+                columns.append(self._recorded(table, name, recorded or {}))
+                continue
             pg = PgColumn(name=name, declared=declared, type_name=type_name, typmod=typmod, is_enum=is_enum,
                           element=element, element_is_enum=bool(element_is_enum), type_oid=type_oid)
             try:
@@ -107,6 +112,15 @@ class PostgresCatalog:
         require_mapped(self.name, table, unmapped, "PostgreSQL", _FIX)
         return TableSchema(source=self.name, table=table, columns=tuple(columns),
                            primary_key=resolve_key(columns, key, table, where))
+
+    def _recorded(self, table: str, name: str, recorded: Mapping[str, Column]) -> Column:
+        if name not in recorded:
+            raise SchemaDriftError(
+                f"source {self.name!r}, table {table!r}: the type of column {name} was dropped before capture read "
+                "the changes written with it, and the change log has no record of the column to decode them by",
+                f"run `databus bootstrap --source {self.name}` (the changes still waiting are read in the table's "
+                "current columns instead)", source=self.name, table=table)
+        return recorded[name]
 
     def _table_schema(self, cur: Any, index: int, table: str, key: tuple[str, ...]) -> TableSchema:
         where = self.connector.field(f"tables[{index}]")

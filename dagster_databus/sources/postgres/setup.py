@@ -20,8 +20,9 @@ from psycopg2 import sql
 from dagster_databus.config import PostgresSourceConfig
 from dagster_databus.errors import CaptureNotInstalledError, ConcurrentRunError, SourceUnavailableError
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.base import InstallReport, not_installed, require_installed
+from dagster_databus.sources.base import InstallReport, not_installed
 from dagster_databus.sources.postgres.connect import Connection, PostgresConnector
+from dagster_databus.sources.postgres.slots import is_publication_lost, publication_lost
 
 # pgoutput and pg_replication_slots.wal_status (what verify reads of a slot's WAL) need PostgreSQL 13.
 MIN_VERSION_NUM = 130000
@@ -65,6 +66,11 @@ class Survey:
     published: list[dict[str, Any]]  # the publication's tables (a schema's own row has table_name None)
 
 
+def _partitions(table: Mapping[str, Any]) -> list[str]:
+    return [f"{schema}.{name}" for schema, name in zip(table["partition_schemas"], table["partition_names"],
+                                                        strict=True)]
+
+
 class PostgresSetup:
     """The publication, the replica identities and the slot of one source; the checks capture needs."""
 
@@ -103,7 +109,7 @@ class PostgresSetup:
         an update's untouched out-of-line (TOASTed) values as "unchanged", and only the FULL old row carries
         them; a table without such a column today may be given one by an ALTER TABLE that capture learns of only
         with the table's next change, too late for the updates between."""
-        return bool(table["replica_identity"] != "f")
+        return bool(table["replica_identity"] != "f" or table["partition_names"])
 
     def _covered(self, survey: Survey) -> dict[str, str | None]:
         """For each configured table: None when the publication publishes all of it, else why not."""
@@ -186,6 +192,11 @@ class PostgresSetup:
                 problems.append(f"table {name} does not exist in database {self.config.database!r}: create it, or "
                                 f"correct sources.{self.name}.tables (and schema)")
                 continue
+            if t["inheritors"]:
+                problems.append(f"{t['inheritors']} tables inherit from table {name} (INHERITS): a read of {name} "
+                                "holds their rows too, but their changes are published as theirs, so its snapshot "
+                                f"could not follow them: capture each table on its own (ALTER TABLE <child> NO "
+                                f"INHERIT {name}), or make {name} a partitioned table")
             if not t["may_select"]:
                 problems.append(f"user {user!r} may not read table {name}, which snapshots need: as an "
                                 f"administrator, GRANT SELECT ON {name} TO {user}")
@@ -218,9 +229,12 @@ class PostgresSetup:
                                 f"{name} REPLICA IDENTITY USING INDEX <a unique index on NOT NULL columns>, and "
                                 "install still sets FULL)")
             elif self._needs_full(t):
-                problems.append(f"table {name} has replica identity {identity}, so an update that leaves a TOASTed "
-                                "(large, out-of-line) value unchanged does not carry it: "
-                                f"{fix}, which sets REPLICA IDENTITY FULL")
+                which = f"table {name} has replica identity {identity}" if t["replica_identity"] != "f" else (
+                    f"partitions {', '.join(_partitions(t))} of table {name} (made or attached after install) have "
+                    "another replica identity than FULL")
+                problems.append(f"{which}, so an update that leaves a TOASTed (large, out-of-line) value unchanged "
+                                f"does not carry it: {fix}, which sets REPLICA IDENTITY FULL on the table and each "
+                                "of its partitions")
         pub = survey.publication
         if pub is None:
             problems.append(f"publication {self.publication!r} does not exist: {fix}")
@@ -242,16 +256,39 @@ class PostgresSetup:
         return problems
 
     def verify(self) -> list[str]:
-        """Every problem capture has here, each naming the object and its fix; empty when ready."""
+        """Every problem capture has here, each naming the object and its fix; empty when ready. Beside what
+        install repairs: a slot that cannot decode the changes it holds (the publication dropped and created
+        again behind capture's back), which capture meets as a gap in the log (``on_purged``)."""
         with closing(self.connector.connect()) as conn:
             survey = self._survey(conn)
-        return self._blocking(survey) + self._repairable(survey)
+            return self._blocking(survey) + self._repairable(survey) + self._undecodable(conn, survey)
 
     def require_installed(self) -> None:
-        require_installed(self, lambda problems: not_installed(
-            f"PostgreSQL source {self.name!r} ({self.connector.describe()}) is not ready for logical decoding:",
-            problems, f"apply each fix above, then materialize the '{self.name}/capture' asset again",
-            bulleted=True, source=self.name))
+        with closing(self.connector.connect()) as conn:
+            survey = self._survey(conn)
+        problems = self._blocking(survey) + self._repairable(survey)
+        if problems:
+            raise not_installed(
+                f"PostgreSQL source {self.name!r} ({self.connector.describe()}) is not ready for logical decoding:",
+                problems, f"apply each fix above, then materialize the '{self.name}/capture' asset again",
+                bulleted=True, source=self.name)
+
+    def _undecodable(self, conn: Connection, survey: Survey) -> list[str]:
+        """The slot's first waiting change decoded without consuming it: refused when the publication was dropped
+        since (created again or not), for pgoutput reads a change's publication as the catalog was when it was
+        written. A slot a capture streams from cannot be peeked: nothing is said of it then."""
+        if survey.slot is None or survey.slot["active"] or survey.publication is None:
+            return []
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sqlfiles.load("postgres", "first_waiting.sql"),
+                            {"slot": self.slot, "publication": self.publication})
+                cur.fetchall()
+        except psycopg2.Error as exc:
+            conn.rollback()
+            if is_publication_lost(exc):
+                return [": ".join(publication_lost(self.name, self.slot, self.publication))]
+        return []
 
     def installed(self) -> bool:
         """Whether install has run here: the publication or the slot exists (current or not)."""
@@ -283,7 +320,10 @@ class PostgresSetup:
             for t in survey.tables:
                 label = f"replica identity {self._qualified(t['name'])}"
                 if self._needs_full(t):
-                    _run(conn, "replica_identity_full.sql", table=sql.Identifier(self.schema, t["name"]))
+                    # Each partition too: an update is logged with the partition's own replica identity.
+                    for schema, table in [(self.schema, t["name"]), *zip(t["partition_schemas"], t["partition_names"],
+                                                                          strict=True)]:
+                        _run(conn, "replica_identity_full.sql", table=sql.Identifier(schema, table))
                     changed.append(label)
                 else:
                     unchanged.append(label)

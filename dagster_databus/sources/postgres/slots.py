@@ -20,6 +20,22 @@ _PEEK_BYTES = 64 << 20
 SLOT_FREE_S = 2.0
 # How long a read waits to peek a slot a capture streams from: a poll ends at the WAL written when it began.
 PEEK_WAIT_S = 30.0
+# SQLSTATE undefined_object: what decoding a change says of a publication the catalog lacked when it was written.
+UNDEFINED_OBJECT = "42704"
+
+
+def publication_lost(source: str, slot: str, publication: str) -> tuple[str, str]:
+    """(problem, fix) of a slot whose changes name a publication that did not exist when they were written."""
+    return (f"replication slot {slot!r} of source {source!r} cannot decode the changes it holds: publication "
+            f"{publication!r} was dropped (and perhaps created again) behind capture's back, and pgoutput reads each "
+            "change's publication as the catalog was when it was written, so the changes since the drop are lost to "
+            "capture",
+            f"run `databus bootstrap --source {source}` (the log and snapshots start afresh, past them), or set "
+            f"sources.{source}.on_purged: bootstrap; let only install manage the publication")
+
+
+def is_publication_lost(exc: psycopg2.Error) -> bool:
+    return exc.pgcode == UNDEFINED_OBJECT and "publication" in str(exc)
 
 
 def settled_scn(conn: Connection, slot: str, publication: str, consistent: Scn,

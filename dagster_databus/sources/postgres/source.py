@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import closing
 from typing import Any
 
@@ -75,6 +76,10 @@ class PostgresSource(ComposedSource):
             return 0
         begin = PgoutputDecoder().decode(bytes(row[0]))
         return begin.commit_ts_ms if isinstance(begin, Begin) else None
+
+    def drift(self, state: Mapping[str, str]) -> list[str]:
+        """The publication replaced behind capture's back since the checkpoint ``state`` (``Drifting``)."""
+        return self.reader.drift(state)
 
     def uninstall(self) -> tuple[str, ...]:
         """Drop the slot and the publication install created (``Uninstallable``)."""

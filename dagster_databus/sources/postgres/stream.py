@@ -50,8 +50,20 @@ from dagster_databus.sources.postgres.connect import PostgresConnector, Replicat
 from dagster_databus.sources.postgres.pgoutput import UNCHANGED, Tuple, lsn_of, lsn_text
 from dagster_databus.sources.postgres.rows import TableRows
 from dagster_databus.sources.postgres.setup import read_epoch
-from dagster_databus.sources.postgres.shapes import SHAPES, Shape, describe_change, shape_of, shapes_state
-from dagster_databus.sources.postgres.slots import let_go, slot_state
+from dagster_databus.sources.postgres.shapes import (
+    PUBLICATION,
+    SHAPES,
+    Identity,
+    Shape,
+    describe_change,
+    identity_change,
+    recorded_columns,
+    same_shape,
+    saved_identities,
+    shape_of,
+    shapes_state,
+)
+from dagster_databus.sources.postgres.slots import is_publication_lost, let_go, publication_lost, slot_state
 from dagster_databus.sources.postgres.spool import SPOOL_ROWS, Spool, Streamed, spill
 
 # How long a poll waits for the server's decoding to reach the bound once nothing more arrives, and how often it
@@ -87,14 +99,20 @@ class PostgresStream:
 
     def start_position(self) -> tuple[Scn, dict[str, str]]:
         """Where a change log that starts afresh (install, bootstrap) starts: the slot moved on to the WAL written
-        now (the snapshots are read after it; WAL an earlier log could not capture is passed over; a slot whose
-        WAL the server removed is made again), else the current WAL position; with the tables' columns now."""
-        state = shapes_state({name: shape_of(schema) for name, schema in self.catalog.preflight().items()})
+        now (the snapshots are read after it; WAL an earlier log could not capture is passed over), else the current
+        WAL position; with the tables' columns now. A slot whose WAL the server removed cannot be moved, and one
+        behind a publication created again since (``publication_newer.sql``) goes on failing to decode after it is
+        moved: such a slot is made again."""
+        state = shapes_state({name: shape_of(schema) for name, schema in self.catalog.preflight().items()},
+                             self.publication_oid(), self.table_identities())
         slot, name = self.slot(), {"slot": self.config.slot_name}
         if slot is None:
             return self.high_water_mark(), state
         with closing(self.connector.connect()) as conn, conn.cursor() as cur:
-            if slot["wal_status"] == "lost":
+            cur.execute(sqlfiles.load("postgres", "publication_newer.sql"),
+                        {**name, "publication": self.config.publication_name})
+            newer = cur.fetchone()
+            if slot["wal_status"] == "lost" or (newer is not None and newer[0]):
                 cur.execute(sqlfiles.load("postgres", "drop_slot.sql"), name)
                 cur.execute(sqlfiles.load("postgres", "create_slot.sql"), name)
             cur.execute(sqlfiles.load("postgres", "advance_slot.sql"), name)
@@ -110,9 +128,35 @@ class PostgresStream:
         with closing(self.connector.connect()) as conn:
             return slot_state(conn, self.config.slot_name)
 
+    def publication_oid(self) -> int | None:
+        """The publication's oid, None when it does not exist."""
+        with closing(self.connector.connect()) as conn, conn.cursor() as cur:
+            cur.execute(sqlfiles.load("postgres", "publication.sql"), {"publication": self.config.publication_name})
+            row = cur.fetchone()
+        return int(row[0]) if row else None
+
+    def table_identities(self) -> dict[str, Identity]:
+        """Each configured table's relation oid and publication row oid (``table_identities.sql``)."""
+        with closing(self.connector.connect()) as conn, conn.cursor() as cur:
+            cur.execute(sqlfiles.load("postgres", "table_identities.sql"),
+                        {"tables": [t.name for t in self.config.tables], "schema": self.config.schema_,
+                         "publication": self.config.publication_name})
+            return {name: (relation, membership) for name, relation, membership in cur.fetchall()}
+
+    def drift(self, state: Mapping[str, str]) -> list[str]:
+        """The publication created again since capture last read (its oid is not the one ``state`` recorded): the
+        changes written while it did not exist, or did not publish the tables, were never published."""
+        recorded, oid = state.get(PUBLICATION), self.publication_oid()
+        if recorded is None or oid is None or recorded == str(oid):
+            return []
+        return [": ".join(publication_lost(self.name, self.config.slot_name, self.config.publication_name))]
+
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
              state: Mapping[str, str] | None = None) -> Iterator[list[Window] | ChangeBatch | SpooledBatch]:
         self._check_slot(since)
+        if self.drift(state or {}):
+            raise LogGapError(*publication_lost(self.name, self.config.slot_name, self.config.publication_name),
+                              source=self.name)
         bound = self.high_water_mark()
         stats.source_hwm = bound
         if since >= bound:
@@ -128,6 +172,9 @@ class PostgresStream:
             yield from reader.read()
         except psycopg2.Error as exc:
             self.close()
+            if is_publication_lost(exc):
+                raise LogGapError(*publication_lost(self.name, self.config.slot_name, self.config.publication_name),
+                                  source=self.name) from None
             raise SourceUnavailableError(
                 f"lost the replication connection to source {self.name!r} ({self.connector.describe()}): "
                 f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc}",
@@ -222,6 +269,10 @@ class _Reader:
         # was when the poll began (the catalog read before the bound was fixed).
         self.live = dict(stream.catalog.schemas())
         saved = json.loads(state.get(SHAPES, "{}"))
+        self.publication = stream.publication_oid()
+        # Each table's identity as the log last knew it (the checkpoint's, else as it is now), and now.
+        self.live_identities = stream.table_identities()
+        self.identities = {**self.live_identities, **saved_identities(state)}
         self.shapes: dict[str, Shape] = {name: saved.get(name, shape_of(s)) for name, s in self.live.items()}
         self.begin: pg.Begin | None = None
         self.skip = False  # the open transaction commits before ``since``: its changes are in the log already
@@ -291,21 +342,27 @@ class _Reader:
         # it grows past IDLE_ADVANCE_BYTES, the checkpoint moves to where the server has decoded, so the slot
         # lets the server recycle WAL that holds no change of the published tables.
         reached = min(wal_end, self.bound.value)
-        until = max(reached if reached - self.last_end > IDLE_ADVANCE_BYTES else self.last_end, self.since.value,
-                    self.stats.until.value)
+        # A table replaced or republished moves the checkpoint as a change would: its statement is recorded now,
+        # and the checkpoint carries the table's new identity, so the next poll does not find it again.
+        moved = reached - self.last_end > IDLE_ADVANCE_BYTES or any(
+            identity_change(name, self.identities.get(name, live), live) for name, live in self.live_identities.items())
+        until = max(reached if moved else self.last_end, self.since.value, self.stats.until.value)
         if until > self.stats.until.value or self.events:  # the checkpoint moves: it carries what changed since
             self._unseen_changes(Scn(until))
         if self.events:
             yield self._chunk()
         self.stats.until = Scn(until)
-        self.stats.state = shapes_state(self.shapes)
+        self.stats.state = self._state()
+
+    def _state(self) -> dict[str, str]:
+        return shapes_state(self.shapes, self.publication, self.identities)
 
     def _chunk(self) -> ChangeBatch:
         tables = {name: rows for name, table in self.by_name.items() if (rows := table.take()) is not None}
         self.events = 0
         self.stats.until = Scn(self.last_end)
         self.stats.chunks += 1
-        self.stats.state = shapes_state(self.shapes)
+        self.stats.state = self._state()
         return ChangeBatch(tables)
 
     def _commit(self, commit: pg.Commit | pg.StreamCommit) -> Iterator[ChangeBatch | SpooledBatch]:
@@ -381,7 +438,7 @@ class _Reader:
     def _spooled(self, window: int, commit_ms: int, pieces: Callable[[], Iterator[ChangeBatch]]) -> SpooledBatch:
         self.stats.until = Scn(window)
         self.stats.chunks += 1
-        self.stats.state = shapes_state(self.shapes)
+        self.stats.state = self._state()
         return SpooledBatch(Scn(window), Scn(window), 1, commit_ms, pieces)
 
     def _abort(self, abort: pg.StreamAbort) -> None:
@@ -465,6 +522,14 @@ class _Reader:
             self.tables[relation.oid] = None
             return
         name = relation.name
+        recorded = self.identities.get(name)
+        if recorded is not None and recorded[0] != relation.oid:
+            live = self.live_identities.get(name, (None, None))
+            now = (relation.oid, live[1] if live[0] == relation.oid else None)
+            change = identity_change(name, recorded, now)
+            if change is not None:
+                self._record(name, change)
+            self.identities[name] = now
         current = self.stream.catalog.schemas().get(name)
         schema = self._relation_schema(relation, current)
         table = self.by_name.get(name)
@@ -478,15 +543,23 @@ class _Reader:
             table = self.by_name[name] = TableRows(schema, [c.name for c in relation.columns])
         self.tables[relation.oid] = table
         before, after = self.shapes.get(name), shape_of(schema)
-        if before is not None and before != after and (self.begin is not None or self.streamed is not None):
+        in_transaction = self.begin is not None or self.streamed is not None
+        if before is not None and not same_shape(before, after) and in_transaction:
             self._record(name, describe_change(before, schema))
         self.shapes[name] = after
 
     def _unseen_changes(self, until: Scn) -> None:
         """A table whose columns changed with no change of its rows after: no relation message tells it, but the
-        catalog read before the bound does (its ALTER committed before the poll's bound, so at ``until``)."""
+        catalog read before the bound does (its ALTER committed before the poll's bound, so at ``until``). So with a
+        table whose identity changed (``shapes.identity_change``) without a relation message of it."""
+        for name, live in self.live_identities.items():
+            change = identity_change(name, self.identities.get(name, live), live)
+            if change is not None:
+                self.stats.ddl.append((until, name, change))
+            if live[0] is not None:
+                self.identities[name] = live
         for name, schema in self.live.items():
-            if name not in self.by_name and self.shapes.get(name) != shape_of(schema):
+            if name not in self.by_name and not same_shape(self.shapes.get(name), shape_of(schema)):
                 self.stats.ddl.append((until, name, describe_change(self.shapes[name], schema)))
                 self.shapes[name] = shape_of(schema)
 
@@ -496,4 +569,5 @@ class _Reader:
         with closing(self.stream.connector.connect()) as conn, conn.cursor() as cur:
             rows = catalog.described(cur, relation.name, [c.name for c in columns], [c.type_oid for c in columns],
                                      [c.type_modifier for c in columns])
-        return catalog.build(relation.name, key, rows, self.stream.connector.field("tables"))
+        return catalog.build(relation.name, key, rows, self.stream.connector.field("tables"),
+                             recorded_columns(self.shapes.get(relation.name)))
