@@ -38,6 +38,10 @@ class SourceBase(Strict):
     upkeep: UpkeepConfig = UpkeepConfig()
     retention: RetentionConfig = RetentionConfig()
     schema_changes: SchemaChanges = "evolve"
+    # When the source no longer holds the changes after the checkpoint (a MySQL binlog purged; a PostgreSQL slot
+    # invalidated, or its publication or slot dropped and created again; a SQLite file restored from an older copy,
+    # or its txlog pruned by another lake): fail and name the fix, or start the log and snapshots afresh.
+    on_purged: Literal["fail", "bootstrap"] = "fail"
     # Delta's change data feed on the source's snapshot tables (delta.enableChangeDataFeed): every merge also
     # records the rows it changed, for readChangeFeed (Spark) and load_cdf (delta-rs) between versions.
     change_data_feed: bool = False
@@ -74,9 +78,8 @@ class SourceBase(Strict):
         return self
 
     def when_purged(self) -> Literal["fail", "bootstrap"]:
-        """What capture does when the source no longer holds the changes after the checkpoint (``on_purged``,
-        where a kind's server can lose them)."""
-        return "fail"
+        """What capture does when the source no longer holds the changes after the checkpoint (``on_purged``)."""
+        return self.on_purged
 
     def exclusive_database(self) -> str | None:
         """For a database whose capture objects all its sources would share (so one source's pruning would cut
@@ -200,7 +203,6 @@ class MysqlSourceConfig(ServerSourceBase):
     database: str
     # The replica server id capture registers with; must differ from every server and replica.
     server_id: int = Field(default=0, ge=0, lt=2**32)
-    on_purged: Literal["fail", "bootstrap"] = "fail"
     # MySQL's zero dates ('0000-00-00', '2024-00-15') have no value in Delta's date and timestamp types:
     # "error" stops capture at the first one (naming table, column and row); "null" stores them as NULL.
     zero_dates: Literal["error", "null"] = "error"
@@ -221,9 +223,6 @@ class MysqlSourceConfig(ServerSourceBase):
 
     def replica_server_id(self) -> int:
         return self.server_id or 4_000_000 + zlib.crc32(self.name.encode()) % 1_000_000
-
-    def when_purged(self) -> Literal["fail", "bootstrap"]:
-        return self.on_purged
 
     def resolved(self, resolve: Callable[[Path], Path]) -> MysqlSourceConfig:
         """The TLS files and public keys, taken from the config's folder when relative."""
@@ -265,9 +264,6 @@ class PostgresSourceConfig(ServerSourceBase):
     schema_: str = Field(default="public", alias="schema")  # the tables' schema (``schema`` in the YAML)
     slot: str | None = None  # the logical replication slot; unset: databus_<name>
     publication: str | None = None  # the publication of the configured tables; unset: databus_<name>
-    # When the slot cannot give the changes after the checkpoint (invalidated, or dropped and created again): fail
-    # and name the fix, or start the log and snapshots afresh (as a MySQL source's purged binlog does).
-    on_purged: Literal["fail", "bootstrap"] = "fail"
     # libpq's sslmode (disable, allow, prefer, require, verify-ca, verify-full): managed services want require+.
     sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "prefer"
 
@@ -291,9 +287,6 @@ class PostgresSourceConfig(ServerSourceBase):
             raise ValueError(f"the publication name {name!r} is longer than PostgreSQL's 63 bytes (it is derived from "
                              "the source's name when publication is not set): set publication to a shorter name")
         return self
-
-    def when_purged(self) -> Literal["fail", "bootstrap"]:
-        return self.on_purged
 
     def in_lake(self, lake: str) -> PostgresSourceConfig:
         """The slot named after the source and the lake when ``slot`` is unset: a slot serves one change log

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, closing, nullcontext
 from typing import Any
@@ -32,6 +33,11 @@ from dagster_databus.sources.sqlite.render import split
 from dagster_databus.sources.sqlite.text import change_error
 from dagster_databus.sources.sqlite.triggers import SqliteTriggers
 from dagster_databus.sources.sqlite.types import carried_as_bytes
+
+# The checkpoint state that holds the change log's id and the token its last poll left in the source
+# (``_incarnation``).
+CAPTURE_ID = "capture_id"
+INCARNATION = "incarnation"
 
 
 class SqlitePoller:
@@ -75,6 +81,7 @@ class SqlitePoller:
                 conn.execute(sqlfiles.load("sqlite", "cut.sql"))
                 self.triggers.require_current(conn, schemas)
                 cut = high_water_mark(conn).value
+                stats.state = self._incarnation(conn, state or {})
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -147,6 +154,25 @@ class SqlitePoller:
                     source=self.name, table=table)
             # Otherwise the text is in columns carried as bytes (an image an earlier install's triggers wrote
             # before invalid_utf8 was binary): the batch takes it from the image's own bytes.
+
+    def _incarnation(self, conn: sqlite3.Connection, state: Mapping[str, str]) -> dict[str, str]:
+        """The checkpoint state of this poll: its change log's id and a new token, left in the source
+        (``incarnation.sql``) after checking that the source still holds the token the checkpoint ``state``
+        recorded. A file restored from an older copy does not, and is a gap in the log: its new writes take SCNs
+        the log already holds for other changes."""
+        log, recorded = state.get(CAPTURE_ID) or uuid.uuid4().hex, state.get(INCARNATION)
+        held = settings(conn).get(f"incarnation:{log}", "").split()
+        if recorded is not None and recorded not in held:
+            raise LogGapError(
+                f"source {self.name!r} ({self.config.path}) does not hold the mark capture left in it at its last "
+                "poll: the file was replaced by an older copy (restored from a backup?), so its new writes reuse "
+                "SCNs the change log already holds for other changes, and the changes made after the copy are gone",
+                f"run `databus bootstrap --source {self.name}` (the log and snapshots start afresh from the file as it "
+                f"is), or set sources.{self.name}.on_purged: bootstrap", source=self.name)
+        token = uuid.uuid4().hex
+        conn.execute(sqlfiles.load("sqlite", "incarnation.sql"), {"log": log, "recorded": recorded or "",
+                                                                  "token": token})
+        return {CAPTURE_ID: log, INCARNATION: token}
 
     def _check_lineage(self, settings: dict[str, str], since: Scn, epoch: str | None,
                        conn: sqlite3.Connection) -> None:
