@@ -38,10 +38,10 @@ PUBLICATION = "publication_oid"
 
 
 # The checkpoint state that holds each table's identity when capture last read: [relation oid, the oid of its
-# row in the publication] (``table_identities.sql``).
+# row in the publication, a partitioned table's leaf partitions as oid:relfilenode] (``table_identities.sql``).
 IDENTITIES = "identities"
 
-Identity = tuple[int | None, int | None]
+Identity = tuple[int | None, int | None, str | None]
 
 
 def shapes_state(shapes: Mapping[str, Shape], publication: int | None,
@@ -52,7 +52,8 @@ def shapes_state(shapes: Mapping[str, Shape], publication: int | None,
 
 
 def saved_identities(state: Mapping[str, str]) -> dict[str, Identity]:
-    return {name: (ids[0], ids[1]) for name, ids in json.loads(state.get(IDENTITIES, "{}")).items()}
+    return {name: (ids[0], ids[1], ids[2] if len(ids) > 2 else None)
+            for name, ids in json.loads(state.get(IDENTITIES, "{}")).items()}
 
 
 def identity_change(table: str, before: Identity, now: Identity) -> str | None:
@@ -65,7 +66,18 @@ def identity_change(table: str, before: Identity, now: Identity) -> str | None:
     if before[0] == now[0] and before[1] != now[1] and now[1] is not None:
         return (f"ALTER PUBLICATION DROP TABLE {table}; ALTER PUBLICATION ADD TABLE {table} (it was out of the "
                 "publication for a while: the changes made then were never published)")
+    if before[0] == now[0] and before[2] is not None and now[2] is not None and before[2] != now[2]:
+        old, new = _leaves(before[2]), _leaves(now[2])
+        gone, came = old.keys() - new.keys(), new.keys() - old.keys()
+        rewritten = [oid for oid in old.keys() & new.keys() if old[oid] != new[oid]]
+        return (f"ALTER TABLE {table} (partitions changed with no row events: {len(came)} attached, {len(gone)} "
+                f"detached or dropped, {len(rewritten)} truncated or rewritten)")
     return None
+
+
+def _leaves(partitions: str) -> dict[str, str]:
+    """oid → relfilenode of each leaf partition (``table_identities.sql``'s list)."""
+    return dict(entry.split(":") for entry in partitions.split(",") if entry)
 
 
 def describe_change(before: Shape, after: TableSchema) -> str:

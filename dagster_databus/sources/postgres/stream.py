@@ -141,7 +141,7 @@ class PostgresStream:
             cur.execute(sqlfiles.load("postgres", "table_identities.sql"),
                         {"tables": [t.name for t in self.config.tables], "schema": self.config.schema_,
                          "publication": self.config.publication_name})
-            return {name: (relation, membership) for name, relation, membership in cur.fetchall()}
+            return {name: (relation, membership, leaves) for name, relation, membership, leaves in cur.fetchall()}
 
     def drift(self, state: Mapping[str, str]) -> list[str]:
         """The publication created again since capture last read (its oid is not the one ``state`` recorded): the
@@ -525,7 +525,7 @@ class _Reader:
         recorded = self.identities.get(name)
         if recorded is not None and recorded[0] != relation.oid:
             live = self.live_identities.get(name, (None, None))
-            now = (relation.oid, live[1] if live[0] == relation.oid else None)
+            now = (relation.oid, *(live[1:] if live[0] == relation.oid else (None, None)))
             change = identity_change(name, recorded, now)
             if change is not None:
                 self._record(name, change)
