@@ -32,7 +32,7 @@ from dagster_databus.log.ddl import DdlRecord
 # triggers and changes it could not repair in its own words.
 _NOT_IN_PLACE = re.compile(r"\b(DROP|RENAME|CHANGE|TRUNCATE|EXCHANGE|DISCARD|IMPORT)\b"
                            r"|\bCREATE\s+(OR\s+REPLACE\s+)?TABLE\b"
-                           r"|triggers .* were missing|not repaired|\(relation changed\)|partitions changed",
+                           r"|triggers .* were missing|not repaired|\(relation changed\)|storage changed",
                            re.IGNORECASE)
 # A column added with what fills existing rows by a rule the snapshot cannot follow: a generated or
 # auto-increment value, or NOT NULL without a default (MySQL fills the type's implicit default).

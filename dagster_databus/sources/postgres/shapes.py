@@ -38,7 +38,8 @@ PUBLICATION = "publication_oid"
 
 
 # The checkpoint state that holds each table's identity when capture last read: [relation oid, the oid of its
-# row in the publication, a partitioned table's leaf partitions as oid:relfilenode] (``table_identities.sql``).
+# row in the publication, its storage: leaf partitions as oid:relfilenode, and its enum labels]
+# (``table_identities.sql``).
 IDENTITIES = "identities"
 
 Identity = tuple[int | None, int | None, str | None]
@@ -67,17 +68,23 @@ def identity_change(table: str, before: Identity, now: Identity) -> str | None:
         return (f"ALTER PUBLICATION DROP TABLE {table}; ALTER PUBLICATION ADD TABLE {table} (it was out of the "
                 "publication for a while: the changes made then were never published)")
     if before[0] == now[0] and before[2] is not None and now[2] is not None and before[2] != now[2]:
-        old, new = _leaves(before[2]), _leaves(now[2])
-        gone, came = old.keys() - new.keys(), new.keys() - old.keys()
-        rewritten = [oid for oid in old.keys() & new.keys() if old[oid] != new[oid]]
-        return (f"ALTER TABLE {table} (partitions changed with no row events: {len(came)} attached, {len(gone)} "
-                f"detached or dropped, {len(rewritten)} truncated or rewritten)")
+        (old_leaves, old_enums), (new_leaves, new_enums) = _storage(before[2]), _storage(now[2])
+        gone, came = old_leaves.keys() - new_leaves.keys(), new_leaves.keys() - old_leaves.keys()
+        rewritten = [oid for oid in old_leaves.keys() & new_leaves.keys() if old_leaves[oid] != new_leaves[oid]]
+        if list(old_leaves) == [str(before[0])]:  # an unpartitioned table: its own storage
+            what = ["rewritten (ALTER ... TYPE ... USING, VACUUM FULL, CLUSTER, TRUNCATE)"] if rewritten else []
+        else:
+            what = [f"{len(came)} partitions attached, {len(gone)} detached or dropped, {len(rewritten)} rewritten "
+                    "or truncated"] if came or gone or rewritten else []
+        what += ["enum labels renamed or added"] if old_enums != new_enums else []
+        return f"ALTER TABLE {table} (storage changed with no row events: {'; '.join(what)})"
     return None
 
 
-def _leaves(partitions: str) -> dict[str, str]:
-    """oid → relfilenode of each leaf partition (``table_identities.sql``'s list)."""
-    return dict(entry.split(":") for entry in partitions.split(",") if entry)
+def _storage(storage: str) -> tuple[dict[str, str], str]:
+    """(oid → relfilenode of each leaf, the enum labels' digest) of ``table_identities.sql``'s storage."""
+    leaves, _, enums = storage.partition(";")
+    return dict(entry.split(":") for entry in leaves.split(",") if entry), enums
 
 
 def describe_change(before: Shape, after: TableSchema) -> str:
