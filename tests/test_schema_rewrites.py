@@ -83,6 +83,8 @@ PG_REWRITES = {
     "dropped-and-added-again": "ALTER TABLE items DROP COLUMN price, ADD COLUMN price INT DEFAULT 2",
     "same-type-using": "ALTER TABLE items ALTER COLUMN note TYPE TEXT USING upper(note)",
     "enum-value-renamed": "ALTER TYPE status RENAME VALUE 'new' TO 'fresh'",
+    # The last column: it keeps its place in the column list, only its number tells.
+    "last-dropped-and-added-again": "ALTER TABLE items DROP COLUMN st, ADD COLUMN st status DEFAULT 'shipped'",
 }
 
 

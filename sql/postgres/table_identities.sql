@@ -4,8 +4,9 @@
 -- out were never published; NULL where the table is published by FOR ALL TABLES or TABLES IN SCHEMA, with no row
 -- of its own); and its storage: each leaf partition's (the table's own, unpartitioned) oid:relfilenode, which a
 -- partition attached, detached, dropped or truncated, or a rewrite (ALTER ... TYPE ... USING, VACUUM FULL,
--- CLUSTER) changes, then the labels of its enum columns' types, which ALTER TYPE ... RENAME VALUE changes. None of
--- these sends a row event. NULL where the table does not exist. Reads only.
+-- CLUSTER) changes, then the labels of its enum columns' types, which ALTER TYPE ... RENAME VALUE changes, then
+-- each column's place (a digest of its name: its number), which a column dropped and added again under its name
+-- changes. None of these sends a row event. NULL where the table does not exist. Reads only.
 SELECT
     t.name,
     c.oid AS relation_oid,
@@ -20,6 +21,10 @@ SELECT
         FROM pg_attribute AS a
         JOIN pg_type AS ty ON ty.oid = a.atttypid
         JOIN pg_enum AS e ON e.enumtypid = CASE WHEN ty.typtype = 'd' THEN ty.typbasetype ELSE ty.oid END
+        WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+    ), '') || ';' || coalesce((
+        SELECT string_agg(left(md5(a.attname), 12) || ':' || a.attnum::text, ',' ORDER BY a.attnum)
+        FROM pg_attribute AS a
         WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
     ), '') END AS storage
 FROM unnest(%(tables)s::text []) WITH ORDINALITY AS t (name, ord)

@@ -77,14 +77,25 @@ def identity_change(table: str, before: Identity, now: Identity) -> str | None:
             what = [f"{len(came)} partitions attached, {len(gone)} detached or dropped, {len(rewritten)} rewritten "
                     "or truncated"] if came or gone or rewritten else []
         what += ["enum labels renamed or added"] if old_enums != new_enums else []
+        old_places, new_places = _places(before[2]), _places(now[2])
+        what += ["a column dropped and added again under its name"] if any(
+            new_places.get(name, place) != place for name, place in old_places.items()) else []
+        if not what:
+            return None  # columns added or dropped only: the relation message and the shape tell those
         return f"ALTER TABLE {table} (storage changed with no row events: {'; '.join(what)})"
     return None
 
 
 def _storage(storage: str) -> tuple[dict[str, str], str]:
     """(oid → relfilenode of each leaf, the enum labels' digest) of ``table_identities.sql``'s storage."""
-    leaves, _, enums = storage.partition(";")
-    return dict(entry.split(":") for entry in leaves.split(",") if entry), enums
+    leaves, _, rest = storage.partition(";")
+    return dict(entry.split(":") for entry in leaves.split(",") if entry), rest.partition(";")[0]
+
+
+def _places(storage: str) -> dict[str, str]:
+    """Each column's name digest → its number (a storage string before places were kept: none)."""
+    places = storage.split(";")[2] if storage.count(";") >= 2 else ""
+    return dict(entry.split(":") for entry in places.split(",") if entry)
 
 
 def describe_change(before: Shape, after: TableSchema) -> str:
