@@ -131,7 +131,7 @@ def validate(config: DatabusConfig) -> Validation:
             found += [f"{problem}{install}" for problem in src.verify()]
             checkpoint = ChangeLog(config.lake, source.name).checkpoint() if lake is None else None
             if checkpoint is not None and isinstance(src, Drifting):
-                found += src.drift(checkpoint.state)  # objects replaced since capture last read
+                found += src.drift(checkpoint.scn, checkpoint.state)  # objects replaced since capture last read
             found += src.null_keys()  # tables whose key holds NULL, which capture refuses
             notes[source.name] += src.notes()  # what the source says of itself (version, settings, text scanned)
         except DatabusError as exc:

@@ -289,6 +289,8 @@ def test_a_slot_dropped_behind_captures_back_fails_naming_the_fix_or_is_bootstra
     checkpoint = ChangeLog(config.lake, "shop").checkpoint()
     pipeline.install(config, "shop")  # a new slot, at the WAL written now
     workload.run(5)
+    [problem] = pipeline.validate(config).problems["shop"]  # validate names it too, with the same fix
+    assert "dropped and created again" in problem and "databus bootstrap --source shop" in problem
     with pytest.raises(LogGapError, match=r"(?s)dropped and created again.*databus bootstrap --source shop.*"
                                           r"on_purged: bootstrap"):
         pipeline.capture(config, "shop")

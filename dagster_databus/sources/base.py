@@ -295,11 +295,12 @@ class Alerting(Protocol):
 @runtime_checkable
 class Drifting(Protocol):
     """A source whose capture objects can be replaced behind capture's back with nothing for install to repair (a
-    publication dropped and created again under its name): what a checkpoint's ``state`` recorded of them, checked
-    by validate as capture checks it before each poll."""
+    slot or publication dropped and created again under its name): checked against the change log's checkpoint
+    by validate, as capture checks it before each poll."""
 
-    def drift(self, state: Mapping[str, str]) -> list[str]:
-        """A problem, with its fix, for each capture object that is no longer the one ``state`` recorded."""
+    def drift(self, since: Scn, state: Mapping[str, str]) -> list[str]:
+        """A problem, with its fix, for each capture object that can no longer give the changes after the
+        checkpoint at ``since`` (with its ``state``)."""
 
 
 @runtime_checkable

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg2
 
 from dagster_databus.config import PostgresSourceConfig
+from dagster_databus.core.scn import Scn
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import InstallReport, Retention
 from dagster_databus.sources.parts import ComposedSource
@@ -77,9 +78,9 @@ class PostgresSource(ComposedSource):
         begin = PgoutputDecoder().decode(bytes(row[0]))
         return begin.commit_ts_ms if isinstance(begin, Begin) else None
 
-    def drift(self, state: Mapping[str, str]) -> list[str]:
-        """The publication replaced behind capture's back since the checkpoint ``state`` (``Drifting``)."""
-        return self.reader.drift(state)
+    def drift(self, since: Scn, state: Mapping[str, str]) -> list[str]:
+        """The slot or publication replaced behind capture's back since the checkpoint (``Drifting``)."""
+        return self.reader.drift(since, state)
 
     def uninstall(self) -> tuple[str, ...]:
         """Drop the slot and the publication install created (``Uninstallable``)."""

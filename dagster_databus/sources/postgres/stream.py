@@ -143,20 +143,25 @@ class PostgresStream:
                          "publication": self.config.publication_name})
             return {name: (relation, membership, leaves) for name, relation, membership, leaves in cur.fetchall()}
 
-    def drift(self, state: Mapping[str, str]) -> list[str]:
-        """The publication created again since capture last read (its oid is not the one ``state`` recorded): the
-        changes written while it did not exist, or did not publish the tables, were never published."""
+    def drift(self, since: Scn, state: Mapping[str, str]) -> list[str]:
+        """What was replaced behind capture's back since the checkpoint at ``since`` with ``state``: the slot (it
+        cannot give every change after ``since``) and the publication (created again: its oid is not the one
+        ``state`` recorded, so the changes written while it did not exist were never published)."""
+        return [f"{gap.problem}: {gap.fix}" for gap in (self._slot_gap(since), self._publication_gap(state))
+                if gap is not None]
+
+    def _publication_gap(self, state: Mapping[str, str]) -> LogGapError | None:
         recorded, oid = state.get(PUBLICATION), self.publication_oid()
         if recorded is None or oid is None or recorded == str(oid):
-            return []
-        return [": ".join(publication_lost(self.name, self.config.slot_name, self.config.publication_name))]
+            return None
+        return LogGapError(*publication_lost(self.name, self.config.slot_name, self.config.publication_name),
+                           source=self.name)
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
              state: Mapping[str, str] | None = None) -> Iterator[list[Window] | ChangeBatch | SpooledBatch]:
-        self._check_slot(since)
-        if self.drift(state or {}):
-            raise LogGapError(*publication_lost(self.name, self.config.slot_name, self.config.publication_name),
-                              source=self.name)
+        for gap in (self._slot_gap(since), self._publication_gap(state or {})):
+            if gap is not None:
+                raise gap
         bound = self.high_water_mark()
         stats.source_hwm = bound
         if since >= bound:
@@ -206,25 +211,26 @@ class PostgresStream:
             self._stream.close()
             self._stream = None
 
-    def _check_slot(self, since: Scn) -> None:
-        """Refuse a slot that cannot give every change after ``since``: invalidated (its WAL removed) or
-        confirmed past it (dropped and created again, or advanced by someone else)."""
+    def _slot_gap(self, since: Scn) -> LogGapError | None:
+        """A slot that cannot give every change after ``since``: invalidated (its WAL removed) or confirmed past
+        it (dropped and created again, or advanced by someone else)."""
         slot = self.slot()
         fix = (f"run `databus bootstrap --source {self.name}` (the log and snapshots start afresh from the slot), "
                f"or set sources.{self.name}.on_purged: bootstrap")
         if slot is None:
-            return  # require_installed names the missing slot and its fix
+            return None  # require_installed names the missing slot and its fix
         if slot["wal_status"] == "lost":
-            raise LogGapError(
+            return LogGapError(
                 f"replication slot {self.config.slot_name!r} of source {self.name!r} was invalidated: the server "
                 "removed WAL it still held (max_slot_wal_keep_size), so the changes after the checkpoint are gone",
                 fix + "; raise max_slot_wal_keep_size or capture more often", source=self.name)
         confirmed = slot["confirmed_flush_lsn"]
         if confirmed and lsn_of(confirmed) > since.value:
-            raise LogGapError(
+            return LogGapError(
                 f"replication slot {self.config.slot_name!r} of source {self.name!r} starts at {confirmed}, after the "
                 f"change log's checkpoint {lsn_text(since.value)}: the slot was dropped and created again (or "
                 "advanced by another client), so the changes between are gone", fix, source=self.name)
+        return None
 
     def _start(self, cursor: Any, feedback: Any, since: Scn) -> None:
         options = {"proto_version": "1", "publication_names": self.config.publication_name}
