@@ -43,9 +43,10 @@ _DEFAULT = re.compile(r"\bDEFAULT\b", re.IGNORECASE)
 _DEFAULT_CHANGED = re.compile(r"\b(SET\s+DEFAULT|DROP\s+DEFAULT|MODIFY|ALTER\s+(COLUMN\s+)?\S+\s+SET)\b",
                               re.IGNORECASE)
 # A statement that changes a column's type, character set or NULL-ability: the source may have converted every
-# stored value, with no row events (MySQL's MODIFY, PostgreSQL's ALTER COLUMN ... TYPE ... USING).
-_RETYPES = re.compile(r"\b(MODIFY|ALTER\s+(COLUMN\s+)?\S+\s+(SET\s+DATA\s+)?TYPE|CONVERT\s+TO|CHARACTER\s+SET|CHARSET"
-                      r"|COLLATE|USING)\b", re.IGNORECASE)
+# stored value, with no row events (MySQL's MODIFY, PostgreSQL's ALTER COLUMN ... TYPE ... USING). A character
+# set named elsewhere (a column added with one, a table's default for new columns) converts nothing.
+_RETYPES = re.compile(r"\b(MODIFY|ALTER\s+(COLUMN\s+)?\S+\s+(SET\s+DATA\s+)?TYPE|CONVERT\s+TO|USING)\b",
+                      re.IGNORECASE)
 # What a retyping statement may say beside the type and still be proven: NOT NULL fills a NULL with the type's
 # zero under a permissive sql_mode, a character set or collation converts text.
 _CONVERTS = re.compile(r"\b(NOT\s+NULL|CONVERT\s+TO|CHARACTER\s+SET|CHARSET|COLLATE|USING)\b", re.IGNORECASE)
