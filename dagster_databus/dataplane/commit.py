@@ -47,6 +47,16 @@ def commit_bootstrap(snap: DeltaSnapshot, schema: pa.Schema, files: Sequence[Dat
     commit_files(snap, schema, files, props, f"databus snapshot of {snap.source}.{snap.table}")
 
 
+def commit_absorbed(snap: DeltaSnapshot, scn: Scn, engine: str) -> None:
+    """Record, changing no row, that the snapshot holds the schema changes recorded through ``scn``: the table was
+    read after they were recorded, though the read's own SCN (the newest commit of the captured tables before it)
+    may be lower than where capture recorded a change it found without row events."""
+    table = snap.delta()
+    commit_merge(snap, table, pa.schema(table.schema().to_arrow()), [], [],
+                 [Transaction(app_id=snap.evolved_app_id, version=scn.value)],
+                 {OPERATION_KEY: "absorb schema changes", "engine": engine}, data_change=False)
+
+
 def commit_files(folder: DeltaFolder, schema: pa.Schema, files: Sequence[DataFile], props: CommitProperties,
                  description: str) -> None:
     """Replace the table's rows (and schema) with ``files`` in one commit; the table is created if absent."""

@@ -200,6 +200,14 @@ class LogWriter:
             raise ValueError(f"checkpoint {checkpoint.scn} may only move forward, not to {scn}")
         self._commit(manifest, scn, epoch, state)
 
+    def restate(self, epoch: str, state: dict[str, str]) -> None:
+        """Keep the checkpoint where it is with ``state``: what the source records of itself changed, its
+        position did not."""
+        manifest = self.current()
+        if manifest.checkpoint is None:
+            raise ValueError("no checkpoint to restate")
+        self._commit(manifest, manifest.checkpoint.scn, epoch, state)
+
     def _commit(self, manifest: Manifest, scn: Scn, epoch: str, state: dict[str, str],
                 switch: bool = False) -> Manifest:
         """Commit ``manifest`` (as read, with changes) with the checkpoint at ``scn``: one new version."""

@@ -19,7 +19,7 @@ from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.lag import scn_lag, time_lag
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
-from dagster_databus.dataplane.commit import set_change_feed
+from dagster_databus.dataplane.commit import commit_absorbed, set_change_feed
 from dagster_databus.dataplane.delta import DeltaSnapshot, MergeCounts
 from dagster_databus.dataplane.engine import FileCounts, MergeEngine, RangeCounts, Refreshed
 from dagster_databus.errors import SchemaDriftError, SnapshotMissingError
@@ -126,8 +126,13 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
             if source is None:
                 source = open_source(source_cfg, config.lake)
                 source.require_installed()
+            # The schema changes recorded before the read begins are in what it reads, whatever SCN it is stamped
+            # with (a change found with no row events is recorded where capture stood, past the read's stamp).
+            recorded = max((r.scn for r in log.ddl.records() if r.table == table), default=None)
             with disk_errors(f"bootstrapping {source_cfg.name}.{table} into Delta", snap.path):
                 done = engine.bootstrap(snap, source, table, progress)
+                if recorded is not None and recorded > done.scn:
+                    commit_absorbed(snap, recorded, engine.name)
             log.schemas.register(done.schema)
             applied = bootstrapped_at = done.scn
             bootstrap_rows, ranges = done.rows, done.ranges

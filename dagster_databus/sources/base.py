@@ -64,6 +64,9 @@ class PollStats:
     state: dict[str, str] = field(default_factory=dict)
     # DDL statements on captured tables met by this poll, as (SCN after the statement, table, statement).
     ddl: list[tuple[Scn, str, str]] = field(default_factory=list)
+    # The final state must be kept even where the checkpoint's SCN does not move: what the source records of itself
+    # in it changed (a table's identity), and a next poll would otherwise find the change again.
+    restate: bool = False
 
 
 @dataclass(frozen=True)

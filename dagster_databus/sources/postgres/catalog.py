@@ -24,6 +24,7 @@ from dagster_databus.sources.catalog import (
     table_schemas,
 )
 from dagster_databus.sources.postgres.connect import PostgresConnector
+from dagster_databus.sources.postgres.pgoutput import Relation
 from dagster_databus.sources.postgres.types import PgColumn, pg_column_type
 
 _FIX = "change the column to a mapped type (docs/types.md, PostgreSQL)"
@@ -112,6 +113,17 @@ class PostgresCatalog:
         require_mapped(self.name, table, unmapped, "PostgreSQL", _FIX)
         return TableSchema(source=self.name, table=table, columns=tuple(columns),
                            primary_key=resolve_key(columns, key, table, where))
+
+    def relation_schema(self, relation: Relation, current: TableSchema | None,
+                        recorded: Mapping[str, Column]) -> TableSchema:
+        """The schema of the columns a relation message describes (``current``: the table's schema now, whose key it
+        keeps; ``recorded``: the columns the change log last recorded, for a type dropped since)."""
+        key = current.primary_key if current is not None else self.config.table(relation.name).primary_key
+        columns = relation.columns
+        with closing(self.connector.connect()) as conn, conn.cursor() as cur:
+            rows = self.described(cur, relation.name, [c.name for c in columns], [c.type_oid for c in columns],
+                                  [c.type_modifier for c in columns])
+        return self.build(relation.name, key, rows, self.connector.field("tables"), recorded)
 
     def _recorded(self, table: str, name: str, recorded: Mapping[str, Column]) -> Column:
         if name not in recorded:

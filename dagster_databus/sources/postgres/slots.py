@@ -1,6 +1,7 @@
 """The capture slot as a plain connection sees it: its state, the SCN a consistent read is stamped with (found
-by peeking the slot), and waiting, after a capture, for the server to let go of the slot where the capture
-confirmed it. A replication connection streams from the slot (``stream``); these never consume it."""
+by peeking the slot), moving it on for a change log that starts afresh, and waiting, after a capture, for the
+server to let go of the slot where the capture confirmed it; and starting a replication connection's stream
+from it (``stream`` reads it). Only the stream consumes the slot."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import Any
 
 import psycopg2
 
+from dagster_databus.config import PostgresSourceConfig
 from dagster_databus.core.scn import Scn
+from dagster_databus.errors import ConcurrentRunError, SourceUnavailableError
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.postgres.connect import Connection
 from dagster_databus.sources.postgres.pgoutput import Commit, PgoutputDecoder, lsn_of, lsn_text
@@ -98,3 +101,46 @@ def let_go(conn: Connection, slot: str, through: Scn) -> None:
     if state is not None and (not confirmed or lsn_of(confirmed) < through.value):
         with conn.cursor() as cur:
             cur.execute(sqlfiles.load("postgres", "confirm_slot.sql"), {"slot": slot, "upto": lsn_text(through.value)})
+
+
+def move_on(conn: Connection, slot: str, publication: str, lost: bool) -> Scn:
+    """The slot moved on to the WAL written now, for a change log that starts afresh (install, bootstrap): where
+    the log starts. A slot whose WAL the server removed (``lost``) cannot be moved, and one behind a publication
+    created again since (``publication_newer.sql``) goes on failing to decode after it is moved: such a slot is
+    made again first."""
+    name = {"slot": slot}
+    with conn.cursor() as cur:
+        cur.execute(sqlfiles.load("postgres", "publication_newer.sql"), {**name, "publication": publication})
+        newer = cur.fetchone()
+        if lost or (newer is not None and newer[0]):
+            cur.execute(sqlfiles.load("postgres", "drop_slot.sql"), name)
+            cur.execute(sqlfiles.load("postgres", "create_slot.sql"), name)
+        cur.execute(sqlfiles.load("postgres", "advance_slot.sql"), name)
+        row = cur.fetchone()
+    assert row is not None
+    return Scn(lsn_of(row[0]))
+
+
+def start_streaming(cursor: Any, feedback: Any, config: PostgresSourceConfig, since: Scn, protocol_2: bool) -> None:
+    """Start a replication ``cursor`` streaming the slot after ``since`` (``feedback``: the cursor that sends
+    statuses). With ``protocol_2`` (PostgreSQL 14+) a transaction larger than the server's
+    logical_decoding_work_mem comes as it is decoded, not at its commit: the server does not spill it to its own
+    disk, and capture spools it to ours meanwhile."""
+    options = {"proto_version": "2" if protocol_2 else "1", "publication_names": config.publication_name}
+    if protocol_2:
+        options["streaming"] = "on"
+    try:
+        cursor.start_replication(slot_name=config.slot_name, decode=False, start_lsn=since.value, options=options,
+                                 status_interval=10)
+        # The log holds everything through ``since``: the server may drop it (a release the last run missed).
+        feedback.send_feedback(write_lsn=since.value, flush_lsn=since.value, force=True)
+    except psycopg2.Error as exc:
+        text = str(exc).strip()
+        if "is active for PID" in text:
+            raise ConcurrentRunError(
+                f"replication slot {config.slot_name!r} of source {config.name!r} is locked by another run reading it "
+                f"({text.splitlines()[0]})", "wait for the other capture run to finish; a slot serves one reader at a "
+                "time", source=config.name) from None
+        raise SourceUnavailableError(
+            f"source {config.name!r} could not stream slot {config.slot_name!r}: {text.splitlines()[0]}",
+            "run `databus validate` for the source, then again", source=config.name) from None

@@ -80,7 +80,7 @@ class PostgresSource(ComposedSource):
 
     def drift(self, since: Scn, state: Mapping[str, str]) -> list[str]:
         """The slot or publication replaced behind capture's back since the checkpoint (``Drifting``)."""
-        return self.reader.drift(since, state)
+        return self.reader.drift.problems(since, state)
 
     def uninstall(self) -> tuple[str, ...]:
         """Drop the slot and the publication install created (``Uninstallable``)."""

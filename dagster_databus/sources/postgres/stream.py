@@ -33,37 +33,43 @@ import psycopg2
 
 from dagster_databus.core.batch import ChangeBatch, SpooledBatch
 from dagster_databus.core.events import Window
-from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
-    ConcurrentRunError,
     DatabusError,
     LogGapError,
     SchemaDriftError,
     SourceUnavailableError,
 )
-from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import PollStats
 from dagster_databus.sources.postgres import pgoutput as pg
 from dagster_databus.sources.postgres.catalog import PostgresCatalog
 from dagster_databus.sources.postgres.connect import PostgresConnector, ReplicationConnection
+from dagster_databus.sources.postgres.drift import (
+    Identity,
+    PostgresDrift,
+    drift_state,
+    identity_change,
+    saved_identities,
+)
 from dagster_databus.sources.postgres.pgoutput import UNCHANGED, Tuple, lsn_of, lsn_text
 from dagster_databus.sources.postgres.rows import TableRows
 from dagster_databus.sources.postgres.setup import read_epoch
 from dagster_databus.sources.postgres.shapes import (
-    PUBLICATION,
     SHAPES,
-    Identity,
     Shape,
     describe_change,
-    identity_change,
     recorded_columns,
     same_shape,
-    saved_identities,
     shape_of,
     shapes_state,
 )
-from dagster_databus.sources.postgres.slots import is_publication_lost, let_go, publication_lost, slot_state
+from dagster_databus.sources.postgres.slots import (
+    is_publication_lost,
+    let_go,
+    move_on,
+    publication_lost,
+    start_streaming,
+)
 from dagster_databus.sources.postgres.spool import SPOOL_ROWS, Spool, Streamed, spill
 
 # How long a poll waits for the server's decoding to reach the bound once nothing more arrives, and how often it
@@ -84,6 +90,7 @@ class PostgresStream:
 
     def __init__(self, connector: PostgresConnector, catalog: PostgresCatalog) -> None:
         self.connector, self.catalog, self.config, self.name = connector, catalog, connector.config, connector.name
+        self.drift = PostgresDrift(connector, connector.config)  # what capture checks was not replaced
         self._stream: ReplicationConnection | None = None  # kept open from a poll to its release
 
     def epoch(self) -> str:
@@ -103,65 +110,26 @@ class PostgresStream:
         WAL position; with the tables' columns now. A slot whose WAL the server removed cannot be moved, and one
         behind a publication created again since (``publication_newer.sql``) goes on failing to decode after it is
         moved: such a slot is made again."""
-        state = shapes_state({name: shape_of(schema) for name, schema in self.catalog.preflight().items()},
-                             self.publication_oid(), self.table_identities())
-        slot, name = self.slot(), {"slot": self.config.slot_name}
+        state = shapes_state({name: shape_of(schema) for name, schema in self.catalog.preflight().items()}) | \
+            drift_state(self.drift.publication_oid(), self.drift.table_identities())
+        slot = self.slot()
         if slot is None:
             return self.high_water_mark(), state
-        with closing(self.connector.connect()) as conn, conn.cursor() as cur:
-            cur.execute(sqlfiles.load("postgres", "publication_newer.sql"),
-                        {**name, "publication": self.config.publication_name})
-            newer = cur.fetchone()
-            if slot["wal_status"] == "lost" or (newer is not None and newer[0]):
-                cur.execute(sqlfiles.load("postgres", "drop_slot.sql"), name)
-                cur.execute(sqlfiles.load("postgres", "create_slot.sql"), name)
-            cur.execute(sqlfiles.load("postgres", "advance_slot.sql"), name)
-            row = cur.fetchone()
-        assert row is not None
-        return Scn(lsn_of(row[0])), state
+        with closing(self.connector.connect()) as conn:
+            return move_on(conn, self.config.slot_name, self.config.publication_name, slot["wal_status"] == "lost"), \
+                state
 
     def reading(self) -> AbstractContextManager[None]:
         return nullcontext()  # the server refuses a second reader of an active slot (``_start`` says so)
 
     def slot(self) -> dict[str, Any] | None:
         """The capture slot as ``sql/postgres/slot.sql`` describes it, or None when it does not exist."""
-        with closing(self.connector.connect()) as conn:
-            return slot_state(conn, self.config.slot_name)
-
-    def publication_oid(self) -> int | None:
-        """The publication's oid, None when it does not exist."""
-        with closing(self.connector.connect()) as conn, conn.cursor() as cur:
-            cur.execute(sqlfiles.load("postgres", "publication.sql"), {"publication": self.config.publication_name})
-            row = cur.fetchone()
-        return int(row[0]) if row else None
-
-    def table_identities(self) -> dict[str, Identity]:
-        """Each configured table's relation oid and publication row oid (``table_identities.sql``)."""
-        with closing(self.connector.connect()) as conn, conn.cursor() as cur:
-            cur.execute(sqlfiles.load("postgres", "table_identities.sql"),
-                        {"tables": [t.name for t in self.config.tables], "schema": self.config.schema_,
-                         "publication": self.config.publication_name})
-            return {name: (relation, membership, leaves) for name, relation, membership, leaves in cur.fetchall()}
-
-    def drift(self, since: Scn, state: Mapping[str, str]) -> list[str]:
-        """What was replaced behind capture's back since the checkpoint at ``since`` with ``state``: the slot (it
-        cannot give every change after ``since``) and the publication (created again: its oid is not the one
-        ``state`` recorded, so the changes written while it did not exist were never published)."""
-        return [f"{gap.problem}: {gap.fix}" for gap in (self._slot_gap(since), self._publication_gap(state))
-                if gap is not None]
-
-    def _publication_gap(self, state: Mapping[str, str]) -> LogGapError | None:
-        recorded, oid = state.get(PUBLICATION), self.publication_oid()
-        if recorded is None or oid is None or recorded == str(oid):
-            return None
-        return LogGapError(*publication_lost(self.name, self.config.slot_name, self.config.publication_name),
-                           source=self.name)
+        return self.drift.slot()
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
              state: Mapping[str, str] | None = None) -> Iterator[list[Window] | ChangeBatch | SpooledBatch]:
-        for gap in (self._slot_gap(since), self._publication_gap(state or {})):
-            if gap is not None:
-                raise gap
+        for gap in self.drift.gaps(since, state or {}):
+            raise gap
         bound = self.high_water_mark()
         stats.source_hwm = bound
         if since >= bound:
@@ -171,7 +139,7 @@ class PostgresStream:
         # Everything sent goes through a cursor of its own that reads nothing: psycopg2 moves a reading cursor's
         # flush position on to a keepalive's WAL end by itself, past what the change log holds.
         cursor, feedback = conn.cursor(), conn.cursor()
-        self._start(cursor, feedback, since)
+        start_streaming(cursor, feedback, self.config, since, conn.server_version >= STREAMING_SINCE)
         reader = _Reader(self, cursor, feedback, since, bound, stats, state or {})
         try:
             yield from reader.read()
@@ -211,50 +179,6 @@ class PostgresStream:
             self._stream.close()
             self._stream = None
 
-    def _slot_gap(self, since: Scn) -> LogGapError | None:
-        """A slot that cannot give every change after ``since``: invalidated (its WAL removed) or confirmed past
-        it (dropped and created again, or advanced by someone else)."""
-        slot = self.slot()
-        fix = (f"run `databus bootstrap --source {self.name}` (the log and snapshots start afresh from the slot), "
-               f"or set sources.{self.name}.on_purged: bootstrap")
-        if slot is None:
-            return None  # require_installed names the missing slot and its fix
-        if slot["wal_status"] == "lost":
-            return LogGapError(
-                f"replication slot {self.config.slot_name!r} of source {self.name!r} was invalidated: the server "
-                "removed WAL it still held (max_slot_wal_keep_size), so the changes after the checkpoint are gone",
-                fix + "; raise max_slot_wal_keep_size or capture more often", source=self.name)
-        confirmed = slot["confirmed_flush_lsn"]
-        if confirmed and lsn_of(confirmed) > since.value:
-            return LogGapError(
-                f"replication slot {self.config.slot_name!r} of source {self.name!r} starts at {confirmed}, after the "
-                f"change log's checkpoint {lsn_text(since.value)}: the slot was dropped and created again (or "
-                "advanced by another client), so the changes between are gone", fix, source=self.name)
-        return None
-
-    def _start(self, cursor: Any, feedback: Any, since: Scn) -> None:
-        options = {"proto_version": "1", "publication_names": self.config.publication_name}
-        if self._stream is not None and self._stream.server_version >= STREAMING_SINCE:
-            # A transaction larger than the server's logical_decoding_work_mem comes as it is decoded, not at its
-            # commit: the server does not spill it to its own disk, and capture spools it to ours meanwhile.
-            options.update(proto_version="2", streaming="on")
-        try:
-            cursor.start_replication(slot_name=self.config.slot_name, decode=False, start_lsn=since.value,
-                                     options=options, status_interval=10)
-            # The log holds everything through ``since``: the server may drop it (a release the last run missed).
-            feedback.send_feedback(write_lsn=since.value, flush_lsn=since.value, force=True)
-        except psycopg2.Error as exc:
-            text = str(exc).strip()
-            if "is active for PID" in text:
-                raise ConcurrentRunError(
-                    f"replication slot {self.config.slot_name!r} of source {self.name!r} is locked by another run "
-                    f"reading it ({text.splitlines()[0]})",
-                    "wait for the other capture run to finish; a slot serves one reader at a time",
-                    source=self.name) from None
-            raise SourceUnavailableError(
-                f"source {self.name!r} could not stream slot {self.config.slot_name!r}: {text.splitlines()[0]}",
-                "run `databus validate` for the source, then again", source=self.name) from None
-
 
 class _Reader:
     """One poll's read of the stream: messages decoded, rows gathered by table, whole transactions built into
@@ -275,10 +199,11 @@ class _Reader:
         # was when the poll began (the catalog read before the bound was fixed).
         self.live = dict(stream.catalog.schemas())
         saved = json.loads(state.get(SHAPES, "{}"))
-        self.publication = stream.publication_oid()
+        self.publication = stream.drift.publication_oid()
         # Each table's identity as the log last knew it (the checkpoint's, else as it is now), and now.
-        self.live_identities = stream.table_identities()
+        self.live_identities = stream.drift.table_identities()
         self.identities = {**self.live_identities, **saved_identities(state)}
+        self.truncated: set[str] = set()  # tables a TRUNCATE message emptied: their new storage is told already
         self.shapes: dict[str, Shape] = {name: saved.get(name, shape_of(s)) for name, s in self.live.items()}
         self.begin: pg.Begin | None = None
         self.skip = False  # the open transaction commits before ``since``: its changes are in the log already
@@ -351,9 +276,9 @@ class _Reader:
         # A table replaced or republished moves the checkpoint as a change would: its statement is recorded now,
         # and the checkpoint carries the table's new identity, so the next poll does not find it again.
         moved = reached - self.last_end > IDLE_ADVANCE_BYTES or any(
-            identity_change(name, self.identities.get(name, live), live) for name, live in self.live_identities.items())
+            self._identity_change(name, live) for name, live in self.live_identities.items())
         until = max(reached if moved else self.last_end, self.since.value, self.stats.until.value)
-        if until > self.stats.until.value or self.events:  # the checkpoint moves: it carries what changed since
+        if until > self.stats.until.value or self.events or moved:  # the checkpoint carries what changed since
             self._unseen_changes(Scn(until))
         if self.events:
             yield self._chunk()
@@ -361,7 +286,7 @@ class _Reader:
         self.stats.state = self._state()
 
     def _state(self) -> dict[str, str]:
-        return shapes_state(self.shapes, self.publication, self.identities)
+        return shapes_state(self.shapes) | drift_state(self.publication, self.identities)
 
     def _chunk(self) -> ChangeBatch:
         tables = {name: rows for name, table in self.by_name.items() if (rows := table.take()) is not None}
@@ -506,6 +431,7 @@ class _Reader:
             table = self._table(oid)
             if table is not None:
                 self._record(table.schema.table, f"TRUNCATE {self.schema_name}.{table.schema.table}")
+                self.truncated.add(table.schema.table)
 
     def _record(self, table: str, statement: str) -> None:
         """A statement of the open transaction, at its commit: a streamed one's waits for its Stream Commit."""
@@ -537,7 +463,7 @@ class _Reader:
                 self._record(name, change)
             self.identities[name] = now
         current = self.stream.catalog.schemas().get(name)
-        schema = self._relation_schema(relation, current)
+        schema = self.stream.catalog.relation_schema(relation, current, recorded_columns(self.shapes.get(name)))
         table = self.by_name.get(name)
         if table is None or table.schema != schema:
             if table is not None and (table.open or (self.spool is not None and name in self.spool.tables)):
@@ -559,9 +485,10 @@ class _Reader:
         catalog read before the bound does (its ALTER committed before the poll's bound, so at ``until``). So with a
         table whose identity changed (``shapes.identity_change``) without a relation message of it."""
         for name, live in self.live_identities.items():
-            change = identity_change(name, self.identities.get(name, live), live)
+            change = self._identity_change(name, live)
             if change is not None:
                 self.stats.ddl.append((until, name, change))
+            self.stats.restate |= live != self.identities.get(name)
             if live[0] is not None:
                 self.identities[name] = live
         for name, schema in self.live.items():
@@ -569,11 +496,5 @@ class _Reader:
                 self.stats.ddl.append((until, name, describe_change(self.shapes[name], schema)))
                 self.shapes[name] = shape_of(schema)
 
-    def _relation_schema(self, relation: pg.Relation, current: TableSchema | None) -> TableSchema:
-        key = current.primary_key if current is not None else self.stream.config.table(relation.name).primary_key
-        catalog, columns = self.stream.catalog, relation.columns
-        with closing(self.stream.connector.connect()) as conn, conn.cursor() as cur:
-            rows = catalog.described(cur, relation.name, [c.name for c in columns], [c.type_oid for c in columns],
-                                     [c.type_modifier for c in columns])
-        return catalog.build(relation.name, key, rows, self.stream.connector.field("tables"),
-                             recorded_columns(self.shapes.get(relation.name)))
+    def _identity_change(self, name: str, live: Identity) -> str | None:
+        return identity_change(name, self.identities.get(name, live), live, truncated=name in self.truncated)
