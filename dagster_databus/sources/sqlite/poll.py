@@ -38,6 +38,9 @@ from dagster_databus.sources.sqlite.types import carried_as_bytes
 # (``_incarnation``).
 CAPTURE_ID = "capture_id"
 INCARNATION = "incarnation"
+# The most tokens kept past the checkpoint's: polls that never commit (crashing, or losing to another run of the
+# same log) each leave one.
+_TOKENS_KEPT = 100
 
 
 class SqlitePoller:
@@ -170,8 +173,10 @@ class SqlitePoller:
                 f"run `databus bootstrap --source {self.name}` (the log and snapshots start afresh from the file as it "
                 f"is), or set sources.{self.name}.on_purged: bootstrap", source=self.name)
         token = uuid.uuid4().hex
-        conn.execute(sqlfiles.load("sqlite", "incarnation.sql"), {"log": log, "recorded": recorded or "",
-                                                                  "token": token})
+        since = held[held.index(recorded) + 1:] if recorded is not None else []  # tokens of polls after it
+        kept = [recorded] if recorded is not None else []
+        conn.execute(sqlfiles.load("sqlite", "incarnation.sql"),
+                     {"log": log, "tokens": " ".join([*kept, *since[-_TOKENS_KEPT:], token])})
         return {CAPTURE_ID: log, INCARNATION: token}
 
     def _check_lineage(self, settings: dict[str, str], since: Scn, epoch: str | None,
