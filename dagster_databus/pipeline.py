@@ -316,7 +316,7 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
             if current is None or stats.until > current.scn:
                 # The poll read past its last window (other tables' transactions, DDL): don't read them again.
                 writer.advance(stats.until, epoch, dict(stats.state))
-            elif stats.restate and current is not None and dict(stats.state) != current.state:
+            elif stats.restate and dict(stats.state) != current.state:
                 writer.restate(epoch, dict(stats.state))
             result.until = stats.until
             result.schema_versions = versions

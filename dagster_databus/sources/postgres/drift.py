@@ -115,19 +115,19 @@ class PostgresDrift:
                          "publication": self.config.publication_name})
             return {name: (relation, membership, storage) for name, relation, membership, storage in cur.fetchall()}
 
-    def gaps(self, since: Scn, state: Mapping[str, str]) -> list[LogGapError]:
+    def gaps(self, since: Scn, state: Mapping[str, str], publication: int | None) -> list[LogGapError]:
         """What cannot give the changes after the checkpoint at ``since`` with ``state``: the slot, the
-        publication."""
-        return [gap for gap in (self._slot_gap(since), self._publication_gap(state)) if gap is not None]
+        publication (whose oid now is ``publication``)."""
+        return [gap for gap in (self._slot_gap(since), self._publication_gap(state, publication)) if gap is not None]
 
     def problems(self, since: Scn, state: Mapping[str, str]) -> list[str]:
         """``gaps`` as validate states problems: each with its fix."""
-        return [f"{gap.problem}: {gap.fix}" for gap in self.gaps(since, state)]
+        return [f"{gap.problem}: {gap.fix}" for gap in self.gaps(since, state, self.publication_oid())]
 
-    def _publication_gap(self, state: Mapping[str, str]) -> LogGapError | None:
+    def _publication_gap(self, state: Mapping[str, str], oid: int | None) -> LogGapError | None:
         """The publication created again since the checkpoint (its oid is not the one ``state`` recorded): the
         changes written while it did not exist, or did not publish the tables, were never published."""
-        recorded, oid = state.get(PUBLICATION), self.publication_oid()
+        recorded = state.get(PUBLICATION)
         if recorded is None or oid is None or recorded == str(oid):
             return None
         return LogGapError(*publication_lost(self.name, self.config.slot_name, self.config.publication_name),

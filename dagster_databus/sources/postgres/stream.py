@@ -128,7 +128,7 @@ class PostgresStream:
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
              state: Mapping[str, str] | None = None) -> Iterator[list[Window] | ChangeBatch | SpooledBatch]:
-        for gap in self.drift.gaps(since, state or {}):
+        for gap in self.drift.gaps(since, state or {}, publication := self.drift.publication_oid()):  # kept, too
             raise gap
         bound = self.high_water_mark()
         stats.source_hwm = bound
@@ -140,7 +140,7 @@ class PostgresStream:
         # flush position on to a keepalive's WAL end by itself, past what the change log holds.
         cursor, feedback = conn.cursor(), conn.cursor()
         start_streaming(cursor, feedback, self.config, since, conn.server_version >= STREAMING_SINCE)
-        reader = _Reader(self, cursor, feedback, since, bound, stats, state or {})
+        reader = _Reader(self, cursor, feedback, since, bound, stats, state or {}, publication)
         try:
             yield from reader.read()
         except psycopg2.Error as exc:
@@ -185,7 +185,7 @@ class _Reader:
     batches."""
 
     def __init__(self, stream: PostgresStream, cursor: Any, feedback: Any, since: Scn, bound: Scn, stats: PollStats,
-                 state: Mapping[str, str]) -> None:
+                 state: Mapping[str, str], publication: int | None) -> None:
         self.stream, self.cursor, self.feedback = stream, cursor, feedback
         self.since, self.bound, self.stats = since, bound, stats
         self.name = stream.name
@@ -199,7 +199,7 @@ class _Reader:
         # was when the poll began (the catalog read before the bound was fixed).
         self.live = dict(stream.catalog.schemas())
         saved = json.loads(state.get(SHAPES, "{}"))
-        self.publication = stream.drift.publication_oid()
+        self.publication = publication
         # Each table's identity as the log last knew it (the checkpoint's, else as it is now), and now.
         self.live_identities = stream.drift.table_identities()
         self.identities = {**self.live_identities, **saved_identities(state)}
