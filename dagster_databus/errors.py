@@ -79,6 +79,10 @@ class NullKeyError(DatabusError):
     """A captured row's key holds NULL: it identifies no row, and rows sharing it would fold into one."""
 
 
+class NaNKeyError(DatabusError):
+    """A captured row's float key holds NaN, which the lake's MERGE matches to no row."""
+
+
 class BinlogEventError(DatabusError):
     """A binlog event capture must not read past: damaged, of a kind it does not decode, or one that would
     make the change log wrong (the event type, its position and the fix are in the message)."""

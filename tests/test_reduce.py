@@ -274,3 +274,53 @@ def test_spark_steps_report_the_tasks_done(tmp_path: Path, monkeypatch: pytest.M
     assert any(re.fullmatch(r"items: merging: \d+ of \d+ Spark tasks done", line) for line in lines), lines
     assert any(line.startswith("items: merged 3,000 events in 1 windows: 0 inserted, 3,000 updated, 0 deleted; "
                                "rewrote 2 of 10 file(s)") for line in lines), lines
+
+
+def _events(*windows: str) -> pa.Table:
+    """Windows of events on one key column, each event ``<op><key>`` (``i5``: insert key 5), SCN = window number."""
+    rows = []
+    for w, window in enumerate(windows, start=1):
+        for seq, event in enumerate(window.split()):
+            rows.append({"region": "eu", "id": int(event[1:]), "v": float(w * 100 + seq), "__scn": w, "__seq": seq,
+                         "__window_scn": w, "__op": event[0], "__commit_ts_ms": w, "__partition": 0})
+    return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+
+@pytest.mark.parametrize(("windows", "expected"), [
+    # SET id = 6 - id on a DEFERRABLE key: 1 and 5 swap, so both stay, with the image each took.
+    (["d1 i5 d5 i1"], {1: ("i", 103.0), 5: ("c", 101.0)}),
+    (["d5 i1 d1 i5"], {5: ("i", 103.0), 1: ("c", 101.0)}),
+    # Insert then delete of a new key: gone, or (deferred) the row that took the key stays: the snapshot decides.
+    (["i7 d7"], {7: ("c", 100.0)}),
+    (["d7 i7"], {7: ("i", 101.0)}),
+    (["i7 i7 d7"], {7: ("i", 101.0)}),  # two rows took the key, one left: it stays
+    (["d7 i7 d7"], {7: ("d", 102.0)}),  # the row left, another came and left
+    # A window that leaves the key as it was, after one that decided it.
+    (["i7", "i7 d7"], {7: ("i", 200.0)}),
+    (["d7", "i7 d7"], {7: ("d", 201.0)}),
+    (["i7 d7", "i7 d7"], {7: ("c", 200.0)}),
+    (["u7 d7"], {7: ("d", 101.0)}),
+    (["i7", "u7 d7", "i7 u7 d7"], {7: ("d", 302.0)}),
+])
+def test_at_commit_a_key_holds_the_state_its_last_window_left(windows: list[str],
+                                                             expected: dict[int, tuple[str, float]]) -> None:
+    plain = NewestPerKey(SCHEMA, ["region", "id"]).extend(_events(*windows).to_batches())
+    at_commit = NewestPerKey(SCHEMA, ["region", "id"], at_commit=True).extend(_events(*windows).to_batches())
+    got = {r["id"]: (r["__op"], r["v"]) for r in pa.Table.from_batches(list(at_commit.results()), SCHEMA).to_pylist()}
+    assert got == expected
+    # Without at_commit the newest event wins, as it always did (history tables and logical merges use it).
+    newest = {r["id"]: r["__op"] for r in pa.Table.from_batches(list(plain.results()), SCHEMA).to_pylist()}
+    last_event = {int(e[1:]): e[0] for window in windows for e in window.split()}
+    assert newest == last_event
+
+
+def test_a_float_key_and_its_negative_zero_are_one_key() -> None:
+    schema = pa.schema([("k", pa.float64()), ("v", pa.string()), *(pa.field(n, t) for n, t in CHANGE_META)])
+    rows = [{"k": k, "v": v, "__scn": 1, "__seq": s, "__window_scn": 1, "__op": op, "__commit_ts_ms": 1,
+             "__partition": 0} for s, (k, v, op) in enumerate([(0.0, "zero", "d"), (-0.0, "negzero", "i")])]
+    for at_commit in (False, True):
+        reducer = NewestPerKey(schema, ["k"], at_commit=at_commit).extend(
+            pa.Table.from_pylist(rows, schema).to_batches())
+        out = pa.Table.from_batches(list(reducer.results()), schema).to_pylist()
+        assert [(r["k"], r["v"], r["__op"]) for r in out] == [(-0.0, "negzero", "i")]
+        assert str(out[0]["k"]) == "-0.0"  # the value as the source holds it

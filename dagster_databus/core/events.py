@@ -28,7 +28,8 @@ def encode_key(values: Sequence[Any]) -> str:
     encodes exactly as the same key read from the log."""
     if all(type(v) is int for v in values):  # the common key, and exactly what JSON writes for it
         return f"[{','.join(map(str, values))}]"
-    return _KEY_JSON.encode([json_value(v) for v in values])
+    # A float's -0 is the same key as its 0 (each source's = says so): one text, so one partition, for both.
+    return _KEY_JSON.encode([json_value(v + 0.0 if type(v) is float else v) for v in values])
 
 
 _KEY_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # one encoder, not one per key

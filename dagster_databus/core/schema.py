@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute
 
 from dagster_databus.core.types import ColumnType
-from dagster_databus.errors import NullKeyError, SchemaMismatchError, TypeValueError
+from dagster_databus.errors import NaNKeyError, NullKeyError, SchemaMismatchError, TypeValueError
 
 # Metadata columns every snapshot carries beside the source's own columns. Delta's only
 # timestamp type has microsecond precision, so commit times are stored that way.
@@ -164,6 +164,7 @@ class TableSchema:
         NULL key (SQLite and UNIQUE keys allow several), so a snapshot keyed by it would fold them into one."""
         nulls = [name for name, array in zip(self.primary_key, keys, strict=True) if array.null_count]
         if not nulls:
+            self._refuse_nan_keys(keys, where)
             return
         rows = int(sum(pa.compute.sum(array.is_null()).as_py() or 0 for array in keys if array.null_count))
         raise NullKeyError(
@@ -172,6 +173,19 @@ class TableSchema:
             f"give the rows a key (UPDATE ... SET {nulls[0]} = ... WHERE {nulls[0]} IS NULL) and declare the key "
             f"columns NOT NULL, or configure a key that is never NULL; then run `databus bootstrap --source "
             f"{self.source}` if capture stopped", source=self.source, table=self.table, columns=nulls)
+
+    def _refuse_nan_keys(self, keys: Sequence[pa.Array], where: str) -> None:
+        """Raise ``NaNKeyError`` when a float key column holds NaN: the source's ``=`` may call NaN equal to NaN
+        (PostgreSQL) where the lake's MERGE does not, so a snapshot keyed by it would hold the row again and again."""
+        nans = [name for name, array in zip(self.primary_key, keys, strict=True)
+                if pa.types.is_floating(array.type) and pa.compute.any(pa.compute.is_nan(array)).as_py()]
+        if nans:
+            raise NaNKeyError(
+                f"source {self.source!r}, table {self.table!r}: key column(s) {', '.join(nans)} hold NaN ({where}): "
+                "a NaN key matches no row in the lake, so the row could never be updated or deleted there",
+                f"give the row a number as its key (UPDATE ... SET {nans[0]} = ... WHERE {nans[0]} = 'NaN'), or "
+                "configure a key without floating-point columns; then run `databus bootstrap --source "
+                f"{self.source}` if capture stopped", source=self.source, table=self.table, columns=nans)
 
     def rows_from_arrow(self, data: pa.Table | pa.RecordBatch) -> list[dict[str, Any]]:
         """Snapshot rows with this schema's columns back as canonical values (what consumers receive);

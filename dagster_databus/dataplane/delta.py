@@ -23,6 +23,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
+from dagster_databus.dataplane.reduce import HELD_ONLY
 from dagster_databus.errors import DatabusError, SnapshotDamagedError, SnapshotMissingError
 from dagster_databus.log.columns import missing
 from dagster_databus.storage.durable import exclusive_lock
@@ -322,13 +323,17 @@ def merge_with_delta_rs(target: DeltaFolder, key: Sequence[str], changes: pa.Tab
                         commit_properties=props)
         return MergeCounts()
     predicate, assignments, newer, is_delete = merge_clauses(key, source.schema.names, reads)
+    # A key the reduce could not tell held or not at commit (``HELD_ONLY``) takes its image only where held.
+    held_only = f"s.{_q('__op')} = '{HELD_ONLY}'"
+    assignments = {**assignments, _q("__op"): f"CASE WHEN {held_only} THEN 'u' ELSE s.{_q('__op')} END"}
     merge = table.merge(source, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
                         streamed_exec=isinstance(source, pa.RecordBatchReader), commit_properties=props)
     merge = merge.when_matched_update(updates=SOFT_DELETE, predicate=f"{is_delete} AND {newer}") if soft else \
         merge.when_matched_delete(predicate=f"{is_delete} AND {newer}")
     metrics = (
-        merge.when_matched_update(updates=assignments, predicate=f"NOT ({is_delete}) AND {newer}")
-        .when_not_matched_insert(updates=assignments, predicate=f"NOT ({is_delete})")
+        merge.when_matched_update(updates=assignments, predicate=f"NOT ({is_delete}) AND {newer} AND NOT "
+                                  f"({held_only} AND t.{_q('__op')} = 'd')")
+        .when_not_matched_insert(updates=assignments, predicate=f"NOT ({is_delete}) AND NOT ({held_only})")
         .execute()
     )
     return MergeCounts(inserted=metrics["num_target_rows_inserted"], updated=metrics["num_target_rows_updated"],

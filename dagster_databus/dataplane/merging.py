@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from dagster_databus.dataplane.delta import conform_changes, conform_rows
 from dagster_databus.dataplane.files import DataFile, FileWriter, TableFiles, TableLocation, actions_batch
-from dagster_databus.dataplane.reduce import NewestPerKey
+from dagster_databus.dataplane.reduce import HELD_ONLY, NewestPerKey, same_keys
 
 GROUP, SLOT, PAYLOAD, FACT = "__group", "__slot", "__payload", "__fact"
 PAYLOAD_ROWS = 65_536  # changes per payload
@@ -138,7 +138,8 @@ class MergePlan:
 
     def _reducer(self, schema: pa.Schema) -> NewestPerKey:
         key = self.key if self.history is None else (*self.key, "__scn")
-        return NewestPerKey(schema, key, self.memory_bytes, Path(self.spill_dir) if self.spill_dir else None)
+        return NewestPerKey(schema, key, self.memory_bytes, Path(self.spill_dir) if self.spill_dir else None,
+                            at_commit=self.history is None)
 
     def apply(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """One shuffle partition's groups: every group's payloads reduced to the newest change per key, then
@@ -178,13 +179,23 @@ class MergePlan:
         members = self.files.members(group) if group >= 0 else []
         incoming = pa.table([changes.column(k).cast(self.target.field(k).type) for k in self.key], names=self.key)
         deleting = pc.equal(changes.column("__op"), "d").to_numpy(zero_copy_only=False)
+        # A key the reduce could not tell held or not at commit takes its image only where a live row holds it.
+        held_only = pc.equal(changes.column("__op"), HELD_ONLY).to_numpy(zero_copy_only=False)
+        if held_only.any():
+            changes = changes.set_column(changes.schema.get_field_index("__op"), "__op", pc.if_else(
+                pa.array(held_only), pa.scalar("u", changes.schema.field("__op").type), changes.column("__op")))
         held = np.zeros(n, dtype=bool)
         # Per member file: the positions of its rows that newer changes replace, and those changes.
         replaced: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        read = [*self.key, "__scn", "__op"] if held_only.any() else [*self.key, "__scn"]
         for index, member in enumerate(members):
-            keys = self.location.read(member.path, columns=[*self.key, "__scn"])
-            keys = conform_rows(keys, pa.schema([self.target.field(k) for k in [*self.key, "__scn"]]))
+            keys = conform_rows(self.location.read(member.path, columns=read),
+                                pa.schema([self.target.field(k) for k in read]))
             r, c = self._matches(keys, incoming)
+            if held_only.any() and len(r):  # a soft-deleted row does not hold its key
+                live = ~(held_only[c] & pc.equal(keys.column("__op").take(pa.array(r)), "d").to_numpy(
+                    zero_copy_only=False))
+                r, c = r[live], c[live]
             if not len(r):
                 continue
             held[c] = True
@@ -192,7 +203,7 @@ class MergePlan:
             newer = incoming_scn >= held_scn if self.reads else incoming_scn > held_scn
             if newer.any():
                 replaced[index] = (r[newer], c[newer])
-        new = np.flatnonzero(~held & ~deleting)
+        new = np.flatnonzero(~held & ~deleting & ~held_only)
         updated = sum(int(np.count_nonzero(~deleting[c])) for _, c in replaced.values())
         deleted = sum(int(np.count_nonzero(deleting[c])) for _, c in replaced.values())
         absorbed = np.zeros(0, np.int64)
@@ -307,11 +318,13 @@ class MergePlan:
 
     def _matches(self, held: pa.Table, incoming: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         """(positions in ``held``, positions in ``incoming``) of the keys both have."""
+        held = pa.table(same_keys([held.column(k) for k in self.key]), names=list(self.key))
+        incoming = pa.table(same_keys([incoming.column(k) for k in self.key]), names=list(self.key))
         if len(self.key) == 1:
             found = pc.index_in(held.column(0), value_set=incoming.column(0))
             valid = found.is_valid().to_numpy(zero_copy_only=False)
             return np.flatnonzero(valid), found.drop_null().to_numpy().astype(np.int64)
-        held = held.select(list(self.key)).append_column("__r", pa.array(np.arange(held.num_rows), pa.int64()))
+        held = held.append_column("__r", pa.array(np.arange(held.num_rows), pa.int64()))
         incoming = incoming.append_column("__c", pa.array(np.arange(incoming.num_rows), pa.int64()))
         found = incoming.join(held, keys=list(self.key), join_type="inner", use_threads=False)
         return found.column("__r").to_numpy(), found.column("__c").to_numpy()

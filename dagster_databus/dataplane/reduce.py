@@ -37,11 +37,15 @@ class ChangeStats:
 
 class NewestPerKey:
     """Feed change batches in log order with ``add``; ``results`` then yields one row per key, the
-    one with the highest (``__scn``, ``__seq``)."""
+    one with the highest (``__scn``, ``__seq``).
+
+    ``at_commit``: a key's row is its state at the commit of its last transaction, whatever order the rows
+    changed in within it (``_at_commit``); a key whose state then depends on whether the snapshot held it
+    before comes out with ``__op`` = ``HELD_ONLY``, for the MERGE to apply only where it holds the key."""
 
     def __init__(self, schema: pa.Schema, key: Sequence[str], budget_bytes: int = DEFAULT_BUDGET,
-                 spill_dir: Path | None = None) -> None:
-        self.schema, self.key = schema, list(key)
+                 spill_dir: Path | None = None, at_commit: bool = False) -> None:
+        self.schema, self.key, self.at_commit = schema, list(key), at_commit
         self.budget, self.spill_dir = budget_bytes, spill_dir
         self.stats = ChangeStats()
         self._held: list[pa.RecordBatch] = []
@@ -72,14 +76,14 @@ class NewestPerKey:
         try:
             if self._spill is None:
                 held, self._held = self._held, []
-                yield from _newest(pa.Table.from_batches(held, self.schema), self.key).to_batches()
+                yield from _newest(pa.Table.from_batches(held, self.schema), self.key, self.at_commit).to_batches()
                 return
             for writer in self._writers:
                 writer.close()
             for n in range(SPILL_FILES):
                 with pa.memory_map(str(self._spill / f"{n}.arrow")) as source:
                     part = pa.ipc.open_stream(source).read_all()
-                yield from _newest(part, self.key).to_batches()
+                yield from _newest(part, self.key, self.at_commit).to_batches()
                 del part
         finally:
             self.close()
@@ -128,15 +132,91 @@ def _value_counts(array: pa.Array) -> tuple[list[str], list[int]]:
     return counts.field("values").to_pylist(), counts.field("counts").to_pylist()
 
 
-def _newest(data: pa.Table, key: Sequence[str]) -> pa.Table:
-    """The row with the highest (``__scn``, ``__seq``) of each key."""
+def _newest(data: pa.Table, key: Sequence[str], at_commit: bool = False) -> pa.Table:
+    """The row with the highest (``__scn``, ``__seq``) of each key; with ``at_commit``, its state at commit."""
     if data.num_rows == 0:
         return data
     scn, seq = data["__scn"].to_numpy(), data["__seq"].to_numpy()
     if len(scn) > 1 and not np.all((np.diff(scn) > 0) | ((np.diff(scn) == 0) & (np.diff(seq) > 0))):
         data = data.sort_by([("__scn", "ascending"), ("__seq", "ascending")])
     # In (scn, seq) order the newest event of a key is its last row.
+    keys = same_keys([data[k] for k in key])
     rows = pa.array(np.arange(data.num_rows, dtype=np.int64))
-    last = (pa.table([*(data[k] for k in key), rows], names=[*(f"k{i}" for i in range(len(key))), "row"])
-            .group_by([f"k{i}" for i in range(len(key))], use_threads=False).aggregate([("row", "max")]))
-    return data.take(pa.array(np.sort(last["row_max"].to_numpy())))
+    names = [f"k{i}" for i in range(len(key))]
+    last = pa.table([*keys, rows], names=[*names, "row"]).group_by(names, use_threads=False).aggregate([("row", "max")])
+    chosen = np.sort(last["row_max"].to_numpy())
+    if at_commit:
+        return _at_commit(data, keys, chosen)
+    return data.take(pa.array(chosen))
+
+
+def same_keys(columns: Sequence[pa.Array | pa.ChunkedArray]) -> list[pa.Array | pa.ChunkedArray]:
+    """Key columns as the sources compare them, for grouping and matching: a float's -0 is its 0 (Arrow's hashes
+    tell them apart; every source's ``=`` and the MERGE's do not)."""
+    return [pc.add(c, pa.scalar(0, c.type)) if pa.types.is_floating(c.type) else c for c in columns]
+
+
+HELD_ONLY = "c"  # a reduced row's ``__op``: the image applies only where the snapshot holds the key (``_at_commit``)
+
+
+def _at_commit(data: pa.Table, keys: list[pa.Array | pa.ChunkedArray], chosen: np.ndarray) -> pa.Table:
+    """Each key's state at the commit of its last transaction, from the newest events (``chosen``).
+
+    Within a transaction a key's events are not always in the order of one row's life: a DEFERRABLE key
+    permuted by one statement (``SET id = 6 - id``) inserts key 5 (the row that was 1) before it deletes
+    key 5 (the row that was 5). Rows with the key are counted instead: an insert adds one, a delete takes
+    one, an update neither, and at commit the key has one row or none. A transaction that adds one leaves the
+    key; one that takes one removes it; one that adds as many as it takes leaves it as it was before,
+    which the events alone show when the count went below zero on the way (the key was held), and which
+    otherwise only the snapshot knows (``HELD_ONLY``). A key that stays takes its transaction's last image."""
+    ops = data["__op"].to_numpy(zero_copy_only=False)
+    last_deletes = chosen[ops[chosen] == "d"]
+    # A key whose newest event is not a delete has a row at commit: that event's row is after every other.
+    if not len(last_deletes) or not np.any(ops == "i"):
+        return data.take(pa.array(chosen))
+    names = [f"k{i}" for i in range(len(keys))]
+    wanted = pa.table([pc.take(k, pa.array(last_deletes)) for k in keys], names=names)
+    wanted = wanted.append_column("kid", pa.array(np.arange(len(last_deletes), dtype=np.int64)))
+    events = pa.table([*keys, pa.array(np.arange(data.num_rows, dtype=np.int64))], names=[*names, "row"])
+    events = events.join(wanted, keys=names, join_type="inner", use_threads=False)
+    kid, row = events["kid"].to_numpy(), events["row"].to_numpy()
+    found = np.unique(kid)  # every key but one holding NULL (refused at capture), which no join matches
+    order = np.lexsort((row, kid))
+    kid, row = kid[order], row[order]
+    # A transaction is the unit: the events of one share its SCN (a window may hold several, SQLite's).
+    txn = data["__scn"].to_numpy()[row]
+    op = ops[row]
+    delta = (op == "i").astype(np.int64) - (op == "d").astype(np.int64)
+    start = np.ones(len(row), bool)
+    start[1:] = (kid[1:] != kid[:-1]) | (txn[1:] != txn[:-1])
+    starts = np.flatnonzero(start)
+    segment = np.cumsum(start) - 1
+    total = np.cumsum(delta)
+    running = total - (total[starts] - delta[starts])[segment]
+    ends = np.append(starts[1:], len(row)) - 1
+    net, dipped = running[ends], np.minimum.reduceat(running, starts) < 0
+    moved = np.maximum.reduceat(delta != 0, starts)
+    image = np.maximum.reduceat(np.where(op != "d", np.arange(len(row)), -1), starts)
+    stays = (net > 0) | ((net == 0) & (dipped | ~moved))
+    held_only = (net == 0) & moved & ~dipped
+    # A transaction that leaves the key as it was: as the one before it left it, when there is one here.
+    seg_kid = kid[starts]
+    definite = np.where(~held_only, np.arange(len(starts)), -1)
+    before = np.maximum.accumulate(definite)
+    last_of_key = np.append(seg_kid[1:] != seg_kid[:-1], True)
+    last = np.flatnonzero(last_of_key)
+    b = before[last]
+    inherits = held_only[last] & (b >= 0) & (seg_kid[np.maximum(b, 0)] == seg_kid[last])
+    stays_at_end = np.where(inherits, stays[np.maximum(b, 0)], stays[last])
+    held = ~inherits & held_only[last]
+    at = np.where(stays_at_end | held, image[last], ends[last])
+    replaced, conditional = row[at], row[at[held]]
+    keep = np.setdiff1d(chosen, last_deletes[found], assume_unique=True)
+    picked = np.sort(np.concatenate([keep, replaced]))
+    result = data.take(pa.array(picked))
+    if len(conditional):
+        mask = pa.array(np.isin(picked, conditional))
+        result = result.set_column(result.schema.get_field_index("__op"), "__op",
+                                   pc.if_else(mask, pa.scalar(HELD_ONLY, result.schema.field("__op").type),
+                                              result["__op"]))
+    return result

@@ -291,7 +291,7 @@ def reduced_in_process(log: ChangeLog, schema: TableSchema, since: Scn, until: S
                        ) -> Iterator[tuple[pa.RecordBatchReader, ChangeStats]]:
     """The newest change per key after ``since``, as a stream in the snapshot's columns; the stats are
     complete on entry (the reduce has read every change), the rows come as the stream is read."""
-    reducer = NewestPerKey(change_schema(schema), schema.primary_key, memory_bytes, spill_dir)
+    reducer = NewestPerKey(change_schema(schema), schema.primary_key, memory_bytes, spill_dir, at_commit=True)
     expected = sum(s.tables.get(schema.table, 0) for s in log.manifest().between(since, until))
     try:
         reading = Ticker(progress, f"{schema.table}: reading and reducing changes", "events", expected)
