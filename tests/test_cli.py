@@ -138,6 +138,22 @@ def test_ctrl_c_stops_tail_follow_without_a_traceback(long_log: Path, tmp_path: 
     assert json.loads((tmp_path / "tail.ckpt").read_text())["scn"]
 
 
+def test_ctrl_c_during_start_up_ends_in_one_line_and_130(config_path: Path) -> None:
+    """Ctrl-C while the command's modules load (pyarrow, the sources, ...), at moments across its start-up."""
+    started = time.monotonic()
+    subprocess.run([str(Path(sys.executable).parent / "databus"), "--help"], capture_output=True, check=True)
+    start_up = time.monotonic() - started
+    for fraction in (0.2, 0.35, 0.5, 0.65, 0.8):
+        run = _databus("validate", "--config", str(config_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(start_up * fraction)
+        run.send_signal(signal.SIGINT)
+        err = run.stderr.read() if run.stderr else ""
+        code = run.wait(timeout=60)
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (fraction, err)
+        # Before Python's own handler is in place the signal ends the process as SIGINT does, which is no traceback.
+        assert code in (130, -signal.SIGINT) or (code == 0 and not err), (fraction, code, err)
+
+
 def test_status_after_a_mysql_bootstrap_shows_no_negative_lag_and_says_what_lag_is(
         mariadb: MariaDBServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], spark) -> None:
     harness = MysqlHarness(mariadb)
