@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from dagster_databus import pipeline
-from tests.test_sqlite_hostile import configured, database
+from dagster_databus.errors import ConfigError, SchemaMismatchError
+from tests.test_sqlite_hostile import configured, database, live, snapshot, sync
 
 Spark = Callable[[], Any]
 
@@ -46,3 +47,51 @@ def test_a_file_another_writer_holds_locked_exits_75_after_the_busy_timeout(tmp_
     assert run.returncode == 75, run.stderr
     assert "locked" in run.stderr and "busy_timeout_ms" in run.stderr and "Fix:" in run.stderr, run.stderr
     assert "Traceback" not in run.stderr and took >= 0.7  # it waited out the timeout, not failed at once
+
+
+# -- keys as SQLite defines them -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("index", ["CREATE UNIQUE INDEX t_a ON t (a, lower(b))",
+                                   "CREATE UNIQUE INDEX t_a ON t (a) WHERE b IS NOT NULL"])
+def test_a_key_only_an_expression_or_partial_unique_index_covers_is_refused(tmp_path: Path, index: str) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER NOT NULL, b TEXT)", index,
+                       "INSERT INTO t VALUES (1, 1, NULL), (2, 1, 'y')")  # two rows with a = 1
+    config = configured(harness, tmp_path, key=("a",))
+    assert not pipeline.validate(config).ok
+    with pytest.raises(ConfigError) as refused:
+        pipeline.install(config, "shop")
+    message = str(refused.value)
+    assert "t_a" in message and "not a unique key as SQLite defines it" in message, message
+    assert 'CREATE UNIQUE INDEX ... ON "t" ("a")' in message and "primary_key" in message, message
+    assert harness.query("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'") == [(0,)]
+
+
+def test_a_key_a_plain_unique_index_covers_beside_an_expression_one_is_accepted(tmp_path: Path,
+                                                                              lazy_spark: Spark) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER NOT NULL, b TEXT)",
+                       "CREATE UNIQUE INDEX t_ab ON t (a, lower(b))", "CREATE UNIQUE INDEX t_a ON t (a)",
+                       "INSERT INTO t VALUES (1, 1, 'x'), (2, 2, 'y')")
+    config = configured(harness, tmp_path, key=("a",))
+    sync(config, lazy_spark)
+    assert snapshot(config) == live(harness)
+
+
+# -- INTEGER PRIMARY KEY DESC is an ordinary column -----------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_an_integer_primary_key_desc_holding_a_blob_is_an_ordinary_column(tmp_path: Path, lazy_spark: Spark,
+                                                                         engine: str) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY DESC, v TEXT)",
+                       "INSERT INTO t VALUES (1, 'one')")
+    config = configured(harness, tmp_path, engine=engine)
+    sync(config, lazy_spark)
+    harness.execute(["INSERT INTO t VALUES (x'00ff', 'blob')", "INSERT INTO t VALUES (2, 'two')"])
+    # Never an OperationalError of the txlog's images: refused naming the table's key column, its value and the fix
+    for _ in range(2):
+        with pytest.raises(SchemaMismatchError, match=r"(?s)column t\.k .*b'\\x00\\xff'.*Fix:.*bootstrap"):
+            pipeline.capture(config, "shop")
+    # The fix as the message gives it: correct the value, then bootstrap.
+    harness.execute(["UPDATE t SET k = 3 WHERE typeof(k) = 'blob'"])
+    pipeline.bootstrap(config, "shop")
+    sync(config, lazy_spark)
+    assert snapshot(config) == live(harness)

@@ -144,10 +144,14 @@ def tagged_affinity(declared: str) -> bool:
 
 
 def rowid_alias(conn: sqlite3.Connection, table: str) -> str | None:
-    """The table's INTEGER PRIMARY KEY column when it is the rowid (which only ever holds an integer)."""
+    """The table's INTEGER PRIMARY KEY column when it is the rowid (which only ever holds an integer). Not a
+    column declared ``INTEGER PRIMARY KEY DESC``: SQLite's quirk makes that an ordinary column, which may hold any
+    value, with an index of its own (origin ``pk``), which a rowid alias never has."""
     keys = [row for row in conn.execute(f"PRAGMA table_info({quote_ansi(table)})") if row[5]]
     listed = conn.execute("SELECT wr FROM pragma_table_list WHERE name = ? AND schema = 'main'", (table,)).fetchone()
-    if len(keys) == 1 and (keys[0][2] or "").upper() == "INTEGER" and listed is not None and not listed[0]:
+    indexed = any(row[3] == "pk" for row in conn.execute(f"PRAGMA index_list({quote_ansi(table)})"))
+    if (len(keys) == 1 and (keys[0][2] or "").upper() == "INTEGER" and listed is not None and not listed[0]
+            and not indexed):
         return str(keys[0][1])
     return None
 
