@@ -14,7 +14,7 @@ from dagster_databus.sources import sqlfiles
 
 # The tables install creates (the first, the settings, tells whether install has run here).
 CORE_TABLES = ("_databus_settings", "_databus_txlog", "_databus_cuts", "_databus_shapes", "_databus_drift",
-               "_databus_layouts")
+               "_databus_layouts", "_databus_displaced")
 # SQLite's primary result codes for a lock another connection holds (the extended codes keep them in the low byte).
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
