@@ -75,6 +75,13 @@ def test_insert_or_replace_through_another_unique_column_deletes_the_displaced_r
                  ["INSERT OR REPLACE INTO t VALUES (2, 'x', NULL)",
                   "INSERT OR REPLACE INTO t VALUES (3, 'x', 'three')"],
                  [("i", (2,)), ("d", (1,)), ("i", (3,))], id="partial-unique"),
+    pytest.param(UNIQUE_B, ["INSERT OR REPLACE INTO t VALUES (1, 'y', 'new')"], [("d", (2,)), ("i", (1,))],
+                 id="its-own-key-and-another"),
+    pytest.param(UNIQUE_B, ["INSERT OR REPLACE INTO t VALUES (3, 'z', 'a'), (4, 'z', 'b')"],
+                 [("i", (3,)), ("d", (3,)), ("i", (4,))], id="a-row-of-the-same-statement"),
+    pytest.param(["CREATE TABLE t (k TEXT PRIMARY KEY, v TEXT)", "INSERT INTO t (rowid, k, v) VALUES (1, 'a', 'one')"],
+                 ["INSERT OR REPLACE INTO t (rowid, k, v) VALUES (1, 'b', 'two')"], [("d", ("a",)), ("i", ("b",))],
+                 id="explicit-rowid"),
 ])
 def test_a_replace_conflict_is_captured_as_the_deletes_it_made(tmp_path: Path, lazy_spark: Spark, ddl: list[str],
                                                                writes: list[str],
