@@ -58,7 +58,9 @@ def displace_values(schema: TableSchema, constraints: Sequence[Constraint]) -> d
     # NULLs never conflict, and '=' never matches one.
     match = " OR ".join("(" + " AND ".join(f"{ref('cur', c)} = {ref('NEW', c)} COLLATE {quote_ansi(coll)}"
                                            for c, coll in constraint) + ")" for constraint in constraints)
-    names = {quote_ansi(c) for constraint in constraints for c, _ in constraint if c != ROWID}
+    # The key's columns too: an upsert's DO UPDATE that changes the key of the row the insert conflicted with must
+    # forget what the insert recorded, or the AFTER UPDATE trigger would delete that row's old key a second time.
+    names = {quote_ansi(c) for constraint in constraints for c, _ in constraint if c != ROWID} | set(key)
     if any(c == ROWID for constraint in constraints for c, _ in constraint):
         names |= {"rowid", "_rowid_", "oid"}
     return {
