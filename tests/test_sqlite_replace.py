@@ -14,7 +14,11 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.core.scn import Scn
 from dagster_databus.log.changelog import ChangeLog
-from tests.test_sqlite_hostile import configured, database, live, snapshot, sync
+from dagster_databus.sources.sqlite import layouts
+from dagster_databus.sources.sqlite.catalog import SqliteCatalog
+from dagster_databus.sources.sqlite.database import SqliteDatabase
+from dagster_databus.sources.sqlite.render import split, wanted_triggers
+from tests.test_sqlite_hostile import configured, database, live, snapshot, sync, triggers_on
 
 Spark = Callable[[], Any]
 
@@ -163,4 +167,29 @@ def test_an_install_before_a_unique_index_is_brought_up_to_date_by_installing_ag
     harness.execute(["INSERT OR REPLACE INTO t VALUES (2, 'x')"])
     sync(config, lazy_spark)
     assert snapshot(config) == live(harness) == [{"k": 2, "b": "x"}]
+    assert not pipeline.validate(config).problems["shop"]
+
+
+def test_an_install_made_before_displace_triggers_is_upgraded_by_installing_again(tmp_path: Path,
+                                                                                   lazy_spark: Spark) -> None:
+    harness = database(tmp_path, *UNIQUE_B)
+    config = configured(harness, tmp_path)
+    sync(config, lazy_spark)
+    # What an install of the version before left: the four triggers as a table without UNIQUE constraints has
+    # them, and no _databus_displaced.
+    with sqlite3.connect(harness.path) as conn:
+        schema = SqliteCatalog(SqliteDatabase(config.sources[0])).preflight()["t"]
+        script, _ = wanted_triggers(schema, "k", layouts.layout(conn, schema, "k"))
+        for statement in [*split(script), "DROP TABLE _databus_displaced"]:
+            conn.execute(statement)
+    assert triggers_on(harness, "t") == ["_databus_t_delete", "_databus_t_insert", "_databus_t_rekey",
+                                         "_databus_t_update"]
+    problems = pipeline.validate(config).problems["shop"]
+    assert any("_databus_displaced is missing" in p for p in problems), problems
+    sync(config, lazy_spark)  # install again, then capture
+    before = ChangeLog(config.lake, "shop").checkpoint()
+    harness.execute(["INSERT OR REPLACE INTO t VALUES (3, 'x', 'three')"])
+    sync(config, lazy_spark)
+    assert snapshot(config) == live(harness)
+    assert changes(config, before.scn if before is not None else Scn.BEGINNING) == [("d", (1,)), ("i", (3,))]
     assert not pipeline.validate(config).problems["shop"]
