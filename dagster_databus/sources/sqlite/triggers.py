@@ -36,7 +36,9 @@ from dagster_databus.sources.sqlite.text import text_notes
 # 4: the triggers write the values as they are, in value columns, with their layout's marker; the view
 # _databus_images makes the JSON images version 3's triggers wrote (3: a plain rowid txlog, windows by cuts,
 # drift found by the poll; 2: the triggers read the epoch and checked the columns per row, and made REAL
-# values travel as exact text).
+# values travel as exact text). Version 4 installs made before the displace triggers (a table with UNIQUE
+# constraints beside its key: ``displace``) get them, and ``_databus_displaced``, when install runs again: their
+# triggers no longer match the ones rendered.
 CAPTURE_VERSION = "4"
 
 
