@@ -64,3 +64,13 @@ CREATE TABLE IF NOT EXISTS _databus_drift (
     reason      TEXT    NOT NULL CHECK (reason IN ('columns', 'triggers')),  -- triggers: they were missing
     PRIMARY KEY (tbl, after_scn)
 );
+
+-- The keys of the rows a REPLACE conflict may delete, recorded by a table's displace trigger before the row is
+-- written and turned into deletes (or forgotten) by its AFTER trigger (table_triggers_displace.sql): at most one
+-- row operation's worth per table. Install adds value columns v0, v1, ... as wide as the widest key.
+CREATE TABLE IF NOT EXISTS _databus_displaced (
+    tbl TEXT NOT NULL
+);
+-- Outside a statement every record there is a leftover (of an ignored row, or of a table renamed away with its
+-- triggers): none may be read by a later statement's AFTER trigger.
+DELETE FROM _databus_displaced;

@@ -43,3 +43,8 @@ BEGIN
     INSERT INTO _databus_txlog (tbl, op, row, ts, {key_slots})
     VALUES ({table_literal}, 'd', {key_marker}, {now_ms}, {old_key});
 END;
+
+-- A table with no UNIQUE constraint beside its key has no displace triggers (table_triggers_displace.sql):
+-- a REPLACE conflict there only ever replaces the row of the key it writes.
+DROP TRIGGER IF EXISTS {trg_displace};
+DROP TRIGGER IF EXISTS {trg_displace_update};

@@ -5,5 +5,6 @@ DROP TABLE IF EXISTS _databus_layouts;
 DROP TABLE IF EXISTS _databus_cuts;
 DROP TABLE IF EXISTS _databus_shapes;
 DROP TABLE IF EXISTS _databus_drift;
+DROP TABLE IF EXISTS _databus_displaced;
 DROP TABLE IF EXISTS _databus_epoch;
 DROP TABLE IF EXISTS _databus_settings;

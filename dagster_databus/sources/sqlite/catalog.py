@@ -102,7 +102,9 @@ class SqliteCatalog:
                                   default=None if default is None or default.upper() == "NULL" else default))
         require_mapped(self.name, table, unmapped, "SQLite", "declare DECIMAL(p,s) with 1 <= p and s <= p")
         key = resolve_key(columns, key, table, where)
-        require_unique_key(key, _unique_sets(conn, table, info), table, where)
+        unique, partly = _unique_sets(conn, table, info)
+        _refuse_partly_unique(key, unique, partly, table, where)
+        require_unique_key(key, unique, table, where)
         if self.config.invalid_utf8 == "binary":  # text outside the key as its exact bytes (a key stays text)
             columns = [replace(c, type=ColumnType("binary")) if c.type.kind == "string" and c.name not in key else c
                        for c in columns]
@@ -124,11 +126,36 @@ class SqliteCatalog:
         )
 
 
-def _unique_sets(conn: sqlite3.Connection, table: str, info: list[Any]) -> list[set[str]]:
-    """The declared primary key and every UNIQUE index, as column sets."""
-    sets = [{row[1] for row in info if row[5]}]
+def _unique_sets(conn: sqlite3.Connection, table: str, info: list[Any]) -> tuple[list[set[str]], dict[str, str]]:
+    """The declared primary key and every UNIQUE index on plain columns, as column sets; and the unique indexes
+    that make no column set unique (one with an expression part, or a partial one), by name, with why."""
+    sets, partly = [{row[1] for row in info if row[5]}], {}
     for index in conn.execute(f"PRAGMA index_list({quote_ansi(table)})").fetchall():
-        if index[2]:  # unique
-            sets.append({r[2] for r in conn.execute(f"PRAGMA index_info({quote_ansi(index[1])})")
-                         if r[2] is not None})
-    return sets
+        if not index[2]:  # not unique
+            continue
+        parts = conn.execute(f"PRAGMA index_info({quote_ansi(index[1])})").fetchall()
+        if index[4]:  # partial: rows outside its WHERE may share the values
+            partly[index[1]] = "is partial (it has a WHERE clause)"
+        elif any(r[1] == -2 for r in parts):  # an expression: only the columns with it are unique
+            partly[index[1]] = "has an expression part"
+        else:
+            sets.append({r[2] for r in parts})
+    return sets, partly
+
+
+def _refuse_partly_unique(key: tuple[str, ...], unique: list[set[str]], partly: dict[str, str], table: str,
+                          where: str) -> None:
+    """Refuse a key that only an expression or partial unique index seems to cover, naming the index: two rows
+    may share the key columns' values, and the snapshot would keep one of them."""
+    wanted = {k.lower() for k in key}
+    if not partly or any(cols and {c.lower() for c in cols} <= wanted for cols in unique):
+        return
+    named = ", ".join(f"{name} {why}" for name, why in sorted(partly.items()))
+    columns = ", ".join(quote_ansi(k) for k in key)
+    raise ConfigError(
+        f"{where}.primary_key",
+        f"columns {list(key)} of {table!r} are not a unique key as SQLite defines it: no primary key or plain "
+        f"UNIQUE index covers them, and the unique index {named}, so two rows may share the key's values",
+        f"add a plain unique index on exactly the key's columns (CREATE UNIQUE INDEX ... ON {quote_ansi(table)} "
+        f"({columns})), or set {where}.primary_key to columns the table's PRIMARY KEY or a plain UNIQUE index "
+        "covers")

@@ -5,15 +5,33 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from dagster_databus.config import SqliteSourceConfig
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ConfigError
+from dagster_databus.errors import ConfigError, SourceUnavailableError
 from dagster_databus.sources import sqlfiles
 
 # The tables install creates (the first, the settings, tells whether install has run here).
 CORE_TABLES = ("_databus_settings", "_databus_txlog", "_databus_cuts", "_databus_shapes", "_databus_drift",
-               "_databus_layouts")
+               "_databus_layouts", "_databus_displaced")
+# SQLite's primary result codes for a lock another connection holds (the extended codes keep them in the low byte).
+_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+class BusyAwareConnection(sqlite3.Connection):
+    """A connection on which a lock that outlasts the busy timeout is a transient ``SourceUnavailableError``
+    (exit 75): the writer holding it commits eventually, so running again succeeds."""
+
+    database: SqliteDatabase
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.OperationalError as exc:
+            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _BUSY:
+                raise self.database.locked(exc) from None
+            raise
 
 
 class SqliteDatabase:
@@ -43,9 +61,12 @@ class SqliteDatabase:
                 f"file:{path}?mode=rw", uri=True, isolation_level=None,
                 timeout=self.config.busy_timeout_ms / 1000,
                 # Bootstrap batches are pulled by delta-rs from its own thread, one at a time.
-                check_same_thread=False,
+                check_same_thread=False, factory=BusyAwareConnection,
             )
+            conn.database = self
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except SourceUnavailableError:
+            raise
         except sqlite3.Error as exc:
             raise ConfigError(
                 self.field("path"), f"cannot open {path} as a writable SQLite database: {exc}",
@@ -53,6 +74,16 @@ class SqliteDatabase:
                 "(and its folder, for the journal)",
             ) from None
         return conn
+
+    def locked(self, exc: sqlite3.OperationalError) -> SourceUnavailableError:
+        """The transient error for a lock that outlasted ``busy_timeout_ms``."""
+        return SourceUnavailableError(
+            f"source {self.name!r}: {self.config.path} stayed locked for longer than busy_timeout_ms="
+            f"{self.config.busy_timeout_ms} ({exc}): another connection holds a write transaction on it (a "
+            "writer of the application, or another databus run on this source)",
+            "run again once that writer has committed (a retry of this exit status does it); if the application "
+            f"holds write transactions for that long, raise sources.{self.name}.busy_timeout_ms",
+            source=self.name, transient=True)
 
 
 def installed(conn: sqlite3.Connection) -> bool:

@@ -28,8 +28,8 @@ def layout(conn: sqlite3.Connection, schema: TableSchema, rowid_key: str | None,
 
 
 def widen(conn: sqlite3.Connection, schemas: Sequence[TableSchema], source: str) -> None:
-    """Give the txlog the value columns the widest of ``schemas`` needs (``v0`` .. ``v<n-1>``), or refuse a
-    table wider than this SQLite lets the txlog be."""
+    """Give the txlog the value columns the widest of ``schemas`` needs (``v0`` .. ``v<n-1>``), and
+    ``_databus_displaced`` those of the widest key, or refuse a table wider than this SQLite lets the txlog be."""
     widest = max(schemas, key=lambda s: len(s.columns), default=None)
     if widest is None:
         return
@@ -43,9 +43,17 @@ def widen(conn: sqlite3.Connection, schemas: Sequence[TableSchema], source: str)
             "columns (SQLITE_MAX_COLUMN)",
             f"leave {widest.table!r} out of sources.{source}.tables (or split it into narrower tables), or use a "
             "SQLite built with a larger SQLITE_MAX_COLUMN", source=source, table=widest.table)
-    for i in range(len(widest.columns)):
+    _add_values(conn, "_databus_txlog", have, len(widest.columns))
+    keys = max(len(s.primary_key) for s in schemas)
+    _add_values(conn, "_databus_displaced", {row[1] for row in conn.execute("PRAGMA table_info(_databus_displaced)")},
+                keys)
+
+
+def _add_values(conn: sqlite3.Connection, table: str, have: set[str], count: int) -> None:
+    """Give ``table`` the value columns ``v0`` .. ``v<count-1>`` it lacks."""
+    for i in range(count):
         if f"v{i}" not in have:
-            conn.execute(sqlfiles.render("sqlite", "add_value_column.sql", column=quote_ansi(f"v{i}")))
+            conn.execute(sqlfiles.render("sqlite", "add_value_column.sql", table=table, column=quote_ansi(f"v{i}")))
 
 
 def _view(conn: sqlite3.Connection) -> tuple[str, bool]:

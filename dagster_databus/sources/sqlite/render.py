@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dagster_databus.core.identifiers import quote_ansi, quote_literal
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.sources import sqlfiles
+from dagster_databus.sources.sqlite.displace import Constraint, displace_names, displace_values
 from dagster_databus.sources.sqlite.types import carried_as_bytes
 
 NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
@@ -52,16 +53,20 @@ def value_kind(column: Column, rowid_key: str | None) -> str:
     return "real" if tagged_affinity(column.source_type) else "plain"
 
 
-def render_triggers(schema: TableSchema, rowid_key: str | None, layout: int) -> str:
+def render_triggers(schema: TableSchema, rowid_key: str | None, layout: int,
+                    constraints: Sequence[Constraint] = ()) -> str:
     """The table's triggers writing layout ``layout``; ``rowid_key`` names its INTEGER PRIMARY KEY rowid
-    alias, if it has one."""
+    alias, if it has one; ``constraints`` its UNIQUE constraints a REPLACE may delete rows through
+    (``displace.displacing``), which add the displace triggers."""
     # Binary-exact: under the column's own collation (NOCASE, RTRIM, ...) 'a' and 'A' may be equal, but the
     # snapshot's keys are the stored values, so a change of case is a new key (a delete and an insert).
     unchanged = " AND ".join(f"OLD.{quote_ansi(k)} IS NEW.{quote_ansi(k)} COLLATE BINARY"
                              for k in schema.primary_key)
-    names = {k: quote_ansi(v) for k, v in trigger_names(schema.table).items()}
+    names = {k: quote_ansi(v) for k, v in (trigger_names(schema.table) | displace_names(schema.table)).items()}
+    extra = displace_values(schema, constraints) if constraints else {}
+    script = "table_triggers_displace.sql" if constraints else "table_triggers.sql"
     return sqlfiles.render(
-        "sqlite", "table_triggers.sql", table=quote_ansi(schema.table),
+        "sqlite", script, table=quote_ansi(schema.table),
         table_literal=quote_literal(schema.table), row_marker=marker(layout),
         key_marker=marker(layout, key=True), row_slots=slots(len(schema.columns)),
         key_slots=slots(len(schema.primary_key)),
@@ -69,7 +74,7 @@ def render_triggers(schema: TableSchema, rowid_key: str | None, layout: int) -> 
         old_key=", ".join(f"OLD.{quote_ansi(k)}" for k in schema.primary_key),
         key_names=", ".join([*(quote_ansi(k) for k in schema.primary_key),
                              *(("rowid", "_rowid_", "oid") if rowid_key is not None else ())]),
-        key_unchanged=unchanged, now_ms=NOW_MS, **names,
+        key_unchanged=unchanged, now_ms=NOW_MS, **names, **extra,
     )
 
 
@@ -78,12 +83,13 @@ def slots(n: int) -> str:
     return ", ".join(f"v{i}" for i in range(n))
 
 
-def wanted_triggers(schema: TableSchema, rowid_key: str | None, layout: int | None) -> tuple[str, set[str]]:
+def wanted_triggers(schema: TableSchema, rowid_key: str | None, layout: int | None,
+                    constraints: Sequence[Constraint] = ()) -> tuple[str, set[str]]:
     """The table's trigger script for ``layout`` and the CREATE TRIGGER statements in it (none without a
     layout: the table's layout was never stored, so no trigger can be current)."""
     if layout is None:
         return "", set()
-    script = render_triggers(schema, rowid_key, layout)
+    script = render_triggers(schema, rowid_key, layout, constraints)
     return script, {stmt for stmt in split(script) if stmt.upper().startswith("CREATE TRIGGER")}
 
 
@@ -144,10 +150,14 @@ def tagged_affinity(declared: str) -> bool:
 
 
 def rowid_alias(conn: sqlite3.Connection, table: str) -> str | None:
-    """The table's INTEGER PRIMARY KEY column when it is the rowid (which only ever holds an integer)."""
+    """The table's INTEGER PRIMARY KEY column when it is the rowid (which only ever holds an integer). Not a
+    column declared ``INTEGER PRIMARY KEY DESC``: SQLite's quirk makes that an ordinary column, which may hold any
+    value, with an index of its own (origin ``pk``), which a rowid alias never has."""
     keys = [row for row in conn.execute(f"PRAGMA table_info({quote_ansi(table)})") if row[5]]
     listed = conn.execute("SELECT wr FROM pragma_table_list WHERE name = ? AND schema = 'main'", (table,)).fetchone()
-    if len(keys) == 1 and (keys[0][2] or "").upper() == "INTEGER" and listed is not None and not listed[0]:
+    indexed = any(row[3] == "pk" for row in conn.execute(f"PRAGMA index_list({quote_ansi(table)})"))
+    if (len(keys) == 1 and (keys[0][2] or "").upper() == "INTEGER" and listed is not None and not listed[0]
+            and not indexed):
         return str(keys[0][1])
     return None
 
@@ -157,6 +167,13 @@ def trigger_sql(conn: sqlite3.Connection) -> dict[str, str]:
     rows: list[tuple[str, str | None]] = conn.execute(
         "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
     return {name: (sql or "").strip() for name, sql in rows}
+
+
+def found_triggers(table: str, existing: dict[str, str]) -> set[str | None]:
+    """The CREATE statements of the table's capture triggers in ``existing`` (``trigger_sql``), to compare with
+    ``wanted_triggers``: each of the four (None for one that is missing), and the displace triggers it has."""
+    return ({existing.get(name) for name in trigger_names(table).values()}
+            | {existing[name] for name in displace_names(table).values() if name in existing})
 
 
 def trigger_homes(conn: sqlite3.Connection) -> dict[str, str]:

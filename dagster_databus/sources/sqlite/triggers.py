@@ -21,7 +21,9 @@ from dagster_databus.sources.sqlite import drift, layouts
 from dagster_databus.sources.sqlite.catalog import SqliteCatalog
 from dagster_databus.sources.sqlite.database import CORE_TABLES, SqliteDatabase, high_water_mark, settings
 from dagster_databus.sources.sqlite.database import installed as installed_in
+from dagster_databus.sources.sqlite.displace import displace_names, displacing
 from dagster_databus.sources.sqlite.render import (
+    found_triggers,
     rowid_alias,
     split,
     trigger_homes,
@@ -34,7 +36,9 @@ from dagster_databus.sources.sqlite.text import text_notes
 # 4: the triggers write the values as they are, in value columns, with their layout's marker; the view
 # _databus_images makes the JSON images version 3's triggers wrote (3: a plain rowid txlog, windows by cuts,
 # drift found by the poll; 2: the triggers read the epoch and checked the columns per row, and made REAL
-# values travel as exact text).
+# values travel as exact text). Version 4 installs made before the displace triggers (a table with UNIQUE
+# constraints beside its key: ``displace``) get them, and ``_databus_displaced``, when install runs again: their
+# triggers no longer match the ones rendered.
 CAPTURE_VERSION = "4"
 
 
@@ -75,12 +79,13 @@ class SqliteTriggers:
                 changes = {c.table: c for c in drift.note_changes(conn, schemas)}
                 layouts.widen(conn, list(schemas.values()), self.name)
                 rowids = {table: rowid_alias(conn, table) for table in schemas}
+                uniques = {table: displacing(conn, schema, rowids[table]) for table, schema in schemas.items()}
                 stored = {table: layouts.layout(conn, schema, rowids[table], store=True)
                           for table, schema in schemas.items()}
                 layouts.make_view(conn)  # before repairs, which read the images of the rows they repair
                 for table, schema in schemas.items():
-                    script, wanted = wanted_triggers(schema, rowids[table], stored[table])
-                    if wanted != {existing_sql.get(name) for name in trigger_names(table).values()}:
+                    script, wanted = wanted_triggers(schema, rowids[table], stored[table], uniques[table])
+                    if wanted != found_triggers(table, existing_sql):
                         for statement in split(script):
                             conn.execute(statement)
                         changed.append(table)
@@ -117,7 +122,7 @@ class SqliteTriggers:
             for table, schema in schemas.items():
                 rowid = rowid_alias(conn, table)
                 current = layouts.layout(conn, schema, rowid) if "_databus_layouts" in present else None
-                _, wanted = wanted_triggers(schema, rowid, current)
+                _, wanted = wanted_triggers(schema, rowid, current, displacing(conn, schema, rowid))
                 names = list(trigger_names(table).values())
                 missing = [n for n in names if n not in triggers]
                 elsewhere = sorted({homes[n] for n in names if n in homes and homes[n].lower() != table.lower()})
@@ -125,7 +130,7 @@ class SqliteTriggers:
                     problems.append(drift.moved_problem(table, elsewhere[0]))
                 elif missing:
                     problems.append(f"table {table}: trigger(s) {', '.join(missing)} missing")
-                elif {triggers[n] for n in names} != wanted:
+                elif found_triggers(table, triggers) != wanted:
                     problems.append(f"table {table}: triggers are out of date with the table's columns")
         return problems
 
@@ -162,7 +167,8 @@ class SqliteTriggers:
         """Drop every table's triggers, then the txlog and the tables beside it, in one transaction; what was
         dropped ("trigger _databus_orders_insert", ...)."""
         statements = [statement for table in self.config.tables for statement in split(sqlfiles.render(
-            "sqlite", "uninstall_table.sql", **{k: quote_ansi(v) for k, v in trigger_names(table.name).items()}))]
+            "sqlite", "uninstall_table.sql", **{k: quote_ansi(v) for k, v in
+                                                (trigger_names(table.name) | displace_names(table.name)).items()}))]
         statements += split(sqlfiles.load("sqlite", "uninstall.sql"))
         dropped = []
         with closing(self.database.connect()) as conn:
