@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.delta import DeltaFolder
+from dagster_databus.dataplane.reduce import HELD_ONLY, same_keys
 from dagster_databus.errors import ConfigError
 from dagster_databus.storage.lake import Lake
 from dagster_databus.storage.location import LakeLocation
@@ -168,15 +169,21 @@ def fold(open_rows: pa.Table, changes: pa.Table, key: Sequence[str], tracked: Se
                                     pa.int64()),
         "__seq_": seq,
         "__del": pa.chunked_array([pa.array(np.zeros(n_open, bool)), pc.equal(changes["__op"], "d")], pa.bool_()),
+        "__cond": pa.chunked_array([pa.array(np.zeros(n_open, bool)), pc.equal(changes["__op"], HELD_ONLY)],
+                                   pa.bool_()),
         "__first_scn": pa.chunked_array([*open_rows["__start_scn"].chunks,
                                          *changes["__scn"].cast(pa.int64()).chunks], pa.int64()),
         "__first_at": pa.chunked_array([*open_rows["__start_at"].cast(_TS).chunks, *ts.chunks], _TS),
         "__at": pa.chunked_array([pa.nulls(n_open, _TS), *ts.chunks], _TS),
         "__origin": pa.array(np.r_[np.arange(n_open), np.full(n_change, -1)].astype(np.int64)),
     })
-    laid = laid.sort_by([*((k, "ascending") for k in key), ("__kind", "ascending"), ("__order", "ascending"),
-                         ("__seq_", "ascending")])
-    laid = _current(laid, key)
+    # Sorted by the keys as the source compares them: Arrow puts a float's -0 before its 0, the same key.
+    sort_keys = [f"__sort{i}" for i in range(len(key))]
+    for name, column in zip(sort_keys, same_keys([laid[k] for k in key]), strict=True):
+        laid = laid.append_column(name, column)
+    laid = laid.sort_by([*((k, "ascending") for k in sort_keys), ("__kind", "ascending"), ("__order", "ascending"),
+                         ("__seq_", "ascending")]).drop_columns(sort_keys)
+    laid = _held_only(_current(laid, key), key)
     n = laid.num_rows
     empty = pa.Table.from_batches([], target)
     if n == 0:
@@ -233,6 +240,21 @@ def _current(laid: pa.Table, key: Sequence[str]) -> pa.Table:
     later_same_scn = np.r_[same[1:] & (order[1:] == order[:-1]) & (kind[1:] == 1), False] & (kind == 1)
     drop = stale | later_same_scn
     return laid.filter(pa.array(~drop)) if drop.any() else laid
+
+
+def _held_only(laid: pa.Table, key: Sequence[str]) -> pa.Table:
+    """The laid-out rows without the changes that apply only where their key is held (``HELD_ONLY``: a transaction
+    that left the key as it found it) and find it without a live version; the others are updates."""
+    cond = laid["__cond"].to_numpy(zero_copy_only=False)
+    if not cond.any():
+        return laid
+    n, deleting = laid.num_rows, laid["__del"].to_numpy(zero_copy_only=False)
+    group = np.cumsum(~same_as_previous(laid, key))
+    # Whether the key is held before a row: as the last row before it that is not held-only left it.
+    plain = np.maximum.accumulate(np.where(~cond, np.arange(n), -1))
+    before = np.maximum(np.r_[-1, plain[:-1]], 0)
+    held = (np.r_[-1, plain[:-1]] >= 0) & (group[before] == group) & ~deleting[before]
+    return laid.filter(pa.array(~(cond & ~held)))
 
 
 def same_as_previous(table: pa.Table, columns: Sequence[str]) -> np.ndarray:

@@ -139,7 +139,7 @@ class MergePlan:
     def _reducer(self, schema: pa.Schema) -> NewestPerKey:
         key = self.key if self.history is None else (*self.key, "__scn")
         return NewestPerKey(schema, key, self.memory_bytes, Path(self.spill_dir) if self.spill_dir else None,
-                            at_commit=self.history is None)
+                            at_commit=True)
 
     def apply(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """One shuffle partition's groups: every group's payloads reduced to the newest change per key, then

@@ -170,9 +170,11 @@ def _at_commit(data: pa.Table, keys: list[pa.Array | pa.ChunkedArray], chosen: n
     which the events alone show when the count went below zero on the way (the key was held), and which
     otherwise only the snapshot knows (``HELD_ONLY``). A key that stays takes its transaction's last image."""
     ops = data["__op"].to_numpy(zero_copy_only=False)
-    last_deletes = chosen[ops[chosen] == "d"]
-    # A key whose newest event is not a delete has a row at commit: that event's row is after every other.
-    if not len(last_deletes) or not np.any(ops == "i"):
+    # A key whose newest event inserts or updates has a row at commit: that event's row is after every other.
+    # The others: a delete, or a reduced row that holds only where held (a reduce of reduced rows: the
+    # Spark engine's route step reduces each log segment before the shuffle).
+    last_deletes = chosen[(ops[chosen] == "d") | (ops[chosen] == HELD_ONLY)]
+    if not len(last_deletes) or not np.any((ops == "i") | (ops == HELD_ONLY)):
         return data.take(pa.array(chosen))
     names = [f"k{i}" for i in range(len(keys))]
     wanted = pa.table([pc.take(k, pa.array(last_deletes)) for k in keys], names=names)
@@ -195,8 +197,8 @@ def _at_commit(data: pa.Table, keys: list[pa.Array | pa.ChunkedArray], chosen: n
     running = total - (total[starts] - delta[starts])[segment]
     ends = np.append(starts[1:], len(row)) - 1
     net, dipped = running[ends], np.minimum.reduceat(running, starts) < 0
-    moved = np.maximum.reduceat(delta != 0, starts)
-    image = np.maximum.reduceat(np.where(op != "d", np.arange(len(row)), -1), starts)
+    moved = np.maximum.reduceat((delta != 0) | (op == HELD_ONLY), starts)
+    image = np.maximum.reduceat(np.where(op != "d", np.arange(len(row)), -1), starts)  # 'c' rows are images
     stays = (net > 0) | ((net == 0) & (dipped | ~moved))
     held_only = (net == 0) & moved & ~dipped
     # A transaction that leaves the key as it was: as the one before it left it, when there is one here.

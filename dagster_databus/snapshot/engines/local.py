@@ -177,7 +177,8 @@ class LocalEngine:
         if applied is None or until <= applied:
             return None
         key, since = schema.primary_key, max(since, applied)
-        reducer = NewestPerKey(change_schema(schema), [*key, "__scn"], self.memory_bytes, self.spill_dir)
+        reducer = NewestPerKey(change_schema(schema), [*key, "__scn"], self.memory_bytes, self.spill_dir,
+                               at_commit=True)
         try:
             reducer.extend(table_changes(log, schema, since, until))
             stats = reducer.stats
@@ -220,7 +221,8 @@ class LocalEngine:
 
         table = hist.delta()
         wanted = pc.field("__end_scn").is_null()
-        if len(key) == 1 and changes.num_rows:
+        # Keys of one column are looked up by value; a float's -0 is not its 0 to that lookup, though the same key.
+        if len(key) == 1 and changes.num_rows and not pa.types.is_floating(target.field(key[0]).type):
             wanted = wanted & pc.field(key[0]).isin(pc.unique(changes[key[0]]).cast(target.field(key[0]).type))
         open_rows = conform_rows(open_versions(table.to_pyarrow_dataset().to_table(filter=wanted)), target)
         folded = fold(open_rows, changes, key, tracked, target)
