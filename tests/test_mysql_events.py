@@ -162,3 +162,9 @@ def test_a_transaction_at_or_before_the_checkpoint_is_not_read_again() -> None:
     commit = parsed(fx.ITEMS_PLAIN[-1]).log_pos
     source = source_for(fx.ITEMS_PLAIN[2], ["id"])
     assert poll(source, fx.ITEMS_PLAIN, since=Scn.from_binlog(1, commit, 0)) == []
+
+
+def test_every_fixture_is_well_formed_and_decodes_to_its_meaning() -> None:
+    """The fixtures module's own check (its ``__main__``), and no disagreement of the decoder with a meaning."""
+    fx.check_fixtures()
+    assert list(fx.decoder_disagreements()) == []

@@ -115,7 +115,7 @@ def source_type(col: BinlogColumn) -> str:
         return {1: "tinyblob", 2: "blob", 3: "mediumblob", 4: "longblob"}.get(col.pack_length, "blob")
     if t in (TIMESTAMP2, DATETIME2, TIME2) and col.scale:
         return f"{name}({col.scale})"
-    return f"{name} unsigned" if col.unsigned else name
+    return f"{name} unsigned" if col.unsigned and t != YEAR else name  # MariaDB flags YEAR unsigned
 
 
 def compatible(known: Column, col: BinlogColumn, ctype: ColumnType | None) -> bool:
