@@ -59,6 +59,9 @@ TINY, SHORT, LONG, FLOAT, DOUBLE, LONGLONG, INT24, DATE, YEAR = 1, 2, 3, 4, 5, 8
 VARCHAR, BIT, TIMESTAMP2, DATETIME2, TIME2 = 15, 16, 17, 18, 19
 JSON, NEWDECIMAL, ENUM, SET, BLOB, STRING, GEOMETRY = 245, 246, 247, 248, 252, 254, 255
 BINARY_COLLATION, UTF8MB4_0900_AI_CI = 63, 255
+# The character sets of the collation ids the fixtures use, as MySQL 8 defines them (a poll reads them from
+# the server: ``sources.mysql.charsets``).
+FIXTURE_COLLATIONS = {UTF8MB4_0900_AI_CI: "utf8mb4", BINARY_COLLATION: "binary"}
 
 # A fixed time for built events: 2023-11-14 22:13:20 UTC.
 BUILT_TIMESTAMP = 1_700_000_000
@@ -1753,11 +1756,14 @@ def _decoder_values(table_map: EventFixture, fx: EventFixture) -> list[dict[str,
     import numpy as np
 
     from dagster_databus.core.schema import Column
+    from dagster_databus.sources.mysql.charsets import ServerCharsets
     from dagster_databus.sources.mysql.wire import kernels as k
     from dagster_databus.sources.mysql.wire.rows import UPDATE, parse_rows
     from dagster_databus.sources.mysql.wire.stream import parse_event
     from dagster_databus.sources.mysql.wire.tablemap import parse_table_map
     from dagster_databus.sources.mysql.wire.values import column_type, cutter, source_type
+
+    charsets = ServerCharsets(FIXTURE_COLLATIONS, {})
 
     tm = parse_table_map(parse_event(memoryview(table_map.data), table_map.checksum, table_map.name).body, False,
                          table_map.name)
@@ -1785,8 +1791,8 @@ def _decoder_values(table_map: EventFixture, fx: EventFixture) -> list[dict[str,
                 row[col.name] = "<no mapping>"
             continue
         column = Column(name=col.name, type=ctype, source_type=source_type(col))
-        array = cutter(col, column, "error")(data, np.ascontiguousarray(off[:, i]), np.ascontiguousarray(ln[:, i]),
-                                              refuse)
+        array = cutter(col, column, "error", charsets)(data, np.ascontiguousarray(off[:, i]),
+                                                                np.ascontiguousarray(ln[:, i]), refuse)
         for row, value in zip(out, ctype.from_arrow(array), strict=True):
             row[col.name] = value
     return out
