@@ -91,8 +91,10 @@ START = Scn.from_binlog(1, 4, 0)
 FIXTURE_CHARSETS = ServerCharsets(fx.FIXTURE_COLLATIONS, {})
 
 
-def poll(source: MysqlSource, events: Iterable[fx.EventFixture], since: Scn = START) -> list[Any]:
-    """The windows a poll makes of ``events`` (as a dump stream would send them)."""
+def poll(source: MysqlSource, events: Iterable[fx.EventFixture], since: Scn = START,
+         mariadb: bool = False) -> list[Any]:
+    """The windows a poll makes of ``events`` (as a dump stream from a MySQL server, or a MariaDB, would send
+    them)."""
 
     class Fixtures(_Poll):
         def open_stream(self, file: str, position: int) -> Iterable[Event]:
@@ -100,7 +102,7 @@ def poll(source: MysqlSource, events: Iterable[fx.EventFixture], since: Scn = ST
 
     stats = PollStats(until=since)
     bound = Scn.from_binlog(1, 2**32 - 1, 0)
-    batches = list(Fixtures(source.stream, FILE, since, bound, stats, {}, mariadb=False).read())
+    batches = list(Fixtures(source.stream, FILE, since, bound, stats, {}, mariadb=mariadb).read())
     windows = [w for batch in batches for w in batch.to_windows(source.schemas())]
     return [(w.scn, [(e.op.value, e.key, dict(e.row), e.seq) for e in w.events]) for w in windows]
 
