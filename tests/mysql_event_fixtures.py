@@ -18,8 +18,9 @@ Two kinds of fixture:
   documented format. The MariaDB GTID and GTID list builders reproduce them exactly (``check_fixtures``);
   ``MARIADB_GTID_BUILT_FLAGS`` is built.
 
-No fixture holds bytes a MySQL server wrote, so the MySQL builders are checked for consistency with their own
-meanings and with the decoder, not against a server's bytes.
+No fixture here holds bytes a MySQL server wrote, so the MySQL builders are checked for consistency with their
+own meanings and with the decoder; bytes MySQL 8.0 and MariaDB wrote are in ``tests/mysql_public_events.py``
+(public projects' test data) and ``tests/data/mariadb_events.json`` (``tests/record_mariadb_events.py``).
 
 ``check_fixtures()`` asserts every fixture is well formed (sizes, CRC-32s, what the decoder's
 ``parse_event`` / ``payload_events`` / ``parse_table_map`` / ``parse_rows`` read). ``decoder_disagreements()``

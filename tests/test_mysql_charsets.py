@@ -11,8 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from dagster_databus import pipeline
 from dagster_databus.dataplane.delta import DeltaSnapshot
+from dagster_databus.errors import CaptureNotInstalledError
 from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.sources.mysql import charsets
 from dagster_databus.sources.mysql.charsets import ServerCharsets, read_charsets
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import MysqlHarness, make_config
@@ -139,17 +144,34 @@ def test_the_server_defines_the_collation_ids(mariadb: MariaDBServer) -> None:
         conn.close()
 
 
-def check_collations(charsets: ServerCharsets) -> None:
-    assert charsets.charset(2304) == "utf8mb4" and charsets.charset(2048) == "utf8mb3"  # utf8mb*_uca1400_ai_ci
-    assert {charsets.charset(i) for i in (54, 35, 60, 101, 56)} == {"utf16", "ucs2", "utf32", "utf16le"}
+def check_collations(defined: ServerCharsets) -> None:
+    assert defined.charset(2304) == "utf8mb4" and defined.charset(2048) == "utf8mb3"  # utf8mb*_uca1400_ai_ci
+    assert {defined.charset(i) for i in (54, 35, 60, 101, 56)} == {"utf16", "ucs2", "utf32", "utf16le"}
     for name, expected in (("latin1", "€\x81"), ("dec8", None), ("swe7", None), ("armscii8", None),
                            ("geostd8", None), ("keybcs2", None), ("macce", None), ("hp8", None)):
-        decoder = charsets.charset_decoder(name)
+        decoder = defined.charset_decoder(name)
         assert decoder is not None and len(decoder(bytes(range(256)))) == 256, name
         if expected is not None:
             assert decoder(b"\x80\x81") == expected
-    latin1 = charsets.decoder(8)
+    latin1 = defined.decoder(8)
     assert latin1 is not None and latin1(bytes([0x81, 0x8D, 0x8F, 0x90, 0x9D])) == "\x81\x8d\x8f\x90\x9d"
-    eucjpms = charsets.decoder(next(i for i, c in charsets.collations.items() if c == "eucjpms"))
+    eucjpms = defined.decoder(next(i for i, c in defined.collations.items() if c == "eucjpms"))
     assert eucjpms is not None and eucjpms("日本".encode("euc_jp")) == "日本"  # Python has no eucjpms codec
-    assert charsets.decoder(99999) is None  # no such collation
+    assert defined.decoder(99999) is None  # no such collation
+
+
+def test_a_character_set_capture_cannot_decode_is_refused_by_validate_naming_the_column(
+        mariadb: MariaDBServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every character set this MariaDB defines decodes; a server that does not answer the conversion of a
+    multi-byte character set's sequences (the seam: its answer) leaves that one undecodable."""
+    monkeypatch.setattr(charsets, "_CACHE", {})
+    monkeypatch.setattr(charsets, "_sequences", lambda cur, charset: None)
+    harness = MysqlHarness(mariadb)
+    harness.execute(["CREATE TABLE jp (id INT PRIMARY KEY, name VARCHAR(20) CHARACTER SET eucjpms, "
+                     "latin VARCHAR(20) CHARACTER SET latin1, wide TEXT CHARACTER SET utf16)"])
+    config = make_config(tmp_path / "lake", harness.source_config("shop", [("jp", ["id"])]))
+    problems = pipeline.validate(config).problems["shop"]
+    assert len(problems) == 1 and "column jp.name is eucjpms text" in problems[0], problems
+    assert "ALTER TABLE `jp` CONVERT TO CHARACTER SET utf8mb4" in problems[0]
+    with pytest.raises(CaptureNotInstalledError, match=r"jp\.name is eucjpms"):
+        pipeline.install(config, "shop")
