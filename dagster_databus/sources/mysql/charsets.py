@@ -42,6 +42,7 @@ _CODECS = {"big5": "big5", "cp932": "cp932", "euckr": "euc_kr", "gb2312": "gb231
            "sjis": "shift_jis", "ujis": "euc_jp", "gb18030": "gb18030"}
 _THREE_BYTES = {"ujis": 0x8F, "eucjpms": 0x8F}  # EUC-JP's JIS X 0212 sequences: 0x8F and two bytes 0xA1-0xFE
 _ALL_BYTES = bytes(range(256)).hex()
+_ASCII = "".join(map(chr, range(0x80)))
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
@@ -61,6 +62,12 @@ class ServerCharsets:
     def utf8(self, collation: int) -> bool:
         """Whether text of this collation is UTF-8 (0, no collation in the table map, is taken as UTF-8)."""
         return collation == 0 or self.charset(collation) in UTF8
+
+    def ascii_same(self, collation: int) -> bool:
+        """Whether a single-byte collation reads bytes 0x00-0x7F as ASCII: text of such bytes only is the same
+        in UTF-8 (a column of them is decoded by Arrow, not a value at a time)."""
+        table = self.tables.get(collation)
+        return table is not None and table[:0x80] == _ASCII
 
     def decoder(self, collation: int) -> Decoder | None:
         """bytes → text as the server converts this collation's; None when capture cannot."""

@@ -272,7 +272,17 @@ def _string(col: BinlogColumn, charsets: ServerCharsets) -> Cutter:
         return utf8
     decoder = charsets.decoder(col.collation)
     assert decoder is not None  # undecodable() columns are refused before their cutters are made
-    return _texts(_binary(0), decoder)
+    converted = _texts(_binary(0), decoder)
+    if not charsets.ascii_same(col.collation):
+        return converted
+
+    def single_byte(data: np.ndarray, off: np.ndarray, ln: np.ndarray, refuse: Refuse) -> pa.Array:
+        raw = _var(data, off, ln, 0)
+        values = raw.buffers()[2]
+        if values is None or not (np.frombuffer(values, np.uint8) >= 0x80).any():
+            return raw.cast(pa.string())  # ASCII only (latin1's usual case): the same bytes in UTF-8
+        return converted(data, off, ln, refuse)
+    return single_byte
 
 
 def _texts(raw: Cutter, convert: Callable[[bytes], str]) -> Cutter:
