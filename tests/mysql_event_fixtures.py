@@ -18,8 +18,9 @@ Two kinds of fixture:
   documented format. The MariaDB GTID and GTID list builders reproduce them exactly (``check_fixtures``);
   ``MARIADB_GTID_BUILT_FLAGS`` is built.
 
-No fixture holds bytes a MySQL server wrote, so the MySQL builders are checked for consistency with their own
-meanings and with the decoder, not against a server's bytes.
+No fixture here holds bytes a MySQL server wrote, so the MySQL builders are checked for consistency with their
+own meanings and with the decoder; bytes MySQL 8.0 and MariaDB wrote are in ``tests/mysql_public_events.py``
+(public projects' test data) and ``tests/data/mariadb_events.json`` (``tests/record_mariadb_events.py``).
 
 ``check_fixtures()`` asserts every fixture is well formed (sizes, CRC-32s, what the decoder's
 ``parse_event`` / ``payload_events`` / ``parse_table_map`` / ``parse_rows`` read). ``decoder_disagreements()``
@@ -59,6 +60,9 @@ TINY, SHORT, LONG, FLOAT, DOUBLE, LONGLONG, INT24, DATE, YEAR = 1, 2, 3, 4, 5, 8
 VARCHAR, BIT, TIMESTAMP2, DATETIME2, TIME2 = 15, 16, 17, 18, 19
 JSON, NEWDECIMAL, ENUM, SET, BLOB, STRING, GEOMETRY = 245, 246, 247, 248, 252, 254, 255
 BINARY_COLLATION, UTF8MB4_0900_AI_CI = 63, 255
+# The character sets of the collation ids the fixtures use, as MySQL 8 defines them (a poll reads them from
+# the server: ``sources.mysql.charsets``).
+FIXTURE_COLLATIONS = {UTF8MB4_0900_AI_CI: "utf8mb4", BINARY_COLLATION: "binary"}
 
 # A fixed time for built events: 2023-11-14 22:13:20 UTC.
 BUILT_TIMESTAMP = 1_700_000_000
@@ -501,7 +505,9 @@ def json_diff(diffs: Sequence[tuple[int, str, bytes | None]]) -> bytes:
 
 # -- table maps and row events ------------------------------------------------------------------------------------
 
-_NUMERIC = frozenset((TINY, SHORT, INT24, LONG, LONGLONG, NEWDECIMAL, FLOAT, DOUBLE))  # not YEAR
+# The columns of the SIGNEDNESS bitmap: MySQL's has_signedess_information_type (sql/field_common_properties.h)
+# lists YEAR too, whose bit MySQL 8.0 leaves 0 (MariaDB sets it: its YEAR is unsigned).
+_NUMERIC = frozenset((TINY, SHORT, INT24, LONG, LONGLONG, YEAR, NEWDECIMAL, FLOAT, DOUBLE))
 _CHARACTER = frozenset((STRING, VARCHAR, BLOB))  # CHAR/BINARY, VARCHAR/VARBINARY, TEXT/BLOB; not ENUM/SET/JSON
 
 
@@ -647,7 +653,7 @@ def table_map_body(table_id: int, database: str, table: str, cols: Sequence[Col]
 def optional_metadata(cols: Sequence[Col], *, full: bool = True, primary_key: Sequence[int] = (),
                       visibility: bool = True) -> list[tuple[int, bytes]]:
     """The optional metadata fields in the order MySQL 8.0 writes them (``Table_map_log_event::
-    init_metadata_fields``): MINIMAL: 1 SIGNEDNESS (over numeric columns, YEAR not among them), 2 DEFAULT_CHARSET
+    init_metadata_fields``): MINIMAL: 1 SIGNEDNESS (over numeric columns and YEAR), 2 DEFAULT_CHARSET
     or 3 COLUMN_CHARSET (over CHAR/VARCHAR/BLOB/TEXT columns), 7 GEOMETRY_TYPE; FULL adds 4 COLUMN_NAME,
     10/11 the ENUM and SET charsets, 5 SET_STR_VALUE, 6 ENUM_STR_VALUE, 8 SIMPLE_PRIMARY_KEY, 12
     COLUMN_VISIBILITY. A charset is written as a default plus exceptions when the most used one covers more
@@ -1099,8 +1105,9 @@ ITEMS_UNCOMPRESSED_PAYLOAD: tuple[EventFixture, ...] = (
 #   c_time TIME(6), c_char CHAR(255), c_binary BINARY(4), c_varchar VARCHAR(20), c_text TEXT, c_blob BLOB,
 #   c_enum ENUM('small','medium','large'), c_set SET('a','b','c','d'), c_bit BIT(10), c_json JSON,
 #   c_geometry GEOMETRY, c_smallint_u_null SMALLINT UNSIGNED) DEFAULT CHARSET utf8mb4
-# YEAR stands before an UNSIGNED column: YEAR is not numeric for the signedness bitmap (10 numeric columns, two
-# bytes: 0x8C 0x40). CHAR(255) utf8mb4 is 1020 bytes (MySQL's CHAR stops at 255 characters, so CHAR(300) cannot be
+# YEAR stands before an UNSIGNED column: YEAR has its own bit of the signedness bitmap, 0 as MySQL 8.0 writes it
+# (11 columns, two bytes: 0x8A 0x20); a decoder that skips it reads c_int_u as signed and c_smallint_u_null as
+# signed. CHAR(255) utf8mb4 is 1020 bytes (MySQL's CHAR stops at 255 characters, so CHAR(300) cannot be
 # declared): type byte 0xCE, length byte 0xFC, 2-byte value lengths. BINARY(4) values are stored without their
 # trailing zero bytes; the expected values have them back.
 
@@ -1191,7 +1198,7 @@ TYPES_TABLE_MAP = EventFixture(
                                                        optional_metadata(TYPES_COLUMNS, primary_key=[3])),
                              log_pos=1000), True, _TYPES_ORIGIN,
     {"table_id": TYPES_TABLE_ID, "database": "shop", "table": "all_types", "columns": TYPES_COLUMNS,
-     "primary_key": ("c_int",), "signedness": bytes([0x8C, 0x40])})
+     "primary_key": ("c_int",), "signedness": bytes([0x8A, 0x20])})
 TYPES_WRITE_ROWS = EventFixture(
     "TYPES_WRITE_ROWS", event(WRITE_ROWS, rows_body(TYPES_TABLE_ID, TYPES_COLUMNS, [
         row_image(TYPES_COLUMNS, {**row, "c_json": None if row["c_json"] is None else jsonb(row["c_json"])})
@@ -1750,11 +1757,14 @@ def _decoder_values(table_map: EventFixture, fx: EventFixture) -> list[dict[str,
     import numpy as np
 
     from dagster_databus.core.schema import Column
+    from dagster_databus.sources.mysql.charsets import ServerCharsets
     from dagster_databus.sources.mysql.wire import kernels as k
     from dagster_databus.sources.mysql.wire.rows import UPDATE, parse_rows
     from dagster_databus.sources.mysql.wire.stream import parse_event
     from dagster_databus.sources.mysql.wire.tablemap import parse_table_map
     from dagster_databus.sources.mysql.wire.values import column_type, cutter, source_type
+
+    charsets = ServerCharsets(FIXTURE_COLLATIONS, {})
 
     tm = parse_table_map(parse_event(memoryview(table_map.data), table_map.checksum, table_map.name).body, False,
                          table_map.name)
@@ -1782,8 +1792,8 @@ def _decoder_values(table_map: EventFixture, fx: EventFixture) -> list[dict[str,
                 row[col.name] = "<no mapping>"
             continue
         column = Column(name=col.name, type=ctype, source_type=source_type(col))
-        array = cutter(col, column, "error")(data, np.ascontiguousarray(off[:, i]), np.ascontiguousarray(ln[:, i]),
-                                              refuse)
+        array = cutter(col, column, "error", charsets)(data, np.ascontiguousarray(off[:, i]),
+                                                                np.ascontiguousarray(ln[:, i]), refuse)
         for row, value in zip(out, ctype.from_arrow(array), strict=True):
             row[col.name] = value
     return out

@@ -17,9 +17,10 @@ import pytest
 from dagster_databus.config import parse_config
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import BinlogEventError
+from dagster_databus.errors import BinlogEventError, UnsupportedTypeError
 from dagster_databus.sources.base import PollStats
 from dagster_databus.sources.mysql.binlog import _Poll
+from dagster_databus.sources.mysql.charsets import ServerCharsets
 from dagster_databus.sources.mysql.source import MysqlSource
 from dagster_databus.sources.mysql.wire.gtid import gtid_text
 from dagster_databus.sources.mysql.wire.json_binary import json_text
@@ -82,14 +83,18 @@ def source_for(table_map: fx.EventFixture, key: Sequence[str]) -> MysqlSource:
     source = MysqlSource(config.source("shop"))  # type: ignore[arg-type]
     columns = tuple(Column(c.name, column_type(c), source_type(c)) for c in described.columns)  # type: ignore[arg-type]
     source.catalog.adopt({described.table: TableSchema("shop", described.table, columns, tuple(key))})
+    source.stream.charsets = FIXTURE_CHARSETS  # what a poll reads from the server
     return source
 
 
 START = Scn.from_binlog(1, 4, 0)
+FIXTURE_CHARSETS = ServerCharsets(fx.FIXTURE_COLLATIONS, {})
 
 
-def poll(source: MysqlSource, events: Iterable[fx.EventFixture], since: Scn = START) -> list[Any]:
-    """The windows a poll makes of ``events`` (as a dump stream would send them)."""
+def poll(source: MysqlSource, events: Iterable[fx.EventFixture], since: Scn = START,
+         mariadb: bool = False) -> list[Any]:
+    """The windows a poll makes of ``events`` (as a dump stream from a MySQL server, or a MariaDB, would send
+    them)."""
 
     class Fixtures(_Poll):
         def open_stream(self, file: str, position: int) -> Iterable[Event]:
@@ -97,7 +102,7 @@ def poll(source: MysqlSource, events: Iterable[fx.EventFixture], since: Scn = ST
 
     stats = PollStats(until=since)
     bound = Scn.from_binlog(1, 2**32 - 1, 0)
-    batches = list(Fixtures(source.stream, FILE, since, bound, stats, {}, mariadb=False).read())
+    batches = list(Fixtures(source.stream, FILE, since, bound, stats, {}, mariadb=mariadb).read())
     windows = [w for batch in batches for w in batch.to_windows(source.schemas())]
     return [(w.scn, [(e.op.value, e.key, dict(e.row), e.seq) for e in w.events]) for w in windows]
 
@@ -162,3 +167,20 @@ def test_a_transaction_at_or_before_the_checkpoint_is_not_read_again() -> None:
     commit = parsed(fx.ITEMS_PLAIN[-1]).log_pos
     source = source_for(fx.ITEMS_PLAIN[2], ["id"])
     assert poll(source, fx.ITEMS_PLAIN, since=Scn.from_binlog(1, commit, 0)) == []
+
+
+def test_every_fixture_is_well_formed_and_decodes_to_its_meaning() -> None:
+    """The fixtures module's own check (its ``__main__``), and no disagreement of the decoder with a meaning."""
+    fx.check_fixtures()
+    assert list(fx.decoder_disagreements()) == []
+
+
+def test_text_of_a_collation_the_server_does_not_define_stops_capture_naming_the_column() -> None:
+    cols = (fx.Col("id", fx.LONG, nullable=False), fx.Col("name", fx.VARCHAR, collation=4000, max_length=80))
+    table_map = fx.EventFixture("MAP", fx.event(fx.TABLE_MAP, fx.table_map_body(
+        9, "shop", "names", cols, fx.optional_metadata(cols, primary_key=[0])), log_pos=1000), True, "built")
+    write = fx.EventFixture("WRITE", fx.event(fx.WRITE_ROWS, fx.rows_body(
+        9, cols, [fx.row_image(cols, {"id": 1, "name": "x"})], update=False), log_pos=2000), True, "built")
+    with pytest.raises(UnsupportedTypeError, match=r"(?s)column name holds collation id 4000 text.*CONVERT TO "
+                                                   r"CHARACTER SET utf8mb4"):
+        poll(source_for(table_map, ["id"]), [table_map, write])

@@ -19,6 +19,7 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.errors import BinlogEventError, LogGapError, SourceUnavailableError, UnsupportedTypeError
 from dagster_databus.sources.base import PollStats
 from dagster_databus.sources.mysql.catalog import MysqlCatalog
+from dagster_databus.sources.mysql.charsets import ServerCharsets
 from dagster_databus.sources.mysql.connect import Connection, OperationalError
 from dagster_databus.sources.mysql.ddl import ServerNames, table_ddl
 from dagster_databus.sources.mysql.positions import MysqlPositions
@@ -39,7 +40,14 @@ from dagster_databus.sources.mysql.wire.tablemap import (
     parse_table_map,
 )
 from dagster_databus.sources.mysql.wire.unpack import payload_events, plain_rows, query_database, query_text
-from dagster_databus.sources.mysql.wire.values import column_type, compatible, cutter, source_type
+from dagster_databus.sources.mysql.wire.values import (
+    column_type,
+    compatible,
+    cutter,
+    members_decoded,
+    source_type,
+    undecodable,
+)
 
 # Statements a row-based binlog writes inside a transaction, which neither end it nor change rows.
 _INSIDE = re.compile(r"^\s*(SAVEPOINT|ROLLBACK\s+(WORK\s+)?TO|RELEASE\s+SAVEPOINT|XA\s+(START|BEGIN|END))\b",
@@ -67,6 +75,7 @@ class BinlogReader:
         self._shapes: dict[tuple[Any, ...], Shape] = {}
         self._generation = servers.generation  # of the server the shapes were decoded from
         self.names = ServerNames()  # how the server compares names: read at each poll
+        self.charsets = ServerCharsets({}, {})  # the server's collation ids and character sets: read at each poll
 
     def epoch(self) -> str:
         return self.positions.epoch()
@@ -89,7 +98,9 @@ class BinlogReader:
         with closing(self.servers.connect()) as conn, conn.cursor() as cur:
             start_file = self.positions.check(cur, since, epoch, state or {})
             bound_file, bound_pos = self.positions.end(cur)
-            mariadb = ServerVersion.of(cur).mariadb
+            version = ServerVersion.of(cur)
+            mariadb = version.mariadb
+            self.charsets = self.servers.charsets(cur)
             cur.execute("SELECT @@lower_case_table_names")
             row = cur.fetchone()
             self.names = ServerNames(int(row[0]) if row else 0)
@@ -125,14 +136,30 @@ class BinlogReader:
         cache_key = (table_map.table, table_map.columns, table_map.named)
         cached = self._shapes.get(cache_key)
         if cached is None:
-            columns = table_map.columns if table_map.named else self._named(table_map)
+            if table_map.named:
+                columns = tuple(members_decoded(c, self.charsets) for c in table_map.columns)
+            else:
+                columns = self._named(table_map)
             schema = self._shape_schema(table_map.table, columns)
             by_name = {c.name: c for c in columns}
-            cutters = tuple(cutter(by_name[c.name], c, self.config.zero_dates) for c in schema.columns)
+            self._refuse_charsets(table_map.table, [by_name[c.name] for c in schema.columns])
+            cutters = tuple(cutter(by_name[c.name], c, self.config.zero_dates, self.charsets)
+                            for c in schema.columns)
             key = np.array([schema.column_names.index(k) for k in schema.primary_key], np.int64)
             widths = np.array([c.width for c in columns], np.int64)
             cached = self._shapes[cache_key] = Shape(schema, widths, key, cutters)
         return cached
+
+    def _refuse_charsets(self, table: str, columns: list[BinlogColumn]) -> None:
+        """Stop before a column whose text capture cannot decode (``validate`` names it first)."""
+        for col in columns:
+            if undecodable(col, self.charsets):
+                charset = self.charsets.charset(col.collation) or f"collation id {col.collation}"
+                raise UnsupportedTypeError(
+                    f"source {self.name!r}, table {table!r}: column {col.name} holds {charset} text, which capture "
+                    "cannot decode", f"ALTER TABLE `{table}` CONVERT TO CHARACTER SET utf8mb4 (or MODIFY the "
+                    f"column to utf8mb4), then run `databus bootstrap --source {self.name}`",
+                    source=self.name, table=table)
 
     def _named(self, table_map: TableMap) -> tuple[BinlogColumn, ...]:
         """A table map without column names (servers before MySQL 8.0.1 / MariaDB 10.5, or

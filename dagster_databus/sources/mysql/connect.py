@@ -2,7 +2,7 @@
 key exchange of ``caching_sha2_password``, and one TLS context per setting shared by every connection.
 
 This module is the one that imports pymysql, which ships no type stubs: the rest of the package reaches the
-driver through its names here, typed (``Cursor``, ``MySQLError``, ``OperationalError``, ``charset_encoding``).
+driver through its names here, typed (``Cursor``, ``MySQLError``, ``OperationalError``).
 
 ``tls_kwargs`` turns the config into pymysql's keyword arguments as plain data (paths and PEM text, never an
 ``SSLContext``), so the same settings reach the queries, the binlog stream and a Spark task's bootstrap
@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 import pymysql  # type: ignore[import-untyped]  # no stubs (types-PyMySQL is not a dependency): typed below
-import pymysql.charset  # type: ignore[import-untyped]  # as above
 from pymysql.constants import CLIENT, CR  # type: ignore[import-untyped]  # as above
 
 from dagster_databus.config import MysqlSourceConfig
@@ -49,11 +48,6 @@ class Cursor(Protocol):
     def __enter__(self) -> Cursor: ...
 
     def __exit__(self, *exc: object) -> None: ...
-
-
-def charset_encoding(collation: int) -> str:
-    """The Python encoding of a MySQL collation id (a binlog column's)."""
-    return str(pymysql.charset.charset_by_id(collation).encoding)
 
 
 # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH: a good certificate of another server.

@@ -12,7 +12,16 @@ from typing import Any, Literal
 from dagster_databus.config import MysqlSourceConfig
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import CaptureNotInstalledError, ConcurrentRunError, ConfigError, SourceUnavailableError
-from dagster_databus.sources.mysql.connect import Connection, MySQLError, OperationalError, TlsRefused, tls_kwargs
+from dagster_databus.sources.mysql.charsets import ServerCharsets, server_charsets
+from dagster_databus.sources.mysql.connect import (
+    Connection,
+    Cursor,
+    MySQLError,
+    OperationalError,
+    TlsRefused,
+    tls_kwargs,
+)
+from dagster_databus.sources.mysql.versions import ServerVersion
 
 Role = Literal["primary", "standby"]
 
@@ -129,6 +138,17 @@ class MysqlServers:
                 "check host and port, that the server is running and that this machine may connect to it",
                 source=self.name,
             ) from None
+
+    @contextmanager
+    def cursor(self) -> Iterator[Cursor]:
+        """A cursor of a connection of its own to the active server, both closed after use."""
+        with closing(self.connect()) as conn, conn.cursor() as cur:
+            yield cur
+
+    def charsets(self, cur: Cursor) -> ServerCharsets:
+        """The active server's collations and character sets (``charsets``), read once per process."""
+        host, port = self.address()
+        return server_charsets(cur, host, port, str(ServerVersion.of(cur)), self.cursor)
 
     # -- one binlog reader per replica server id ---------------------------------------
 

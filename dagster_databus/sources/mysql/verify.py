@@ -8,6 +8,7 @@ from __future__ import annotations
 from contextlib import closing
 
 from dagster_databus.errors import SourceUnavailableError
+from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import InstallReport, not_installed, require_installed
 from dagster_databus.sources.mysql.catalog import MysqlCatalog
 from dagster_databus.sources.mysql.connect import Cursor
@@ -48,6 +49,7 @@ class MysqlChecks:
         self.catalog.preflight()
         with closing(self.servers.connect()) as conn, conn.cursor() as cur:
             problems = self._server_problems(cur, standby=False)
+            problems += self._charset_problems(cur)
         if self.config.standby is not None:
             spare = other_role(self.servers.role)
             try:
@@ -61,6 +63,19 @@ class MysqlChecks:
                     problems += [f"{self.servers.describe(spare)}: {p}" for p in other]
             except SourceUnavailableError:
                 pass  # a standby that is down now is not a reason to stop capturing from the server that is up
+        return problems
+
+    def _charset_problems(self, cur: Cursor) -> list[str]:
+        """Captured columns whose character set capture cannot decode from the binlog."""
+        charsets = self.servers.charsets(cur)
+        problems = []
+        for table in self.config.tables:
+            cur.execute(sqlfiles.load("mysql", "column_charsets.sql"), (self.config.database, table.name))
+            for column, charset in cur.fetchall():
+                if charsets.charset_decoder(str(charset)) is None:
+                    problems.append(f"column {table.name}.{column} is {charset} text, which capture cannot decode "
+                                    f"from the binlog: ALTER TABLE `{table.name}` CONVERT TO CHARACTER SET utf8mb4 "
+                                    "(or MODIFY the column to a character set docs/mysql.md lists)")
         return problems
 
     def _server_problems(self, cur: Cursor, standby: bool) -> list[str]:

@@ -22,7 +22,11 @@ VECTOR, JSON, NEWDECIMAL, ENUM, SET = 242, 245, 246, 247, 248
 TINY_BLOB, MEDIUM_BLOB, LONG_BLOB, BLOB, VAR_STRING, STRING, GEOMETRY = range(249, 256)
 
 BINARY_COLLATION = 63
-_NUMERIC = frozenset((TINY, SHORT, INT24, LONG, LONGLONG, NEWDECIMAL, FLOAT, DOUBLE))
+# The columns the SIGNEDNESS bitmap has a bit for, one each in column order. YEAR and the old DECIMAL count
+# on both servers: MySQL 8's has_signedess_information_type (sql/field_common_properties.h) lists them, and
+# MariaDB's Field_year is a Field_tiny (its bit is set: YEAR is unsigned). Leaving YEAR out shifts the bits of
+# every numeric column after it onto its neighbour.
+_NUMERIC = frozenset((TINY, SHORT, INT24, LONG, LONGLONG, YEAR, DECIMAL_OLD, NEWDECIMAL, FLOAT, DOUBLE))
 _CHARACTER = frozenset((STRING, VAR_STRING, VARCHAR, BLOB))
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 

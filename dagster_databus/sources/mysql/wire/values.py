@@ -16,6 +16,7 @@ import socket
 import sys
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, NoReturn
 
 import numpy as np
@@ -24,7 +25,7 @@ import pyarrow as pa
 from dagster_databus.core.schema import Column
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import TypeValueError
-from dagster_databus.sources.mysql.connect import charset_encoding
+from dagster_databus.sources.mysql.charsets import ServerCharsets
 from dagster_databus.sources.mysql.types import MysqlType, ZeroDates
 from dagster_databus.sources.mysql.wire import kernels as k
 from dagster_databus.sources.mysql.wire.json_binary import json_text
@@ -115,7 +116,7 @@ def source_type(col: BinlogColumn) -> str:
         return {1: "tinyblob", 2: "blob", 3: "mediumblob", 4: "longblob"}.get(col.pack_length, "blob")
     if t in (TIMESTAMP2, DATETIME2, TIME2) and col.scale:
         return f"{name}({col.scale})"
-    return f"{name} unsigned" if col.unsigned else name
+    return f"{name} unsigned" if col.unsigned and t != YEAR else name  # MariaDB flags YEAR unsigned
 
 
 def compatible(known: Column, col: BinlogColumn, ctype: ColumnType | None) -> bool:
@@ -133,8 +134,9 @@ Refuse = Callable[[int, Any, str], NoReturn]
 Cutter = Callable[[np.ndarray, np.ndarray, np.ndarray, Refuse], pa.Array]
 
 
-def cutter(col: BinlogColumn, column: Column, zero_dates: ZeroDates) -> Cutter:
-    """How ``column``'s snapshot values are cut out of row images, given its table map ``col``."""
+def cutter(col: BinlogColumn, column: Column, zero_dates: ZeroDates, charsets: ServerCharsets) -> Cutter:
+    """How ``column``'s snapshot values are cut out of row images, given its table map ``col`` (whose
+    character set capture decodes: ``undecodable`` is checked first)."""
     kind, arrow = column.type.kind, column.type.arrow()
     special = MysqlType.parse(column.source_type).name
     t = col.type
@@ -181,7 +183,22 @@ def cutter(col: BinlogColumn, column: Column, zero_dates: ZeroDates) -> Cutter:
         return _texts(_binary(0), json_text)
     if kind == "binary":
         return _binary(col.max_length if t == STRING else 0)
-    return _string(col)
+    return _string(col, charsets)
+
+
+def undecodable(col: BinlogColumn, charsets: ServerCharsets) -> bool:
+    """Whether ``col`` holds text of a character set (or collation id) capture cannot decode."""
+    textual = col.type in (ENUM, SET) or (col.type in _TEXTUAL and not col.binary)
+    return textual and charsets.decoder(col.collation) is None
+
+
+def members_decoded(col: BinlogColumn, charsets: ServerCharsets) -> BinlogColumn:
+    """``col`` with the ENUM or SET members a table map gave (bytes in the column's character set, read as
+    UTF-8 with surrogate escapes) as text."""
+    decoder = charsets.decoder(col.collation)
+    if col.type not in (ENUM, SET) or decoder is None or charsets.utf8(col.collation):
+        return col
+    return replace(col, members=tuple(decoder(m.encode("utf-8", "surrogateescape")) for m in col.members))
 
 
 def _array(values: np.ndarray, ln: np.ndarray, arrow: pa.DataType) -> pa.Array:
@@ -239,9 +256,8 @@ def _fixed_binary(data: np.ndarray, off: np.ndarray, ln: np.ndarray, width: int)
     return _var(data, off, np.where(ln == k.NULL, k.NULL, width), 0)
 
 
-def _string(col: BinlogColumn) -> Cutter:
-    encoding = charset_encoding(col.collation) if col.collation else "utf8"
-    if encoding in ("utf8", "ascii"):
+def _string(col: BinlogColumn, charsets: ServerCharsets) -> Cutter:
+    if charsets.utf8(col.collation):
         def utf8(data: np.ndarray, off: np.ndarray, ln: np.ndarray, refuse: Refuse) -> pa.Array:
             raw = _var(data, off, ln, 0)
             try:
@@ -251,14 +267,27 @@ def _string(col: BinlogColumn) -> Cutter:
                     try:
                         value is None or value.decode("utf-8")
                     except UnicodeDecodeError as exc:
-                        refuse(i, value, f"it is not valid {encoding} text ({exc.reason})")
+                        refuse(i, value, f"it is not valid UTF-8 text ({exc.reason})")
                 raise
         return utf8
-    return _texts(_binary(0), lambda v: v.decode(encoding))
+    decoder = charsets.decoder(col.collation)
+    assert decoder is not None  # undecodable() columns are refused before their cutters are made
+    converted = _texts(_binary(0), decoder)
+    if not charsets.ascii_same(col.collation):
+        return converted
+
+    def single_byte(data: np.ndarray, off: np.ndarray, ln: np.ndarray, refuse: Refuse) -> pa.Array:
+        raw = _var(data, off, ln, 0)
+        values = raw.buffers()[2]
+        if values is None or not (np.frombuffer(values, np.uint8) >= 0x80).any():
+            return raw.cast(pa.string())  # ASCII only (latin1's usual case): the same bytes in UTF-8
+        return converted(data, off, ln, refuse)
+    return single_byte
 
 
 def _texts(raw: Cutter, convert: Callable[[bytes], str]) -> Cutter:
-    """Values converted one by one in Python: only for rare types (MySQL's binary JSON, UUID, INET)."""
+    """Values converted one by one in Python: only for rare types (MySQL's binary JSON, UUID, INET, text of
+    character sets other than UTF-8)."""
     def texts(data: np.ndarray, off: np.ndarray, ln: np.ndarray, refuse: Refuse) -> pa.Array:
         out = []
         for i, value in enumerate(raw(data, off, ln, refuse).to_pylist()):

@@ -12,11 +12,13 @@ import numpy as np
 
 from dagster_databus.core.schema import Column
 from dagster_databus.core.types import ColumnType
+from dagster_databus.sources.mysql.charsets import ServerCharsets
 from dagster_databus.sources.mysql.wire import kernels as k
 from dagster_databus.sources.mysql.wire import tablemap as t
 from dagster_databus.sources.mysql.wire.rows import count_images
 from dagster_databus.sources.mysql.wire.values import column_type, cutter, source_type
 
+_CHARSETS = ServerCharsets({45: "utf8mb4", t.BINARY_COLLATION: "binary"}, {})  # the ids of the columns below
 # A column of every layout the cutters tell apart; the rest of a table map's detail does not change a kernel's
 # argument types.
 _COLUMNS = (
@@ -56,8 +58,8 @@ def warm_binlog_kernels() -> int:
     columns.append((t.BinlogColumn("uuid", t.STRING, collation=t.BINARY_COLLATION, max_length=16),
                     Column("uuid", ColumnType("string"), "uuid")))
     for col, column in columns:
-        cutter(col, column, "null")(data, empty, empty, _refuse)
-        cutter(col, column, "error")(data, empty, empty, _refuse)
+        cutter(col, column, "null", _CHARSETS)(data, empty, empty, _refuse)
+        cutter(col, column, "error", _CHARSETS)(data, empty, empty, _refuse)
     return len(columns)
 
 
