@@ -165,13 +165,19 @@ def _query(*parts: str | sql.Composable) -> sql.Composed:
     return sql.Composed([sql.SQL(p) if isinstance(p, str) else p for p in parts])
 
 
+# The line each page's CSV starts with (and the reader skips): no page's own bytes are at the input's start.
+_LEAD = b"-\n"
+
+
 def copied(cur: Any, queries: TableQueries, keys: KeyRange, chosen: Filter | None, rows: int,
            what: str) -> Iterator[pa.RecordBatch]:
     """The rows of ``keys`` a page at a time, each page one ``COPY (SELECT ...) TO STDOUT`` in CSV read by
     ``pyarrow.csv`` as text columns (the output functions' text, as a SELECT gives it) and converted by column."""
     schema = queries.schema
     names = schema.column_names
-    read = pacsv.ReadOptions(column_names=names, block_size=64 << 20)
+    # pyarrow skips a byte-order mark at the start of its input, which would take a U+FEFF off the first value
+    # of every page: each page starts after a line of our own that the reader skips, so every byte is read.
+    read = pacsv.ReadOptions(column_names=names, block_size=64 << 20, skip_rows=1)
     parse = pacsv.ParseOptions(newlines_in_values=True)  # a quoted text may hold line breaks
     types = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, strings_can_be_null=True,
                                  quoted_strings_can_be_null=False, null_values=[""])
@@ -182,9 +188,10 @@ def copied(cur: Any, queries: TableQueries, keys: KeyRange, chosen: Filter | Non
         where, params = queries.clause(cur, KeyRange(after, keys.through), chosen)
         select = cur.mogrify(_query("SELECT ", queries.columns, " FROM ", queries.table, f" {where}ORDER BY ",
                                     queries.key, " LIMIT %s"), (*params, rows))
-        buffer = io.BytesIO()
+        buffer = io.BytesIO(_LEAD)
+        buffer.seek(len(_LEAD))
         cur.copy_expert(b"COPY (" + select + b") TO STDOUT WITH (FORMAT csv)", buffer)
-        if not buffer.tell():
+        if buffer.tell() == len(_LEAD):
             return
         buffer.seek(0)
         table = pacsv.read_csv(buffer, read_options=read, parse_options=parse, convert_options=types)
