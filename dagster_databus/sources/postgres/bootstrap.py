@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +113,22 @@ def begin_at(conn: Connection, snapshot: str) -> Any:
     return cur
 
 
+@contextmanager
+def filter_run(table: str, chosen: Filter | None) -> Iterator[None]:
+    """A data error while a refresh filter is in the query as the filter's: a value it computes from a row fails
+    (``id / 0``, ``to_number(v, '999')`` of a text that is no number), which the check on no rows cannot see."""
+    try:
+        yield
+    except psycopg2.DataError as exc:
+        if chosen is None:
+            raise
+        message = (exc.pgerror or str(exc)).strip().splitlines()[0]
+        raise ConfigError("snapshot.where", f"the filter {chosen.text!r} failed on a row of {table!r} as PostgreSQL "
+                          f"ran it: {message}", "write a filter that holds for every row of the table (guard "
+                          "the failing expression, e.g. NULLIF for a divisor, or compare the text instead of "
+                          "converting it), then run the snapshot again") from None
+
+
 def qualified(schema_name: str, table: str) -> sql.Composed:
     return sql.SQL(".").join([sql.Identifier(schema_name), sql.Identifier(table)])
 
@@ -141,8 +158,9 @@ class TableQueries:
 
         def key_at(after: tuple[Any, ...] | None, n: int) -> tuple[Any, ...] | None:
             where, params = self.clause(cur, KeyRange(after, rows.keys.through), chosen)
-            cur.execute(_query("SELECT ", self.key, " FROM ", self.table, f" {where}ORDER BY ", self.key,
-                               " LIMIT 1 OFFSET %s"), (*params, n))
+            with filter_run(self.schema.table, chosen):
+                cur.execute(_query("SELECT ", self.key, " FROM ", self.table, f" {where}ORDER BY ", self.key,
+                                   " LIMIT 1 OFFSET %s"), (*params, n))
             found = cur.fetchone()
             return tuple(found) if found is not None else None
 
@@ -190,7 +208,8 @@ def copied(cur: Any, queries: TableQueries, keys: KeyRange, chosen: Filter | Non
                                     queries.key, " LIMIT %s"), (*params, rows))
         buffer = io.BytesIO(_LEAD)
         buffer.seek(len(_LEAD))
-        cur.copy_expert(b"COPY (" + select + b") TO STDOUT WITH (FORMAT csv)", buffer)
+        with filter_run(schema.table, chosen):
+            cur.copy_expert(b"COPY (" + select + b") TO STDOUT WITH (FORMAT csv)", buffer)
         if buffer.tell() == len(_LEAD):
             return
         buffer.seek(0)
