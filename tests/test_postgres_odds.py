@@ -10,8 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from dagster_databus import pipeline
 from dagster_databus.cli import main
+from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError
+from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import RowSelection
 from dagster_databus.sources.registry import source_kind
@@ -45,3 +49,24 @@ def test_a_filter_that_fails_on_a_row_is_a_typed_error_exit_2_naming_the_filter(
     with pytest.raises(ConfigError, match=message) as failed:
         list(source_kind("postgres").read_range(read, 0).batches)
     assert where in str(failed.value) and failed.value.field == "snapshot.where"
+
+
+def test_a_column_added_on_a_quiet_source_is_recorded_at_the_end_of_the_poll(pg: PostgresHarness,
+                                                                              tmp_path: Path) -> None:
+    """No published table is written after the ALTER: the poll records it all the same (from the catalog), the
+    checkpoint carries the new shape so the next poll records nothing again, and the sync evolves the snapshot."""
+    pg.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, v TEXT)",
+                "INSERT INTO items SELECT g, g::text FROM generate_series(1, 5) AS g"])
+    config = make_config(tmp_path / "lake", pg.source_config("shop", [("items", ["id"])]), merge={"engine": "local"})
+    cycle(config, no_spark)
+    pg.execute(["ALTER TABLE items ADD COLUMN tag TEXT DEFAULT 'old'"])
+    pipeline.capture(config, "shop")
+    log = ChangeLog(config.lake, "shop")
+    assert [(r.table, r.statement) for r in log.ddl.records()] == [
+        ("items", "ALTER TABLE items ADD COLUMN tag text DEFAULT 'old'")]
+    pipeline.capture(config, "shop")
+    assert len(log.ddl.records()) == 1
+    [result] = sync_source(no_spark, config, "shop")
+    assert result.evolved == "added tag (filled with old)"
+    assert {r["tag"] for r in DeltaSnapshot(config.lake, "shop", "items").read().to_pylist()} == {"old"}
+
