@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.cli import main
 from dagster_databus.dataplane.delta import DeltaSnapshot
-from dagster_databus.errors import ConfigError
+from dagster_databus.errors import ConfigError, SourceUnavailableError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source
@@ -21,6 +23,7 @@ from dagster_databus.sources.base import RowSelection
 from dagster_databus.sources.registry import source_kind
 from tests.conftest import cycle
 from tests.harness import PostgresHarness, config_document, make_config
+from tests.test_postgres_source import temporary_slots
 
 
 def no_spark() -> object:
@@ -70,3 +73,35 @@ def test_a_column_added_on_a_quiet_source_is_recorded_at_the_end_of_the_poll(pg:
     assert result.evolved == "added tag (filled with old)"
     assert {r["tag"] for r in DeltaSnapshot(config.lake, "shop", "items").read().to_pylist()} == {"old"}
 
+
+def test_a_read_held_back_by_an_open_prepared_transaction_names_it_and_gives_up_after_the_bound(
+        pg: PostgresHarness, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Creating the read's temporary slot waits for a prepared transaction left open: the wait names its gid, its
+    age and the SQL to resolve it while it lasts, and ends after snapshot_wait_s with a transient error (exit 75),
+    the slot gone; once it is resolved, the read goes ahead."""
+    pg.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, v TEXT)", "CREATE TABLE other (id INTEGER)",
+                "INSERT INTO items VALUES (1, 'a')"])
+    doc = pg.source_config("shop", [("items", ["id"])], snapshot_wait_s=3)
+    config = make_config(tmp_path / "lake", doc, merge={"engine": "local"})
+    path = tmp_path / "databus.json"
+    path.write_text(json.dumps({**config_document(config, [doc]), "merge": {"engine": "local"}}))
+    pipeline.install(config, "shop")
+    pg.execute(["INSERT INTO other VALUES (1)", "PREPARE TRANSACTION 'stuck-gid'"], commit=False)
+    with ThreadPoolExecutor(1) as pool:  # a read that waited on with no bound fails here, and does not hang
+        try:
+            started = time.monotonic()
+            read = pool.submit(open_source(config.sources[0], config.lake).snapshot, "items")
+            with pytest.raises(SourceUnavailableError) as gave_up:
+                read.result(timeout=20)
+            assert 3 <= time.monotonic() - started < 10
+            message = str(gave_up.value)
+            assert gave_up.value.transient and "'stuck-gid'" in message and "3 s" in message, message
+            assert "snapshot_wait_s" in message and "pg_prepared_xacts" in message and "ROLLBACK PREPARED" in message
+            said = [r.getMessage() for r in caplog.records if "stuck-gid" in r.getMessage()]
+            assert said and "prepared" in said[0] and "COMMIT PREPARED" in said[0], said
+            assert temporary_slots(pg, settle=0) == 0
+            assert main(["--config", str(path), "sync", "--source", "shop"]) == 75
+        finally:
+            pg.server.execute("ROLLBACK PREPARED 'stuck-gid'", database=pg.database)
+    cycle(config, no_spark)
+    assert DeltaSnapshot(config.lake, "shop", "items").read().num_rows == 1

@@ -40,6 +40,7 @@ from dagster_databus.sources.keys import split_keys
 from dagster_databus.sources.postgres.connect import Connection, ReplicationConnection, connect_spec
 from dagster_databus.sources.postgres.dialect import FILTERS
 from dagster_databus.sources.postgres.pgoutput import lsn_of
+from dagster_databus.sources.postgres.slotwait import create_waiting
 from dagster_databus.sources.postgres.types import text_converter
 
 
@@ -72,16 +73,16 @@ class SnapshotLease:
             self.exported.close()
 
 
-def exported_snapshot(spec: Mapping[str, Any]) -> ExportedSnapshot:
+def exported_snapshot(spec: Mapping[str, Any], wait_s: float) -> ExportedSnapshot:
     """A new exported snapshot of the source ``spec`` connects to (``PostgresConnector.spec``). Creating the
-    slot waits for the transactions running on the server to end (it needs a moment no transaction spans)."""
+    slot waits for the transactions running on the server to end (it needs a moment no transaction spans): at
+    most ``wait_s`` seconds, saying what it waits for meanwhile (``slotwait``)."""
     conn = connect_spec(dict(spec), replication=True)
     slot = f"databus_read_{uuid.uuid4().hex[:16]}"
     try:
-        with conn.cursor() as cur:
-            # The pre-15 spelling (EXPORT_SNAPSHOT), which 10 and later all accept.
-            cur.execute(f"CREATE_REPLICATION_SLOT {slot} TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT")
-            row = cur.fetchone()
+        # The pre-15 spelling (EXPORT_SNAPSHOT), which 10 and later all accept.
+        row = create_waiting(conn, f"CREATE_REPLICATION_SLOT {slot} TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT",
+                             spec, wait_s)
     except psycopg2.Error as exc:
         conn.close()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -89,7 +90,6 @@ def exported_snapshot(spec: Mapping[str, Any]) -> ExportedSnapshot:
             f"source {spec['source']!r} could not create a temporary slot to read a consistent snapshot: {first}",
             "free a replication slot and a walsender (max_replication_slots, max_wal_senders) for the read, or "
             "run again", source=spec["source"]) from None
-    assert row is not None
     return ExportedSnapshot(name=row[2], scn=Scn(lsn_of(row[1])), connection=conn)
 
 
