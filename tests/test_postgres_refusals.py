@@ -13,6 +13,7 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.cli import main
 from dagster_databus.errors import ConfigError
+from dagster_databus.sources import open_source
 from tests.harness import PostgresHarness, config_document, make_config
 
 
@@ -62,3 +63,15 @@ def test_an_unlogged_table_is_refused_at_validate_and_install_changes_nothing(
     pg.execute(["ALTER TABLE events SET LOGGED"])
     pipeline.install(make_config(tmp_path / "lake", doc), "shop")
     assert identities(pg) == {"items": "f", "events": "f"}
+
+
+def test_a_partitioned_table_with_an_unlogged_partition_is_refused_naming_the_partition(
+        pg: PostgresHarness, tmp_path: Path) -> None:
+    pg.execute(["CREATE TABLE parts (id INTEGER PRIMARY KEY, v TEXT) PARTITION BY RANGE (id)",
+                "CREATE TABLE parts_low PARTITION OF parts FOR VALUES FROM (0) TO (100)",
+                "CREATE UNLOGGED TABLE parts_high PARTITION OF parts FOR VALUES FROM (100) TO (200)"])
+    config = make_config(tmp_path / "lake", pg.source_config("shop", [("parts", ["id"])]))
+    with pytest.raises(ConfigError, match=r"(?s)unlogged partitions public\.parts_high:.*"
+                                          r"ALTER TABLE public\.parts_high SET LOGGED") as refused:
+        open_source(config.sources[0]).preflight()
+    assert "parts_low" not in str(refused.value)

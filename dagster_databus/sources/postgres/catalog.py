@@ -157,6 +157,6 @@ class PostgresCatalog:
         if unlogged:
             what = "is unlogged" if unlogged == [name] else f"has unlogged partitions {', '.join(unlogged)}"
             raise ConfigError(
-                f"{where}.name", f"table {name} {what}: its changes are not written to the WAL, so logical "
-                "decoding cannot capture them",
+                f"{where}.name", f"table {name} {what}: an unlogged table's changes are not written to the WAL, "
+                "so logical decoding cannot capture them",
                 "; ".join(f"ALTER TABLE {u} SET LOGGED" for u in unlogged) + ", or leave the table out of capture")
