@@ -12,8 +12,11 @@ import pytest
 
 from dagster_databus import pipeline
 from dagster_databus.cli import main
+from dagster_databus.core.schema import Column
+from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import ConfigError
 from dagster_databus.sources import open_source
+from dagster_databus.sources.catalog import resolve_key
 from tests.harness import PostgresHarness, config_document, make_config
 
 
@@ -37,6 +40,17 @@ def test_columns_whose_names_differ_only_in_case_are_refused_at_validate_and_ins
     config = make_config(tmp_path / "lake", pg.source_config("shop", [("people", ["id"])]))
     with pytest.raises(ConfigError, match="differ only in case"):
         pipeline.install(config, "shop")
+
+
+def test_every_kind_refuses_names_that_differ_only_in_case_in_its_catalog_check() -> None:
+    """The check is the shared catalog's (every kind's catalog resolves its key through it): Oracle's quoted
+    names may differ in case as PostgreSQL's do."""
+    columns = [Column("ID", ColumnType.parse("long"), "NUMBER(18)"),
+               Column("NAME", ColumnType.parse("string"), "VARCHAR2(10)"),
+               Column("Name", ColumnType.parse("string"), "VARCHAR2(10)")]
+    with pytest.raises(ConfigError, match="'NAME' and 'Name'"):
+        resolve_key(columns, ["id"], "PEOPLE", "sources.crm.tables[0]")
+    assert resolve_key(columns[:2], ["id"], "PEOPLE", "sources.crm.tables[0]") == ("ID",)
 
 
 def identities(pg: PostgresHarness) -> dict[str, str]:
