@@ -45,15 +45,17 @@ def create_waiting(conn: ReplicationConnection, command: str, spec: Mapping[str,
     report_at = FIRST_REPORT_S
     while True:
         waited = time.monotonic() - started
-        worker.join(max(0.0, min(report_at, wait_s) - waited))
+        try:
+            worker.join(max(0.0, min(report_at, wait_s) - waited))
+        except BaseException:  # interrupted (Ctrl-C): the server stops waiting, the slot goes with the connection
+            _cancel(conn, worker)
+            raise
         if not worker.is_alive():
             break
         waited = time.monotonic() - started
         holders = waits(spec)
         if waited >= wait_s:
-            conn.cancel()  # the server stops waiting; the temporary slot goes with the connection
-            worker.join()
-            conn.close()
+            _cancel(conn, worker)
             raise SourceUnavailableError(
                 f"source {spec['source']!r}: a consistent read gave up after {wait_s:.0f} s (sources."
                 f"{spec['source']}.snapshot_wait_s) waiting for transactions that began before it to end, which "
@@ -66,6 +68,13 @@ def create_waiting(conn: ReplicationConnection, command: str, spec: Mapping[str,
     if "error" in outcome:
         raise outcome["error"]
     return tuple(outcome["row"])
+
+
+def _cancel(conn: ReplicationConnection, worker: threading.Thread) -> None:
+    """Stop the server's wait and close ``conn``: the temporary slot goes with it."""
+    conn.cancel()
+    worker.join(5.0)
+    conn.close()
 
 
 def waits(spec: Mapping[str, Any]) -> list[str]:
