@@ -29,6 +29,7 @@ SETTINGS: dict[str, str] = {
     "max_replication_slots": "20",
     "max_wal_senders": "20",
     "max_connections": "100",
+    "max_prepared_transactions": "10",  # a test leaves one open (PREPARE TRANSACTION), as an application may
     "fsync": "off",
     "synchronous_commit": "off",
     "full_page_writes": "off",

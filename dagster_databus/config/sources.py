@@ -266,6 +266,9 @@ class PostgresSourceConfig(ServerSourceBase):
     publication: str | None = None  # the publication of the configured tables; unset: databus_<name>
     # libpq's sslmode (disable, allow, prefer, require, verify-ca, verify-full): managed services want require+.
     sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "prefer"
+    # How long a consistent read (a bootstrap, a refresh) waits for the transactions running when it starts (a
+    # prepared one left open among them) before it gives up, transient: creating its temporary slot needs them gone.
+    snapshot_wait_s: int = Field(default=900, ge=1)
 
     _check_database = field_validator("database")(lambda cls, v: plain_name(v))
     _check_schema = field_validator("schema_")(lambda cls, v: plain_name(v))

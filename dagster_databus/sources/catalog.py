@@ -1,6 +1,6 @@
 """What every kind's catalog checks of a configured table while it reads the table's schema: every column's
-type mapped, plain column names, the key columns present and covered by a primary key or UNIQUE index, and
-whether the key columns hold NULL (``null_keys``). Each kind's own catalog (``sqlite.catalog``,
+type mapped, plain column names distinct in any case, the key columns present and covered by a primary key or
+UNIQUE index, and whether the key columns hold NULL (``null_keys``). Each kind's own catalog (``sqlite.catalog``,
 ``mysql.catalog``, ``oracle.catalog``) reads its database's dictionary and calls these."""
 
 from __future__ import annotations
@@ -49,8 +49,24 @@ def check_column_name(name: str, table: str, where: str) -> None:
             "rename the column, or leave this table out of capture")
 
 
+def require_distinct_names(columns: Sequence[Column], table: str, where: str) -> None:
+    """Refuse columns whose names differ only in case (quoted identifiers may): Delta Lake's column names are
+    case-insensitive, so a snapshot cannot hold both."""
+    seen: dict[str, str] = {}
+    for column in columns:
+        other = seen.setdefault(column.name.lower(), column.name)
+        if other != column.name:
+            raise ConfigError(
+                f"{where}.name", f"table {table!r} has columns {other!r} and {column.name!r}, whose names differ "
+                "only in case: Delta Lake's column names are case-insensitive, so the snapshot cannot hold both",
+                f"rename one of them (ALTER TABLE {table} RENAME COLUMN \"{column.name}\" TO <a name no other "
+                "column has in any case>), or leave this table out of capture")
+
+
 def resolve_key(columns: Sequence[Column], key: Sequence[str], table: str, where: str) -> tuple[str, ...]:
-    """The configured key columns as the table spells them (matched case-insensitively)."""
+    """The configured key columns as the table spells them (matched case-insensitively); the table's column
+    names first checked to be distinct in any case, which that matching and the snapshot need."""
+    require_distinct_names(columns, table, where)
     names = {c.name.lower(): c.name for c in columns}
     missing = [k for k in key if k.lower() not in names]
     if missing:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,7 @@ from dagster_databus.sources.keys import split_keys
 from dagster_databus.sources.postgres.connect import Connection, ReplicationConnection, connect_spec
 from dagster_databus.sources.postgres.dialect import FILTERS
 from dagster_databus.sources.postgres.pgoutput import lsn_of
+from dagster_databus.sources.postgres.slotwait import create_waiting
 from dagster_databus.sources.postgres.types import text_converter
 
 
@@ -71,16 +73,16 @@ class SnapshotLease:
             self.exported.close()
 
 
-def exported_snapshot(spec: Mapping[str, Any]) -> ExportedSnapshot:
+def exported_snapshot(spec: Mapping[str, Any], wait_s: float) -> ExportedSnapshot:
     """A new exported snapshot of the source ``spec`` connects to (``PostgresConnector.spec``). Creating the
-    slot waits for the transactions running on the server to end (it needs a moment no transaction spans)."""
+    slot waits for the transactions running on the server to end (it needs a moment no transaction spans): at
+    most ``wait_s`` seconds, saying what it waits for meanwhile (``slotwait``)."""
     conn = connect_spec(dict(spec), replication=True)
     slot = f"databus_read_{uuid.uuid4().hex[:16]}"
     try:
-        with conn.cursor() as cur:
-            # The pre-15 spelling (EXPORT_SNAPSHOT), which 10 and later all accept.
-            cur.execute(f"CREATE_REPLICATION_SLOT {slot} TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT")
-            row = cur.fetchone()
+        # The pre-15 spelling (EXPORT_SNAPSHOT), which 10 and later all accept.
+        row = create_waiting(conn, f"CREATE_REPLICATION_SLOT {slot} TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT",
+                             spec, wait_s)
     except psycopg2.Error as exc:
         conn.close()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -88,7 +90,6 @@ def exported_snapshot(spec: Mapping[str, Any]) -> ExportedSnapshot:
             f"source {spec['source']!r} could not create a temporary slot to read a consistent snapshot: {first}",
             "free a replication slot and a walsender (max_replication_slots, max_wal_senders) for the read, or "
             "run again", source=spec["source"]) from None
-    assert row is not None
     return ExportedSnapshot(name=row[2], scn=Scn(lsn_of(row[1])), connection=conn)
 
 
@@ -110,6 +111,22 @@ def begin_at(conn: Connection, snapshot: str) -> Any:
     cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
     return cur
+
+
+@contextmanager
+def filter_run(table: str, chosen: Filter | None) -> Iterator[None]:
+    """A data error while a refresh filter is in the query as the filter's: a value it computes from a row fails
+    (``id / 0``, ``to_number(v, '999')`` of a text that is no number), which the check on no rows cannot see."""
+    try:
+        yield
+    except psycopg2.DataError as exc:
+        if chosen is None:
+            raise
+        message = (exc.pgerror or str(exc)).strip().splitlines()[0]
+        raise ConfigError("snapshot.where", f"the filter {chosen.text!r} failed on a row of {table!r} as PostgreSQL "
+                          f"ran it: {message}", "write a filter that holds for every row of the table (guard "
+                          "the failing expression, e.g. NULLIF for a divisor, or compare the text instead of "
+                          "converting it), then run the snapshot again") from None
 
 
 def qualified(schema_name: str, table: str) -> sql.Composed:
@@ -141,8 +158,9 @@ class TableQueries:
 
         def key_at(after: tuple[Any, ...] | None, n: int) -> tuple[Any, ...] | None:
             where, params = self.clause(cur, KeyRange(after, rows.keys.through), chosen)
-            cur.execute(_query("SELECT ", self.key, " FROM ", self.table, f" {where}ORDER BY ", self.key,
-                               " LIMIT 1 OFFSET %s"), (*params, n))
+            with filter_run(self.schema.table, chosen):
+                cur.execute(_query("SELECT ", self.key, " FROM ", self.table, f" {where}ORDER BY ", self.key,
+                                   " LIMIT 1 OFFSET %s"), (*params, n))
             found = cur.fetchone()
             return tuple(found) if found is not None else None
 
@@ -165,13 +183,19 @@ def _query(*parts: str | sql.Composable) -> sql.Composed:
     return sql.Composed([sql.SQL(p) if isinstance(p, str) else p for p in parts])
 
 
+# The line each page's CSV starts with (and the reader skips): no page's own bytes are at the input's start.
+_LEAD = b"-\n"
+
+
 def copied(cur: Any, queries: TableQueries, keys: KeyRange, chosen: Filter | None, rows: int,
            what: str) -> Iterator[pa.RecordBatch]:
     """The rows of ``keys`` a page at a time, each page one ``COPY (SELECT ...) TO STDOUT`` in CSV read by
     ``pyarrow.csv`` as text columns (the output functions' text, as a SELECT gives it) and converted by column."""
     schema = queries.schema
     names = schema.column_names
-    read = pacsv.ReadOptions(column_names=names, block_size=64 << 20)
+    # pyarrow skips a byte-order mark at the start of its input, which would take a U+FEFF off the first value
+    # of every page: each page starts after a line of our own that the reader skips, so every byte is read.
+    read = pacsv.ReadOptions(column_names=names, block_size=64 << 20, skip_rows=1)
     parse = pacsv.ParseOptions(newlines_in_values=True)  # a quoted text may hold line breaks
     types = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, strings_can_be_null=True,
                                  quoted_strings_can_be_null=False, null_values=[""])
@@ -182,9 +206,11 @@ def copied(cur: Any, queries: TableQueries, keys: KeyRange, chosen: Filter | Non
         where, params = queries.clause(cur, KeyRange(after, keys.through), chosen)
         select = cur.mogrify(_query("SELECT ", queries.columns, " FROM ", queries.table, f" {where}ORDER BY ",
                                     queries.key, " LIMIT %s"), (*params, rows))
-        buffer = io.BytesIO()
-        cur.copy_expert(b"COPY (" + select + b") TO STDOUT WITH (FORMAT csv)", buffer)
-        if not buffer.tell():
+        buffer = io.BytesIO(_LEAD)
+        buffer.seek(len(_LEAD))
+        with filter_run(schema.table, chosen):
+            cur.copy_expert(b"COPY (" + select + b") TO STDOUT WITH (FORMAT csv)", buffer)
+        if buffer.tell() == len(_LEAD):
             return
         buffer.seek(0)
         table = pacsv.read_csv(buffer, read_options=read, parse_options=parse, convert_options=types)

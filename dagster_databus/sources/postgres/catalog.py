@@ -143,7 +143,20 @@ class PostgresCatalog:
             raise ConfigError(f"{where}.name", f"table {table!r} does not exist in schema {self.config.schema_!r} of "
                               f"database {self.config.database!r}", f"use one of the schema's tables: {existing}")
         schema = self.build(table, key, rows, where)
+        self._require_logged(cur, table, where)
         cur.execute(sqlfiles.load("postgres", "unique_keys.sql"), {"schema": self.config.schema_, "table": table})
         require_unique_key(schema.primary_key, [set(r[0]) for r in cur.fetchall()], table, where)
         return schema
 
+    def _require_logged(self, cur: Any, table: str, where: str) -> None:
+        """Refuse an unlogged table (or one with unlogged partitions): its changes are not in the WAL, so logical
+        decoding never sees them (and the server refuses to publish it, after install set its replica identity)."""
+        cur.execute(sqlfiles.load("postgres", "unlogged.sql"), {"schema": self.config.schema_, "table": table})
+        unlogged = [f"{s}.{t}" for s, t in cur.fetchall()]
+        name = f"{self.config.schema_}.{table}"
+        if unlogged:
+            what = "is unlogged" if unlogged == [name] else f"has unlogged partitions {', '.join(unlogged)}"
+            raise ConfigError(
+                f"{where}.name", f"table {name} {what}: an unlogged table's changes are not written to the WAL, "
+                "so logical decoding cannot capture them",
+                "; ".join(f"ALTER TABLE {u} SET LOGGED" for u in unlogged) + ", or leave the table out of capture")

@@ -6,7 +6,7 @@ lagging behind a migration decodes old rows of a column whose type was dropped s
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType
@@ -55,3 +55,12 @@ def describe_change(before: Shape, after: TableSchema) -> str:
         elif old[name] != column.source_type:
             parts.append(f"ALTER COLUMN {name} TYPE {column.source_type}")
     return f"ALTER TABLE {after.table} " + ", ".join(parts or ["(relation changed)"])
+
+
+def unseen_changes(live: Mapping[str, TableSchema], described: Collection[str],
+                   shapes: Mapping[str, Shape]) -> dict[str, str]:
+    """Each table whose columns (``live``: the catalog's, read before the poll's bound) differ from the shape the
+    log last wrote, and of which no relation message came (not in ``described``): its statement. Such a table was
+    altered and not written since, so only the catalog tells of its change."""
+    return {name: describe_change(shapes[name], schema) for name, schema in live.items()
+            if name not in described and name in shapes and not same_shape(shapes[name], shape_of(schema))}

@@ -41,7 +41,7 @@ class PostgresSnapshots:
         """A keyset-paginated read of ``table`` on one connection, at the exported snapshot's LSN."""
         batch_rows = batch_rows or self.config.bootstrap_chunk_rows
         schema = self.catalog.preflight()[table]  # the live shape: the read below sees it
-        exported = exported_snapshot(self.connector.spec())
+        exported = exported_snapshot(self.connector.spec(), self.config.snapshot_wait_s)
         try:
             conn = self.connector.connect()
         except BaseException:
@@ -65,7 +65,7 @@ class PostgresSnapshots:
         as long as the returned read or a copy of it (``bootstrap.SnapshotLease``)."""
         schema = self.catalog.preflight()[table]
         chosen = postgres_filter(table, schema.column_names, rows.where)
-        exported = exported_snapshot(self.connector.spec())
+        exported = exported_snapshot(self.connector.spec(), self.config.snapshot_wait_s)
         try:
             with closing(self.connector.connect()) as conn:
                 scn = self._settled(conn, exported.scn)

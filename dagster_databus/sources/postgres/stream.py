@@ -62,6 +62,7 @@ from dagster_databus.sources.postgres.shapes import (
     same_shape,
     shape_of,
     shapes_state,
+    unseen_changes,
 )
 from dagster_databus.sources.postgres.slots import (
     is_publication_lost,
@@ -181,8 +182,7 @@ class PostgresStream:
 
 
 class _Reader:
-    """One poll's read of the stream: messages decoded, rows gathered by table, whole transactions built into
-    batches."""
+    """One poll's read: messages decoded, rows gathered by table, whole transactions built into batches."""
 
     def __init__(self, stream: PostgresStream, cursor: Any, feedback: Any, since: Scn, bound: Scn, stats: PollStats,
                  state: Mapping[str, str], publication: int | None) -> None:
@@ -273,13 +273,14 @@ class _Reader:
         # it grows past IDLE_ADVANCE_BYTES, the checkpoint moves to where the server has decoded, so the slot
         # lets the server recycle WAL that holds no change of the published tables.
         reached = min(wal_end, self.bound.value)
-        # A table replaced or republished moves the checkpoint as a change would: its statement is recorded now,
-        # and the checkpoint carries the table's new identity, so the next poll does not find it again.
-        moved = reached - self.last_end > IDLE_ADVANCE_BYTES or any(
+        # A table replaced, republished or altered unwritten (a quiet source too) moves the checkpoint as a change
+        # would: recorded now (a column change past the checkpoint, else left for later), its new state carried.
+        unseen = unseen_changes(self.live, self.by_name, self.shapes)
+        moved = reached - self.last_end > IDLE_ADVANCE_BYTES or bool(unseen) or any(
             self._identity_change(name, live) for name, live in self.live_identities.items())
-        until = max(reached if moved else self.last_end, self.since.value, self.stats.until.value)
+        until = max(reached if moved else 0, self.last_end, self.since.value, self.stats.until.value)
         if until > self.stats.until.value or self.events or moved:  # the checkpoint carries what changed since
-            self._unseen_changes(Scn(until))
+            self._unseen_changes(Scn(until), unseen if until > self.since.value else {})
         if self.events:
             yield self._chunk()
         self.stats.until = Scn(until)
@@ -480,10 +481,9 @@ class _Reader:
             self._record(name, describe_change(before, schema))
         self.shapes[name] = after
 
-    def _unseen_changes(self, until: Scn) -> None:
-        """A table whose columns changed with no change of its rows after: no relation message tells it, but the
-        catalog read before the bound does (its ALTER committed before the poll's bound, so at ``until``). So with a
-        table whose identity changed (``shapes.identity_change``) without a relation message of it."""
+    def _unseen_changes(self, until: Scn, unseen: Mapping[str, str]) -> None:
+        """Record at ``until`` what no relation message told: columns changed (``unseen``: by the catalog read before
+        the bound, so the ALTER committed before it) and identities changed (``shapes.identity_change``)."""
         for name, live in self.live_identities.items():
             change = self._identity_change(name, live)
             if change is not None:
@@ -491,10 +491,10 @@ class _Reader:
             self.stats.restate |= live != self.identities.get(name)
             if live[0] is not None:
                 self.identities[name] = live
-        for name, schema in self.live.items():
-            if name not in self.by_name and not same_shape(self.shapes.get(name), shape_of(schema)):
-                self.stats.ddl.append((until, name, describe_change(self.shapes[name], schema)))
-                self.shapes[name] = shape_of(schema)
+        for name, statement in unseen.items():
+            self.stats.ddl.append((until, name, statement))
+            self.shapes[name] = shape_of(self.live[name])
+        self.stats.restate |= bool(unseen)
 
     def _identity_change(self, name: str, live: Identity) -> str | None:
         return identity_change(name, self.identities.get(name, live), live, truncated=name in self.truncated)
