@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from dagster_databus import pipeline
@@ -16,7 +17,7 @@ from dagster_databus.core import progress as progress_module
 from dagster_databus.core.event_columns import CHANGE_META
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.delta import DeltaSnapshot, conform_changes, merge_with_delta_rs
-from dagster_databus.dataplane.reduce import NewestPerKey
+from dagster_databus.dataplane.reduce import NewestPerKey, PieceEdges
 from dagster_databus.errors import ChangeLogCorruptError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.columns import table_changes
@@ -308,7 +309,7 @@ def test_at_commit_a_key_holds_the_state_its_last_window_left(windows: list[str]
     at_commit = NewestPerKey(SCHEMA, ["region", "id"], at_commit=True).extend(_events(*windows).to_batches())
     got = {r["id"]: (r["__op"], r["v"]) for r in pa.Table.from_batches(list(at_commit.results()), SCHEMA).to_pylist()}
     assert got == expected
-    # Without at_commit the newest event wins, as it always did (history tables and logical merges use it).
+    # Without at_commit the newest event wins, as it always did (the delta-spark engine's reduce does too).
     newest = {r["id"]: r["__op"] for r in pa.Table.from_batches(list(plain.results()), SCHEMA).to_pylist()}
     last_event = {int(e[1:]): e[0] for window in windows for e in window.split()}
     assert newest == last_event
@@ -324,3 +325,48 @@ def test_a_float_key_and_its_negative_zero_are_one_key() -> None:
         out = pa.Table.from_batches(list(reducer.results()), schema).to_pylist()
         assert [(r["k"], r["v"], r["__op"]) for r in out] == [(-0.0, "negzero", "i")]
         assert str(out[0]["k"]) == "-0.0"  # the value as the source holds it
+
+
+def _reduced_rows(batches: list[pa.RecordBatch], key: list[str]) -> dict[tuple, tuple]:
+    reducer = NewestPerKey(SCHEMA, key, at_commit=True).extend(batches)
+    out = pa.Table.from_batches(list(reducer.results()), SCHEMA).to_pylist()
+    return {tuple(r[k] for k in key): (r["__op"], r["v"], r["__scn"]) for r in out}
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("key", [["region", "id"], ["region", "id", "__scn"]], ids=["snapshot", "history"])
+def test_pieces_reduced_apart_then_together_give_what_one_reduce_gives(seed: int, key: list[str]) -> None:
+    """The Spark engine reduces each piece of a log segment before the shuffle and the pieces together after it;
+    a piece may cut a transaction (pieces are byte ranges), whose events then pass whole (``PieceEdges``)."""
+    rng = random.Random(seed)
+    rows, scn = [], 0
+    for _ in range(300):  # transactions of 1..8 events on few keys: key changes, deletes, inserts in any order
+        scn += rng.randint(1, 3)
+        for seq in range(rng.randint(1, 8)):
+            rows.append({"region": "eu", "id": rng.randint(1, 12), "v": rng.random(), "__scn": scn, "__seq": seq,
+                         "__window_scn": scn, "__op": rng.choice("iiudd"), "__commit_ts_ms": scn, "__partition": 0})
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    cuts = sorted(rng.sample(range(1, table.num_rows), 7))
+    pieces = [table.slice(a, b - a) for a, b in zip([0, *cuts], [*cuts, table.num_rows], strict=True)]
+    routed: list[pa.RecordBatch] = []
+    for piece in pieces:
+        edges, reducer = PieceEdges(), NewestPerKey(SCHEMA, key, at_commit=True)
+        for batch in piece.to_batches(max_chunksize=rng.randint(5, 60)):
+            reducer.extend(edges.split(batch))
+        routed += [*reducer.results(), *edges.rest()]
+    assert _reduced_rows(routed, key) == _reduced_rows(table.to_batches(), key)
+
+
+def test_a_held_only_row_of_an_earlier_reduce_takes_the_state_before_it() -> None:
+    """Reduced rows reduced again (the Spark engine's pieces): a delete, then a piece whose transaction inserted
+    and deleted the key, is a delete; an insert, then that piece, keeps the key with the later image."""
+    def reduce(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+        return list(NewestPerKey(SCHEMA, ["region", "id"], at_commit=True).extend(batches).results())
+
+    for first, expected in (("d7", "d"), ("i7", "u")):
+        both = _events(first, "i7 d7 u8").to_batches()
+        earlier, later = both[0].filter(pc.equal(both[0]["__scn"], 1)), both[0].filter(pc.equal(both[0]["__scn"], 2))
+        routed = [*reduce([earlier]), *reduce([later])]
+        assert [r["__op"] for r in pa.Table.from_batches(routed, SCHEMA).to_pylist() if r["id"] == 7] == [first[0], "c"]
+        again = {r["id"]: (r["__op"], r["v"]) for r in pa.Table.from_batches(reduce(routed), SCHEMA).to_pylist()}
+        assert again[7][0] == expected and (expected == "d" or again[7][1] == 200.0)

@@ -88,6 +88,10 @@ def test_insert_or_replace_through_another_unique_column_deletes_the_displaced_r
                  id="explicit-rowid"),
     pytest.param(UNIQUE_B, ["INSERT INTO t VALUES (9, 'y', 'moved') ON CONFLICT (b) DO UPDATE SET k = 20"],
                  [("d", (2,)), ("i", (20,))], id="upsert-changing-the-key"),
+    # An update of a column only an index's expression part reads: the index's values change all the same.
+    pytest.param(["CREATE TABLE t (k INTEGER PRIMARY KEY, a TEXT, b TEXT)",
+                  "CREATE UNIQUE INDEX t_ab ON t (a, lower(b))", "INSERT INTO t VALUES (1, 'x', 'P'), (2, 'x', 'Q')"],
+                 ["UPDATE OR REPLACE t SET b = 'p' WHERE k = 2"], [("d", (1,)), ("u", (2,))], id="expression-part"),
 ])
 def test_a_replace_conflict_is_captured_as_the_deletes_it_made(tmp_path: Path, lazy_spark: Spark, ddl: list[str],
                                                                writes: list[str],
@@ -114,6 +118,14 @@ def test_a_table_keyed_on_a_unique_column_sees_a_replace_through_its_rowid(tmp_p
                                                     "INSERT OR REPLACE INTO t VALUES (5, 'B')"], key=("code",))
     # 'B' displaces 'b' under NOCASE: another key to the snapshot, which keys rows by their bytes
     assert found == [("d", ("a",)), ("i", ("c",)), ("d", ("b",)), ("i", ("B",))]
+
+
+def test_a_rowid_alias_set_by_another_of_its_names_displaces_too(tmp_path: Path, lazy_spark: Spark) -> None:
+    ddl = ["CREATE TABLE t (id INTEGER PRIMARY KEY, code TEXT NOT NULL UNIQUE)",
+           "INSERT INTO t VALUES (1, 'a'), (2, 'b')"]
+    found, _ = replayed(tmp_path, lazy_spark, ddl, ["UPDATE OR REPLACE t SET rowid = 1 WHERE code = 'b'"],
+                        key=("code",))
+    assert found == [("d", ("a",)), ("u", ("b",))]
 
 
 def test_ignore_upserts_and_aborted_conflicts_delete_nothing(tmp_path: Path, lazy_spark: Spark) -> None:
@@ -193,3 +205,15 @@ def test_an_install_made_before_displace_triggers_is_upgraded_by_installing_agai
     assert snapshot(config) == live(harness)
     assert changes(config, before.scn if before is not None else Scn.BEGINNING) == [("d", (1,)), ("i", (3,))]
     assert not pipeline.validate(config).problems["shop"]
+
+
+def test_validate_names_a_unique_index_of_expressions_alone_which_replace_deletes_through_unseen(
+        tmp_path: Path) -> None:
+    harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, email TEXT)",
+                       "CREATE UNIQUE INDEX t_email ON t (lower(email))",
+                       "CREATE UNIQUE INDEX t_k2 ON t (k, lower(email))")
+    config = configured(harness, tmp_path)
+    pipeline.install(config, "shop")
+    notes = pipeline.validate(config).notes["shop"]
+    assert [n for n in notes if "t_email" in n and "expressions alone" in n and "REPLACE" in n]
+    assert not [n for n in notes if "t_k2" in n]  # a plain column matches it

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from dagster_databus.dataplane.delta import conform_changes, conform_rows
 from dagster_databus.dataplane.files import DataFile, FileWriter, TableFiles, TableLocation, actions_batch
-from dagster_databus.dataplane.reduce import HELD_ONLY, NewestPerKey, same_keys
+from dagster_databus.dataplane.reduce import HELD_ONLY, NewestPerKey, PieceEdges, same_keys
 
 GROUP, SLOT, PAYLOAD, FACT = "__group", "__slot", "__payload", "__fact"
 PAYLOAD_ROWS = 65_536  # changes per payload
@@ -70,16 +70,18 @@ class MergePlan:
     # tasks (``spark.faults.task_fault``), nothing elsewhere.
     fault: Callable[[str], None] | None = None
 
-    def route(self, batches: Iterator[pa.RecordBatch],
-              origin: tuple[str, int] | None = None) -> Iterator[pa.RecordBatch]:
-        """A log segment's changes (or a piece of one: ``origin`` is (segment, piece)), reduced to the newest
-        per key within it (less to shuffle; the apply step reduces across them) and cut by group: each
-        group's changes travel as one Arrow IPC payload (``ROUTED``), so Spark moves a few large values
+    def route(self, batches: Iterator[pa.RecordBatch], origin: tuple[str, int] | None = None,
+              whole: bool = True) -> Iterator[pa.RecordBatch]:
+        """A log segment's changes (or a piece of one: ``origin`` is (segment, piece), ``whole`` False), reduced
+        to the newest per key within it (less to shuffle; the apply step reduces across them) and cut by group:
+        each group's changes travel as one Arrow IPC payload (``ROUTED``), so Spark moves a few large values
         instead of converting every change to a row and back. Then the report row: events read by
-        operation and the windows seen."""
+        operation and the windows seen. A piece's first and last transactions may be cut: their events travel
+        as they are (``PieceEdges``)."""
         windows: dict[str, list[int]] = {}  # per part, the distinct windows in log order
         ops: dict[str, dict[str, int]] = {}
         reducer: NewestPerKey | None = None
+        edges = None if whole else PieceEdges()
         try:
             for batch in batches:
                 if not batch.num_rows:
@@ -97,8 +99,9 @@ class MergePlan:
                     batch = batch.filter(pc.greater(batch.column("__scn"), self.applied))
                 if reducer is None:
                     reducer = self._reducer(batch.schema)
-                reducer.add(batch)
-            reduced = pa.Table.from_batches(list(reducer.results()), reducer.schema) if reducer else None
+                reducer.extend([batch] if edges is None else edges.split(batch))
+            reduced = pa.Table.from_batches([*reducer.results(), *(edges.rest() if edges else [])], reducer.schema) \
+                if reducer else None
         finally:
             if reducer is not None:
                 reducer.close()

@@ -212,13 +212,54 @@ def _at_commit(data: pa.Table, keys: list[pa.Array | pa.ChunkedArray], chosen: n
     stays_at_end = np.where(inherits, stays[np.maximum(b, 0)], stays[last])
     held = ~inherits & held_only[last]
     at = np.where(stays_at_end | held, image[last], ends[last])
-    replaced, conditional = row[at], row[at[held]]
+    replaced = row[at]
+    # Each replaced row says what it does, whatever event it was: a held-only row (a reduce of reduced rows
+    # hands some in) that inherits a decided state stays as an update, or goes as a delete.
+    said = np.where(held, HELD_ONLY, np.where(stays_at_end, np.where(op[at] == HELD_ONLY, "u", op[at]), "d"))
     keep = np.setdiff1d(chosen, last_deletes[found], assume_unique=True)
     picked = np.sort(np.concatenate([keep, replaced]))
     result = data.take(pa.array(picked))
-    if len(conditional):
-        mask = pa.array(np.isin(picked, conditional))
+    out = ops[picked].astype(object)
+    out[np.searchsorted(picked, replaced)] = said
+    if not np.array_equal(out, ops[picked]):
         result = result.set_column(result.schema.get_field_index("__op"), "__op",
-                                   pc.if_else(mask, pa.scalar(HELD_ONLY, result.schema.field("__op").type),
-                                              result["__op"]))
+                                   pa.array(out, result.schema.field("__op").type))
     return result
+
+
+class PieceEdges:
+    """The events of a piece of a log segment that the reduce must not fold (``NewestPerKey(at_commit=True)``
+    needs a transaction's events whole): those of its first and last SCN, whose transactions may go on in the
+    pieces before and after it. Feed batches in log order to ``split``, which returns what may be reduced;
+    ``rest`` then gives the held events, as they were, for the reduce after the shuffle."""
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self.head: list[pa.RecordBatch] = []  # the first SCN's events
+        self.tail: list[pa.RecordBatch] = []  # the highest SCN's so far
+        self.tail_scn: int | None = None
+
+    def split(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        if batch.num_rows == 0:
+            return []
+        scns = batch.column(batch.schema.get_field_index("__scn")).to_numpy()
+        if self.first is None:
+            self.first = int(scns[0])
+        first = scns == self.first
+        if first.any():
+            self.head.append(batch.filter(pa.array(first)))
+        top = int(scns[-1])  # log order: SCNs never go down
+        ready: list[pa.RecordBatch] = []
+        if self.tail_scn is not None and top > self.tail_scn:
+            ready, self.tail = self.tail, []  # its transaction ended before this batch's last one
+        self.tail_scn = top
+        last = (scns == top) & ~first
+        if last.any():
+            self.tail.append(batch.filter(pa.array(last)))
+        middle = ~first & ~last
+        if middle.any():
+            ready.append(batch.filter(pa.array(middle)))
+        return ready
+
+    def rest(self) -> list[pa.RecordBatch]:
+        return [*self.head, *self.tail]

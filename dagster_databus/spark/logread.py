@@ -118,7 +118,7 @@ class LogTasks:
         # Windows never span segments, and a packed task's segments are read by no other task: its first
         # segment names it.
         origin = (spec["segments"][0]["file"], spec.get("piece", 0))
-        yield from self.plan.route(self.read(spec), origin)
+        yield from self.plan.route(self.read(spec), origin, whole=spec.get("span") is None)
 
     def read(self, spec: dict[str, Any]) -> Iterator[pa.RecordBatch]:
         from dagster_databus.core.schema import Column, TableSchema

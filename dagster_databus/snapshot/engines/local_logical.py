@@ -94,7 +94,7 @@ def merge_in_process(target: LogicalSnapshot, layout: LogicalLayout, ranges: Seq
         if latest is None:
             continue
         schema = latest[1]
-        reducer = NewestPerKey(change_schema(schema), schema.primary_key, memory_bytes, spill_dir)
+        reducer = NewestPerKey(change_schema(schema), schema.primary_key, memory_bytes, spill_dir, at_commit=True)
         try:
             reducer.extend(table_changes(part.log, schema, since, until))
             by_op[part.label] = dict(reducer.stats.events_by_op)

@@ -12,6 +12,9 @@ from dagster_databus.core.identifiers import quote_ansi
 from dagster_databus.core.schema import TableSchema
 
 ROWID = "rowid"  # the rowid of a table whose key is not its rowid alias: a REPLACE may take it too
+# A constraint's mark for expression parts: an update of any column may change what they compute.
+EXPRESSION = "*"
+_ROWID_NAMES = {"rowid", "_rowid_", "oid"}
 # A constraint: its columns (or ROWID) with the collation they conflict under.
 Constraint = tuple[tuple[str, str], ...]
 
@@ -43,13 +46,16 @@ def displacing(conn: sqlite3.Connection, schema: TableSchema, rowid_key: str | N
         if not columns or (whole and {c.lower() for c, _ in columns} == key
                            and all(coll.upper() == "BINARY" for _, coll in columns)):
             continue
+        if len(columns) < len(parts):
+            columns = (*columns, (EXPRESSION, ""))
         if columns not in found:
             found.append(columns)
     return tuple(found)
 
 
-def displace_values(schema: TableSchema, constraints: Sequence[Constraint]) -> dict[str, str]:
-    """The placeholders of ``table_triggers_displace.sql`` for ``constraints`` (SQL built from validated names)."""
+def displace_values(schema: TableSchema, constraints: Sequence[Constraint], rowid_key: str | None) -> dict[str, str]:
+    """The placeholders of ``table_triggers_displace.sql`` for ``constraints`` (SQL built from validated names);
+    ``rowid_key`` names the table's rowid alias, if it has one."""
     key = [quote_ansi(k) for k in schema.primary_key]
 
     def ref(alias: str, column: str) -> str:
@@ -57,12 +63,15 @@ def displace_values(schema: TableSchema, constraints: Sequence[Constraint]) -> d
 
     # NULLs never conflict, and '=' never matches one.
     match = " OR ".join("(" + " AND ".join(f"{ref('cur', c)} = {ref('NEW', c)} COLLATE {quote_ansi(coll)}"
-                                           for c, coll in constraint) + ")" for constraint in constraints)
+                                           for c, coll in constraint if c != EXPRESSION) + ")"
+                        for constraint in constraints)
     # The key's columns too: an upsert's DO UPDATE that changes the key of the row the insert conflicted with must
     # forget what the insert recorded, or the AFTER UPDATE trigger would delete that row's old key a second time.
-    names = {quote_ansi(c) for constraint in constraints for c, _ in constraint if c != ROWID} | set(key)
-    if any(c == ROWID for constraint in constraints for c, _ in constraint):
-        names |= {"rowid", "_rowid_", "oid"}
+    # Under an index with expression parts, any column may feed them; a rowid alias is set by its other names too.
+    taken = {c for constraint in constraints for c, _ in constraint}
+    names = {quote_ansi(c) for c in (schema.column_names if EXPRESSION in taken else taken - {ROWID})} | set(key)
+    if ROWID in taken or (rowid_key is not None and rowid_key in taken):
+        names |= _ROWID_NAMES
     return {
         "match_new": match,
         "unique_names": ", ".join(sorted(names)),
@@ -74,3 +83,18 @@ def displace_values(schema: TableSchema, constraints: Sequence[Constraint]) -> d
                                     for i, k in enumerate(key)),
         "gone_is_old": " AND ".join(f"v{i} IS OLD.{k} COLLATE BINARY" for i, k in enumerate(key)),
     }
+
+
+
+def unmatched_notes(conn: sqlite3.Connection, table: str) -> list[str]:
+    """What ``databus validate`` says of ``table``'s unique indexes made of expressions alone: the displace triggers
+    cannot compute them, so a REPLACE conflict through one deletes a row capture does not see."""
+    notes = []
+    for index in conn.execute(f"PRAGMA index_list({quote_ansi(table)})").fetchall():
+        parts = [r for r in conn.execute(f"PRAGMA index_xinfo({quote_ansi(index[1])})") if r[5]]
+        if index[2] and parts and all(r[1] < 0 for r in parts):
+            notes.append(f"table {table!r}: unique index {index[1]!r} is made of expressions alone, so a row an "
+                         "INSERT OR REPLACE, REPLACE INTO or UPDATE OR REPLACE deletes through it is not captured "
+                         "(the snapshot keeps it until a bootstrap or refresh). Fix: have the application avoid "
+                         "REPLACE on this table, or add the expression's column to the index")
+    return notes

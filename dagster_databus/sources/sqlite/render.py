@@ -63,7 +63,7 @@ def render_triggers(schema: TableSchema, rowid_key: str | None, layout: int,
     unchanged = " AND ".join(f"OLD.{quote_ansi(k)} IS NEW.{quote_ansi(k)} COLLATE BINARY"
                              for k in schema.primary_key)
     names = {k: quote_ansi(v) for k, v in (trigger_names(schema.table) | displace_names(schema.table)).items()}
-    extra = displace_values(schema, constraints) if constraints else {}
+    extra = displace_values(schema, constraints, rowid_key) if constraints else {}
     script = "table_triggers_displace.sql" if constraints else "table_triggers.sql"
     return sqlfiles.render(
         "sqlite", script, table=quote_ansi(schema.table),

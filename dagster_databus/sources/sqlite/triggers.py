@@ -21,7 +21,7 @@ from dagster_databus.sources.sqlite import drift, layouts
 from dagster_databus.sources.sqlite.catalog import SqliteCatalog
 from dagster_databus.sources.sqlite.database import CORE_TABLES, SqliteDatabase, high_water_mark, settings
 from dagster_databus.sources.sqlite.database import installed as installed_in
-from dagster_databus.sources.sqlite.displace import displace_names, displacing
+from dagster_databus.sources.sqlite.displace import displace_names, displacing, unmatched_notes
 from dagster_databus.sources.sqlite.render import (
     found_triggers,
     rowid_alias,
@@ -140,10 +140,12 @@ class SqliteTriggers:
     def notes(self) -> list[str]:
         """What ``databus validate`` (its only caller: a scan of every captured table is too slow for the checks
         of every sync) says of the source beyond its capture objects: ``text.text_notes``'s scan for text that
-        is not UTF-8, which raises ``SchemaMismatchError`` naming each table, column and key."""
+        is not UTF-8, which raises ``SchemaMismatchError`` naming each table, column and key; unique indexes a REPLACE
+        conflict deletes rows through unseen (``displace.unmatched_notes``)."""
         schemas = self.catalog.schemas()
         with closing(self.database.connect()) as conn:
-            return text_notes(conn, schemas, self.name)
+            return [*text_notes(conn, schemas, self.name),
+                    *(note for table in schemas for note in unmatched_notes(conn, table))]
 
     def install_error(self, problems: Sequence[str]) -> CaptureNotInstalledError:
         return not_installed(
