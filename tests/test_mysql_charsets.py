@@ -1,5 +1,5 @@
-"""Every character set and a sample of every collation a real MariaDB defines (SHOW COLLATION, and the
-uca1400 collations' per-character-set ids), on both roads: the bootstrap (pymysql, text the server converts)
+"""Every character set and every collation a real MariaDB defines (SHOW COLLATION, and the uca1400 collations'
+per-character-set ids), on both roads: the bootstrap (pymysql, text the server converts)
 and capture (binlog bytes decoded by ``sources.mysql.charsets``). Single-byte character sets hold all 256
 bytes; the others a sample of scripts. ENUM and SET members with characters past ASCII in other character sets
 than UTF-8.
@@ -26,6 +26,7 @@ from tests.mariadb import MariaDBServer
 # A sample of scripts for multi-byte character sets: what a character set cannot hold becomes '?' on insert.
 SAMPLE = "aZ09 ~\\'\" é ß ü Ж я ά א ع ก 中文 繁體 日本語 ｶﾅ ¥ 한국어 € ☃ 𝄞"
 _ALL_BYTES = bytes(range(256)).hex()
+TABLE_COLUMNS = 250
 
 
 def _collations(server: MariaDBServer) -> tuple[dict[str, str], dict[str, list[tuple[int, str]]]]:
@@ -67,9 +68,8 @@ def _holds(server: MariaDBServer, charset: str, text: str) -> str:
 
 
 def charset_table(server: MariaDBServer) -> tuple[list[str], list[str]]:
-    """The columns of one table: each character set's default collation (VARCHAR), its first and last other
-    collations by id (TEXT; for utf8mb4, every 7th uca1400 one too), and ENUM and SET columns of some character
-    sets; and each column's value as SQL."""
+    """The columns of the tables: each character set's default collation (VARCHAR), each of its other collations
+    (TEXT), and ENUM and SET columns of some character sets; and each column's value as SQL."""
     default, every = _collations(server)
     single = {name for name, maxlen in server.query("SELECT CHARACTER_SET_NAME, MAXLEN FROM "
                                                     "information_schema.CHARACTER_SETS") if maxlen == 1}
@@ -82,12 +82,9 @@ def charset_table(server: MariaDBServer) -> tuple[list[str], list[str]]:
         else:
             value = f"CONVERT(_utf8mb4 '{_quoted(_holds(server, charset, SAMPLE))}' USING {charset})"
         others = sorted(c for c in every[charset] if c[1] != default[charset])
-        sample = {others[0], others[-1]} if others else set()
-        if charset == "utf8mb4":
-            sample |= {c for c in others if "uca1400" in c[1]}  # ids 2304 to 2431: each of them
         columns.append(f"c_{charset} VARCHAR(300) CHARACTER SET {charset} COLLATE {default[charset]}")
         values.append(value)
-        for ident, name in sorted(sample):
+        for ident, name in others:
             columns.append(f"c{ident} TEXT CHARACTER SET {charset} COLLATE {name}")
             values.append(value)
     for charset, members in (("latin1", ["é", "ß", "€", "\x81"]), ("cp1251", ["Ж", "я"]), ("utf16", ["☃", "𝄞"]),
@@ -103,23 +100,33 @@ def test_every_character_set_and_collation_reads_the_same_on_both_roads(
         mariadb: MariaDBServer, tmp_path: Path, lazy_spark: Callable[[], Any]) -> None:
     harness = MysqlHarness(mariadb)
     columns, values = charset_table(mariadb)
-    names = ", ".join(c.split()[0] for c in columns)
-    harness.execute([f"CREATE TABLE texts (id INT PRIMARY KEY, {', '.join(columns)}) DEFAULT CHARSET=utf8mb4"])
+    # Tables of at most TABLE_COLUMNS columns: InnoDB holds some bytes of each in the row, which has a limit.
+    tables = {f"texts{n}": (columns[at:at + TABLE_COLUMNS], values[at:at + TABLE_COLUMNS])
+              for n, at in enumerate(range(0, len(columns), TABLE_COLUMNS))}
+    assert len(columns) > 300  # every collation, not a sample
+    for table, (own, _) in tables.items():
+        harness.execute([f"CREATE TABLE {table} (id INT PRIMARY KEY, {', '.join(own)}) DEFAULT CHARSET=utf8mb4"])
 
     def insert(key: int) -> list[str]:
-        return [f"INSERT INTO texts (id, {names}) VALUES ({key}, {', '.join(values)})",
-                f"INSERT INTO texts (id) VALUES ({key + 1})"]
+        return [sql for table, (own, vals) in tables.items() for sql in (
+            f"INSERT INTO {table} (id, {', '.join(c.split()[0] for c in own)}) VALUES ({key}, {', '.join(vals)})",
+            f"INSERT INTO {table} (id) VALUES ({key + 1})")]
 
     harness.execute(insert(1))  # by the bootstrap
-    config = make_config(tmp_path / "lake", harness.source_config("shop", [("texts", ["id"])]),
+    config = make_config(tmp_path / "lake", harness.source_config("shop", [(t, ["id"]) for t in tables]),
                          merge={"engine": "local"})
     cycle(config, lazy_spark)
     harness.execute(insert(11))  # by the binlog
     cycle(config, lazy_spark)
 
-    schema = ChangeLog(config.lake, "shop").schemas.latest("texts")[1]
-    stored = {r["id"]: r for r in schema.rows_from_arrow(DeltaSnapshot(config.lake, "shop", "texts").read())}
-    logged = {e.event.key[0]: dict(e.event.row) for e in ChangeLog(config.lake, "shop").read()}
+    log = ChangeLog(config.lake, "shop")
+    stored: dict[int, dict[str, Any]] = {}
+    for table in tables:
+        for r in log.schemas.latest(table)[1].rows_from_arrow(DeltaSnapshot(config.lake, "shop", table).read()):
+            stored.setdefault(r["id"], {}).update(r)
+    logged: dict[int, dict[str, Any]] = {}
+    for e in log.read():
+        logged.setdefault(e.event.key[0], {}).update(e.event.row)
     assert sorted(logged) == [11, 12]
     for key in (11, 12):
         by_bootstrap, by_binlog = dict(stored[key - 10]), logged[key]
