@@ -169,14 +169,28 @@ def _at_commit(data: pa.Table, keys: list[pa.Array | pa.ChunkedArray], chosen: n
     key; one that takes one removes it; one that adds as many as it takes leaves it as it was before,
     which the events alone show when the count went below zero on the way (the key was held), and which
     otherwise only the snapshot knows (``HELD_ONLY``). A key that stays takes its transaction's last image."""
-    ops = data["__op"].to_numpy(zero_copy_only=False)
+    op_column = data["__op"]
+
+    def is_op(*values: str) -> np.ndarray:
+        return np.asarray(pc.is_in(op_column, pa.array(values, op_column.type)).to_numpy(zero_copy_only=False))
+
     # A key whose newest event inserts or updates has a row at commit: that event's row is after every other.
     # The others: a delete, or a reduced row that holds only where held (a reduce of reduced rows: the
     # Spark engine's route step reduces each log segment before the shuffle).
-    last_deletes = chosen[(ops[chosen] == "d") | (ops[chosen] == HELD_ONLY)]
-    if not len(last_deletes) or not np.any((ops == "i") | (ops == HELD_ONLY)):
-        return data.take(pa.array(chosen))
+    last_deletes = chosen[is_op("d", HELD_ONLY)[chosen]]
+    adds = np.flatnonzero(is_op("i", HELD_ONLY))
     names = [f"k{i}" for i in range(len(keys))]
+    if len(last_deletes) and len(adds):
+        # Only a key whose last transaction also added a row with it can end otherwise than its newest event says.
+        txn = data["__scn"]
+        added = pa.table([*(pc.take(k, pa.array(adds)) for k in keys), pc.take(txn, pa.array(adds))],
+                         names=[*names, "txn"])
+        ending = pa.table([*(pc.take(k, pa.array(last_deletes)) for k in keys), pc.take(txn, pa.array(last_deletes)),
+                           pa.array(last_deletes)], names=[*names, "txn", "row"])
+        last_deletes = np.sort(ending.join(added, keys=[*names, "txn"], join_type="left semi",
+                                           use_threads=False)["row"].to_numpy())
+    if not len(last_deletes) or not len(adds):
+        return data.take(pa.array(chosen))
     wanted = pa.table([pc.take(k, pa.array(last_deletes)) for k in keys], names=names)
     wanted = wanted.append_column("kid", pa.array(np.arange(len(last_deletes), dtype=np.int64)))
     events = pa.table([*keys, pa.array(np.arange(data.num_rows, dtype=np.int64))], names=[*names, "row"])
@@ -187,7 +201,7 @@ def _at_commit(data: pa.Table, keys: list[pa.Array | pa.ChunkedArray], chosen: n
     kid, row = kid[order], row[order]
     # A transaction is the unit: the events of one share its SCN (a window may hold several, SQLite's).
     txn = data["__scn"].to_numpy()[row]
-    op = ops[row]
+    op = pc.take(op_column, pa.array(row)).to_numpy(zero_copy_only=False)
     delta = (op == "i").astype(np.int64) - (op == "d").astype(np.int64)
     start = np.ones(len(row), bool)
     start[1:] = (kid[1:] != kid[:-1]) | (txn[1:] != txn[:-1])
@@ -219,9 +233,10 @@ def _at_commit(data: pa.Table, keys: list[pa.Array | pa.ChunkedArray], chosen: n
     keep = np.setdiff1d(chosen, last_deletes[found], assume_unique=True)
     picked = np.sort(np.concatenate([keep, replaced]))
     result = data.take(pa.array(picked))
-    out = ops[picked].astype(object)
-    out[np.searchsorted(picked, replaced)] = said
-    if not np.array_equal(out, ops[picked]):
+    at_picked = np.searchsorted(picked, replaced)
+    if not np.array_equal(said, result["__op"].take(pa.array(at_picked)).to_numpy(zero_copy_only=False)):
+        out = result["__op"].to_numpy(zero_copy_only=False).astype(object)
+        out[at_picked] = said
         result = result.set_column(result.schema.get_field_index("__op"), "__op",
                                    pa.array(out, result.schema.field("__op").type))
     return result
