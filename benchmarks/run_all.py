@@ -21,6 +21,7 @@ from benchmarks import (
     bench_postgres,
     bench_pruning,
     bench_reconcile,
+    bench_reduce,
     bench_scaleout,
     bench_triggers,
     bench_upkeep,
@@ -37,6 +38,7 @@ if __name__ == "__main__":
     for rows in (1_000_000, 10_000_000):
         for pct in (1.0, 10.0):
             bench_merge.main(rows, pct)
+    bench_reduce.main()
     bench_scaleout.main()
     bench_pruning.main()
     bench_bootstrap.main()
