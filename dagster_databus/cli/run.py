@@ -16,6 +16,7 @@ from dagster_databus.config import DatabusConfig
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.figures import sync_figures
 from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.snapshot.verify import RollingVerification, verified_lines, verify_figures
 from dagster_databus.spark.runtime import SparkRuntime
 
 
@@ -23,7 +24,8 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     """The three commands' parsers, on the ``databus`` parser's subparsers."""
     helps = {"capture": "install capture (idempotent) and poll one source into its change log",
              "merge": "merge a source's change log into its snapshots (bootstrapping those that have none)",
-             "sync": "capture, then merge: what one scheduled Dagster run of a source does"}
+             "sync": "capture, merge, then verify a slice of each table: what one scheduled Dagster run of a source "
+                     "does"}
     for name, text in helps.items():
         parser = sub.add_parser(name, parents=[common], help=text)
         parser.add_argument("--source", required=True)
@@ -49,17 +51,31 @@ def sync(config: DatabusConfig, args: argparse.Namespace) -> int:
     spark = SparkRuntime(config.spark)
     if config.merge.engine != "local":
         spark.start_in_background()  # meanwhile, install and capture
-    _capture(config, args)
+    source = config.source(args.source)
+    # As the scheduled run does: each table's slice read before capture, compared once the merge is done.
+    verification = RollingVerification(config, source, source.chosen_tables(args.tables or None), _say)
+    if not args.no_install:
+        _install(config, source.name)
+    verification.read()
+    _capture(config, args, install=False)
     _merge(config, args, spark)
+    for outcome in verification.settle():
+        figures = verify_figures(outcome)
+        _result(json.dumps({"step": "verify", "source": source.name, **figures}, sort_keys=True) if args.json
+                else next(verified_lines([outcome])))
     return 0
 
 
-def _capture(config: DatabusConfig, args: argparse.Namespace) -> None:
+def _install(config: DatabusConfig, source: str) -> None:
+    report = pipeline.install(config, source)
+    if report.changed:
+        _say(f"{source}: capture installed or updated for {', '.join(report.changed)}")
+
+
+def _capture(config: DatabusConfig, args: argparse.Namespace, install: bool = True) -> None:
     source = config.source(args.source).name  # an unknown source is named before anything is done
-    if not args.no_install:
-        report = pipeline.install(config, source)
-        if report.changed:
-            _say(f"{source}: capture installed or updated for {', '.join(report.changed)}")
+    if install and not args.no_install:
+        _install(config, source)
     result = pipeline.capture(config, source, progress=_say)
     figures = pipeline.capture_figures(result, ChangeLog(config.lake, source).manifest())
     if args.json:

@@ -15,6 +15,7 @@ from dagster_databus.config.fields import (
     SchemaChanges,
     TableConfig,
     UpkeepConfig,
+    VerifyConfig,
 )
 from dagster_databus.config.loading import CONFIG_ENV, DEMO_CONFIG, config_path_from_env, load_config, parse_config
 from dagster_databus.config.model import (
@@ -39,10 +40,32 @@ from dagster_databus.config.sources import (
 )
 
 __all__ = [
-    "CONFIG_ENV", "DEMO_CONFIG", "SUPPORTED_KINDS", "DatabusConfig", "FailoverConfig", "LogicalPartConfig",
-    "LogicalTableConfig", "MergeConfig", "MergeEngineName", "MysqlSourceConfig", "MysqlTlsConfig",
-    "OracleSourceConfig", "PollConfig", "PostgresSourceConfig", "ReconcileConfig", "RetentionConfig",
-    "SchemaChanges", "SourceConfig", "SparkConfig", "SqliteSourceConfig", "StandbyConfig", "TableConfig", "TlsMode",
+    "CONFIG_ENV",
+    "DEMO_CONFIG",
+    "SUPPORTED_KINDS",
+    "DatabusConfig",
+    "FailoverConfig",
+    "LogicalPartConfig",
+    "LogicalTableConfig",
+    "MergeConfig",
+    "MergeEngineName",
+    "MysqlSourceConfig",
+    "MysqlTlsConfig",
+    "OracleSourceConfig",
+    "PollConfig",
+    "PostgresSourceConfig",
+    "ReconcileConfig",
+    "RetentionConfig",
+    "SchemaChanges",
+    "SourceConfig",
+    "SparkConfig",
+    "SqliteSourceConfig",
+    "StandbyConfig",
+    "TableConfig",
+    "TlsMode",
     "UpkeepConfig",
-    "config_path_from_env", "load_config", "parse_config",
+    "VerifyConfig",
+    "config_path_from_env",
+    "load_config",
+    "parse_config",
 ]

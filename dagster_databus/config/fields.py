@@ -3,7 +3,7 @@ reconciliation and upkeep schedules."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -39,6 +39,9 @@ class Strict(BaseModel):
 SchemaChanges = Literal["evolve", "resnapshot", "stop"]
 
 
+VerifyPolicy = Literal["repair", "report", "off"]
+
+
 class TableConfig(Strict):
     name: str
     primary_key: tuple[str, ...] = Field(min_length=1)
@@ -52,6 +55,7 @@ class TableConfig(Strict):
     # only, or every column but these; neither: every column.
     track_history_columns: tuple[str, ...] | None = None
     track_history_except_columns: tuple[str, ...] = ()
+    verify: VerifyPolicy | None = None  # None: the source's ``verify.policy``
 
     _check_name = field_validator("name")(lambda cls, v: plain_name(v))
 
@@ -119,6 +123,26 @@ class ReconcileConfig(Strict):
 
     _check_cron = field_validator("cron")(
         lambda cls, v: schedule(v, "'0 3 * * *' (daily at 03:00), or null for no schedule"))
+
+
+class VerifyConfig(Strict):
+    """The rolling verification every sync runs (``snapshot.verify``): a slice of each table's keys compared with
+    the source at one SCN, differences repaired (``repair``), only reported (``report``), or nothing (``off``).
+    Written as a bare policy (``verify: report``) or as these fields."""
+
+    policy: VerifyPolicy = "repair"
+    # Every row of a table is compared at least once in this many runs (288: a day of 5-minute runs), unless
+    # that takes more than ``share`` of a run: then the rotation is longer (``databus status`` shows it).
+    every_runs: int = Field(default=288, ge=1)
+    # The share of a run's time verification may take; the slice grows when runs are cheap and shrinks when not.
+    share: float = Field(default=0.1, gt=0, le=1)
+    min_rows: int = Field(default=1_000, ge=1)  # a slice's rows, at least (a quiet table still rotates)
+    max_rows: int = Field(default=200_000, ge=1)  # and at most (a slice is held in memory)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_policy(cls, value: Any) -> Any:
+        return {"policy": value} if isinstance(value, str) else value
 
 
 class UpkeepConfig(Strict):

@@ -22,6 +22,8 @@ from dagster_databus.config.fields import (
     Strict,
     TableConfig,
     UpkeepConfig,
+    VerifyConfig,
+    VerifyPolicy,
     plain_name,
     unique_table_names,
 )
@@ -35,6 +37,7 @@ class SourceBase(Strict):
     tables: tuple[TableConfig, ...] = Field(min_length=1)
     poll: PollConfig = PollConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
+    verify: VerifyConfig = VerifyConfig()
     upkeep: UpkeepConfig = UpkeepConfig()
     retention: RetentionConfig = RetentionConfig()
     schema_changes: SchemaChanges = "evolve"
@@ -68,6 +71,9 @@ class SourceBase(Strict):
 
     def schema_policy(self, table: str) -> SchemaChanges:
         return self.table(table).schema_changes or self.schema_changes
+
+    def verify_policy(self, table: str) -> VerifyPolicy:
+        return self.table(table).verify or self.verify.policy
 
     def resolved(self, resolve: Callable[[Path], Path]) -> SourceBase:
         """This source with the files it names taken from the config's folder when relative."""

@@ -307,14 +307,16 @@ def merge_clauses(key: Sequence[str], columns: Sequence[str], reads: bool = Fals
 
 
 def merge_with_delta_rs(target: DeltaFolder, key: Sequence[str], changes: pa.Table | pa.RecordBatchReader,
-                        props: CommitProperties, reads: bool = False, soft: bool = False) -> MergeCounts:
+                        props: CommitProperties, reads: bool = False, soft: bool = False,
+                        always: bool = False) -> MergeCounts:
     """Apply reduced changes (one row per ``key``) with delta-rs in one commit carrying ``props``.
 
     SCD type 1 with ``apply_as_deletes``: a newer delete removes the key, a newer image replaces
     the row, an unseen key is inserted; a row whose ``__scn`` is not above the target's changes
     nothing. No changes still commit, so the transaction ids in ``props`` are recorded. A reader
     streams into the MERGE batch by batch. ``soft``: a delete keeps the row, marked (``SOFT_DELETE``); the
-    counts then hold soft deletes among the updates (``soft_deleted`` tells them apart).
+    counts then hold soft deletes among the updates (``soft_deleted`` tells them apart). ``always``: every change
+    applies whatever the row's SCN (a verification's repair of keys it found wrong and no later event touched).
     """
     table = target.delta()
     source = _non_empty(changes)
@@ -323,6 +325,7 @@ def merge_with_delta_rs(target: DeltaFolder, key: Sequence[str], changes: pa.Tab
                         commit_properties=props)
         return MergeCounts()
     predicate, assignments, newer, is_delete = merge_clauses(key, source.schema.names, reads)
+    newer = "TRUE" if always else newer
     # A key the reduce could not tell held or not at commit (``HELD_ONLY``) takes its image only where held.
     held_only = f"s.{_q('__op')} = '{HELD_ONLY}'"
     assignments = {**assignments, _q("__op"): f"CASE WHEN {held_only} THEN 'u' ELSE s.{_q('__op')} END"}

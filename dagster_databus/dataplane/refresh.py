@@ -60,7 +60,7 @@ class RangeChanges:
         for batch in snapshot.batches:
             if self.deletes:
                 seen.append(pa.table([batch.column(k) for k in self.key], names=list(self.key)))
-            yield self._stamped(batch, scn, "r")
+            yield self.stamped(batch, scn, "r")
         if not self.deletes:
             return
         held = self.held(read.ranges[index], location, files)
@@ -75,7 +75,7 @@ class RangeChanges:
             keys = [gone.column(k).combine_chunks() for k in self.key]
             rows = pa.RecordBatch.from_arrays([*keys, *(pa.nulls(gone.num_rows, f.type) for f in others)],
                                               names=[*self.key, *(f.name for f in others)])
-            yield self._stamped(rows, scn, "d")
+            yield self.stamped(rows, scn, "d")
 
     def held(self, where: KeyRange, location: TableLocation, files: TableFiles) -> pa.Table:
         """The keys the snapshot's files hold in ``where``, each file read only if its key bounds reach it."""
@@ -90,7 +90,7 @@ class RangeChanges:
             mask &= ~_beyond(held, self.key, where.through)
         return held.filter(pa.array(mask))
 
-    def _stamped(self, batch: pa.RecordBatch, scn: int, op: str) -> pa.RecordBatch:
+    def stamped(self, batch: pa.RecordBatch, scn: int, op: str) -> pa.RecordBatch:
         n = batch.num_rows
         meta = {"__scn": pa.array(np.full(n, scn, np.int64)), "__seq": pa.array(np.zeros(n, np.int32)),
                 "__window_scn": pa.array(np.full(n, scn, np.int64)), "__op": pa.array([op] * n, pa.string()),

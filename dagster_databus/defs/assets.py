@@ -18,13 +18,14 @@ from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.dataplane.delta import DeltaFolder, DeltaSnapshot
-from dagster_databus.defs.checks import sync_check, sync_check_specs
+from dagster_databus.defs.checks import sync_check, sync_check_specs, verified_result
 from dagster_databus.defs.common import Metadata, capture_key, changelog_key, clear_errors, pool, snapshot_key
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.pipeline import capture_figures
 from dagster_databus.snapshot.figures import Figures, sync_figures
 from dagster_databus.snapshot.merge import TableSyncResult, engine_for, sync_tables
+from dagster_databus.snapshot.verify import RollingVerification
 from dagster_databus.sources.base import ALL_ROWS, RowSelection
 from dagster_databus.sources.registry import source_kind
 
@@ -89,7 +90,7 @@ def build_source_assets(source: SourceConfig, engine: str) -> list[dg.AssetsDefi
 
         def checks_of(key: dg.AssetKey) -> Iterator[dg.AssetCheckResult]:
             for check in sorted(checks, key=str):
-                if check.asset_key == key:
+                if check.asset_key == key and check.name != "verified":
                     yield sync_check(lake_config, source, check)
 
         tables = _tables(config, source, [table_keys[k] for k in table_keys if k in selected])
@@ -99,6 +100,11 @@ def build_source_assets(source: SourceConfig, engine: str) -> list[dg.AssetsDefi
             if capture_key(name) in selected:
                 yield _install(context, lake_config, name)
             yield from checks_of(capture_key(name))
+            # The slices are read before capture, so that the log reaches their SCN once it is done.
+            verifying = [t for t in tables if dg.AssetCheckKey(snapshot_key(name, t), "verified") in checks] \
+                if config.mode == "merge" else []
+            verification = RollingVerification(lake_config, source, verifying, context.log.info)
+            verification.read()
             if changelog_key(name) in selected:
                 yield _capture(context, lake_config, name)
             yield from checks_of(changelog_key(name))
@@ -117,6 +123,8 @@ def build_source_assets(source: SourceConfig, engine: str) -> list[dg.AssetsDefi
                         continue
                     yield _snapshot_result(lake_config, name, table, outcome)
                 yield from checks_of(snapshot_key(name, table))
+            for outcome in verification.settle() if failed is None else ():
+                yield verified_result(name, outcome)
             if failed is not None:
                 raise failed
             if tables:

@@ -21,6 +21,7 @@ from dagster_databus.errors import DatabusError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.merge import applied_commit_ms
 from dagster_databus.snapshot.reconcile import Reconciliation, reconcile_table, schema_drift
+from dagster_databus.snapshot.verify import Verified
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import Retaining
 
@@ -47,6 +48,9 @@ TABLE_CHECKS = {
                  "(fails beyond sources[].poll.max_lag_seconds).",
     "schema_drift": "Source columns and types against the snapshot's.",
 }
+VERIFIED = ("This run's slice of the table's keys compared with the source at one SCN (the rolling verification: "
+            "every row once per rotation); warns when rows differed, naming the keys and columns. A repair is a "
+            "sign of a capture defect or of a change capture cannot see: see docs/operations.md.")
 RECONCILED = ("Source and snapshot at one SCN: row counts and order-independent hashes per key bucket; on a "
               "mismatch, the first differing keys and columns.")
 
@@ -58,6 +62,8 @@ def sync_check_specs(source: SourceConfig) -> list[dg.AssetCheckSpec]:
         *[dg.AssetCheckSpec(n, asset=changelog_key(source.name), description=d) for n, d in CHANGELOG_CHECKS.items()],
         *[dg.AssetCheckSpec(n, asset=snapshot_key(source.name, t.name), description=d)
           for t in source.tables for n, d in TABLE_CHECKS.items()],
+        *[dg.AssetCheckSpec("verified", asset=snapshot_key(source.name, t.name), description=VERIFIED)
+          for t in source.tables if source.verify_policy(t.name) != "off"],
     ]
 
 
@@ -178,6 +184,40 @@ def _reconciled_result(key: dg.AssetKey, r: Reconciliation) -> dg.AssetCheckResu
     return dg.AssetCheckResult(asset_key=key, check_name="reconciled", passed=r.equal, metadata=metadata,
                                severity=dg.AssetCheckSeverity.ERROR if r.reconciled else dg.AssetCheckSeverity.WARN,
                                description=description)
+
+
+def verified_result(source: str, v: Verified) -> dg.AssetCheckResult:
+    """The ``verified`` check of one table: passed when its slice equalled the source (or waits for the next run),
+    a WARN naming the keys, columns and SCN when rows differed (repaired or not) or verification failed."""
+    s = v.state
+    metadata: Metadata = {"policy": v.policy, "rows_compared": v.rows, "differing_keys": v.different,
+                          "repaired_keys": v.repaired, "moved_on_keys": v.moved_on, "seconds": v.seconds,
+                          "repairs_so_far": s.repairs, "pass_runs": s.pass_runs}
+    if v.scn is not None:
+        metadata["scn"] = dg.MetadataValue.text(str(v.scn))
+        metadata["keys"] = dg.MetadataValue.text(v.keys)
+    if s.last_full_ms is not None:
+        metadata["last_full_verify"] = dg.MetadataValue.timestamp(s.last_full_ms / 1000)
+        metadata["last_full_verify_runs"] = s.last_full_runs or 0
+    if v.differences:
+        metadata["first_differences"] = dg.MetadataValue.json([d.as_json() for d in v.differences])
+        metadata["differing_columns"] = dg.MetadataValue.text(", ".join(v.columns) or "(whole rows)")
+    if v.scn is None:
+        description = f"not verified this run: {v.skipped}"
+        if v.failed:
+            description += " (fix the cause; the sync itself went on)"
+    elif v.different:
+        done = ("repaired from the source" if v.repaired else
+                "left as they are (verify: report); run `databus snapshot --mode refresh` over them to repair")
+        description = (f"{v.different} key(s) of {source}.{v.table} differed from the source at SCN {v.scn}, "
+                       f"{done}: " + "; ".join(d.describe() for d in v.differences[:3]) +
+                       ". A repair points at a capture defect or a change capture cannot see: report it "
+                       "(docs/operations.md, 'The verified check').")
+    else:
+        description = f"{v.rows:,} rows equal to the source at SCN {v.scn}"
+    return dg.AssetCheckResult(asset_key=snapshot_key(source, v.table), check_name="verified",
+                               passed=not v.different and not v.failed, severity=dg.AssetCheckSeverity.WARN,
+                               metadata=metadata, description=description)
 
 
 def _freshness(config: DatabusConfig, source: str, table: str, limit_s: float | None) -> dg.AssetCheckResult:

@@ -230,10 +230,12 @@ class Source(Protocol):
         """A consistent, chunked read of one table at a known SCN, in this process (the local engine's
         bootstrap, reconciliation, tests), ``batch_rows`` a batch (None: the source's own size)."""
 
-    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
+    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS,
+               first: int | None = None) -> RangeRead:
         """The table (or the ``rows`` selected: ``check_selection`` first) cut into primary-key ranges of about
         ``rows_per_range`` rows, for tasks to read (``sources.read_range``) and write in parallel: the spark
-        engine's bootstrap and on-demand snapshots."""
+        engine's bootstrap and on-demand snapshots; ``first``: only that many ranges from the selection's start
+        (the rolling verification's slice)."""
 
     def check_selection(self, table: str, rows: RowSelection) -> None:
         """Raise ``ConfigError`` naming the problem if the database cannot select ``rows`` of ``table`` (a bad

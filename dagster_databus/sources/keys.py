@@ -89,15 +89,19 @@ def _require_nonempty(schema: TableSchema, keys: KeyRange) -> None:
 
 
 def split_keys(key_at: Callable[[tuple[Any, ...] | None, int], tuple[Any, ...] | None], rows_per_range: int,
-               bounds: KeyRange = ALL_KEYS) -> tuple[KeyRange, ...]:
+               bounds: KeyRange = ALL_KEYS, first: int | None = None) -> tuple[KeyRange, ...]:
     """Ranges of about ``rows_per_range`` rows within ``bounds``: ``key_at(after, n)`` is the key ``n`` places
     (0: the first) after ``after`` (None: from the start) and at or before ``bounds.through``, in key order,
     or None when there is none. Only the ranges' boundary keys leave the database: the index is skipped
     through where it lives. The last range ends where ``bounds`` does (open-ended when unbounded, so keys
-    inserted later land somewhere)."""
+    inserted later land somewhere). ``first``: only the first ranges, that many, found with that many
+    lookups (a rolling verification reads one range a run, not the whole key space's cuts)."""
     cuts: list[tuple[Any, ...]] = []
-    while (key := key_at(cuts[-1] if cuts else bounds.after, rows_per_range - 1)) is not None:
+    while (first is None or len(cuts) < first) and \
+            (key := key_at(cuts[-1] if cuts else bounds.after, rows_per_range - 1)) is not None:
         cuts.append(tuple(key))
+    if first is not None and len(cuts) == first:
+        return tuple(KeyRange(lo, hi) for lo, hi in zip([bounds.after, *cuts[:-1]], cuts, strict=True))
     if cuts and key_at(cuts[-1], 0) is None:
         cuts.pop()  # the last full range reached the end: it takes the open end itself
     lowers: list[tuple[Any, ...] | None] = [bounds.after, *cuts]

@@ -68,7 +68,8 @@ class Stream(Protocol):
 class Reads(Protocol):
     def snapshot(self, table: str, batch_rows: int | None = None) -> TableSnapshot: ...
 
-    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead: ...
+    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS,
+               first: int | None = None) -> RangeRead: ...
 
     def check_selection(self, table: str, rows: RowSelection) -> None: ...
 
@@ -140,8 +141,9 @@ class ComposedSource:
     def snapshot(self, table: str, batch_rows: int | None = None) -> TableSnapshot:
         return self.reads.snapshot(table, batch_rows)
 
-    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
-        return self.reads.ranges(table, rows_per_range, rows)
+    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS,
+               first: int | None = None) -> RangeRead:
+        return self.reads.ranges(table, rows_per_range, rows, first)
 
     def check_selection(self, table: str, rows: RowSelection) -> None:
         self.reads.check_selection(table, rows)

@@ -189,7 +189,7 @@ class LocalEngine:
         props = CommitProperties(app_transactions=[Transaction(app_id=hist.app_id, version=until.value)],
                                  custom_metadata={OPERATION_KEY: "history", "engine": self.name,
                                                   "databus.scn_range": f"{since}..{until}"})
-        return Merged(self._fold_into(hist, changes, key, tracked, target, props), stats)
+        return Merged(fold_into_history(hist, changes, key, tracked, target, props), stats)
 
     def restate_history(self, hist: HistoryTable, snap: DeltaSnapshot, version: int, schema: TableSchema,
                         target: pa.Schema, tracked: Sequence[str], scn: Scn, progress: Progress) -> MergeCounts:
@@ -211,34 +211,7 @@ class LocalEngine:
             app_transactions=[Transaction(app_id=hist.app_id, version=max(scn.value, applied.value if applied else 0)),
                               Transaction(app_id=hist.based_app_id, version=scn.value)],
             custom_metadata={OPERATION_KEY: "history-restate", "engine": self.name})
-        return self._fold_into(hist, changes, key, tracked, target, props)
-
-    def _fold_into(self, hist: HistoryTable, changes: pa.Table, key: Sequence[str], tracked: Sequence[str],
-                   target: pa.Schema, props: CommitProperties) -> MergeCounts:
-        """Fold ``changes`` into the open versions of their keys and MERGE the result (on key and
-        ``__start_scn``) in one delta-rs commit carrying ``props``."""
-        from dagster_databus.dataplane.history import fold, open_versions
-
-        table = hist.delta()
-        wanted = pc.field("__end_scn").is_null()
-        # Keys of one column are looked up by value; a float's -0 is not its 0 to that lookup, though the same key.
-        if len(key) == 1 and changes.num_rows and not pa.types.is_floating(target.field(key[0]).type):
-            wanted = wanted & pc.field(key[0]).isin(pc.unique(changes[key[0]]).cast(target.field(key[0]).type))
-        open_rows = conform_rows(open_versions(table.to_pyarrow_dataset().to_table(filter=wanted)), target)
-        folded = fold(open_rows, changes, key, tracked, target)
-        rows = pa.concat_tables([folded.replaced, folded.opened])
-        predicate, columns, _, _ = merge_clauses([*key, "__start_scn"], target.names)
-        crash_point("history_commit")
-        with disk_errors(f"committing the history of {hist.source}.{hist.table} to Delta", hist.path):
-            if rows.num_rows:
-                (table.merge(rows, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
-                             commit_properties=props)
-                 .when_matched_update(updates=columns).when_not_matched_insert(updates=columns).execute())
-            else:
-                write_deltalake(table, target.empty_table(), mode="append", schema_mode="merge",
-                                commit_properties=props)
-        crash_point("history_committed")
-        return MergeCounts(folded.opened.num_rows, folded.closed, folded.deleted)
+        return fold_into_history(hist, changes, key, tracked, target, props)
 
     def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
                      progress: Progress) -> LogicalLoaded:
@@ -252,6 +225,34 @@ class LocalEngine:
         from dagster_databus.snapshot.engines.local_logical import merge_in_process
 
         return merge_in_process(target, layout, ranges, self.memory_bytes, self.spill_dir, progress)
+
+
+def fold_into_history(hist: HistoryTable, changes: pa.Table, key: Sequence[str], tracked: Sequence[str],
+                      target: pa.Schema, props: CommitProperties) -> MergeCounts:
+    """Fold ``changes`` into the open versions of their keys and MERGE the result (on key and
+    ``__start_scn``) in one delta-rs commit carrying ``props``."""
+    from dagster_databus.dataplane.history import fold, open_versions
+
+    table = hist.delta()
+    wanted = pc.field("__end_scn").is_null()
+    # Keys of one column are looked up by value; a float's -0 is not its 0 to that lookup, though the same key.
+    if len(key) == 1 and changes.num_rows and not pa.types.is_floating(target.field(key[0]).type):
+        wanted = wanted & pc.field(key[0]).isin(pc.unique(changes[key[0]]).cast(target.field(key[0]).type))
+    open_rows = conform_rows(open_versions(table.to_pyarrow_dataset().to_table(filter=wanted)), target)
+    folded = fold(open_rows, changes, key, tracked, target)
+    rows = pa.concat_tables([folded.replaced, folded.opened])
+    predicate, columns, _, _ = merge_clauses([*key, "__start_scn"], target.names)
+    crash_point("history_commit")
+    with disk_errors(f"committing the history of {hist.source}.{hist.table} to Delta", hist.path):
+        if rows.num_rows:
+            (table.merge(rows, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
+                         commit_properties=props)
+             .when_matched_update(updates=columns).when_not_matched_insert(updates=columns).execute())
+        else:
+            write_deltalake(table, target.empty_table(), mode="append", schema_mode="merge",
+                            commit_properties=props)
+    crash_point("history_committed")
+    return MergeCounts(folded.opened.num_rows, folded.closed, folded.deleted)
 
 
 def write_snapshot(snap: DeltaSnapshot, schema: TableSchema, batches: Iterator[pa.RecordBatch], scn: Scn) -> int:

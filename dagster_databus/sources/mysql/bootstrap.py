@@ -41,7 +41,8 @@ def mysql_filter(table: str, columns: Sequence[str], where: str | None) -> Filte
 
 
 def key_ranges(cursor: Cursor, table: str, key: Sequence[str], rows_per_range: int,
-               rows: RowSelection = ALL_ROWS, columns: Sequence[str] = ()) -> tuple[KeyRange, ...]:
+               rows: RowSelection = ALL_ROWS, columns: Sequence[str] = (), first: int | None = None
+               ) -> tuple[KeyRange, ...]:
     """Ranges of about ``rows_per_range`` of the selected rows (``keys.split_keys``); a filter may name
     ``columns``."""
     cols = ", ".join(f"`{k}`" for k in key)
@@ -53,7 +54,7 @@ def key_ranges(cursor: Cursor, table: str, key: Sequence[str], rows_per_range: i
         cursor.execute(f"SELECT {cols} FROM `{table}` {where}ORDER BY {cols} LIMIT 1 OFFSET %s", (*params, n))
         return cursor.fetchone()
 
-    return split_keys(key_at, rows_per_range, rows.keys)
+    return split_keys(key_at, rows_per_range, rows.keys, first)
 
 
 def check_selection(cursor: Cursor, table: str, key: Sequence[str], rows: RowSelection,

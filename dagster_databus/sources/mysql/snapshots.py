@@ -65,14 +65,15 @@ class MysqlSnapshots:
         pages = keyset_pages(fetch, ALL_KEYS, row_key(key_index), batch_rows)
         return TableSnapshot(scn=scn, schema=schema, batches=_batches_then_close(conn, cur, pages, convert))
 
-    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
+    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS,
+               first: int | None = None) -> RangeRead:
         """Key ranges each read in its own consistent snapshot, pinned to a binlog position as
         ``bootstrap_reads`` says (``mysql.bootstrap.snapshot_position``); with ``lock`` the whole table is one
         range pinned under a brief global read lock."""
         schema = self.catalog.preflight()[table]
         with closing(self.servers.connect()) as conn, conn.cursor() as cur:
             reads = self._bootstrap_reads(cur)
-            ranges = (key_ranges(cur, table, schema.primary_key, rows_per_range, rows, schema.column_names)
+            ranges = (key_ranges(cur, table, schema.primary_key, rows_per_range, rows, schema.column_names, first)
                       if reads != "lock" else (rows.keys,))
         c = self.config
         spec = {"connection": self.task_connection(), "zero_dates": c.zero_dates, "era": self.servers.era,

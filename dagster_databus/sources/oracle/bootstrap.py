@@ -29,7 +29,8 @@ def oracle_filter(table: str, columns: Mapping[str, str], where: str | None) -> 
 
 
 def key_ranges(cursor: oracledb.Cursor, table: str, keys: Sequence[str], scn: int, rows_per_range: int,
-               rows: RowSelection = ALL_ROWS, columns: Mapping[str, str] | None = None) -> tuple[KeyRange, ...]:
+               rows: RowSelection = ALL_ROWS, columns: Mapping[str, str] | None = None, first: int | None = None
+               ) -> tuple[KeyRange, ...]:
     """Ranges of about ``rows_per_range`` of the selected rows of the table as of ``scn`` (``keys.split_keys``);
     a filter may name ``columns`` (``oracle_filter``)."""
     order = ", ".join(keys)
@@ -42,7 +43,7 @@ def key_ranges(cursor: oracledb.Cursor, table: str, keys: Sequence[str], scn: in
         row: tuple[Any, ...] | None = cursor.fetchone()
         return row
 
-    return split_keys(key_at, rows_per_range, rows.keys)
+    return split_keys(key_at, rows_per_range, rows.keys, first)
 
 
 def selection_clause(keys: Sequence[str], where: KeyRange, predicate: Filter | None) -> tuple[str, dict[str, Any]]:

@@ -42,7 +42,8 @@ class OracleSnapshots:
                               convert)
         return TableSnapshot(scn=scn, schema=schema, batches=batches)
 
-    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
+    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS,
+               first: int | None = None) -> RangeRead:
         """Key ranges of the table as of the database SCN now; every range is read as of that SCN."""
         schema = self.catalog.preflight()[table]
         mapping = self.catalog.columns(table)
@@ -51,7 +52,7 @@ class OracleSnapshots:
         with closing(self.catalog.connect()) as conn, closing(conn.cursor()) as cur:
             scn = current_scn(cur)
             ranges = key_ranges(cur, actual, keys, scn.value, rows_per_range, rows,
-                                self.catalog.quoted_columns(table))
+                                self.catalog.quoted_columns(table), first)
         c = self.config
         spec = {"connection": {"user": c.user, "password": c.resolved_password(), "dsn": c.dsn},
                 "table": actual, "key": keys, "page_rows": min(rows_per_range, 10_000),

@@ -153,7 +153,7 @@ class TableQueries:
         return select_clause(self.key.as_string(cur), self.marks, keys, chosen)
 
     def ranges(self, cur: Any, rows_per_range: int, rows: RowSelection = ALL_ROWS,
-               chosen: Filter | None = None) -> tuple[KeyRange, ...]:
+               chosen: Filter | None = None, first: int | None = None) -> tuple[KeyRange, ...]:
         """Ranges of about ``rows_per_range`` of the selected rows: only their boundary keys leave the server."""
 
         def key_at(after: tuple[Any, ...] | None, n: int) -> tuple[Any, ...] | None:
@@ -164,7 +164,7 @@ class TableQueries:
             found = cur.fetchone()
             return tuple(found) if found is not None else None
 
-        return split_keys(key_at, rows_per_range, rows.keys)
+        return split_keys(key_at, rows_per_range, rows.keys, first)
 
     def check(self, cur: Any, rows: RowSelection, chosen: Filter | None) -> None:
         """Run the selection's query on no rows: the server names what its own check finds."""

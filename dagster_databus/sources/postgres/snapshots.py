@@ -60,7 +60,8 @@ class PostgresSnapshots:
 
         return TableSnapshot(scn=scn, schema=schema, batches=batches())
 
-    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
+    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS,
+               first: int | None = None) -> RangeRead:
         """Key ranges that tasks read, all in one exported snapshot. The snapshot (and its temporary slot) lives
         as long as the returned read or a copy of it (``bootstrap.SnapshotLease``)."""
         schema = self.catalog.preflight()[table]
@@ -70,7 +71,7 @@ class PostgresSnapshots:
             with closing(self.connector.connect()) as conn:
                 scn = self._settled(conn, exported.scn)
                 cur = begin_at(conn, exported.name)
-                ranges = TableQueries(self.config.schema_, schema).ranges(cur, rows_per_range, rows, chosen)
+                ranges = TableQueries(self.config.schema_, schema).ranges(cur, rows_per_range, rows, chosen, first)
         except BaseException:
             exported.close()
             raise

@@ -71,7 +71,8 @@ def _only(table: str, functions: frozenset[str]) -> Callable[[int, str | None, s
 
 
 def key_ranges(conn: sqlite3.Connection, table: str, key: Sequence[str], rows_per_range: int,
-               rows: RowSelection = ALL_ROWS, columns: Sequence[str] = ()) -> tuple[KeyRange, ...]:
+               rows: RowSelection = ALL_ROWS, columns: Sequence[str] = (), first: int | None = None
+               ) -> tuple[KeyRange, ...]:
     """Ranges of about ``rows_per_range`` of the selected rows (``keys.split_keys``); a filter may name
     ``columns``."""
     cols = ", ".join(quote_ansi(k) for k in key)
@@ -85,7 +86,7 @@ def key_ranges(conn: sqlite3.Connection, table: str, key: Sequence[str], rows_pe
         return row
 
     with reading_only(conn, table, where):
-        return split_keys(key_at, rows_per_range, rows.keys)
+        return split_keys(key_at, rows_per_range, rows.keys, first)
 
 
 def check_selection(conn: sqlite3.Connection, table: str, key: Sequence[str], rows: RowSelection,

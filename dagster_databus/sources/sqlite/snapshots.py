@@ -30,11 +30,12 @@ class SqliteSnapshots:
         self.config = database.config
         self.name = database.name
 
-    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS) -> RangeRead:
+    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS,
+               first: int | None = None) -> RangeRead:
         """Key ranges each read in its own read transaction with the txlog high-water mark it sees."""
         schema = self.catalog.schemas()[table]
         with closing(self.database.connect()) as conn, naming_invalid_text(conn, schema, f"bootstrap of {table}"):
-            ranges = key_ranges(conn, table, schema.primary_key, rows_per_range, rows, schema.column_names)
+            ranges = key_ranges(conn, table, schema.primary_key, rows_per_range, rows, schema.column_names, first)
         spec = {"path": str(Path(self.config.path).resolve()), "busy_timeout_s": self.config.busy_timeout_ms / 1000,
                 "page_rows": min(rows_per_range, 10_000)}
         return RangeRead("sqlite", self.name, schema, spec, ranges, scn=None, where=rows.where)

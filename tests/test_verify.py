@@ -1,0 +1,147 @@
+"""The rolling verification (``snapshot.verify``): every sync compares a slice of each table with the source at one
+SCN and repairs what differs. Damage is planted in the Delta snapshots behind the log's back (values changed, rows
+removed, ghost rows added, on three tables, one with a history table); within the rotation's runs, with the default
+config, every planted difference is reported and repaired, and nothing is reported when nothing is wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from dagster_databus import pipeline
+from dagster_databus.config import DatabusConfig
+from dagster_databus.dataplane.delta import DeltaSnapshot
+from dagster_databus.dataplane.history import HistoryTable, open_versions
+from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.snapshot.verify import RollingVerification, Verified, VerifyState, slice_rows
+from dagster_databus.spark.runtime import SparkRuntime
+from tests.conftest import assert_snapshots_match
+from tests.harness import SourceHarness, make_config
+
+SHOP = [("customers", ["id"]), ("orders", ["id"]), ("order_items", ["order_id", "line_no"])]
+
+
+def verified_run(config: DatabusConfig, spark: SparkRuntime, source: str = "shop",
+                 meanwhile: Callable[[], object] | None = None) -> list[Verified]:
+    """One scheduled run as the sync step runs it: install, the slices read, capture, merge, the slices settled;
+    ``meanwhile`` runs (transactions on the source, say) between the reads and capture."""
+    cfg = config.source(source)
+    pipeline.install(config, source)
+    verification = RollingVerification(config, cfg, [t.name for t in cfg.tables])
+    verification.read()
+    if meanwhile is not None:
+        meanwhile()
+    pipeline.capture(config, source)
+    sync_source(spark, config, source)
+    return verification.settle()
+
+
+def shop(source: SourceHarness, lake: Path, **extra: Any) -> DatabusConfig:
+    source.create_shop()
+    source.workload(seed=3).run(60)
+    cfg = source.source_config("shop", SHOP, **extra)
+    cfg["tables"][1]["history"] = True  # orders
+    return make_config(lake, cfg, merge={"engine": "local"})
+
+
+def plant(config: DatabusConfig, table: str, key: list[str], column: str, value: str) -> list[tuple[Any, ...]]:
+    """Damage ``table``'s snapshot behind the log's back: the first key's row removed, the second's ``column`` set to
+    ``value``, and a ghost row (a copy of the third under a key the source never had). The keys damaged."""
+    snap = DeltaSnapshot(config.lake, "shop", table)
+    rows = sorted(snap.read().to_pylist(), key=lambda r: tuple(r[k] for k in key))
+    gone, changed, copied = rows[0], rows[1], rows[2]
+    dt = DeltaTable(snap.uri, storage_options=snap.storage_options)
+    dt.delete(" AND ".join(f"{k} = {gone[k]}" for k in key))
+    dt.update(predicate=" AND ".join(f"{k} = {changed[k]}" for k in key), updates={column: value})
+    ghost = {**copied, key[0]: 900_000}
+    write_deltalake(dt, pa.Table.from_pylist([ghost], schema=pa.schema(dt.schema().to_arrow())), mode="append")
+    return [tuple(r[k] for k in key) for r in (gone, changed, ghost)]
+
+
+def test_planted_damage_is_reported_and_repaired_by_the_scheduled_runs(source: SourceHarness, tmp_path: Path,
+                                                                      lazy_spark: SparkRuntime) -> None:
+    config = shop(source, tmp_path / "lake")
+    assert all(v.scn is None for v in verified_run(config, lazy_spark))  # the first run bootstraps
+    assert [(v.skipped, v.different) for v in verified_run(config, lazy_spark)] == [(None, 0)] * 3  # nothing wrong
+    planted = {"customers": plant(config, "customers", ["id"], "city", "'Atlantis'"),
+               "orders": plant(config, "orders", ["id"], "total", "-1"),
+               "order_items": plant(config, "order_items", ["order_id", "line_no"], "qty", "0")}
+    results = {v.table: v for v in verified_run(config, lazy_spark)}
+    for table, keys in planted.items():
+        v = results[table]
+        assert (v.different, v.repaired) == (3, 3), v
+        named = {tuple(d.key) for d in v.differences}
+        assert set(keys) <= named, (table, named)
+    changed = next(d for d in results["orders"].differences if d.what == "differs")
+    assert changed.columns == ("total",) and changed.snapshot["total"] == -1
+    assert_snapshots_match(config)
+    # The history's open versions are the source's rows again (the ghost's version is never opened there).
+    hist = open_versions(HistoryTable(config.lake, "shop", "orders").delta().to_pyarrow_table())
+    snap = DeltaSnapshot(config.lake, "shop", "orders").read()
+    assert sorted(hist.column("id").to_pylist()) == sorted(snap.column("id").to_pylist())
+    assert sorted(zip(hist.column("id").to_pylist(), hist.column("total").to_pylist(), strict=True)) == sorted(
+        zip(snap.column("id").to_pylist(), snap.column("total").to_pylist(), strict=True))
+    workload = source.workload(seed=4)
+    assert [v.different for v in verified_run(config, lazy_spark, meanwhile=lambda: workload.run(10))] == [0, 0, 0]
+    assert VerifyState.load(config, "shop", "orders").repairs == 3
+
+
+def test_changes_not_yet_merged_are_never_differences(source: SourceHarness, tmp_path: Path,
+                                                       lazy_spark: SparkRuntime) -> None:
+    """Transactions commit between the slices' reads and capture, every run: the reads see rows the snapshot has
+    not merged yet, and the log's events up to each read account for all of them."""
+    config = shop(source, tmp_path / "lake", verify={"min_rows": 7})
+    workload = source.workload(seed=5)
+    verified_run(config, lazy_spark)
+    for _ in range(12):
+        results = verified_run(config, lazy_spark, meanwhile=lambda: workload.run(15))
+        assert [(v.table, v.skipped, v.different) for v in results] == [(t, None, 0) for t, _ in SHOP]
+    assert_snapshots_match(config)
+
+
+def test_verification_off_leaves_the_damage(source: SourceHarness, tmp_path: Path, lazy_spark: SparkRuntime) -> None:
+    config = shop(source, tmp_path / "lake", verify="off")
+    verified_run(config, lazy_spark)
+    plant(config, "orders", ["id"], "total", "-1")
+    assert verified_run(config, lazy_spark) == []
+    with pytest.raises(AssertionError):
+        assert_snapshots_match(config)
+
+
+def test_report_names_the_damage_and_changes_nothing(source: SourceHarness, tmp_path: Path,
+                                                    lazy_spark: SparkRuntime) -> None:
+    config = shop(source, tmp_path / "lake", verify="report")
+    verified_run(config, lazy_spark)
+    plant(config, "orders", ["id"], "total", "-1")
+    before = DeltaSnapshot(config.lake, "shop", "orders").version()
+    v = next(v for v in verified_run(config, lazy_spark) if v.table == "orders")
+    assert (v.different, v.repaired) == (3, 0)
+    assert DeltaSnapshot(config.lake, "shop", "orders").version() == before  # no commit: nothing to merge, no repair
+    with pytest.raises(AssertionError):
+        assert_snapshots_match(config)
+
+
+def test_a_rotation_covers_every_row_and_finds_damage_anywhere(source: SourceHarness, tmp_path: Path,
+                                                              lazy_spark: SparkRuntime) -> None:
+    config = shop(source, tmp_path / "lake", verify={"every_runs": 4, "min_rows": 5})
+    verified_run(config, lazy_spark)
+    rows = DeltaSnapshot(config.lake, "shop", "customers").row_count()
+    ids = sorted(DeltaSnapshot(config.lake, "shop", "customers").read().column("id").to_pylist())
+    dt = DeltaTable(DeltaSnapshot(config.lake, "shop", "customers").uri)
+    dt.update(predicate=f"id = {ids[-1]}", updates={"city": "'Atlantis'"})  # the last slice's
+    found, covered = 0, 0
+    for _ in range(5):
+        v = next(v for v in verified_run(config, lazy_spark) if v.table == "customers")
+        assert v.rows <= max(5, slice_rows(VerifyState(), rows, config.source("shop"))) * 4 + 1
+        found += v.repaired
+        covered += v.rows
+        if v.state.last_full_ms is not None:
+            break
+    assert found == 1 and covered >= rows
+    assert v.state.last_full_runs is not None and 2 <= v.state.last_full_runs <= 5
+    assert_snapshots_match(config)
