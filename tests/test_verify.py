@@ -5,8 +5,8 @@ config, every planted difference is reported and repaired, and nothing is report
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
