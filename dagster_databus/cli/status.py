@@ -17,6 +17,7 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import DatabusError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.manifest import Manifest
+from dagster_databus.snapshot.verify import VerifyState
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import Failover, Retaining, Source
 from dagster_databus.sources.registry import source_kind
@@ -92,7 +93,8 @@ def _source(config: DatabusConfig, source: SourceConfig) -> list[Line]:
                               str(sum(s.bytes for s in manifest.segments))])]
     for table in source.tables:
         applied = DeltaSnapshot(config.lake, source.name, table.name).applied_scn()
-        lines.append(Row([f"  {table.name}", "", _scn(applied), "", _behind(manifest.last_scn, applied)]))
+        lines.append(Row([f"  {table.name}", "", _scn(applied), "", _behind(manifest.last_scn, applied)],
+                         _verified(config, source, table.name)))
     lines += [f"  damaged: {problem}"
               for problem in pipeline.lake_damage(config, source.name, [t.name for t in source.tables])]
     if src is not None:
@@ -102,6 +104,22 @@ def _source(config: DatabusConfig, source: SourceConfig) -> list[Line]:
         lines.append(Row([f"  consumer {client}", _scn(cursor), "", "", _behind(manifest.last_scn, at)],
                          "behind retention: must bootstrap" if at < manifest.start_scn else ""))
     return lines
+
+
+def _verified(config: DatabusConfig, source: SourceConfig, table: str) -> str:
+    """Where the table's rolling verification stands: its last whole pass, and the keys it found different."""
+    policy = source.verify_policy(table)
+    if policy == "off":
+        return "verify: off"
+    state = VerifyState.load(config, source.name, table)
+    if state.runs == 0:
+        return "not verified yet"
+    if state.last_full_ms is None:
+        full = f"first pass {state.pass_runs} run(s) in"
+    else:
+        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(state.last_full_ms / 1000))
+        full = f"fully verified {when} UTC ({state.last_full_runs} runs)"
+    return f"{full}; repairs {state.repairs}" + (" (verify: report)" if policy == "report" else "")
 
 
 def _retention(src: Source) -> list[Line]:

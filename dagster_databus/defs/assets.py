@@ -123,8 +123,8 @@ def build_source_assets(source: SourceConfig, engine: str) -> list[dg.AssetsDefi
                         continue
                     yield _snapshot_result(lake_config, name, table, outcome)
                 yield from checks_of(snapshot_key(name, table))
-            for outcome in verification.settle() if failed is None else ():
-                yield verified_result(name, outcome)
+            for verified in verification.settle() if failed is None else ():
+                yield verified_result(name, verified)
             if failed is not None:
                 raise failed
             if tables:

@@ -348,7 +348,8 @@ def _key_texts(rows: pa.Table, schema: TableSchema) -> list[bytes]:
     if not rows.num_rows:
         return []
     key, _ = row_texts(rows, schema, columns=())
-    return key.to_pylist()
+    texts: list[bytes] = key.to_pylist()
+    return texts
 
 
 def _differing(schema: TableSchema, source: pa.Table, snapshot: pa.Table, extras: bool) -> list[_Found]:
