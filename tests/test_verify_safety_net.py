@@ -18,10 +18,11 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.snapshot.verify import Verified
 from dagster_databus.sources import open_source, read_rows
 from dagster_databus.sources.mysql.wire import tablemap
+from dagster_databus.sources.postgres import drift, stream
 from dagster_databus.sources.sqlite import triggers
 from dagster_databus.spark.runtime import SparkRuntime
 from tests.conftest import assert_snapshots_match
-from tests.harness import MysqlHarness, SqliteHarness, make_config
+from tests.harness import MysqlHarness, PostgresHarness, SqliteHarness, make_config
 from tests.mariadb import MariaDBServer
 from tests.test_verify import verified_run
 
@@ -196,3 +197,49 @@ def test_replace_displacing_rows_reverted_under_a_text_key(tmp_path: Path, lazy_
         "k", "repair", lazy_spark, monkeypatch)
     assert damaged == {("k01",): "extra", ("k03",): "extra"}
     net(config, lazy_spark, "t", damaged, "repair")
+
+
+# -- 3. PostgreSQL: a rewrite that keeps the declared type, an enum label renamed (8e976da) ----------------------
+
+# Before the fix an unpartitioned table's identity held neither its storage (relfilenode) nor its enum columns'
+# labels: ALTER COLUMN ... TYPE text USING ... on a text column and ALTER TYPE ... RENAME VALUE send no relation
+# message and keep every oid, so nothing was recorded and the snapshot kept the old values. The revert gives the
+# recorded identity the live one's storage and labels (what the later fix, columns dropped and added again under
+# their name, keeps in the same string is left as it is).
+_identity_change = drift.identity_change
+
+
+def _identity_change_before_fix(table: str, before: drift.Identity, now: drift.Identity,
+                                truncated: bool = False) -> str | None:
+    if before[2] is not None and now[2] is not None and list(drift._storage(before[2])[0]) == [str(before[0])]:
+        before = (before[0], before[1], ";".join([*now[2].split(";")[:2], *before[2].split(";")[2:]]))
+    return _identity_change(table, before, now, truncated)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_postgres_rewrite_keeping_the_type_reverted(pg: PostgresHarness, tmp_path: Path, lazy_spark: SparkRuntime,
+                                                    monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
+    monkeypatch.setattr(stream, "identity_change", _identity_change_before_fix)
+    pg.execute(["CREATE TYPE status AS ENUM ('new', 'paid')",
+                "CREATE TABLE items (id INT PRIMARY KEY, note TEXT, st status, qty INT)",
+                *(f"INSERT INTO items VALUES ({i}, 'note {i}', '{'new' if i < 3 else 'paid'}', {i})"
+                  for i in range(1, 13))])
+    config = make_config(tmp_path / "lake", pg.source_config("shop", [("items", ["id"])], verify=policy),
+                         merge={"engine": "local"})
+
+    def writes() -> None:
+        pg.execute(["ALTER TABLE items ALTER COLUMN note TYPE TEXT USING CASE WHEN mod(id, 4) = 0 THEN upper(note) "
+                    "ELSE note END"])
+        pg.execute(["ALTER TYPE status RENAME VALUE 'new' TO 'fresh'"])
+        pg.execute(["UPDATE items SET qty = 100 WHERE id = 5"])  # a row event: the poll has a change to carry
+
+    first_runs(config, lazy_spark, policy, writes)
+    damaged = damage(config, "items")
+    assert damaged == {(1,): "differs", (2,): "differs", (4,): "differs", (8,): "differs", (12,): "differs"}
+    stale = {r["id"]: (r["note"], r["st"], r["qty"])
+             for r in DeltaSnapshot(config.lake, "shop", "items").read().to_pylist()}
+    assert stale[4] == ("note 4", "paid", 4) and stale[1] == ("note 1", "new", 1) and stale[5][2] == 100
+
+    seen = net(config, lazy_spark, "items", damaged, policy)
+    if policy == "repair":
+        assert {c for v in seen for c in v.columns} == {"note", "st"}
