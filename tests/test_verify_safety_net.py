@@ -8,6 +8,7 @@ stays: the net, not something else, is what repairs it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.snapshot.verify import Verified
 from dagster_databus.sources import open_source, read_rows
+from dagster_databus.sources.mysql import charsets
 from dagster_databus.sources.mysql.wire import tablemap
 from dagster_databus.sources.postgres import drift, stream
 from dagster_databus.sources.sqlite import triggers
@@ -243,3 +245,40 @@ def test_postgres_rewrite_keeping_the_type_reverted(pg: PostgresHarness, tmp_pat
     seen = net(config, lazy_spark, "items", damaged, policy)
     if policy == "repair":
         assert {c for v in seen for c in v.columns} == {"note", "st"}
+
+
+# -- 4. MariaDB: text of a multi-byte character set decoded as the server converts it (eb6cf7e) -----------------
+
+# Before the fix a binlog's text was decoded by Python's codec of the character set's name. Where that codec reads a
+# sequence otherwise than the server (sjis 0x815F: the server's U+005C, Python's U+FF3C), the change path wrote
+# another character than the bootstrap (the server's conversion) reads. The revert: Python's codec as it is,
+# untranslated (and a fresh cache of the server's character sets, so no decoder checked earlier is reused).
+def _python_codec(encoding: str, sequences: object, server: object) -> charsets.Decoder:
+    return partial(charsets._decode, encoding=encoding)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_multibyte_text_decoded_by_python_reverted(mariadb: MariaDBServer, tmp_path: Path, lazy_spark: SparkRuntime,
+                                                   monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
+    monkeypatch.setattr(charsets, "_CACHE", {})
+    monkeypatch.setattr(charsets, "_codec", _python_codec)
+    harness = MysqlHarness(mariadb)
+    harness.execute(["CREATE TABLE jp (id INT PRIMARY KEY, name VARCHAR(20) CHARACTER SET sjis, qty INT)",
+                     *(f"INSERT INTO jp VALUES ({i}, CONCAT('n', {i}, _sjis X'815F'), {i})" for i in range(1, 13))])
+    config = make_config(tmp_path / "lake", harness.source_config("shop", [("jp", ["id"])], verify=policy),
+                         merge={"engine": "local"})
+
+    def writes() -> None:
+        harness.execute(["INSERT INTO jp VALUES (20, CONCAT('a', _sjis X'815F', 'b'), 1)",
+                         "UPDATE jp SET qty = 0 WHERE id IN (2, 3)",  # the whole row's image: its name too
+                         "UPDATE jp SET name = _sjis X'93FA967B' WHERE id = 4"])  # 日本: read the same either way
+
+    first_runs(config, lazy_spark, policy, writes)
+    damaged = damage(config, "jp")
+    assert damaged == {(20,): "differs", (2,): "differs", (3,): "differs"}
+    names = {r["id"]: r["name"] for r in DeltaSnapshot(config.lake, "shop", "jp").read().to_pylist()}
+    assert names[20] == "a\uff3cb" and names[2] == "n2\uff3c" and names[1] == "n1\\" and names[4] == "日本"
+
+    seen = net(config, lazy_spark, "jp", damaged, policy)
+    if policy == "repair":
+        assert {c for v in seen for c in v.columns} == {"name"}
