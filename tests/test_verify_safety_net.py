@@ -3,7 +3,11 @@ fix at a narrow seam (monkeypatch: the fix is gone only within the test), runs t
 before the fix, shows that capture really writes wrong data to the snapshot, and that the scheduled runs that follow
 (default verify config: the tables are small, so one slice covers a whole table each run) report the differing keys
 and repair them, until the snapshot equals the source again. Each also runs with ``verify: off``, where the damage
-stays: the net, not something else, is what repairs it."""
+stays: the net, not something else, is what repairs it.
+
+Where the net does not catch a class the test says so as it is, marked ``xfail(strict=True)`` with the reason:
+a table keyed by a string (its comparison fails; ghost rows under it are not looked for) and a defect of the
+source's read path (the slice is read through it too). A strict xfail turns into a failure once verify.py does."""
 
 from __future__ import annotations
 
