@@ -5,9 +5,9 @@ before the fix, shows that capture really writes wrong data to the snapshot, and
 and repair them, until the snapshot equals the source again. Each also runs with ``verify: off``, where the damage
 stays: the net, not something else, is what repairs it.
 
-Where the net does not catch a class the test says so as it is, marked ``xfail(strict=True)`` with the reason:
-a table keyed by a string (its comparison fails; ghost rows under it are not looked for) and a defect of the
-source's read path (the slice is read through it too). A strict xfail turns into a failure once verify.py does."""
+Tables keyed by strings are covered too (a slice of the whole key space looks for ghost rows under any key). Where
+the net cannot catch a class the test says so as it is, marked ``xfail(strict=True)`` with the reason: a defect of
+the source's read path (the slice is read through it too)."""
 
 from __future__ import annotations
 
@@ -106,18 +106,8 @@ def first_runs(config: DatabusConfig, spark: SparkRuntime, policy: str, writes: 
 _NUMERIC_BEFORE = tablemap._NUMERIC - {tablemap.YEAR, tablemap.DECIMAL_OLD}
 
 
-# verify.py fails the comparison of every table whose first key column is a string once a merge has written one of
-# its files: the slice's coarse filter (``pds.field(k).isin(...)``) meets those files' statistics, which deltalake
-# gives the scan as string_view literals, and pyarrow has no greater_equal(string, string_view) kernel: "the
-# comparison failed" every run from then on (the bootstrap's files pass).
-STRING_KEYS_FAIL = pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "verify.py: _SnapshotSlice._coarse's isin filter on a string key column fails against deltalake's string_view "
-    "file statistics (ArrowNotImplementedError: Function 'greater_equal' has no kernel matching input types "
-    "(string, string_view)), so a table keyed by a string is never compared"))
-
-
 @pytest.mark.parametrize(("policy", "key"), [("repair", "INT"), ("off", "INT"),
-                                             pytest.param("repair", "VARCHAR(8)", marks=STRING_KEYS_FAIL)])
+                                             ("repair", "VARCHAR(8)")])
 def test_year_signedness_reverted(mariadb: MariaDBServer, tmp_path: Path, lazy_spark: SparkRuntime,
                                   monkeypatch: pytest.MonkeyPatch, policy: str, key: str) -> None:
     monkeypatch.setattr(tablemap, "_NUMERIC", _NUMERIC_BEFORE)
@@ -193,12 +183,6 @@ def test_replace_displacing_rows_reverted(tmp_path: Path, lazy_spark: SparkRunti
     net(config, lazy_spark, "t", damaged, policy)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "verify.py: first the string_view failure of STRING_KEYS_FAIL; with that mended, it does not look for extra "
-    "rows under a key it does not order as the source does (strings: the source's collation): _SnapshotSlice "
-    "keeps only the snapshot rows whose keys the source's read returned, and _differing runs with extras=False, "
-    "so a ghost row under a TEXT key is never compared, even when the slice is the whole table (no bounds); only "
-    "the full reconcile finds it"))
 def test_replace_displacing_rows_reverted_under_a_text_key(tmp_path: Path, lazy_spark: SparkRuntime,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     config, damaged = replace_workload(

@@ -208,7 +208,8 @@ def verified_result(source: str, v: Verified) -> dg.AssetCheckResult:
             description += " (fix the cause; the sync itself went on)"
     elif v.different:
         done = ("repaired from the source" if v.repaired else
-                "left as they are (verify: report); run `databus snapshot --mode refresh` over them to repair")
+                f"left as they are (verify: report); to repair them, read the keys again: `databus snapshot "
+                f"--source {source} --tables {v.table} --after K --through K` (or the {source}_refresh job)")
         description = (f"{v.different} key(s) of {source}.{v.table} differed from the source at SCN {v.scn}, "
                        f"{done}: " + "; ".join(d.describe() for d in v.differences[:3]) +
                        ". A repair points at a capture defect or a change capture cannot see: report it "
