@@ -45,6 +45,7 @@ class Run:
     read: float  # wall time of RollingVerification.read()
     settle: float  # and of settle()
     rows: int  # rows verified
+    different: int  # keys that differed (none should: nothing damages the snapshot here)
     last_full_runs: int | None
     skipped: str | None
 
@@ -111,7 +112,7 @@ def scheduled_run(config: DatabusConfig, spark: SparkRuntime) -> Run:
     verified: list[Verified] = results  # type: ignore[assignment]
     v = verified[0] if verified else None
     return Run(whole, sum(r.seconds for r in verified), read_s, settle_s, v.rows if v else 0,
-               v.state.last_full_runs if v else None, v.skipped if v else "no result")
+               v.different if v else 0, v.state.last_full_runs if v else None, v.skipped if v else "no result")
 
 
 def scenario(kind: str, engine: str, rows: int, runs: int, spark: SparkRuntime, work: Path) -> list[Run]:
@@ -132,7 +133,8 @@ def scenario(kind: str, engine: str, rows: int, runs: int, spark: SparkRuntime, 
         for n, r in enumerate(measured):
             label = "warm-up" if n == 0 else str(n)
             print(f"  {label:<10}{r.whole:7.2f}s{r.verified:7.2f}s{r.read:7.2f}s{r.settle:7.2f}s{r.share:8.1%}"
-                  f"{r.wall_share:12.1%}{r.rows:>15,}" + (f"   skipped: {r.skipped}" if r.skipped else ""))
+                  f"{r.wall_share:12.1%}{r.rows:>15,}" + (f"   skipped: {r.skipped}" if r.skipped else "")
+                  + (f"   {r.different:,} keys differed" if r.different else ""))
         return measured[1:]
     finally:
         source.close()
@@ -141,12 +143,17 @@ def scenario(kind: str, engine: str, rows: int, runs: int, spark: SparkRuntime, 
 def summary(kind: str, engine: str, rows: int, runs: list[Run]) -> str:
     share = statistics.median(r.share for r in runs)
     wall = statistics.median(r.wall_share for r in runs)
+    after = statistics.median(r.whole for r in runs)
+    before = statistics.median(r.whole - r.read - r.settle for r in runs)
+    read = statistics.median(r.read for r in runs)
+    settle = statistics.median(r.settle for r in runs)
     per_run = statistics.median(r.rows for r in runs)
     rotation = math.ceil(rows / per_run) if per_run else 0
     full = next((r.last_full_runs for r in reversed(runs) if r.last_full_runs), None)
     verdict = "within" if max(share, wall) <= GOAL else "OVER"
-    return (f"  {kind + ', ' + engine:<16}{share:8.1%}{wall:12.1%}{'<= ' + format(GOAL, '.0%'):>8}  {verdict:<7}"
-            f"{per_run:>12,.0f}{rotation:>10,}{'' if full is None else format(full, ','):>12}")
+    return (f"  {kind + ', ' + engine:<16}{before:7.2f}s{after:7.2f}s{read:7.2f}s{settle:7.2f}s{share:8.1%}"
+            f"{wall:12.1%}{'<= ' + format(GOAL, '.0%'):>8}  {verdict:<7}"
+            f"{per_run:>12,.0f}{rotation:>10,}{'-' if full is None else format(full, ','):>12}")
 
 
 def main(rows: int = 1_000_000, runs: int = 5, engines: tuple[str, ...] = ("local", "spark"),
@@ -171,11 +178,13 @@ def main(rows: int = 1_000_000, runs: int = 5, engines: tuple[str, ...] = ("loca
     print(f"\nRolling verification, side by side ({rows:,} rows, 1% changed per run, median of {runs} runs after the "
           f"warm-up; the default config covers a table in every_runs={defaults.verify.every_runs} runs: "
           f"{slice_rows(VerifyState(), rows, defaults):,} rows a run before a pace is measured)")
-    print(f"  {'source, engine':<16}{'share':>8}{'wall share':>12}{'goal':>8}  {'':<7}{'rows/run':>12}"
+    print(f"  {'source, engine':<16}{'before':>8}{'after':>8}{'read':>8}{'settle':>8}{'share':>8}{'wall share':>12}"
+          f"{'goal':>8}  {'':<7}{'rows/run':>12}"
           f"{'rotation':>10}{'last full':>12}")
     print("\n".join(lines))
-    print("  (share: Verified.seconds / the whole run; wall share: read() + settle() timed around them / the whole run;"
-          "\n   rotation: runs a full pass takes at the measured rows per run; last full: state.last_full_runs)")
+    print("  (before: the run less read() and settle(); after: the whole run; share: Verified.seconds / the whole"
+          "\n   run; wall share: read() + settle() timed around them / the whole run; rotation: runs a full pass takes"
+          "\n   at the measured rows per run; last full: state.last_full_runs, '-' where no pass ended in the runs)")
 
 
 if __name__ == "__main__":
