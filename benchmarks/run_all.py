@@ -25,6 +25,7 @@ from benchmarks import (
     bench_scaleout,
     bench_triggers,
     bench_upkeep,
+    bench_verify,
 )
 
 if __name__ == "__main__":
@@ -51,3 +52,4 @@ if __name__ == "__main__":
     bench_lake.main()
     bench_reconcile.main()
     bench_upkeep.main()
+    bench_verify.main()
