@@ -17,7 +17,7 @@ from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.dataplane.history import HistoryTable, open_versions
-from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.snapshot.merge import engine_for, sync_source
 from dagster_databus.snapshot.verify import RollingVerification, Verified, VerifyState, slice_rows
 from dagster_databus.spark.runtime import SparkRuntime
 from tests.conftest import assert_snapshots_match
@@ -38,7 +38,7 @@ def verified_run(config: DatabusConfig, spark: SparkRuntime, source: str = "shop
         meanwhile()
     pipeline.capture(config, source)
     sync_source(spark, config, source)
-    return verification.settle()
+    return verification.settle(engine_for(spark, config))
 
 
 def shop(source: SourceHarness, lake: Path, **extra: Any) -> DatabusConfig:
@@ -144,4 +144,33 @@ def test_a_rotation_covers_every_row_and_finds_damage_anywhere(source: SourceHar
             break
     assert found == 1 and covered >= rows
     assert v.state.last_full_runs is not None and 2 <= v.state.last_full_runs <= 5
+    assert_snapshots_match(config)
+
+
+def test_the_spark_engine_digests_the_snapshot_side_in_tasks(tmp_path: Path, spark: SparkRuntime,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spark engine's snapshot side is digested by executor tasks: the driver's own digesting is made to fail,
+    and the planted damage on every table (one with a history table) is still found and repaired."""
+    from dagster_databus.dataplane.slices import SliceRows
+    from tests.harness import SqliteHarness
+
+    source = SqliteHarness(tmp_path / "shop.db")
+    source.create_shop()
+    source.workload(seed=3).run(60)
+    cfg = source.source_config("shop", SHOP, prune_txlog=False)
+    cfg["tables"][1]["history"] = True
+    config = make_config(tmp_path / "lake", cfg, merge={"engine": "spark", "file_rows": 20})
+    verified_run(config, spark)
+    planted = {"customers": plant(config, "customers", ["id"], "city", "'Atlantis'"),
+               "orders": plant(config, "orders", ["id"], "total", "-1"),
+               "order_items": plant(config, "order_items", ["order_id", "line_no"], "qty", "0")}
+
+    def not_here(self: SliceRows, paths: object) -> None:
+        raise AssertionError("the driver digested the snapshot's side")
+
+    monkeypatch.setattr(SliceRows, "digests_of", not_here)
+    results = {v.table: v for v in verified_run(config, spark)}
+    for table, keys in planted.items():
+        assert (results[table].different, results[table].repaired, results[table].failed) == (3, 3, False)
+        assert set(keys) <= {tuple(d.key) for d in results[table].differences}
     assert_snapshots_match(config)

@@ -15,7 +15,7 @@ from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.snapshot.figures import sync_figures
-from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.snapshot.merge import engine_for, sync_source
 from dagster_databus.snapshot.verify import RollingVerification, verified_lines, verify_figures
 from dagster_databus.spark.runtime import SparkRuntime
 
@@ -59,7 +59,7 @@ def sync(config: DatabusConfig, args: argparse.Namespace) -> int:
     verification.read()
     _capture(config, args, install=False)
     _merge(config, args, spark)
-    for outcome in verification.settle():
+    for outcome in verification.settle(engine_for(spark, config)):
         figures = verify_figures(outcome)
         _result(json.dumps({"step": "verify", "source": source.name, **figures}, sort_keys=True) if args.json
                 else next(verified_lines([outcome])))

@@ -23,6 +23,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
+from dagster_databus.dataplane.files import delta_writer
 from dagster_databus.dataplane.reduce import HELD_ONLY
 from dagster_databus.errors import DatabusError, SnapshotDamagedError, SnapshotMissingError
 from dagster_databus.log.columns import missing
@@ -330,7 +331,8 @@ def merge_with_delta_rs(target: DeltaFolder, key: Sequence[str], changes: pa.Tab
     held_only = f"s.{_q('__op')} = '{HELD_ONLY}'"
     assignments = {**assignments, _q("__op"): f"CASE WHEN {held_only} THEN 'u' ELSE s.{_q('__op')} END"}
     merge = table.merge(source, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
-                        streamed_exec=isinstance(source, pa.RecordBatchReader), commit_properties=props)
+                        streamed_exec=isinstance(source, pa.RecordBatchReader), commit_properties=props,
+                        writer_properties=delta_writer())
     merge = merge.when_matched_update(updates=SOFT_DELETE, predicate=f"{is_delete} AND {newer}") if soft else \
         merge.when_matched_delete(predicate=f"{is_delete} AND {newer}")
     metrics = (

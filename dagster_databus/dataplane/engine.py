@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from dagster_databus.dataplane.files import TableFile
     from dagster_databus.dataplane.history import HistoryTable
     from dagster_databus.dataplane.logical import LogicalLayout, LogicalPart, LogicalSnapshot
+    from dagster_databus.dataplane.slices import SliceRows
     from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.sources.base import RowSelection, Source
 
@@ -134,6 +135,10 @@ class MergeEngine(Protocol):
                 progress: Progress) -> Refreshed:
         """Read ``rows`` of ``table`` again from ``source`` (key ranges, each its own consistent read) and fold
         them into the snapshot (``dataplane.refresh``) in one commit; the applied SCN stays."""
+
+    def slice_digests(self, rows: SliceRows, progress: Progress) -> pa.Table:
+        """The (key text, row digest) of the snapshot rows in a verification slice (``dataplane.slices``), read from
+        the files ``rows`` names: one task per file, in the spark engine."""
 
     def compact(self, snap: DeltaFolder, table: DeltaTable, key: Sequence[str], groups: Sequence[Sequence[TableFile]],
                 progress: Progress) -> int:

@@ -123,7 +123,7 @@ def build_source_assets(source: SourceConfig, engine: str) -> list[dg.AssetsDefi
                         continue
                     yield _snapshot_result(lake_config, name, table, outcome)
                 yield from checks_of(snapshot_key(name, table))
-            for verified in verification.settle() if failed is None else ():
+            for verified in verification.settle(engine) if failed is None and engine is not None else ():
                 yield verified_result(name, verified)
             if failed is not None:
                 raise failed

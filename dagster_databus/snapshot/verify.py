@@ -27,21 +27,21 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
 from dagster_databus.config import DatabusConfig, SourceConfig
-from dagster_databus.core.fingerprint import digests, row_texts
 from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
+from dagster_databus.dataplane.slices import SliceRows, digested, key_texts, snapshot_keys
 from dagster_databus.snapshot.reconcile import RowDifference, compare_tables
 from dagster_databus.sources.base import KeyRange, RowSelection
 
 if TYPE_CHECKING:
     from dagster_databus.dataplane.delta import DeltaSnapshot
+    from dagster_databus.dataplane.engine import MergeEngine
     from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.sources.base import Source
 
@@ -156,6 +156,7 @@ class RollingVerification:
                 found = Verified(table, self.source_cfg.verify_policy(table), skipped=f"the slice could not be read: "
                                  f"{exc}", failed=True)
             if isinstance(found, _Slice):
+                found.read_s = time.monotonic() - began  # all of it: the source opened, the table sized and read
                 self.slices[table] = found
             else:
                 self.outcomes[table] = found
@@ -173,8 +174,9 @@ class RollingVerification:
         state = VerifyState.load(self.config, self.source_cfg.name, table)
         schema = source.schemas()[table]
         after = _decode(schema, state.cursor)
-        rows = slice_rows(state, snap.row_count(), self.source_cfg)
-        started = time.monotonic()
+        # The files' row counts from the Delta log (no data read): soft-deleted rows too, close enough to size a slice.
+        counts = pa.table(snap.delta(version).get_add_actions(flatten=True)).column("num_records")
+        rows = slice_rows(state, int(pc.sum(counts).as_py() or 0), self.source_cfg)
         read = source.ranges(table, rows, RowSelection(KeyRange(after, None)), first=1)
         bounds = read.ranges[0]
         got = read_range(read, 0)
@@ -182,28 +184,28 @@ class RollingVerification:
         data = pa.Table.from_batches([b.select(schema.column_names).cast(target) for b in got.batches], target)
         self.progress(f"{table}: verifying {data.num_rows:,} rows ({RowSelection(bounds).describe()}) read at "
                       f"SCN {got.scn}")
-        return _Slice(table, schema, state, bounds, got.scn, data, version, applied, time.monotonic() - started,
-                      bounds.through is None)
+        return _Slice(table, schema, state, bounds, got.scn, data, version, applied, 0.0, bounds.through is None)
 
-    def settle(self) -> list[Verified]:
-        """Compare each slice read with the snapshot at its SCN, repair (policy ``repair``), record the rotation."""
+    def settle(self, engine: MergeEngine) -> list[Verified]:
+        """Compare each slice read with the snapshot at its SCN (its side's digests computed by ``engine``: Spark
+        tasks, in the spark engine), repair (policy ``repair``), record the rotation."""
         run_s = time.monotonic() - self.started - self.verify_s
         for table, piece in self.slices.items():
             began = time.monotonic()
             try:
-                outcome = self._settle(piece)
+                outcome = self._settle(piece, engine)
             except Exception as exc:
                 outcome = Verified(table, self.source_cfg.verify_policy(table),
                                    skipped=f"the comparison failed: {exc}", failed=True)
             seconds = piece.read_s + time.monotonic() - began
-            state = outcome.state if outcome.scn is not None else piece.state
-            state = replace(state, run_s=round(run_s, 3),
-                            rows_per_s=round(max(piece.rows.num_rows, 1) / max(seconds, 1e-3), 1))
+            state = replace(outcome.state, run_s=round(run_s, 3),
+                            rows_per_s=round(max(piece.rows.num_rows, 1) / max(seconds, 1e-3), 1)) \
+                if outcome.scn is not None else piece.state  # a slice not compared says nothing of the pace
             state.save(self.config, self.source_cfg.name, table)
             self.outcomes[table] = replace(outcome, seconds=round(seconds, 3), state=state)
         return [self.outcomes[t] for t in self.tables if t in self.outcomes]
 
-    def _settle(self, piece: _Slice) -> Verified:
+    def _settle(self, piece: _Slice, engine: MergeEngine) -> Verified:
         from dagster_databus.dataplane.delta import DeltaSnapshot
         from dagster_databus.log.changelog import ChangeLog
 
@@ -220,8 +222,7 @@ class RollingVerification:
                 f"a schema change at SCN {ddl[0].scn} since the slice's snapshot: compared next run"))
         snap = DeltaSnapshot(self.config.lake, self.source_cfg.name, piece.table)
         side = _SnapshotSlice(self.config, log, snap, piece)
-        theirs = side.rows()
-        found = _differing(piece.schema, piece.rows, theirs, extras=side.ordered)
+        found, theirs = side.differing(engine, self.progress)
         later = side.changed_after(until)
         moved_on = [d for d in found if d.key_text in later]
         found = [d for d in found if d.key_text not in later]
@@ -250,86 +251,85 @@ class RollingVerification:
 
 
 class _SnapshotSlice:
-    """The snapshot's rows of a slice as of the slice's SCN: the pinned version's rows in the range, the keys the
-    log changed in (applied, SCN] replaced by their newest images (gone where deleted)."""
+    """The snapshot's side of a slice as of the slice's SCN: the pinned version's rows in the slice (digested by the
+    engine), the keys the log changed in (applied, SCN] replaced by their newest images (gone where deleted)."""
 
     def __init__(self, config: DatabusConfig, log: ChangeLog, snap: DeltaSnapshot, piece: _Slice) -> None:
-        from dagster_databus.dataplane.refresh import ORDERED_ALIKE
-
         self.config, self.log, self.snap, self.piece = config, log, snap, piece
         self.schema = piece.schema
-        self.key = list(self.schema.primary_key)
-        # A slice of the whole key space needs no order to tell which snapshot rows are in it: all are.
-        whole = piece.bounds.after is None and piece.bounds.through is None
-        self.ordered = whole or all(self.schema.column(k).type.kind in ORDERED_ALIKE for k in self.key)
-        self.whole = whole
-        self.source_keys = set(_key_texts(piece.rows, self.schema)) if not self.ordered else set()
+        self.plan = SliceRows.of(self.schema, piece.bounds, piece.rows)
 
-    def _in_slice(self, rows: pa.Table) -> pa.Table:
-        from dagster_databus.dataplane.refresh import _beyond
+    def differing(self, engine: MergeEngine, progress: Progress) -> tuple[list[_Found], pa.Table]:
+        """The keys that differ from the source's read (missing, extra where looked for, or other values), and
+        the snapshot's rows of those keys."""
+        from dagster_databus.dataplane.commit import location
+        from dagster_databus.dataplane.files import TableFiles
 
-        if not rows.num_rows or self.whole:
-            return rows
-        if not self.ordered:
-            keep = np.array([k in self.source_keys for k in _key_texts(rows, self.schema)], dtype=bool)
-            return rows.filter(pa.array(keep))
-        mask = np.ones(rows.num_rows, dtype=bool)
-        bounds = self.piece.bounds
-        if bounds.after is not None:
-            mask &= _beyond(rows, tuple(self.key), bounds.after)
-        if bounds.through is not None:
-            mask &= ~_beyond(rows, tuple(self.key), bounds.through)
-        return rows.filter(pa.array(mask))
+        table = self.snap.delta(self.piece.version)
+        plan = self.plan.in_files(location(self.snap), TableFiles.of(table, self.schema.primary_key,
+                                                                      self.schema.arrow(with_meta=True)))
+        pinned = engine.slice_digests(plan, progress)
+        images, touched = self._images()
+        if touched:
+            kept = pc.invert(pc.is_in(pinned.column("k"), pa.array(list(touched), pa.binary())))
+            pinned = pa.concat_tables([pinned.filter(kept), digested(images, self.schema)])
+        found = _differing(digested(self.piece.rows, self.schema), pinned, extras=plan.by_order)
+        wanted = {f.key_text for f in found if f.in_snapshot}
+        theirs = pa.concat_tables([snapshot_keys(images, self.schema, wanted),
+                                   self._pinned_rows(wanted - touched)]) if wanted else images.slice(0, 0)
+        source_at = {k: i for i, k in enumerate(key_texts(self.piece.rows, self.schema)) if k in
+                     {f.key_text for f in found}}
+        snapshot_at = {k: i for i, k in enumerate(key_texts(theirs, self.schema))}
+        return [replace(f, source_index=source_at.get(f.key_text), snapshot_index=snapshot_at.get(f.key_text))
+                for f in found], theirs
 
-    def _coarse(self) -> pds.Expression | None:
-        """A filter on the first key column that lets the reader skip files and row groups outside the slice."""
-        from dagster_databus.dataplane.refresh import _scalar
-
-        first = self.key[0]
-        target = self.schema.arrow(with_meta=False).field(first).type
-        if self.whole:
-            return None
-        if not self.ordered:
-            values = pc.unique(self.piece.rows.column(first).combine_chunks())
-            return pds.field(first).isin(values.cast(target))
-        bounds, expr = self.piece.bounds, None
-        if bounds.after is not None:
-            expr = pds.field(first) >= _scalar(bounds.after[0], target)
-        if bounds.through is not None:
-            upper = pds.field(first) <= _scalar(bounds.through[0], target)
-            expr = upper if expr is None else expr & upper
-        return expr
-
-    def rows(self) -> pa.Table:
+    def _images(self) -> tuple[pa.Table, set[bytes]]:
+        """The live newest images, in the slice, of the keys the log changed in (applied, SCN], and all those keys."""
         from dagster_databus.dataplane.delta import conform_rows
         from dagster_databus.dataplane.reduce import NewestPerKey
         from dagster_databus.log.columns import change_schema, table_changes
 
         target = self.schema.arrow(with_meta=False)
-        columns = [*self.schema.column_names, "__op"]
-        dataset = self.snap.delta(self.piece.version).to_pyarrow_dataset()
-        try:
-            pinned = dataset.to_table(columns=columns, filter=self._coarse())
-        except pa.ArrowNotImplementedError:
-            # delta-rs states a merged file's string bounds as string_view, which a string filter cannot be
-            # compared with: read without skipping, the exact filter below still chooses the rows.
-            pinned = dataset.to_table(columns=columns)
-        pinned = pinned.filter(pc.fill_null(pc.not_equal(pinned.column("__op").cast(pa.string()), "d"), True))
-        pinned = self._in_slice(conform_rows(pinned.select(self.schema.column_names), target))
         reducer = NewestPerKey(change_schema(self.schema), self.schema.primary_key,
                                self.config.merge.memory_mb << 20, self.config.merge.spill_dir)
         try:
-            reducer.extend(table_changes(self.log, self.schema, self.piece.applied, self.piece.scn))
+            reducer.extend(self._events(table_changes(self.log, self.schema, self.piece.applied, self.piece.scn)))
             changed = [pa.Table.from_batches([b]) for b in reducer.results()]
         finally:
             reducer.close()
         if not changed:
-            return pinned
-        images = self._in_slice(pa.concat_tables(changed))
-        touched = set(_key_texts(pa.concat_tables(changed), self.schema))
-        keep = np.array([k not in touched for k in _key_texts(pinned, self.schema)], dtype=bool)
+            return target.empty_table(), set()
+        every = pa.concat_tables(changed)
+        images = self.plan.in_slice(every)
         live = images.filter(pc.not_equal(images.column("__op"), "d")).select(self.schema.column_names)
-        return pa.concat_tables([pinned.filter(pa.array(keep)), conform_rows(live, target)])
+        return conform_rows(live, target), set(key_texts(every, self.schema))
+
+    def _events(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The slice's events only: a key changed into or out of the slice has an event under its key in it."""
+        for batch in batches:
+            yield from self.plan.in_slice(pa.Table.from_batches([batch])).combine_chunks().to_batches()
+
+    def _pinned_rows(self, wanted: set[bytes]) -> pa.Table:
+        """The pinned version's rows of ``wanted`` keys (the few that differ), read in this process."""
+        from dagster_databus.dataplane.delta import conform_rows
+
+        target = self.schema.arrow(with_meta=False)
+        if not wanted:
+            return target.empty_table()
+        dataset = self.snap.delta(self.piece.version).to_pyarrow_dataset()
+        try:
+            first = self.schema.primary_key[0]
+            values = self.piece.rows.column(first).combine_chunks()
+            # The first key column of the keys only in the snapshot is not among the source's values.
+            rows = dataset.to_table(columns=[*self.schema.column_names, "__op"],
+                                    filter=self.plan.row_groups() if self.plan.by_order else pds.field(first).isin(
+                                        values.cast(target.field(first).type)))
+        except pa.ArrowNotImplementedError:
+            # delta-rs states a merged file's string bounds as string_view, which a string filter cannot meet.
+            rows = dataset.to_table(columns=[*self.schema.column_names, "__op"])
+        live = pc.fill_null(pc.not_equal(rows.column("__op").cast(pa.string()), "d"), True)
+        return snapshot_keys(conform_rows(rows.select(self.schema.column_names), target).filter(live), self.schema,
+                             wanted)
 
     def changed_after(self, until: Scn) -> set[bytes]:
         """The keys the log changed after the slice's SCN, up to ``until``."""
@@ -339,49 +339,34 @@ class _SnapshotSlice:
             return set()
         out: set[bytes] = set()
         for batch in table_changes(self.log, self.schema, self.piece.scn, until):
-            out.update(_key_texts(pa.Table.from_batches([batch]), self.schema))
+            out.update(key_texts(pa.Table.from_batches([batch]), self.schema))
         return out
 
 
 @dataclass(frozen=True, slots=True)
 class _Found:
     key_text: bytes
-    source_index: int | None  # the row in the source's read (None: only in the snapshot)
-    snapshot_index: int | None
+    in_source: bool
+    in_snapshot: bool
+    source_index: int | None = None  # the row in the source's read
+    snapshot_index: int | None = None  # the row among the snapshot's rows of the differing keys
 
 
 def _indices(found: Iterable[int | None]) -> pa.Array:
     return pa.array([i for i in found if i is not None], pa.int64())
 
 
-def _key_texts(rows: pa.Table, schema: TableSchema) -> list[bytes]:
-    if not rows.num_rows:
-        return []
-    key, _ = row_texts(rows, schema, columns=())
-    texts: list[bytes] = key.to_pylist()
-    return texts
-
-
-def _differing(schema: TableSchema, source: pa.Table, snapshot: pa.Table, extras: bool) -> list[_Found]:
-    """Keys whose rows differ by canonical value (``core.fingerprint``), missing from the snapshot, or (``extras``)
-    only in it."""
-    def indexed(rows: pa.Table) -> pa.Table:
-        if not rows.num_rows:
-            return pa.table({"k": pa.array([], pa.binary()), "d": pa.array([], pa.uint64()),
-                             "i": pa.array([], pa.int64())})
-        key, row = row_texts(rows, schema)
-        return pa.table({"k": key.cast(pa.binary()), "d": pa.array(digests(row)),
-                         "i": pa.array(np.arange(rows.num_rows, dtype=np.int64))})
-
-    joined = indexed(source).join(indexed(snapshot), keys="k", join_type="full outer", left_suffix="_s",
-                                  right_suffix="_t", use_threads=False)
+def _differing(source: pa.Table, snapshot: pa.Table, extras: bool) -> list[_Found]:
+    """Keys whose row digests differ, missing from the snapshot, or (``extras``) only in it."""
+    joined = source.join(snapshot, keys="k", join_type="full outer", left_suffix="_s", right_suffix="_t",
+                         use_threads=False)
     differ = pc.or_kleene(pc.is_null(joined["d_s"]), pc.is_null(joined["d_t"]))
     differ = pc.or_kleene(differ, pc.not_equal(joined["d_s"], joined["d_t"]))
     if not extras:
         differ = pc.and_kleene(differ, pc.is_valid(joined["d_s"]))
     hits = joined.filter(pc.fill_null(differ, True))
-    found = [_Found(k, s, t) for k, s, t in zip(hits["k"].to_pylist(), hits["i_s"].to_pylist(),
-                                                 hits["i_t"].to_pylist(), strict=True)]
+    found = [_Found(k, s is not None, t is not None) for k, s, t in zip(
+        hits["k"].to_pylist(), hits["d_s"].to_pylist(), hits["d_t"].to_pylist(), strict=True)]
     return sorted(found, key=lambda f: f.key_text)
 
 
@@ -401,7 +386,7 @@ def _repair(config: DatabusConfig, snap: DeltaSnapshot, piece: _Slice, theirs: p
     target = schema.arrow(with_meta=True)
     stamp = RangeChanges(change_schema(schema), target, key, deletes=True)
     images = piece.rows.take(_indices(f.source_index for f in found))
-    gone = [f for f in found if f.source_index is None]
+    gone = [f for f in found if not f.in_source]
     parts = [stamp.stamped(b, piece.scn.value, "r") for b in images.to_batches()]
     if gone:
         keys = theirs.take(_indices(f.snapshot_index for f in gone)).select(list(key))

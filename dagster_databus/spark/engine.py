@@ -5,7 +5,8 @@ on its own connection and writes its rows as Parquet straight into the snapshot'
 and a killed bootstrap resumes with the ranges it lacks. Merge (``spark.merge``, ``spark.rewrite``): tasks read
 the change log segment by segment, route every change to the group of files that may hold its key, and rewrite
 only the files that do (``dataplane.merging``). History tables (``spark.history``) and logical tables
-(``spark.logical``) are built by the same two kinds of job (``spark.jobs``). Either way only file descriptions
+(``spark.logical``) are built by the same two kinds of job (``spark.jobs``); a verification slice's digests
+(``spark.verify``) are computed by a task per file. Either way only file descriptions
 reach the driver, which commits them in one delta-rs transaction with the transaction ids
 (``dataplane.commit``); the delta-spark jars are never needed.
 """
@@ -16,7 +17,8 @@ from dagster_databus.spark.bootstrap import Bootstrapping
 from dagster_databus.spark.history import HistoryTables
 from dagster_databus.spark.logical import LogicalTables
 from dagster_databus.spark.merge import SnapshotMerging
+from dagster_databus.spark.verify import SliceVerifying
 
 
-class SparkEngine(Bootstrapping, SnapshotMerging, HistoryTables, LogicalTables):
+class SparkEngine(Bootstrapping, SnapshotMerging, HistoryTables, LogicalTables, SliceVerifying):
     """``dataplane.engine.MergeEngine`` on a ``SparkRuntime``, which it starts when it first runs a job."""

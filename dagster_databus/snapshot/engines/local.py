@@ -42,6 +42,7 @@ from dagster_databus.dataplane.engine import (
     range_rows,
     soft_deletes,
 )
+from dagster_databus.dataplane.files import delta_writer
 from dagster_databus.dataplane.reduce import ChangeStats, NewestPerKey
 from dagster_databus.log.columns import change_schema, table_changes
 from dagster_databus.storage.durable import crash_point, disk_errors
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
     from dagster_databus.dataplane.history import HistoryTable
     from dagster_databus.dataplane.logical import LogicalLayout, LogicalPart, LogicalSnapshot
+    from dagster_databus.dataplane.slices import SliceRows
     from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.sources.base import RowSelection, Source
 
@@ -115,6 +117,10 @@ class LocalEngine:
                                          props, reads=True, soft=soft_deletes(self.config, snap))
         return Refreshed(ops["r"], ops["d"], deletes, len(read.ranges), counts)
 
+    def slice_digests(self, rows: SliceRows, progress: Progress) -> pa.Table:
+        """The slice's files read one after another in this process."""
+        return rows.digests_of(rows.paths)
+
     def compact(self, snap: DeltaFolder, table: Any, key: Sequence[str], groups: Sequence[Sequence[Any]],
                 progress: Progress) -> int:
         """The groups read and written one after another in this process; one commit."""
@@ -146,7 +152,7 @@ class LocalEngine:
         rows = conform_rows(table.to_pyarrow_table(), schema.arrow(with_meta=True), fills)
         crash_point("delta_commit")
         with disk_errors(f"evolving {snap.source}.{schema.table} in Delta", snap.path):
-            write_deltalake(table, rows, mode="overwrite", schema_mode="overwrite",
+            write_deltalake(table, rows, mode="overwrite", schema_mode="overwrite", writer_properties=delta_writer(),
                             commit_properties=CommitProperties(
                                 app_transactions=[Transaction(app_id=snap.evolved_app_id, version=scn.value)],
                                 custom_metadata={OPERATION_KEY: "evolve", "engine": self.name}))
@@ -278,7 +284,7 @@ def write_snapshot(snap: DeltaSnapshot, schema: TableSchema, batches: Iterator[p
     try:
         with disk_errors(f"bootstrapping {snap.source}.{snap.table} into Delta", snap.path):
             write_deltalake(snap.uri, reader, mode="overwrite", schema_mode="overwrite",
-                            storage_options=snap.storage_options,
+                            storage_options=snap.storage_options, writer_properties=delta_writer(),
                             commit_properties=CommitProperties(app_transactions=txns),
                             description=f"databus snapshot of {snap.source}.{snap.table}")
     except Exception:
