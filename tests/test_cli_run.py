@@ -200,3 +200,31 @@ def test_a_sessions_driver_options_keep_the_configs_own_and_take_the_archive_onl
     assert driver_java_options(" -Xss4m ") == f"-Xss4m -XX:SharedArchiveFile={archive}"
     mine = "-XX:SharedArchiveFile=/opt/mine.jsa -Xss4m"
     assert driver_java_options(mine) == mine
+
+
+def test_sync_verifies_a_slice_of_each_table_and_status_shows_the_rotation(
+        config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``databus sync`` is the scheduled run: after the merge, each table's slice compared and repaired, one line
+    (or one JSON object) a table; ``databus status`` shows each table's last whole pass and its repairs."""
+    from deltalake import DeltaTable
+
+    from dagster_databus.dataplane.delta import DeltaSnapshot
+
+    assert main(["--config", str(config_path), "sync", "--source", "shop"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split(":")[0] for line in out.splitlines() if "not verified this run" in line] == TABLES
+    config = load_config(config_path)
+    snap = DeltaSnapshot(config.lake, "shop", "customers")
+    first = min(snap.read().column("id").to_pylist())
+    DeltaTable(snap.uri).update(predicate=f"id = {first}", updates={"city": "'Atlantis'"})
+    assert main(["--config", str(config_path), "sync", "--source", "shop", "--json"]) == 0
+    verified = {o["table"]: o for o in json_lines(capsys.readouterr().out) if o["step"] == "verify"}
+    assert verified["customers"]["differing_keys"] == verified["customers"]["repaired_keys"] == 1
+    [difference] = verified["customers"]["differences"]
+    assert difference["key"] == [first] and difference["columns"] == ["city"]
+    assert verified["orders"]["differing_keys"] == 0 and verified["orders"]["rows"] > 0
+    assert_snapshots_match(config)
+    assert main(["--config", str(config_path), "status"]) == 0
+    status = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
+    assert "fully verified" in status["customers"] and status["customers"].endswith("repairs 1")
+    assert status["orders"].endswith("repairs 0")

@@ -356,3 +356,34 @@ def test_a_table_with_history_reports_its_versions_on_its_asset(tmp_path: Path, 
         assert second["history_versions"] == hist.num_rows == first["history_versions"] + \
             second["history_versions_opened"]
         assert second["history_versions_closed"] == sum(1 for e in hist["__end_scn"].to_pylist() if e is not None) > 0
+
+
+def test_the_verified_check_warns_naming_the_repaired_keys_and_passes_again(tmp_path: Path) -> None:
+    """The everyday safety net as the UI shows it: a value planted in a snapshot behind the log's back is named by
+    the sync's ``verified`` check, a WARN with the table, key, column and SCN, repaired in the same run; the next
+    run's check passes."""
+    from deltalake import DeltaTable
+
+    config_path = write_config(tmp_path)
+    ShopWorkload(tmp_path / "shop.db", seed=2).run(30)
+    config = load_config(config_path)
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "merge": {"engine": "local"}}))
+    with dg.instance_for_test() as instance:
+        assert materialize(config_path, instance).success
+        snap = DeltaSnapshot(config.lake, "shop", "orders")
+        damaged = min(snap.read().column("id").to_pylist())
+        DeltaTable(snap.uri).update(predicate=f"id = {damaged}", updates={"total": "-1"})
+        result = materialize(config_path, instance)
+        checks = {(e.asset_key.path[-1], e.check_name): e for e in result.get_asset_check_evaluations()}
+        warned = checks[("orders", "verified")]
+        assert not warned.passed and warned.severity == dg.AssetCheckSeverity.WARN
+        assert "1 key(s) of shop.orders differed" in warned.description and "total" in warned.description
+        assert warned.metadata["repaired_keys"].value == 1
+        assert warned.metadata["differing_columns"].value == "total"
+        [named] = warned.metadata["first_differences"].value
+        assert named["key"] == [damaged] and named["total"]["snapshot"] == -1
+        assert warned.metadata["scn"].value == str(snap.applied_scn())
+        assert all(checks[(t, "verified")].passed for t in ("customers", "order_items"))
+        again = materialize(config_path, instance)
+        assert all(e.passed for e in again.get_asset_check_evaluations() if e.check_name == "verified")
+    assert_snapshots_match(config)
