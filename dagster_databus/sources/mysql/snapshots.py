@@ -73,8 +73,10 @@ class MysqlSnapshots:
         schema = self.catalog.preflight()[table]
         with closing(self.servers.connect()) as conn, conn.cursor() as cur:
             reads = self._bootstrap_reads(cur)
+            # Under ``lock`` a bootstrap reads one range, pinned under the lock once; a verification's one slice is
+            # pinned the same way whatever its bounds.
             ranges = (key_ranges(cur, table, schema.primary_key, rows_per_range, rows, schema.column_names, first)
-                      if reads != "lock" else (rows.keys,))
+                      if reads != "lock" or first is not None else (rows.keys,))
         c = self.config
         spec = {"connection": self.task_connection(), "zero_dates": c.zero_dates, "era": self.servers.era,
                 "page_rows": min(rows_per_range, 10_000), "reads": reads}
