@@ -174,3 +174,28 @@ def test_the_spark_engine_digests_the_snapshot_side_in_tasks(tmp_path: Path, spa
         assert (results[table].different, results[table].repaired, results[table].failed) == (3, 3, False)
         assert set(keys) <= {tuple(d.key) for d in results[table].differences}
     assert_snapshots_match(config)
+
+
+@pytest.mark.parametrize("reads", ["lock", "watermark", "snapshot"])
+def test_mysql_slices_are_bounded_by_every_way_of_pinning_a_read(mariadb: Any, tmp_path: Path, reads: str,
+                                                               lazy_spark: SparkRuntime) -> None:
+    """Every ``bootstrap_reads`` pins one slice a run, not the rest of the table (``lock`` included), and a pass
+    over the table still finds a value planted in its last slice."""
+    from tests.harness import MysqlHarness
+
+    config = shop(MysqlHarness(mariadb), tmp_path / "lake", bootstrap_reads=reads,
+                  verify={"every_runs": 4, "min_rows": 5})
+    verified_run(config, lazy_spark)
+    ids = sorted(DeltaSnapshot(config.lake, "shop", "customers").read().column("id").to_pylist())
+    DeltaTable(DeltaSnapshot(config.lake, "shop", "customers").uri).update(
+        predicate=f"id = {ids[-1]}", updates={"city": "'Atlantis'"})
+    seen, found = [], 0
+    for _ in range(6):
+        v = next(v for v in verified_run(config, lazy_spark) if v.table == "customers")
+        assert v.skipped is None and v.rows < len(ids)
+        seen.append(v.rows)
+        found += v.repaired
+        if v.state.last_full_ms is not None:
+            break
+    assert found == 1 and sum(seen) >= len(ids) and len(seen) >= 2
+    assert_snapshots_match(config)
