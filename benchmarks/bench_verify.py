@@ -28,7 +28,7 @@ from pathlib import Path
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, SparkConfig, parse_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
-from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.snapshot.merge import engine_for, sync_source
 from dagster_databus.snapshot.verify import RollingVerification, Verified, VerifyState, slice_rows
 from dagster_databus.spark.runtime import SparkRuntime
 from tests.mariadb import MariaDBServer
@@ -103,7 +103,7 @@ def scheduled_run(config: DatabusConfig, spark: SparkRuntime) -> Run:
     cfg = config.source("b")
     started = time.perf_counter()
     pipeline.install(config, "b")
-    verification = RollingVerification(config, cfg, [t.name for t in cfg.tables])
+    verification = RollingVerification(config, cfg, [t.name for t in cfg.tables], engine_for(spark, config))
     read_s, _ = timed(verification.read)
     pipeline.capture(config, "b")
     sync_source(spark, config, "b")

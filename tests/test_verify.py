@@ -18,7 +18,8 @@ from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.dataplane.history import HistoryTable, open_versions
 from dagster_databus.snapshot.merge import engine_for, sync_source
-from dagster_databus.snapshot.verify import RollingVerification, Verified, VerifyState, slice_rows
+from dagster_databus.snapshot.rotation import VerifyState, slice_rows
+from dagster_databus.snapshot.verify import RollingVerification, Verified
 from dagster_databus.spark.runtime import SparkRuntime
 from tests.conftest import assert_snapshots_match
 from tests.harness import SourceHarness, make_config
@@ -32,13 +33,13 @@ def verified_run(config: DatabusConfig, spark: SparkRuntime, source: str = "shop
     ``meanwhile`` runs (transactions on the source, say) between the reads and capture."""
     cfg = config.source(source)
     pipeline.install(config, source)
-    verification = RollingVerification(config, cfg, [t.name for t in cfg.tables])
+    verification = RollingVerification(config, cfg, [t.name for t in cfg.tables], engine_for(spark, config))
     verification.read()
     if meanwhile is not None:
         meanwhile()
     pipeline.capture(config, source)
     sync_source(spark, config, source)
-    return verification.settle(engine_for(spark, config))
+    return verification.settle()
 
 
 def shop(source: SourceHarness, lake: Path, **extra: Any) -> DatabusConfig:

@@ -53,13 +53,18 @@ def sync(config: DatabusConfig, args: argparse.Namespace) -> int:
         spark.start_in_background()  # meanwhile, install and capture
     source = config.source(args.source)
     # As the scheduled run does: each table's slice read before capture, compared once the merge is done.
-    verification = RollingVerification(config, source, source.chosen_tables(args.tables or None), _say)
+    verification = RollingVerification(config, source, source.chosen_tables(args.tables or None),
+                                       engine_for(spark, config), _say)
     if not args.no_install:
         _install(config, source.name)
     verification.read()
-    _capture(config, args, install=False)
-    _merge(config, args, spark)
-    for outcome in verification.settle(engine_for(spark, config)):
+    try:
+        _capture(config, args, install=False)
+        _merge(config, args, spark)
+    except BaseException:
+        verification.close()  # a failed run compares nothing; the next reads the same slices again
+        raise
+    for outcome in verification.settle():
         figures = verify_figures(outcome)
         _result(json.dumps({"step": "verify", "source": source.name, **figures}, sort_keys=True) if args.json
                 else next(verified_lines([outcome])))

@@ -17,7 +17,7 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import DatabusError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.manifest import Manifest
-from dagster_databus.snapshot.verify import VerifyState
+from dagster_databus.snapshot.rotation import VerifyState
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import Failover, Retaining, Source
 from dagster_databus.sources.registry import source_kind

@@ -100,17 +100,19 @@ def build_source_assets(source: SourceConfig, engine: str) -> list[dg.AssetsDefi
             if capture_key(name) in selected:
                 yield _install(context, lake_config, name)
             yield from checks_of(capture_key(name))
+            # databus.spark starts Spark only if the engine runs a job (not the local engine).
+            engine = engine_for(databus.spark, lake_config) if tables else None
             # The slices are read before capture, so that the log reaches their SCN once it is done.
             verifying = [t for t in tables if dg.AssetCheckKey(snapshot_key(name, t), "verified") in checks] \
-                if config.mode == "merge" else []
-            verification = RollingVerification(lake_config, source, verifying, context.log.info)
-            verification.read()
+                if config.mode == "merge" and engine is not None else []
+            verification = RollingVerification(lake_config, source, verifying, engine, context.log.info) \
+                if engine is not None and verifying else None
+            if verification is not None:
+                verification.read()
             if changelog_key(name) in selected:
                 yield _capture(context, lake_config, name)
             yield from checks_of(changelog_key(name))
-            # databus.spark starts Spark only if the engine runs a job (not the local engine).
             rows = _rows(config, lake_config, name, tables)
-            engine = engine_for(databus.spark, lake_config) if tables else None
             # ``tables`` is in ``table_keys``' order, which the loop below follows.
             synced = sync_tables(lake_config, source, tables, engine, progress=context.log.info,
                                  mode=config.mode, rows=rows) if engine is not None else iter(())
@@ -123,8 +125,11 @@ def build_source_assets(source: SourceConfig, engine: str) -> list[dg.AssetsDefi
                         continue
                     yield _snapshot_result(lake_config, name, table, outcome)
                 yield from checks_of(snapshot_key(name, table))
-            for verified in verification.settle(engine) if failed is None and engine is not None else ():
-                yield verified_result(name, verified)
+            if verification is not None:
+                if failed is None:
+                    for verified in verification.settle():
+                        yield verified_result(name, verified)
+                verification.close()
             if failed is not None:
                 raise failed
             if tables:

@@ -17,14 +17,11 @@ so there only the keys the source read returned are compared, and the full ``rec
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import decimal
-import json
-import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -37,7 +34,9 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.slices import SliceRows, digested, key_texts, snapshot_keys
 from dagster_databus.snapshot.reconcile import RowDifference, compare_tables
+from dagster_databus.snapshot.rotation import VerifyState, decode_key, encode_key, slice_rows
 from dagster_databus.sources.base import KeyRange, RowSelection
+from dagster_databus.spark.properties import with_spark_properties
 
 if TYPE_CHECKING:
     from dagster_databus.dataplane.delta import DeltaSnapshot
@@ -46,37 +45,6 @@ if TYPE_CHECKING:
     from dagster_databus.sources.base import Source
 
 MAX_NAMED = 10  # differing keys named in a result (all are repaired)
-
-
-@dataclass
-class VerifyState:
-    """Where a table's rotation stands, kept in the lake (``verify/<source>/<table>.json``) between runs."""
-
-    cursor: list[Any] | None = None  # the last key verified (tagged JSON, ``_encode``); None: from the start
-    pass_started_ms: int | None = None
-    pass_runs: int = 0  # runs of the current pass so far
-    last_full_ms: int | None = None  # when the last whole pass over the table ended
-    last_full_runs: int | None = None  # and how many runs it took
-    runs: int = 0
-    repairs: int = 0  # differing keys found in all (repaired, or only reported under ``verify: report``)
-    last_repair_ms: int | None = None
-    rows_per_s: float | None = None  # what verifying cost last time, to size the next slice
-    run_s: float | None = None  # how long the last run's capture and merge took (the share is of that)
-
-    @staticmethod
-    def key(source: str, table: str) -> str:
-        return f"verify/{source}/{table}.json"
-
-    @classmethod
-    def load(cls, config: DatabusConfig, source: str, table: str) -> VerifyState:
-        data = config.lake.objects.read(cls.key(source, table))
-        if data is None:
-            return cls()
-        fields = json.loads(data)
-        return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
-
-    def save(self, config: DatabusConfig, source: str, table: str) -> None:
-        config.lake.objects.write(self.key(source, table), json.dumps(asdict(self), sort_keys=True).encode())
 
 
 @dataclass(frozen=True)
@@ -102,18 +70,6 @@ class Verified:
         return list(dict.fromkeys(c for d in self.differences for c in d.columns))
 
 
-def slice_rows(state: VerifyState, table_rows: int, cfg: SourceConfig) -> int:
-    """How many rows this run verifies: enough to cover the table in ``every_runs`` runs, up to four times that
-    while verifying costs less than ``share`` of a run, and fewer (a longer rotation) when it would cost more."""
-    v = cfg.verify
-    target = max(1, math.ceil(table_rows / v.every_runs))
-    rows = target
-    if state.rows_per_s and state.run_s:
-        afford = int(state.rows_per_s * state.run_s * v.share)
-        rows = min(afford, 4 * target) if afford >= target else afford
-    return max(v.min_rows, min(v.max_rows, rows))
-
-
 @dataclass
 class _Slice:
     table: str
@@ -126,14 +82,19 @@ class _Slice:
     applied: Scn
     read_s: float
     last: bool  # the slice runs to the end of the key space: the pass ends with it
+    plan: SliceRows  # the pinned version's files that may hold the slice
+    pinned: Future[pa.Table]  # their rows' digests, computed by the engine while capture and the merge run
 
 
 class RollingVerification:
-    """One run's verification of a source: ``read`` before capture, ``settle`` after the merge."""
+    """One run's verification of a source: ``read`` before capture, ``settle`` after the merge. The snapshot's side
+    of each slice is digested by ``engine`` (Spark tasks, in the spark engine) from the read on, in a thread of its
+    own, so that it overlaps capture and the merge."""
 
-    def __init__(self, config: DatabusConfig, source_cfg: SourceConfig, tables: Sequence[str],
+    def __init__(self, config: DatabusConfig, source_cfg: SourceConfig, tables: Sequence[str], engine: MergeEngine,
                  progress: Progress = quiet) -> None:
-        self.config, self.source_cfg, self.progress = config, source_cfg, progress
+        self.config, self.source_cfg, self.engine, self.progress = config, source_cfg, engine, progress
+        self.digesting = ThreadPoolExecutor(1, thread_name_prefix=f"databus-verify-{source_cfg.name}")
         self.tables = [t for t in tables if source_cfg.verify_policy(t) != "off"]
         self.slices: dict[str, _Slice] = {}
         self.outcomes: dict[str, Verified] = {}
@@ -163,7 +124,9 @@ class RollingVerification:
             self.verify_s += time.monotonic() - began
 
     def _read(self, source: Source, table: str) -> _Slice | Verified:
+        from dagster_databus.dataplane.commit import location
         from dagster_databus.dataplane.delta import DeltaSnapshot
+        from dagster_databus.dataplane.files import TableFiles
         from dagster_databus.sources import read_range
 
         policy = self.source_cfg.verify_policy(table)
@@ -173,7 +136,7 @@ class RollingVerification:
             return Verified(table, policy, skipped="the snapshot is not bootstrapped yet")
         state = VerifyState.load(self.config, self.source_cfg.name, table)
         schema = source.schemas()[table]
-        after = _decode(schema, state.cursor)
+        after = decode_key(schema, state.cursor)
         # The files' row counts from the Delta log (no data read): soft-deleted rows too, close enough to size a slice.
         counts = pa.table(snap.delta(version).get_add_actions(flatten=True)).column("num_records")
         rows = slice_rows(state, int(pc.sum(counts).as_py() or 0), self.source_cfg)
@@ -184,16 +147,19 @@ class RollingVerification:
         data = pa.Table.from_batches([b.select(schema.column_names).cast(target) for b in got.batches], target)
         self.progress(f"{table}: verifying {data.num_rows:,} rows ({RowSelection(bounds).describe()}) read at "
                       f"SCN {got.scn}")
-        return _Slice(table, schema, state, bounds, got.scn, data, version, applied, 0.0, bounds.through is None)
+        plan = SliceRows.of(schema, bounds, data).in_files(
+            location(snap), TableFiles.of(snap.delta(version), schema.primary_key, schema.arrow(with_meta=True)))
+        pinned = self.digesting.submit(with_spark_properties(partial(self.engine.slice_digests, progress=quiet)), plan)
+        return _Slice(table, schema, state, bounds, got.scn, data, version, applied, 0.0, bounds.through is None,
+                      plan, pinned)
 
-    def settle(self, engine: MergeEngine) -> list[Verified]:
-        """Compare each slice read with the snapshot at its SCN (its side's digests computed by ``engine``: Spark
-        tasks, in the spark engine), repair (policy ``repair``), record the rotation."""
+    def settle(self) -> list[Verified]:
+        """Compare each slice read with the snapshot at its SCN, repair (policy ``repair``), record the rotation."""
         run_s = time.monotonic() - self.started - self.verify_s
         for table, piece in self.slices.items():
             began = time.monotonic()
             try:
-                outcome = self._settle(piece, engine)
+                outcome = self._settle(piece)
             except Exception as exc:
                 outcome = Verified(table, self.source_cfg.verify_policy(table),
                                    skipped=f"the comparison failed: {exc}", failed=True)
@@ -203,9 +169,14 @@ class RollingVerification:
                 if outcome.scn is not None else piece.state  # a slice not compared says nothing of the pace
             state.save(self.config, self.source_cfg.name, table)
             self.outcomes[table] = replace(outcome, seconds=round(seconds, 3), state=state)
+        self.close()
         return [self.outcomes[t] for t in self.tables if t in self.outcomes]
 
-    def _settle(self, piece: _Slice, engine: MergeEngine) -> Verified:
+    def close(self) -> None:
+        """Stop digesting (a run that failed before ``settle``): what has not started never will."""
+        self.digesting.shutdown(wait=False, cancel_futures=True)
+
+    def _settle(self, piece: _Slice) -> Verified:
         from dagster_databus.dataplane.delta import DeltaSnapshot
         from dagster_databus.log.changelog import ChangeLog
 
@@ -225,7 +196,7 @@ class RollingVerification:
                 f"a schema change at SCN {ddl[0].scn} since the slice's snapshot: compared next run"))
         snap = DeltaSnapshot(self.config.lake, self.source_cfg.name, piece.table)
         side = _SnapshotSlice(self.config, log, snap, piece)
-        found, theirs = side.differing(engine, self.progress)
+        found, theirs = side.differing()
         later = side.changed_after(until)
         moved_on = [d for d in found if d.key_text in later]
         found = [d for d in found if d.key_text not in later]
@@ -245,7 +216,7 @@ class RollingVerification:
                         pass_started_ms=state.pass_started_ms or now_ms,
                         repairs=state.repairs + len(found),
                         last_repair_ms=now_ms if found else state.last_repair_ms,
-                        cursor=_encode(piece.bounds.through) if not piece.last else None)
+                        cursor=encode_key(piece.bounds.through) if not piece.last else None)
         if piece.last:
             state = replace(state, last_full_ms=now_ms, last_full_runs=state.pass_runs, pass_runs=0,
                             pass_started_ms=None)
@@ -260,23 +231,17 @@ class _SnapshotSlice:
     def __init__(self, config: DatabusConfig, log: ChangeLog, snap: DeltaSnapshot, piece: _Slice) -> None:
         self.config, self.log, self.snap, self.piece = config, log, snap, piece
         self.schema = piece.schema
-        self.plan = SliceRows.of(self.schema, piece.bounds, piece.rows)
+        self.plan = piece.plan
 
-    def differing(self, engine: MergeEngine, progress: Progress) -> tuple[list[_Found], pa.Table]:
+    def differing(self) -> tuple[list[_Found], pa.Table]:
         """The keys that differ from the source's read (missing, extra where looked for, or other values), and
         the snapshot's rows of those keys."""
-        from dagster_databus.dataplane.commit import location
-        from dagster_databus.dataplane.files import TableFiles
-
-        table = self.snap.delta(self.piece.version)
-        plan = self.plan.in_files(location(self.snap), TableFiles.of(table, self.schema.primary_key,
-                                                                      self.schema.arrow(with_meta=True)))
-        pinned = engine.slice_digests(plan, progress)
+        pinned = self.piece.pinned.result()
         images, touched = self._images()
         if touched:
             kept = pc.invert(pc.is_in(pinned.column("k"), pa.array(list(touched), pa.binary())))
             pinned = pa.concat_tables([pinned.filter(kept), digested(images, self.schema)])
-        found = _differing(digested(self.piece.rows, self.schema), pinned, extras=plan.by_order)
+        found = _differing(digested(self.piece.rows, self.schema), pinned, extras=self.plan.by_order)
         wanted = {f.key_text for f in found if f.in_snapshot}
         theirs = pa.concat_tables([snapshot_keys(images, self.schema, wanted),
                                    self._pinned_rows(wanted - touched)]) if wanted else images.slice(0, 0)
@@ -427,47 +392,6 @@ def _repair_history(config: DatabusConfig, snap: DeltaSnapshot, schema: TableSch
                               options.track_history_except_columns)
     props = CommitProperties(custom_metadata={OPERATION_KEY: "history-verify-repair"})
     fold_into_history(hist, changes, schema.primary_key, tracked, history_schema(schema), props)
-
-
-def _encode(values: Sequence[Any] | None) -> list[Any] | None:
-    """Key values as JSON that ``_decode`` turns back into the same Python values."""
-    if values is None:
-        return None
-
-    def one(v: Any) -> Any:
-        if isinstance(v, bool | int | float | str) or v is None:
-            return v
-        if isinstance(v, decimal.Decimal):
-            return {"decimal": str(v)}
-        if isinstance(v, dt.datetime):
-            return {"datetime": v.isoformat()}
-        if isinstance(v, dt.date):
-            return {"date": v.isoformat()}
-        if isinstance(v, dt.time):
-            return {"time": v.isoformat()}
-        if isinstance(v, bytes | bytearray | memoryview):
-            return {"bytes": base64.b64encode(bytes(v)).decode()}
-        return {"text": str(v)}
-
-    return [one(v) for v in values]
-
-
-_DECODERS: dict[str, Callable[[str], Any]] = {
-    "decimal": decimal.Decimal, "datetime": dt.datetime.fromisoformat, "date": dt.date.fromisoformat,
-    "time": dt.time.fromisoformat, "bytes": base64.b64decode, "text": str}
-
-
-def _decode(schema: TableSchema, values: Sequence[Any] | None) -> tuple[Any, ...] | None:
-    if values is None or len(values) != len(schema.primary_key):
-        return None  # no cursor yet, or the key changed: start the pass again
-
-    def one(v: Any) -> Any:
-        if isinstance(v, dict):
-            (tag, text), = v.items()
-            return _DECODERS[tag](text)
-        return v
-
-    return tuple(one(v) for v in values)
 
 
 def verified_lines(results: Sequence[Verified]) -> Iterator[str]:
