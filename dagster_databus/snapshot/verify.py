@@ -197,12 +197,16 @@ class RollingVerification:
         snap = DeltaSnapshot(self.config.lake, self.source_cfg.name, piece.table)
         side = _SnapshotSlice(self.config, log, snap, piece)
         found, theirs = side.differing()
-        later = side.changed_after(until)
-        moved_on = [d for d in found if d.key_text in later]
-        found = [d for d in found if d.key_text not in later]
-        repaired = 0
-        if found and policy == "repair":
-            repaired = _repair(self.config, snap, piece, theirs, found)
+        repaired, moved_on = 0, []
+        if found:
+            # Under the table's lock, so that no merge applies events after ``until`` between the look for them
+            # and the repair, which would otherwise put an older image over them.
+            with snap.lock(f"snapshot {snap.source}.{snap.table}", "wait for the other merge of this table to finish"):
+                later = side.changed_after(max(until, snap.applied_scn() or until))
+                moved_on = [d for d in found if d.key_text in later]
+                found = [d for d in found if d.key_text not in later]
+                if found and policy == "repair":
+                    repaired = _repair(self.config, snap, piece, theirs, found)
         first = found[:MAX_NAMED]
         named = compare_tables(piece.schema, piece.rows.take(_indices(d.source_index for d in first)),
                                theirs.take(_indices(d.snapshot_index for d in first)))
@@ -341,7 +345,8 @@ def _differing(source: pa.Table, snapshot: pa.Table, extras: bool) -> list[_Foun
 def _repair(config: DatabusConfig, snap: DeltaSnapshot, piece: _Slice, theirs: pa.Table,
             found: Sequence[_Found]) -> int:
     """The source's images at the slice's SCN of the differing keys (deletes of those it lacks) folded into the
-    snapshot, whatever its rows' SCNs (no later event touched these keys), and into its history."""
+    snapshot, whatever its rows' SCNs (no later event touched these keys), and into its history; the caller holds
+    the table's lock."""
     from deltalake import CommitProperties
 
     from dagster_databus.dataplane.commit import OPERATION_KEY
@@ -366,10 +371,8 @@ def _repair(config: DatabusConfig, snap: DeltaSnapshot, piece: _Slice, theirs: p
     changes = pa.Table.from_batches([b for b in parts if b.num_rows], stamp.changes)
     props = CommitProperties(custom_metadata={OPERATION_KEY: "verify-repair", "databus.scn": str(piece.scn),
                                               "databus.keys": str(len(found))})
-    lock = snap.lock(f"snapshot {snap.source}.{snap.table}", "wait for the other merge of this table to finish")
-    with lock:
-        merge_with_delta_rs(snap, key, conform_changes(changes, target), props, reads=True,
-                            soft=soft_deletes(config, snap), always=True)
+    merge_with_delta_rs(snap, key, conform_changes(changes, target), props, reads=True,
+                        soft=soft_deletes(config, snap), always=True)
     if config.source(snap.source).table(snap.table).history:
         _repair_history(config, snap, schema, changes)
     return len(found)
