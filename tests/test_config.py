@@ -58,6 +58,16 @@ def test_minimal_config_works_as_written(tmp_path: Path, db: Path) -> None:
     assert result.events == 0 and (tmp_path / "lake" / "log" / "shop").is_dir()
 
 
+def test_verify_is_a_bare_policy_or_its_fields_and_tables_override_the_policy(tmp_path: Path, db: Path) -> None:
+    config = load_config(write(tmp_path, minimal(db) + "        verify: off\n      - name: lines\n"
+                                                         "        primary_key: [order_id, line]\n    verify: report\n"))
+    source = config.sources[0]
+    assert (source.verify.policy, source.verify.every_runs) == ("report", 288)
+    assert (source.verify_policy("orders"), source.verify_policy("lines")) == ("off", "report")
+    fields = load_config(write(tmp_path, minimal(db) + "    verify: {every_runs: 12, min_rows: 10}\n")).sources[0]
+    assert (fields.verify.policy, fields.verify.every_runs, fields.verify.min_rows) == ("repair", 12, 10)
+
+
 def test_a_file_uri_lake_is_its_folder(tmp_path: Path, db: Path) -> None:
     config = load_config(write(tmp_path, minimal(db).replace("lake: ./lake", f"lake: file://{tmp_path}/elsewhere")))
     assert config.lake.path == tmp_path / "elsewhere"
@@ -114,6 +124,10 @@ def test_relative_spill_folder_resolves_against_the_config_folder(tmp_path: Path
          "storage_options", "must be a mapping"),
         (lambda db: minimal(db).replace("lake: ./lake", "lake: ftp://host/lake"), "lake", "scheme 'ftp'"),
         (lambda db: "- just\n- a list\n", "(top level)", "mapping"),
+        (lambda db: minimal(db) + "    verify: fix\n", "sources[0].verify.policy", "'repair', 'report' or 'off'"),
+        (lambda db: minimal(db) + "    verify: {every_runs: 0}\n", "sources[0].verify.every_runs", "greater than"),
+        (lambda db: minimal(db) + "    verify: {share: 2}\n", "sources[0].verify.share", "less than or equal to 1"),
+        (lambda db: minimal(db) + "        verify: sometimes\n", "sources[0].tables[0].verify", "'repair'"),
     ],
 )
 def test_malformed_config_names_field_and_fix(tmp_path: Path, db: Path, case, field: str, words: str) -> None:

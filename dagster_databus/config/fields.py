@@ -57,6 +57,8 @@ class TableConfig(Strict):
     track_history_except_columns: tuple[str, ...] = ()
     verify: VerifyPolicy | None = None  # None: the source's ``verify.policy``
 
+    _verify_off = field_validator("verify", mode="before")(lambda cls, v: yaml_policy(v))
+
     _check_name = field_validator("name")(lambda cls, v: plain_name(v))
 
     @field_validator("primary_key")
@@ -142,7 +144,12 @@ class VerifyConfig(Strict):
     @model_validator(mode="before")
     @classmethod
     def _bare_policy(cls, value: Any) -> Any:
-        return {"policy": value} if isinstance(value, str) else value
+        return {"policy": yaml_policy(value)} if isinstance(value, str | bool) else value
+
+
+def yaml_policy(value: Any) -> Any:
+    """A policy as YAML 1.1 reads it: ``verify: off`` is the boolean false there (and ``on`` true)."""
+    return ("repair" if value else "off") if isinstance(value, bool) else value
 
 
 class UpkeepConfig(Strict):
