@@ -207,3 +207,26 @@ def test_a_server_that_cannot_start_says_why(tmp_path: Path, spark_connect_serve
     taken = ConnectServer(port=spark_connect_server.port)
     with pytest.raises(SparkUnavailableError, match=r"port .* is taken"):
         taken.start()
+
+
+def test_verification_over_connect_digests_in_the_servers_tasks_and_repairs(tmp_path: Path, connect_spark) -> None:
+    """The rolling verification's snapshot side as Spark Connect runs it: the slices' digests computed by the
+    server's tasks, a planted value found and repaired."""
+    from deltalake import DeltaTable
+
+    from tests.test_verify import verified_run
+
+    source = SqliteHarness(tmp_path / "shop.db")
+    source.create_shop()
+    source.workload(seed=6).run(40)
+    config = make_config(tmp_path / "lake", source.source_config("shop", SHOP, prune_txlog=False),
+                         merge={"engine": "spark", "file_rows": 30})
+    verified_run(config, connect_spark)
+    snap = DeltaSnapshot(config.lake, "shop", "orders")
+    first = min(snap.read().column("id").to_pylist())
+    DeltaTable(snap.uri).update(predicate=f"id = {first}", updates={"status": "'lost'"})
+    results = {v.table: v for v in verified_run(config, connect_spark)}
+    assert (results["orders"].different, results["orders"].repaired, results["orders"].failed) == (1, 1, False)
+    assert [(d.key, d.columns) for d in results["orders"].differences] == [((first,), ("status",))]
+    assert all(not v.different and not v.failed for t, v in results.items() if t != "orders")
+    assert_snapshots_match(config)
