@@ -33,6 +33,7 @@ from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.slices import SliceRows, digested, key_texts, snapshot_keys
+from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.snapshot.reconcile import RowDifference, compare_tables
 from dagster_databus.snapshot.rotation import VerifyState, decode_key, encode_key, slice_rows
 from dagster_databus.sources.base import KeyRange, RowSelection
@@ -131,14 +132,18 @@ class RollingVerification:
 
         policy = self.source_cfg.verify_policy(table)
         snap = DeltaSnapshot(self.config.lake, self.source_cfg.name, table)
-        version, applied = snap.version(), snap.applied_scn()
-        if version is None or applied is None:
+        try:
+            # The version pinned and the SCN it reflects from one load of the Delta log: read apart, a merge
+            # committing in between pairs the version with the next one's SCN, and the pinned rows lack its events.
+            delta, applied = snap.bootstrapped()
+        except SnapshotMissingError:
             return Verified(table, policy, skipped="the snapshot is not bootstrapped yet")
+        version = delta.version()
         state = VerifyState.load(self.config, self.source_cfg.name, table)
         schema = source.schemas()[table]
         after = decode_key(schema, state.cursor)
         # The files' row counts from the Delta log (no data read): soft-deleted rows too, close enough to size a slice.
-        counts = pa.table(snap.delta(version).get_add_actions(flatten=True)).column("num_records")
+        counts = pa.table(delta.get_add_actions(flatten=True)).column("num_records")
         rows = slice_rows(state, int(pc.sum(counts).as_py() or 0), self.source_cfg)
         read = source.ranges(table, rows, RowSelection(KeyRange(after, None)), first=1)
         bounds = read.ranges[0]
@@ -148,7 +153,7 @@ class RollingVerification:
         self.progress(f"{table}: verifying {data.num_rows:,} rows ({RowSelection(bounds).describe()}) read at "
                       f"SCN {got.scn}")
         plan = SliceRows.of(schema, bounds, data).in_files(
-            location(snap), TableFiles.of(snap.delta(version), schema.primary_key, schema.arrow(with_meta=True)))
+            location(snap), TableFiles.of(delta, schema.primary_key, schema.arrow(with_meta=True)))
         pinned = self.digesting.submit(with_spark_properties(partial(self.engine.slice_digests, progress=quiet)), plan)
         return _Slice(table, schema, state, bounds, got.scn, data, version, applied, 0.0, bounds.through is None,
                       plan, pinned)
