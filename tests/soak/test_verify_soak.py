@@ -3,11 +3,12 @@ source kind report zero differing keys, so verification never cries wolf.
 
 Each run is a sync as the scheduled step runs it (``tests.test_verify.verified_run``: install, the slices read,
 capture, merge on the local engine, the slices settled), with a small rotation (every 5 runs, slices of at least 5
-rows) so each row is compared many times. Transactions commit before the run and again between the slices' reads
-and capture: the shop's own (inserts, updates, deletes, orders renumbered), every table's keys changed (customers
-renumbered, order lines renumbered, two customers' keys swapped, a key changed and changed back, an order deleted and
-its key used again, a row inserted and deleted in one transaction), and now and then a nullable column added (the
-allow-list evolves it in place), then filled.
+rows, all of a run's time allowed) so each row is compared many times. Transactions commit before the run, in
+another thread while the slices are read, and between the reads and capture: the shop's own (inserts, updates,
+deletes, orders renumbered, some rolled back), every table's keys changed (customers renumbered, order lines
+renumbered, two customers' keys swapped, a key changed and changed back, an order deleted and its key used again, a
+row inserted and deleted in one transaction), and now and then a nullable column added (the allow-list evolves it in
+place), then filled.
 
 Every run: no table's verification failed, none found a differing key. Every 50 runs and at the end: each
 snapshot equals the source. ``DATABUS_SOAK_RUNS`` sets the runs (200); ``DATABUS_SOAK_VERIFY=report`` leaves what
@@ -19,17 +20,21 @@ from __future__ import annotations
 import os
 import random
 import re
+import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import CaptureNotInstalledError
+from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import compare_rows
-from dagster_databus.snapshot.verify import Verified, VerifyState
+from dagster_databus.snapshot.verify import RollingVerification, Verified, VerifyState
 from dagster_databus.sources import open_source, read_rows
 from dagster_databus.spark.runtime import SparkRuntime
 from tests.harness import SourceHarness, Statement, make_config
@@ -80,8 +85,22 @@ class MixedWorkload:
                 self.did[kind] += 1
         if self.rng.random() < schema_change:
             self.add_column()
+        return self.since(before)
+
+    def since(self, before: Counter[str]) -> str:
         done = self.did - before
         return ", ".join(f"{n} {what}" for what, n in sorted(done.items())) or "nothing"
+
+    def until(self, stop: threading.Event, most: int = 8) -> str:
+        """Transactions one at a time, a few milliseconds apart, until ``stop`` is set (at most ``most``): in
+        another thread, while the slices are read."""
+        before = Counter(self.did)
+        for _ in range(most):
+            if stop.wait(self.rng.uniform(0, 0.03)):
+                break
+            self.phase(1, self.rng.randint(0, 1), schema_change=0)
+            self.did["phases while the slices were read"] += 1
+        return self.since(before)
 
     def transaction(self, kind: str) -> list[Statement]:
         r = self.rng
@@ -147,6 +166,36 @@ class MixedWorkload:
         self.did[f"column {table}.{column} added"] += 1
 
 
+def soak_run(config: DatabusConfig, spark: SparkRuntime, workload: MixedWorkload, during: list[str],
+             meanwhile: Callable[[], object]) -> list[Verified]:
+    """``tests.test_verify.verified_run``, with ``workload``'s transactions committing in another thread while the
+    slices are read (what they did appended to ``during``), and ``meanwhile`` between the reads and capture."""
+    cfg = config.source("shop")
+    pipeline.install(config, "shop")
+    verification = RollingVerification(config, cfg, [t.name for t in cfg.tables])
+    stop, errors = threading.Event(), list[BaseException]()
+
+    def write() -> None:
+        try:
+            during.append(workload.until(stop))
+        except BaseException as exc:
+            errors.append(exc)
+
+    writer = threading.Thread(target=write, name="soak-writer")
+    writer.start()
+    try:
+        verification.read()
+    finally:
+        stop.set()
+        writer.join()
+    if errors:
+        raise errors[0]
+    meanwhile()
+    pipeline.capture(config, "shop")
+    sync_source(spark, config, "shop")
+    return verification.settle()
+
+
 def mismatches(config: DatabusConfig) -> list[str]:
     """Each table whose snapshot is not the source's rows now, described (``tests.conftest.assert_snapshots_match``
     as a list)."""
@@ -162,11 +211,12 @@ def mismatches(config: DatabusConfig) -> list[str]:
     return out
 
 
-def finding(run: int, v: Verified, before: str, meanwhile: str) -> str:
+def finding(run: int, v: Verified, before: str, during: str, meanwhile: str) -> str:
     what = (f"verification failed: {v.skipped}" if v.failed else
             f"{v.different} differing key(s) at SCN {v.scn} in slice {v.keys} (columns {v.columns}; "
             f"{v.repaired} repaired, {v.moved_on} moved on): " + "; ".join(d.describe() for d in v.differences))
-    return f"run {run}, {v.table}: {what}. Before the run: {before}. Between the reads and capture: {meanwhile}"
+    return (f"run {run}, {v.table}: {what}. Before the run: {before}. While the slices were read: {during}. "
+            f"Between the reads and capture: {meanwhile}")
 
 
 def test_rolling_verification_never_cries_wolf(source: SourceHarness, tmp_path: Path,
@@ -185,16 +235,18 @@ def test_rolling_verification_never_cries_wolf(source: SourceHarness, tmp_path: 
     reasons = Counter[str]()  # why slices were not compared (numbers left out)
     stopped = 0  # runs whose capture refused until the next install (SQLite, a column added meanwhile)
     compared, skipped, rows, passes = Counter[str](), Counter[str](), Counter[str](), Counter[str]()
-    meanwhile: list[str] = []  # what the run's transactions between the reads and capture did
+    during: list[str] = []  # what the run's transactions while the slices were read did
+    meanwhile: list[str] = []  # and those between the reads and capture
 
     def between() -> None:
         meanwhile.append(workload.phase(rng.randint(0, 12), rng.randint(0, 3), schema_change=0.02))
 
     for run in range(1, RUNS + 1):
         before = workload.phase(rng.randint(0, 8), rng.randint(0, 3), schema_change=0.02)
+        during.clear()
         meanwhile.clear()
         try:
-            results = verified_run(config, lazy_spark, meanwhile=between)
+            results = soak_run(config, lazy_spark, workload, during, between)
         except CaptureNotInstalledError:
             # SQLite's triggers name their columns: after a column added between install and capture, capture
             # refuses until the next run's install brings them up to date (docs/architecture.md), as documented.
@@ -204,7 +256,7 @@ def test_rolling_verification_never_cries_wolf(source: SourceHarness, tmp_path: 
         assert sorted(v.table for v in results) == sorted(t for t, _ in SHOP), results
         for v in results:
             if v.failed or v.different:
-                found.append(finding(run, v, before, meanwhile[0]))
+                found.append(finding(run, v, before, during[0], meanwhile[0]))
             if v.scn is None:
                 skipped[v.table] += 1
                 reasons[re.sub(r"\d+", "N", v.skipped or "")] += 1
