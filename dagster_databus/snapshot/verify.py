@@ -37,6 +37,7 @@ from dagster_databus.core.fingerprint import digests, row_texts
 from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
+from dagster_databus.errors import SnapshotMissingError
 from dagster_databus.snapshot.reconcile import RowDifference, compare_tables
 from dagster_databus.sources.base import KeyRange, RowSelection
 
@@ -167,9 +168,13 @@ class RollingVerification:
 
         policy = self.source_cfg.verify_policy(table)
         snap = DeltaSnapshot(self.config.lake, self.source_cfg.name, table)
-        version, applied = snap.version(), snap.applied_scn()
-        if version is None or applied is None:
+        try:
+            # The version pinned and the SCN it reflects from one load of the Delta log: read apart, a merge
+            # committing in between pairs the version with the next one's SCN, and the pinned rows lack its events.
+            delta, applied = snap.bootstrapped()
+        except SnapshotMissingError:
             return Verified(table, policy, skipped="the snapshot is not bootstrapped yet")
+        version = delta.version()
         state = VerifyState.load(self.config, self.source_cfg.name, table)
         schema = source.schemas()[table]
         after = _decode(schema, state.cursor)
