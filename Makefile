@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-faults test-fast test-prereqs lint bench prereqs clean dev
+.PHONY: demo test test-faults test-fast test-prereqs soak lint bench prereqs clean dev
 
 prereqs:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
@@ -34,6 +34,12 @@ test: prereqs test-prereqs $(STAMP)
 # is required as make test requires Chromium.
 test-faults: prereqs test-prereqs $(STAMP)
 	DATABUS_REQUIRE_ALL=1 $(PY) -m pytest -q -m fault --durations=10
+
+# The soaks (tests/soak/): the rolling verification over 200 runs of a mixed workload on each source kind
+# (SQLite, MariaDB, PostgreSQL) must find no difference. Long, so no part of `make test` or CI: tests/conftest.py
+# collects tests/soak/ only when it is named, as here. DATABUS_SOAK_RUNS=n sets the runs per kind.
+soak: prereqs test-prereqs $(STAMP)
+	DATABUS_REQUIRE_ALL=1 $(PY) -m pytest -q -s tests/soak --durations=0
 
 test-prereqs:
 	@.ci/prereqs check

@@ -62,6 +62,9 @@ WHEEL_FIXTURES = {"installed_wheel", "made", "project"}
 # jumping); scenarios elsewhere that kill a process or lose a server carry the mark themselves. `make test-faults`
 # runs them, `make test` the rest; CI runs both.
 FAULT_SUITE = Path(__file__).resolve().parent / "faults"
+# The soaks (hundreds of runs each): collected only when their folder or a file in it is named (`make soak`), so
+# `make test`, `make test-faults` and `make test-fast` never collect them.
+SOAK_SUITE = Path(__file__).resolve().parent / "soak"
 # Set by `make test` (so CI): a test that would skip because a system tool is missing fails instead.
 REQUIRE_ALL_ENV = "DATABUS_REQUIRE_ALL"
 
@@ -78,6 +81,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.wheel)
         if FAULT_SUITE in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.fault)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if collection_path != SOAK_SUITE and SOAK_SUITE not in collection_path.parents:
+        return None
+    named = [(config.invocation_params.dir / str(arg).split("::")[0]).resolve() for arg in config.args]
+    return True if not any(p == SOAK_SUITE or SOAK_SUITE in p.parents for p in named) else None
 
 
 def require_tool(present: bool, reason: str) -> None:
