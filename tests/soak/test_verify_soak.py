@@ -32,9 +32,10 @@ from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import CaptureNotInstalledError
-from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.snapshot.merge import engine_for, sync_source
 from dagster_databus.snapshot.reconcile import compare_rows
-from dagster_databus.snapshot.verify import RollingVerification, Verified, VerifyState
+from dagster_databus.snapshot.rotation import VerifyState
+from dagster_databus.snapshot.verify import RollingVerification, Verified
 from dagster_databus.sources import open_source, read_rows
 from dagster_databus.spark.runtime import SparkRuntime
 from tests.harness import SourceHarness, Statement, make_config
@@ -172,7 +173,7 @@ def soak_run(config: DatabusConfig, spark: SparkRuntime, workload: MixedWorkload
     slices are read (what they did appended to ``during``), and ``meanwhile`` between the reads and capture."""
     cfg = config.source("shop")
     pipeline.install(config, "shop")
-    verification = RollingVerification(config, cfg, [t.name for t in cfg.tables])
+    verification = RollingVerification(config, cfg, [t.name for t in cfg.tables], engine_for(spark, config))
     stop, errors = threading.Event(), list[BaseException]()
 
     def write() -> None:
