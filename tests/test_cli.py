@@ -171,7 +171,8 @@ def test_status_after_a_mysql_bootstrap_shows_no_negative_lag_and_says_what_lag_
     assert main(["status", "--config", str(path)]) == 0
     out = capsys.readouterr().out
     orders = next(line for line in out.splitlines() if line.strip().startswith("orders"))
-    assert orders.split()[1:] == [str(snap), "0"]
+    # The cells, then the note on the table's rolling verification (no sync step has verified it yet).
+    assert orders.split()[1:] == [str(snap), "0", "not", "verified", "yet"]
     assert "MySQL/MariaDB: binlog bytes" in " ".join(out.split()) and "-" not in orders
     # A binlog position is 10 digits and more (2^32 and up), and so is a lag across a binlog rotation: every
     # column as wide as its widest value, each value's right edge under its header's, two spaces apart (the
@@ -190,7 +191,9 @@ def test_status_after_a_mysql_bootstrap_shows_no_negative_lag_and_says_what_lag_
         str(sum(seg.bytes for seg in manifest.segments))]
     edges = [m.end() for m in re.finditer(r"\S+", header)]
     assert [m.end() for m in re.finditer(r"\S+", shop)] == [len("shop"), edges[1], *edges[3:]]
-    assert [m.end() for m in re.finditer(r"\S+", orders)][1:] == [edges[2], edges[4]]
+    # The table's cells under their headers, then its verification note past the last column.
+    assert [m.end() for m in re.finditer(r"\S+", orders)][1:3] == [edges[2], edges[4]]
+    assert orders.endswith("not verified yet") and orders.index("not verified yet") > edges[-1]
 
 
 def _dump(db: Path) -> list[str]:

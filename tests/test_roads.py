@@ -57,8 +57,13 @@ def _dagster(path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
 
 def _figures(steps: list[dict[str, Any]]) -> dict[str, int]:
-    """What ``databus sync --json`` says it did: the capture's events and the bootstraps' rows."""
-    assert [s["step"] for s in steps] == ["capture"] + ["merge"] * len(SHOP), steps
+    """What ``databus sync --json`` says it did: the capture's events and the bootstraps' rows; its verification
+    of each table found nothing different (or, the first time, had no snapshot to compare yet)."""
+    assert [s["step"] for s in steps] == ["capture"] + ["merge"] * len(SHOP) + ["verify"] * len(SHOP), steps
+    verified = steps[1 + len(SHOP):]
+    assert all(v["differing_keys"] == 0 and not (v["skipped"] or "").startswith(("the slice could not", "the "
+                                                                                 "comparison failed"))
+               for v in verified), verified
     return {"events": int(steps[0]["events"]),
             "bootstrap_rows": sum(int(s.get("bootstrap_rows") or 0) for s in steps[1:])}
 
