@@ -248,14 +248,23 @@ def cycle(config: DatabusConfig, spark: SparkRuntime, source: str = "shop") -> l
     return sync_source(spark, config, source)
 
 
-def assert_snapshots_match(config: DatabusConfig) -> None:
+def snapshot_mismatches(config: DatabusConfig) -> list[str]:
+    """Each table whose snapshot is not the source's rows now, described."""
+    out = []
     for source_cfg in config.sources:
         src = open_source(source_cfg)
         for table in source_cfg.tables:
             key = src.schemas()[table.name].primary_key
             snap = DeltaSnapshot(config.lake, source_cfg.name, table.name)
             result = compare_rows(table.name, key, read_rows(src, table.name), snap.read().to_pylist())
-            assert result.equal, f"{table.name}: {result}"
+            if not result.equal:
+                out.append(f"{table.name}: {result}")
+    return out
+
+
+def assert_snapshots_match(config: DatabusConfig) -> None:
+    mismatches = snapshot_mismatches(config)
+    assert not mismatches, "; ".join(mismatches)
 
 
 @pytest.fixture(scope="session")

@@ -85,8 +85,7 @@ class SliceRows:
         if not rows.num_rows or self.whole:
             return rows
         if self.source_keys is not None:
-            wanted = self.source_keys
-            return rows.filter(pa.array([k in wanted for k in key_texts(rows, self.schema)], pa.bool_()))
+            return snapshot_keys(rows, self.schema, self.source_keys)
         key = tuple(self.schema.primary_key)
         mask = np.ones(rows.num_rows, dtype=bool)
         if self.bounds.after is not None:
@@ -165,7 +164,7 @@ def unsigned(table: pa.Table) -> pa.Table:
 
 def snapshot_keys(rows: pa.Table, schema: TableSchema, wanted: Iterable[bytes]) -> pa.Table:
     """The rows of ``rows`` whose key texts are in ``wanted``."""
-    chosen = set(wanted)
+    chosen = wanted if isinstance(wanted, set | frozenset) else set(wanted)
     return rows.filter(pa.array([k in chosen for k in key_texts(rows, schema)], pa.bool_()))
 
 

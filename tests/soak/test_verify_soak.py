@@ -33,11 +33,10 @@ from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import CaptureNotInstalledError
 from dagster_databus.snapshot.merge import engine_for, sync_source
-from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.snapshot.rotation import VerifyState
 from dagster_databus.snapshot.verify import RollingVerification, Verified
-from dagster_databus.sources import open_source, read_rows
 from dagster_databus.spark.runtime import SparkRuntime
+from tests.conftest import snapshot_mismatches
 from tests.harness import SourceHarness, Statement, make_config
 from tests.test_verify import SHOP, verified_run
 
@@ -197,21 +196,6 @@ def soak_run(config: DatabusConfig, spark: SparkRuntime, workload: MixedWorkload
     return verification.settle()
 
 
-def mismatches(config: DatabusConfig) -> list[str]:
-    """Each table whose snapshot is not the source's rows now, described (``tests.conftest.assert_snapshots_match``
-    as a list)."""
-    out = []
-    for source_cfg in config.sources:
-        src = open_source(source_cfg)
-        for table in source_cfg.tables:
-            key = src.schemas()[table.name].primary_key
-            snap = DeltaSnapshot(config.lake, source_cfg.name, table.name)
-            result = compare_rows(table.name, key, read_rows(src, table.name), snap.read().to_pylist())
-            if not result.equal:
-                out.append(f"{table.name}: {result}")
-    return out
-
-
 def finding(run: int, v: Verified, before: str, during: str, meanwhile: str) -> str:
     what = (f"verification failed: {v.skipped}" if v.failed else
             f"{v.different} differing key(s) at SCN {v.scn} in slice {v.keys} (columns {v.columns}; "
@@ -266,9 +250,10 @@ def test_rolling_verification_never_cries_wolf(source: SourceHarness, tmp_path: 
                 rows[v.table] += v.rows
                 passes[v.table] += v.state.cursor is None  # this slice ended a pass over the table's keys
         if any(v.failed or v.different for v in results):
-            found.extend(f"  after run {run}, the snapshot: {m}" for m in mismatches(config) or ["equals the source"])
+            found.extend(f"  after run {run}, the snapshot: {m}"
+                         for m in snapshot_mismatches(config) or ["equals the source"])
         if run % CHECK_EVERY == 0:
-            found.extend(f"after run {run}: {m}" for m in mismatches(config))
+            found.extend(f"after run {run}: {m}" for m in snapshot_mismatches(config))
             print(f"{source.kind}: {run} runs, {time.monotonic() - started:.0f} s, {len(found)} finding(s)")
 
     states = {t: VerifyState.load(config, "shop", t) for t, _ in SHOP}
@@ -283,4 +268,4 @@ def test_rolling_verification_never_cries_wolf(source: SourceHarness, tmp_path: 
         assert compared[table] >= RUNS * 3 // 4, (table, compared, skipped)
         assert rows[table] >= sizes[table] * (RUNS // 20), (table, rows, sizes)
         assert passes[table] >= RUNS // 20, (table, passes)
-    assert not mismatches(config)
+    assert not snapshot_mismatches(config)
