@@ -33,6 +33,7 @@ from dagster_databus.core.identifiers import is_plain_name
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import PullError, SubscriptionMismatchError
 from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.log.compat import cursor_v0_key
 from dagster_databus.log.manifest import Manifest
 from dagster_databus.storage.documents import VersionedDocuments
 from dagster_databus.storage.lake import Lake, as_lake
@@ -74,8 +75,8 @@ class MetaManager:
         return VersionedDocuments(self.objects, f"{self.prefix}{client_id}/meta/")
 
     def _legacy_key(self, client_id: str) -> str:
-        """Version 0: where an earlier dagster-databus kept the document (one file, replaced in place)."""
-        return f"{self.prefix}{client_id}.json"
+        """Version 0: where an earlier dagster-databus kept the document (``log.compat``)."""
+        return cursor_v0_key(self.prefix, client_id)
 
     def _versions(self, client_id: str) -> list[int]:
         return self._versioned(client_id).versions()

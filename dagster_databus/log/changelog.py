@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from dagster_databus.core.events import Window
 from dagster_databus.core.scn import Scn
 from dagster_databus.log import integrity, reader
+from dagster_databus.log.compat import MANIFEST_V0, has_manifest_v0
 from dagster_databus.log.ddl import DdlLog
 from dagster_databus.log.layout import LogLayout
 from dagster_databus.log.manifest import (
@@ -80,11 +81,11 @@ class ChangeLog:
     def manifest_path(self) -> Path:
         """Where the newest manifest version is (for messages, and tests on a local lake)."""
         versions = self.layout.versions()
-        return self.root / (f"manifest/{versions[-1]:020d}.json" if versions else "manifest.json")
+        return self.root / (f"manifest/{versions[-1]:020d}.json" if versions else MANIFEST_V0)
 
     def exists(self) -> bool:
         """Whether anything was ever committed to this log."""
-        return bool(self.layout.versions()) or self.objects.read(self.key + "manifest.json") is not None
+        return bool(self.layout.versions()) or has_manifest_v0(self.objects, self.key)
 
     def manifest(self) -> Manifest:
         """The newest committed version of the manifest."""

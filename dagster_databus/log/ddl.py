@@ -1,7 +1,7 @@
 """The DDL log beside a change log (Roma's DDL isolation): schema statements on captured tables,
 kept out of the row-event stream. One object per statement, ``<lake>/log/<source>/ddl/<scn>-<table>.json``,
 created only if absent, so a re-read after a crash or two writers at once record nothing twice.
-Logs written before kept them all in ``ddl.json``; it is still read."""
+Logs written before kept them all in ``ddl.json``; it is still read (``log.compat``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dagster_databus.core.scn import Scn
+from dagster_databus.log.compat import ddl_records_v0
 
 if TYPE_CHECKING:
     from dagster_databus.storage.lake import Lake
@@ -27,11 +28,10 @@ class DdlLog:
     def __init__(self, lake: Lake, prefix: str) -> None:
         self.lake = lake
         self.prefix = prefix  # ends in '/': the records' folder
-        self.legacy = prefix.rstrip("/") + ".json"
 
     def records(self) -> list[DdlRecord]:
         objects = self.lake.objects
-        docs = json.loads(objects.read(self.legacy) or b"[]")
+        docs = ddl_records_v0(objects, self.prefix)
         for info in objects.list(self.prefix):
             data = objects.read(info.key)
             if data is not None:

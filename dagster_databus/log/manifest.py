@@ -14,7 +14,7 @@ A version names only the newest segments; whenever that list reaches ``part_segm
 commit costs the same at 100 segments as at 100,000, and readers cache the parts they have read.
 The newest ``KEEP_VERSIONS`` versions are kept, so a reader that listed them can still read one.
 Logs written before versions existed (``manifest.json`` + ``checkpoint.json``) read as version 0
-and move to versions with their next commit.
+(``log.compat``) and move to versions with their next commit.
 
 Reads and commits take the log's ``LogLayout`` (``log.layout``), never the ``ChangeLog``.
 """
@@ -39,6 +39,7 @@ from dagster_databus.errors import (
     EpochMismatchError,
     ManifestPartGoneError,
 )
+from dagster_databus.log.compat import drop_manifest_v0, manifest_v0
 from dagster_databus.storage.durable import crash_point
 
 if TYPE_CHECKING:
@@ -199,14 +200,7 @@ def _head(layout: LogLayout) -> tuple[int, dict[str, Any] | None]:
         if not versions:
             break
         # Every version listed was dropped before we read it (KEEP_VERSIONS commits meanwhile).
-    legacy = layout.objects.read(layout.key + "manifest.json")
-    if legacy is None:
-        return 0, None
-    doc = json.loads(legacy)
-    checkpoint = layout.objects.read(layout.key + "checkpoint.json")
-    if isinstance(doc, dict) and checkpoint is not None:
-        doc["checkpoint"] = json.loads(checkpoint)
-    return 0, doc
+    return 0, manifest_v0(layout.objects, layout.key)
 
 
 def _read_manifest(layout: LogLayout, final: bool = False) -> Manifest:
@@ -295,8 +289,7 @@ def commit_manifest(layout: LogLayout, manifest: Manifest, part_segments: int = 
     if version > KEEP_VERSIONS:
         layout.manifests.delete(version - KEEP_VERSIONS)
     if manifest.version == 0:  # the first version after a log of manifest.json + checkpoint.json
-        layout.objects.delete(layout.key + "manifest.json")
-        layout.objects.delete(layout.key + "checkpoint.json")
+        drop_manifest_v0(layout.objects, layout.key)
     return replace(sealed, version=version)
 
 
