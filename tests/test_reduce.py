@@ -18,11 +18,11 @@ from dagster_databus.core.event_columns import CHANGE_META
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.delta import DeltaSnapshot, conform_changes, merge_with_delta_rs
 from dagster_databus.dataplane.reduce import NewestPerKey, PieceEdges
+from dagster_databus.engines import local as local_engine
+from dagster_databus.engines.local import apply_changes, reduced_in_process
 from dagster_databus.errors import ChangeLogCorruptError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.columns import table_changes
-from dagster_databus.snapshot.engines import local as local_engine
-from dagster_databus.snapshot.engines.local import apply_changes, reduced_in_process
 from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import reconcile_table
 from dagster_databus.spark.delta_jars import may_commit_with_delta_spark

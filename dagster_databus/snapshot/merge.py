@@ -4,7 +4,7 @@ The merge takes the committed log after the snapshot's applied SCN, reduces it t
 per key (``sequence_by`` = SCN, then position in the window), and applies it: deletes remove the
 key (``apply_as_deletes``), newer images replace older ones (SCD type 1), and nothing older than
 what the snapshot holds is ever applied. The engine ``merge.engine`` names does the work
-(``snapshot/engines``: Spark tasks by default); this module decides what a table needs.
+(``engines/``: Spark tasks by default); this module decides what a table needs.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.commit import commit_absorbed, set_change_feed
 from dagster_databus.dataplane.delta import DeltaSnapshot, MergeCounts
-from dagster_databus.dataplane.engine import FileCounts, MergeEngine, RangeCounts, Refreshed
+from dagster_databus.dataplane.results import FileCounts, RangeCounts, Refreshed
+from dagster_databus.engines import open_engine
+from dagster_databus.engines.contract import MergeEngine
 from dagster_databus.errors import SchemaDriftError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.engines import open_engine
 from dagster_databus.snapshot.evolve import plan
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import ALL_ROWS, RowSelection
