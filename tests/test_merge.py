@@ -21,9 +21,9 @@ from dagster_databus.engines.local import apply_changes
 from dagster_databus.errors import ConcurrentRunError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.columns import change_schema
-from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source
 from dagster_databus.storage.lake import Lake
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SqliteHarness, make_config
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 class MergeEngine(Protocol):
     name: str
-    tables_at_once: int  # how many tables of a source ``snapshot.merge.sync_tables`` syncs at a time
+    tables_at_once: int  # how many tables of a source ``sync.merge.sync_tables`` syncs at a time
 
     def bootstrap(self, snap: DeltaSnapshot, source: Source, table: str,
                   progress: Progress) -> Bootstrapped:
@@ -61,7 +61,7 @@ class MergeEngine(Protocol):
 
     def compact(self, snap: DeltaFolder, table: DeltaTable, key: Sequence[str], groups: Sequence[Sequence[TableFile]],
                 progress: Progress) -> int:
-        """Join each group of neighbouring files (``snapshot.upkeep.compaction_groups``) into files of about
+        """Join each group of neighbouring files (``sync.upkeep.compaction_groups``) into files of about
         ``merge.file_rows`` rows in key order, in one commit against ``table``'s version that changes no data;
         files written."""
 

@@ -8,7 +8,7 @@ key order whose key bounds do not overlap (``dataplane.files.TableFiles``). A fi
 differ from the table's (delta-rs's MERGE writes string views) is rewritten alone in the table's types. The
 commit changes no data (``dataChange`` false) and moves no transaction id. VACUUM then deletes files the
 table stopped naming more than ``retain_hours`` ago (time travel reaches back that far), but never one its
-last bootstrap's version names: ``rebuild`` restores that version (``snapshot.merge.rebuild_from_bootstrap``),
+last bootstrap's version names: ``rebuild`` restores that version (``sync.merge.rebuild_from_bootstrap``),
 so its files stay as long as it is the last.
 
 A merge and a compaction of one table take the snapshot's lock in turn on a local lake; in a store, the

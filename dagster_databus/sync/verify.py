@@ -34,10 +34,10 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.slices import SliceRows, digested, key_texts, snapshot_keys
 from dagster_databus.errors import SnapshotMissingError
-from dagster_databus.snapshot.reconcile import RowDifference, compare_tables
-from dagster_databus.snapshot.rotation import VerifyState, decode_key, encode_key, slice_rows
 from dagster_databus.sources.base import KeyRange, RowSelection
 from dagster_databus.spark.properties import with_spark_properties
+from dagster_databus.sync.reconcile import RowDifference, compare_tables
+from dagster_databus.sync.rotation import VerifyState, decode_key, encode_key, slice_rows
 
 if TYPE_CHECKING:
     from dagster_databus.dataplane.delta import DeltaSnapshot
