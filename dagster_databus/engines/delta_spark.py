@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from dagster_databus.core.pickle_text import pack
 from dagster_databus.core.scn import Scn
-from dagster_databus.core.wire import pack
 from dagster_databus.dataplane.delta import SOFT_DELETE, MergeCounts, merge_clauses
 from dagster_databus.dataplane.reduce import ChangeStats
 from dagster_databus.dataplane.results import Bootstrapped, Merged, range_rows, soft_deletes

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from dagster_databus.core.wire import pack
+from dagster_databus.core.pickle_text import pack
 from dagster_databus.dataplane.commit import location, remove_uncommitted
 from dagster_databus.dataplane.files import DataFile, TaskReport, run_prefix
 from dagster_databus.spark.errors import task_errors

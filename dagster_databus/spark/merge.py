@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from dagster_databus.core.pickle_text import pack
 from dagster_databus.core.scn import Scn
-from dagster_databus.core.wire import pack
 from dagster_databus.dataplane.commit import OPERATION_KEY, commit_files, commit_merge, location
 from dagster_databus.dataplane.merging import count_windows
 from dagster_databus.dataplane.reduce import ChangeStats

@@ -12,8 +12,8 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from dagster_databus.core.pickle_text import pack
 from dagster_databus.core.scn import Scn
-from dagster_databus.core.wire import pack
 from dagster_databus.dataplane.commit import commit_bootstrap, location, remove_uncommitted
 from dagster_databus.dataplane.files import TaskReport
 from dagster_databus.dataplane.results import Bootstrapped, RangeCounts, range_rows
