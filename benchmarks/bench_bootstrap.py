@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 from benchmarks.common import best_of, jvm_rss_growth, report
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, parse_config
-from dagster_databus.snapshot.merge import engine_for, sync_table
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.merge import engine_for, sync_table
 from tests.mariadb import MariaDBServer
 
 COLUMNS = ["id", "name", "price", "qty", "note"]

@@ -20,8 +20,8 @@ from dagster_databus.config import load_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.defs.factory import build_definitions
 from dagster_databus.defs.resources import DatabusResource
-from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.merge import sync_source
 
 
 def main(rate_per_s: float = 50.0, seconds: float = 60.0) -> None:

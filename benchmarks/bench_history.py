@@ -22,8 +22,8 @@ from dagster_databus.config import parse_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.dataplane.history import HistoryTable, history_schema, tracked_columns
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import engine_for, sync_source
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.merge import engine_for, sync_source
 
 ROUNDS = 3
 UPDATES, DELETES, INSERTS = 20_000, 2_000, 5_000

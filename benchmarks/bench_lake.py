@@ -24,10 +24,10 @@ from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
 from dagster_databus.dataplane.delta import DeltaSnapshot
+from dagster_databus.engines.local import write_snapshot
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.engines.local import write_snapshot
-from dagster_databus.snapshot.merge import engine_for, sync_table
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.merge import engine_for, sync_table
 from tests.s3server import S3Server
 
 SCHEMA = TableSchema("b", "items", (Column("id", ColumnType("long")), Column("name", ColumnType("string")),

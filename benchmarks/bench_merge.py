@@ -29,8 +29,8 @@ from dagster_databus.dataplane.commit import commit_files, location
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.dataplane.files import FileWriter, run_prefix
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import engine_for, sync_table
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.merge import engine_for, sync_table
 
 SCHEMA = TableSchema("b", "items", (Column("id", ColumnType("long")), Column("name", ColumnType("string")),
                                     Column("price", ColumnType("double"))), ("id",))

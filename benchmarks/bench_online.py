@@ -27,8 +27,8 @@ from typing import Any
 from benchmarks.bench_bootstrap import bootstrap, load_mariadb, mariadb_config
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, load_config
-from dagster_databus.snapshot.merge import engine_for, sync_table
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.merge import engine_for, sync_table
 from tests.mariadb import MariaDBServer
 
 WRITES_PER_S = 500

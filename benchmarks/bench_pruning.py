@@ -18,8 +18,8 @@ import numpy as np
 
 from benchmarks.bench_merge import config_for, write_log, write_snapshot
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import engine_for, sync_table
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.merge import engine_for, sync_table
 
 CHANGES = 10_000
 

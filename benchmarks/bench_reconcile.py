@@ -24,10 +24,10 @@ from benchmarks.common import peak_rss_growth
 from dagster_databus import pipeline
 from dagster_databus.config import parse_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
-from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.reconcile import reconcile_table
 from dagster_databus.sources import open_source
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.merge import sync_source
+from dagster_databus.sync.reconcile import reconcile_table
 from tests.mariadb import MariaDBServer
 
 TABLE = "CREATE TABLE items (id INTEGER PRIMARY KEY, name VARCHAR(40), price DOUBLE, qty INTEGER, note VARCHAR(20))"

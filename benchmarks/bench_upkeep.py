@@ -23,9 +23,9 @@ from benchmarks.common import best_of
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
-from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.upkeep import upkeep_source
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.merge import sync_source
+from dagster_databus.sync.upkeep import upkeep_source
 
 ROWS = 200_000
 EVERY = 50  # merges between upkeep runs: a daily schedule over five-minute polls is 288

@@ -1,4 +1,4 @@
-"""Rolling verification's cost in a scheduled run (``snapshot.verify``, the default ``verify:`` config): a table of
+"""Rolling verification's cost in a scheduled run (``sync.verify``, the default ``verify:`` config): a table of
 ``rows`` rows with 1% of them changed before each run, every run as the sync step runs it (install, the slice
 read, capture, merge, the slice settled). Per run: the share of the run's time spent verifying (the sum of
 ``Verified.seconds``, and the wall time of ``read`` + ``settle`` measured around them) beside the goal of at most
@@ -28,9 +28,9 @@ from pathlib import Path
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, SparkConfig, parse_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
-from dagster_databus.snapshot.merge import engine_for, sync_source
-from dagster_databus.snapshot.verify import RollingVerification, Verified, VerifyState, slice_rows
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.merge import engine_for, sync_source
+from dagster_databus.sync.verify import RollingVerification, Verified, VerifyState, slice_rows
 from tests.mariadb import MariaDBServer
 
 GOAL = 0.10  # at most this share of a scheduled run verifying

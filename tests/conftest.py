@@ -17,13 +17,13 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig, SparkConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
-from dagster_databus.snapshot.merge import TableSyncResult, sync_source
-from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.sources import open_source, read_rows
 from dagster_databus.sources.registry import KINDS
 from dagster_databus.spark.connect_server import ConnectServer
 from dagster_databus.spark.runtime import SparkRuntime
 from dagster_databus.storage.lake import Lake
+from dagster_databus.sync.merge import TableSyncResult, sync_source
+from dagster_databus.sync.reconcile import compare_rows
 from tests.harness import (
     ORACLE_ENV,
     ORACLE_SKIP,

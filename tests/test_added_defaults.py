@@ -18,7 +18,7 @@ from dagster_databus import pipeline
 from dagster_databus.core.defaults import NOT_CONSTANT, constant_value
 from dagster_databus.core.types import ColumnType
 from dagster_databus.dataplane.delta import DeltaSnapshot
-from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import assert_snapshots_match, harness_of
 from tests.harness import MysqlHarness, make_config
 

@@ -19,9 +19,9 @@ from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import BinlogEventError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources.mysql.wire import codes
 from dagster_databus.sources.mysql.wire.codes import EVENT_TYPES, Disposition, event_type
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import assert_snapshots_match
 from tests.harness import MysqlHarness, make_config
 from tests.mariadb import MariaDBServer

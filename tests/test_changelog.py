@@ -19,7 +19,7 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import ChangeLogCorruptError, ConcurrentRunError, EpochMismatchError, UnsupportedTypeError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import assert_snapshots_match
 from tests.harness import SqliteHarness, make_config
 

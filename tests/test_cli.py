@@ -22,7 +22,7 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import SOURCE_KINDS, harness_of, immutable, make_read_only
 from tests.harness import MysqlHarness
 from tests.mariadb import MariaDBServer

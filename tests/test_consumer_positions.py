@@ -38,7 +38,7 @@ from dagster_databus.errors import (
     SubscriptionMismatchError,
 )
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.sync.merge import sync_source
 from tests.harness import SqliteHarness, config_document, make_config
 
 TABLES = [("a", ["id"]), ("b", ["id"])]

@@ -35,8 +35,8 @@ from dagster_databus.errors import (
     from_task,
 )
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source, read_rows
+from dagster_databus.sync.merge import sync_source
 from tests.harness import make_config
 
 TABLES = [{"name": "customers", "primary_key": ["id"]}, {"name": "orders", "primary_key": ["id"]},

@@ -12,8 +12,8 @@ import pytest
 from dagster_databus.consumer.history import as_of
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.reconcile import reconcile_table
+from dagster_databus.sync.merge import sync_source
+from dagster_databus.sync.reconcile import reconcile_table
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SourceHarness, make_config
 

@@ -10,7 +10,7 @@ import pytest
 
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError
-from dagster_databus.snapshot.merge import engine_for, sync_table
+from dagster_databus.sync.merge import engine_for, sync_table
 from tests.conftest import assert_snapshots_match, cycle, require_delta_spark
 from tests.harness import SqliteHarness, make_config
 

@@ -50,7 +50,7 @@ def test_status_piped_into_a_reader_that_stops_early_ends_quietly(tmp_path: Path
 def test_status_names_a_damaged_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from dagster_databus import pipeline
     from dagster_databus.config import load_config
-    from dagster_databus.snapshot.merge import sync_source
+    from dagster_databus.sync.merge import sync_source
 
     harness = SqliteHarness(tmp_path / "source.db")
     harness.execute(["CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER)", "INSERT INTO t VALUES (1, 1)"])

@@ -20,9 +20,9 @@ from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError, SourceUnavailableError, StandbyBehindError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.reconcile import compare_rows, reconcile_table
 from dagster_databus.sources import open_source
+from dagster_databus.sync.merge import sync_source
+from dagster_databus.sync.reconcile import compare_rows, reconcile_table
 from tests.faults.loadgen import DDL, TABLE, LoadGenerator
 from tests.harness import MysqlHarness, make_config
 from tests.mariadb import MariaDBServer

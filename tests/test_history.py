@@ -22,10 +22,10 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.history import HISTORY_META, HistoryTable, fold, from_snapshot
 from dagster_databus.errors import ConfigError, HistoryGapError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.sources import open_source, read_rows
 from dagster_databus.storage.lake import Lake
+from dagster_databus.sync.merge import sync_source
+from dagster_databus.sync.reconcile import compare_rows
 from tests.harness import SourceHarness, config_document, make_config
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ from dagster_databus.consumer.history import as_of
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.dataplane.history import HistoryTable
 from dagster_databus.errors import NaNKeyError
-from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.reconcile import reconcile_table
+from dagster_databus.sync.merge import sync_source
+from dagster_databus.sync.reconcile import reconcile_table
 from tests.conftest import assert_snapshots_match
 from tests.harness import PostgresHarness, make_config
 

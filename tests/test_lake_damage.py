@@ -15,8 +15,8 @@ from dagster_databus.cli import main
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import SnapshotDamagedError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.reconcile import reconcile_table
+from dagster_databus.sync.merge import sync_source
+from dagster_databus.sync.reconcile import reconcile_table
 from tests.conftest import assert_snapshots_match
 from tests.harness import SqliteHarness, config_document, make_config
 

@@ -27,9 +27,9 @@ RUN = textwrap.dedent("""
     from dagster_databus import pipeline
     from dagster_databus.dataplane.delta import DeltaSnapshot
     from dagster_databus.dataplane.history import HistoryTable
-    from dagster_databus.snapshot.merge import sync_source
-    from dagster_databus.snapshot.reconcile import compare_rows
-    from dagster_databus.snapshot.upkeep import upkeep_source
+    from dagster_databus.sync.merge import sync_source
+    from dagster_databus.sync.reconcile import compare_rows
+    from dagster_databus.sync.upkeep import upkeep_source
     from dagster_databus.sources import open_source, read_rows
     from dagster_databus.spark.runtime import SparkRuntime
     from tests.harness import SqliteHarness, make_config

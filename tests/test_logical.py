@@ -21,11 +21,11 @@ from dagster_databus.defs.factory import build_definitions
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.errors import SchemaDriftError, ShardCollisionError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.logical.compare import compare_parts
-from dagster_databus.snapshot.logical.sync import sync_logical
-from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.sources import open_source, read_rows
+from dagster_databus.sync.logical.compare import compare_parts
+from dagster_databus.sync.logical.sync import sync_logical
+from dagster_databus.sync.merge import sync_source
+from dagster_databus.sync.reconcile import compare_rows
 from tests.harness import MysqlHarness
 from tests.mariadb import MariaDBServer
 

@@ -16,14 +16,14 @@ from dagster_databus.dataplane.commit import location
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.dataplane.files import TableFiles
 from dagster_databus.dataplane.merging import MergePlan
+from dagster_databus.engines import open_engine
+from dagster_databus.engines.local import apply_changes
 from dagster_databus.errors import ConcurrentRunError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.columns import change_schema
-from dagster_databus.snapshot.engines import open_engine
-from dagster_databus.snapshot.engines.local import apply_changes
-from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source
 from dagster_databus.storage.lake import Lake
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SqliteHarness, make_config
 

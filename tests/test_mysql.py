@@ -22,7 +22,7 @@ from dagster_databus.errors import (
     SourceUnavailableError,
 )
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import MysqlHarness, make_config
 from tests.mariadb import MariaDBServer, free_port

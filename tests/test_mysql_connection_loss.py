@@ -15,7 +15,7 @@ import pytest
 from dagster_databus import pipeline
 from dagster_databus.errors import SourceUnavailableError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import assert_snapshots_match
 from tests.harness import MysqlHarness, make_config
 from tests.mariadb import MariaDBServer

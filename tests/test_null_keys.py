@@ -14,7 +14,7 @@ from dagster_databus import pipeline
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import NullKeyError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import harness_of
 from tests.harness import MysqlHarness, SourceHarness, make_config
 from tests.mariadb import MariaDBServer

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from dagster_databus import pipeline
-from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.reconcile import reconcile_table
+from dagster_databus.sync.merge import sync_source
+from dagster_databus.sync.reconcile import reconcile_table
 from tests.conftest import harness_of
 from tests.harness import MysqlHarness, PostgresHarness, SourceHarness, SqliteHarness, make_config
 

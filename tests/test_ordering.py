@@ -52,7 +52,7 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import EpochMismatchError, GroupSpecError, LogicalCheckpointError, OrderingError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.sync.merge import sync_source
 from tests.harness import SqliteHarness
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.errors import SchemaDriftError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import make_config
 

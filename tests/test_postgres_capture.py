@@ -38,11 +38,11 @@ from dagster_databus.errors import (
 )
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.columns import table_changes
-from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.reconcile import reconcile_table
 from dagster_databus.sources.postgres.pgoutput import lsn_of, lsn_text
 from dagster_databus.sources.postgres.slots import let_go
 from dagster_databus.sources.postgres.stream import IDLE_ADVANCE_BYTES
+from dagster_databus.sync.merge import sync_source
+from dagster_databus.sync.reconcile import reconcile_table
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import PostgresHarness, config_document, make_config
 

@@ -17,10 +17,10 @@ from dagster_databus.cli import main
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError, SourceUnavailableError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import RowSelection
 from dagster_databus.sources.registry import source_kind
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import cycle
 from tests.harness import PostgresHarness, config_document, make_config
 from tests.test_postgres_source import temporary_slots

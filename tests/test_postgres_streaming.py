@@ -17,8 +17,8 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SchemaDriftError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.columns import table_changes
-from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources.postgres import spool, stream
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import assert_snapshots_match
 from tests.harness import PostgresHarness, make_config
 

@@ -18,8 +18,8 @@ from dagster_databus.core.fingerprint import BUCKET_BITS, buckets, digests, fing
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType
 from dagster_databus.dataplane.delta import DeltaSnapshot
-from dagster_databus.snapshot.reconcile import compare_rows, reconcile_table
 from dagster_databus.sources.mysql.types import fingerprint_text
+from dagster_databus.sync.reconcile import compare_rows, reconcile_table
 from tests.conftest import cycle
 from tests.harness import SourceHarness, make_config
 

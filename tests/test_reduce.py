@@ -18,16 +18,16 @@ from dagster_databus.core.event_columns import CHANGE_META
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.delta import DeltaSnapshot, conform_changes, merge_with_delta_rs
 from dagster_databus.dataplane.reduce import NewestPerKey, PieceEdges
+from dagster_databus.engines import local as local_engine
+from dagster_databus.engines.local import apply_changes, reduced_in_process
 from dagster_databus.errors import ChangeLogCorruptError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.columns import table_changes
-from dagster_databus.snapshot.engines import local as local_engine
-from dagster_databus.snapshot.engines.local import apply_changes, reduced_in_process
-from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.reconcile import reconcile_table
 from dagster_databus.spark.delta_jars import may_commit_with_delta_spark
 from dagster_databus.spark.frames import reduce_latest
 from dagster_databus.spark.logread import read_changes
+from dagster_databus.sync.merge import sync_source
+from dagster_databus.sync.reconcile import reconcile_table
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SqliteHarness, make_config
 

@@ -13,8 +13,8 @@ from deltalake import DeltaTable, write_deltalake
 from dagster_databus import pipeline
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError
-from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source, read_rows
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SourceHarness, make_config
 

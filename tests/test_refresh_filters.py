@@ -27,7 +27,6 @@ from dagster_databus.cli import main
 from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError
-from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source, read_rows
 from dagster_databus.sources.base import KeyRange, RangeRead, RowSelection
 from dagster_databus.sources.filters import Filter, select_clause
@@ -35,6 +34,7 @@ from dagster_databus.sources.filters import check_filter as check_dialect_filter
 from dagster_databus.sources.keys import selection_for
 from dagster_databus.sources.registry import source_kind
 from dagster_databus.sources.sqlite import bootstrap as sqlite_bootstrap
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import cycle, require_tool
 from tests.harness import MysqlHarness, SourceHarness, SqliteHarness, config_document, make_config
 from tests.mariadb import MariaDBServer

@@ -21,10 +21,10 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.dataplane.history import HistoryTable
 from dagster_databus.errors import CaptureNotInstalledError, HistoryGapError, LogGapError, SchemaDriftError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.sources import open_source, read_rows
 from dagster_databus.sources.base import PollStats
+from dagster_databus.sync.merge import sync_source
+from dagster_databus.sync.reconcile import compare_rows
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import MysqlHarness, PostgresHarness, SourceHarness, SqliteHarness, make_config
 

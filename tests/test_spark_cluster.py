@@ -14,9 +14,9 @@ import pytest
 
 from dagster_databus import pipeline
 from dagster_databus.dataplane.delta import DeltaSnapshot
-from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.spark.faults import FAULT_PROPERTY
 from dagster_databus.storage.lake import Lake
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import MysqlHarness, SqliteHarness, make_config
 from tests.sparkcluster import SparkCluster

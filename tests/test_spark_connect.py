@@ -18,10 +18,10 @@ from dagster_databus.config import SparkConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ChangeLogCorruptError, ConfigError, SparkEnvironmentError, SparkUnavailableError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import engine_for, sync_source, sync_table
 from dagster_databus.spark.connect_server import ConnectServer, free_port
 from dagster_databus.spark.errors import task_errors
 from dagster_databus.spark.runtime import SparkRuntime, open_session
+from dagster_databus.sync.merge import engine_for, sync_source, sync_table
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import MysqlHarness, SqliteHarness, make_config
 

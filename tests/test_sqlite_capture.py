@@ -379,7 +379,7 @@ def wide_value(kind: str, row: int, column: int) -> object:
 def test_a_table_wider_than_json_objects_arguments_is_captured_exactly(tmp_path: Path, lazy_spark) -> None:
     """SQLite's json_object takes 63 columns (127 arguments): version 3's triggers could not be created for a
     wider table; version 4's write values, and the view joins the images of several objects."""
-    from dagster_databus.snapshot.merge import sync_source
+    from dagster_databus.sync.merge import sync_source
     from tests.conftest import assert_snapshots_match
 
     columns = [(f"c{i}", WIDE_KINDS[i % len(WIDE_KINDS)]) for i in range(1, 200)]

@@ -20,7 +20,7 @@ from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError, SchemaDriftError, SchemaMismatchError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
+from dagster_databus.sync.merge import sync_source
 from tests.harness import SqliteHarness, make_config
 
 Spark = Callable[[], Any]

@@ -148,7 +148,7 @@ def test_a_consumer_bootstraps_and_resumes_from_a_lake_wholly_in_the_object_stor
         tmp_path: Path, s3: S3Server, spark) -> None:
     """Log, snapshots and the consumer's checkpoint in the bucket: a consumer process on another
     machine needs nothing but the lake."""
-    from dagster_databus.snapshot.merge import sync_source
+    from dagster_databus.sync.merge import sync_source
     from tests.conftest import s3_lake
 
     source = SqliteHarness(tmp_path / "source.db")

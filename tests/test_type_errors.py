@@ -17,8 +17,8 @@ from dagster_databus.cli import main
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ChangeLogFormatError, SchemaMismatchError, UnsupportedTypeError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source
+from dagster_databus.sync.merge import sync_source
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import MysqlHarness, SqliteHarness, make_config
 from tests.mariadb import MariaDBServer

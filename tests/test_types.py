@@ -30,10 +30,10 @@ from dagster_databus.core.events import ChangeEvent
 from dagster_databus.core.types import ColumnType
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.reconcile import reconcile_table
 from dagster_databus.sources import open_source
 from dagster_databus.sources.fingerprints import streamed_fingerprint
 from dagster_databus.sources.oracle.types import oracle_column_type
+from dagster_databus.sync.reconcile import reconcile_table
 from tests.conftest import cycle
 from tests.harness import ORACLE_ENV, ORACLE_SKIP, MysqlHarness, OracleHarness, SourceHarness, SqliteHarness
 from tests.mariadb import MariaDBServer

@@ -1,4 +1,4 @@
-"""Upkeep of snapshot tables (``snapshot.upkeep``): after many small merges, compaction joins the small files
+"""Upkeep of snapshot tables (``sync.upkeep``): after many small merges, compaction joins the small files
 in key order without changing a row or the applied SCN, VACUUM removes the files no version needs but keeps
 what rebuild restores, and merges, rebuilds and the snapshot's equality with the source all hold after."""
 
@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 
 from dagster_databus.dataplane.delta import DeltaFolder, DeltaSnapshot
-from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.upkeep import upkeep_source
 from dagster_databus.storage.lake import Lake
+from dagster_databus.sync.merge import sync_source
+from dagster_databus.sync.upkeep import upkeep_source
 from tests.conftest import assert_snapshots_match, cycle
 from tests.harness import SqliteHarness, make_config
 
@@ -123,8 +123,8 @@ def test_upkeep_of_a_history_table_keeps_every_version_in_key_order(tmp_path: Pa
 def test_upkeep_of_a_logical_table_keeps_its_rows_and_parts(tmp_path: Path, spark) -> None:
     from dagster_databus.config import parse_config
     from dagster_databus.dataplane.logical import LogicalSnapshot
-    from dagster_databus.snapshot.logical.sync import sync_logical
-    from dagster_databus.snapshot.upkeep import upkeep_logical
+    from dagster_databus.sync.logical.sync import sync_logical
+    from dagster_databus.sync.upkeep import upkeep_logical
 
     shards = [SqliteHarness(tmp_path / f"shard{n}.db") for n in range(2)]
     for n, shard in enumerate(shards):

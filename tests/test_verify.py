@@ -1,4 +1,4 @@
-"""The rolling verification (``snapshot.verify``): every sync compares a slice of each table with the source at one
+"""The rolling verification (``sync.verify``): every sync compares a slice of each table with the source at one
 SCN and repairs what differs. Damage is planted in the Delta snapshots behind the log's back (values changed, rows
 removed, ghost rows added, on three tables, one with a history table); within the rotation's runs, with the default
 config, every planted difference is reported and repaired, and nothing is reported when nothing is wrong."""
@@ -17,10 +17,10 @@ from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.dataplane.history import HistoryTable, open_versions
-from dagster_databus.snapshot.merge import engine_for, sync_source
-from dagster_databus.snapshot.rotation import VerifyState, slice_rows
-from dagster_databus.snapshot.verify import RollingVerification, Verified
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.merge import engine_for, sync_source
+from dagster_databus.sync.rotation import VerifyState, slice_rows
+from dagster_databus.sync.verify import RollingVerification, Verified
 from tests.conftest import assert_snapshots_match
 from tests.harness import SourceHarness, SqliteHarness, make_config
 

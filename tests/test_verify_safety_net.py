@@ -22,7 +22,6 @@ import pytest
 
 from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
-from dagster_databus.snapshot.verify import Verified
 from dagster_databus.sources import open_source, read_rows
 from dagster_databus.sources.mysql import charsets
 from dagster_databus.sources.mysql.wire import tablemap
@@ -30,6 +29,7 @@ from dagster_databus.sources.postgres import bootstrap as pg_bootstrap
 from dagster_databus.sources.postgres import drift, stream
 from dagster_databus.sources.sqlite import triggers
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.verify import Verified
 from tests.conftest import assert_snapshots_match
 from tests.harness import MysqlHarness, PostgresHarness, SqliteHarness, make_config
 from tests.mariadb import MariaDBServer

@@ -41,7 +41,7 @@ def _validate(config: DatabusConfig, _: argparse.Namespace) -> int:
 def _reconcile(config: DatabusConfig, args: argparse.Namespace) -> int:
     """The ``reconciled`` check from the command line: progress on stderr, one result line per table on
     stdout; exit 0 when every table matches, 1 when one differs or could not be compared."""
-    from dagster_databus.snapshot.reconcile import reconcile_table
+    from dagster_databus.sync.reconcile import reconcile_table
 
     source = config.source(args.source)
     tables = source.chosen_tables(args.tables)
@@ -80,9 +80,9 @@ def _bootstrap(config: DatabusConfig, args: argparse.Namespace) -> int:
 
 def _upkeep(config: DatabusConfig, args: argparse.Namespace) -> int:
     """Compact, vacuum and checkpoint a source's snapshot and history tables, or a logical table
-    (``snapshot.upkeep``)."""
-    from dagster_databus.snapshot.upkeep import upkeep_logical, upkeep_source
+    (``sync.upkeep``)."""
     from dagster_databus.spark.runtime import SparkRuntime
+    from dagster_databus.sync.upkeep import upkeep_logical, upkeep_source
 
     spark = SparkRuntime(config.spark)  # starts only if the engine runs a Spark job
 
@@ -107,8 +107,8 @@ def _snapshot(config: DatabusConfig, args: argparse.Namespace) -> int:
     """Read tables afresh from the source into their snapshots, keeping the change log: online (key ranges,
     each its own short read, capture may run meanwhile) and resumable (a killed run's finished ranges are kept).
     With a key range or a filter, only those rows of one table are read again and folded in."""
-    from dagster_databus.snapshot.merge import sync_source
     from dagster_databus.spark.runtime import SparkRuntime
+    from dagster_databus.sync.merge import sync_source
 
     source = config.source(args.source)
     tables = source.chosen_tables(args.tables)

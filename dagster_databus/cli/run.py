@@ -1,5 +1,5 @@
 """``databus capture``, ``databus merge`` and ``databus sync``: the pipeline's steps without Dagster, by the code
-Dagster's steps run (``pipeline.install`` and ``pipeline.capture``, ``snapshot.merge.sync_source``, then
+Dagster's steps run (``pipeline.install`` and ``pipeline.capture``, ``sync.merge.sync_source``, then
 retention), under the same locks (the change log's writer lock, the source's reader, each snapshot's commit),
 printing a progress line per piece of work on stderr and one summary line per step on stdout, with the figures
 Dagster's metadata shows (``--json``: all of them, one JSON object a line per step, and nothing else on stdout)."""
@@ -14,10 +14,10 @@ from typing import Any
 from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.figures import sync_figures
-from dagster_databus.snapshot.merge import engine_for, sync_source
-from dagster_databus.snapshot.verify import RollingVerification, verified_lines, verify_figures
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.figures import sync_figures
+from dagster_databus.sync.merge import engine_for, sync_source
+from dagster_databus.sync.verify import RollingVerification, verified_lines, verify_figures
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:

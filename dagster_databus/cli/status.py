@@ -17,10 +17,10 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import DatabusError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.manifest import Manifest
-from dagster_databus.snapshot.rotation import VerifyState
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import Failover, Retaining, Source
 from dagster_databus.sources.registry import source_kind
+from dagster_databus.sync.rotation import VerifyState
 
 HEADER = ("source/table", "checkpoint", "snapshot", "source", "lag", "segments", "bytes")
 LEGEND = ("checkpoint: the change log holds every commit up to this SCN; snapshot: the Delta snapshot reflects the "

@@ -29,12 +29,12 @@ from dagster_databus import pipeline
 from dagster_databus.config import SparkConfig, parse_config
 from dagster_databus.core.progress import Progress
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import sync_source
-from dagster_databus.snapshot.reconcile import reconcile_table
 from dagster_databus.sources.registry import KINDS, embedded_kind
 from dagster_databus.spark.classdata import java_binary, write_archive
 from dagster_databus.spark.classic import DRIVER_JAVA_OPTIONS, open_classic
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.merge import sync_source
+from dagster_databus.sync.reconcile import reconcile_table
 
 ROWS = 5_000  # past every small-batch threshold (2,000 records, 4,096 keys)
 

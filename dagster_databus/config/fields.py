@@ -128,7 +128,7 @@ class ReconcileConfig(Strict):
 
 
 class VerifyConfig(Strict):
-    """The rolling verification every sync runs (``snapshot.verify``): a slice of each table's keys compared with
+    """The rolling verification every sync runs (``sync.verify``): a slice of each table's keys compared with
     the source at one SCN, differences repaired (``repair``), only reported (``report``), or nothing (``off``).
     Written as a bare policy (``verify: report``) or as these fields."""
 
@@ -153,7 +153,7 @@ def yaml_policy(value: Any) -> Any:
 
 
 class UpkeepConfig(Strict):
-    """Upkeep of the source's snapshot tables (``snapshot.upkeep``): small files joined, old files vacuumed,
+    """Upkeep of the source's snapshot tables (``sync.upkeep``): small files joined, old files vacuumed,
     the Delta log checkpointed, on a schedule of its own."""
 
     cron: str | None = "0 4 * * *"  # daily at 04:00 (the schedule starts stopped); null: no schedule

@@ -37,7 +37,7 @@ would skip their changes up to the checkpoint), as ``coverage`` describes. ``ded
 ``ordering.IdempotentSink`` whose positions are per part lineage.
 
 With ``bootstrap=True``, a consumer with no checkpoint, or one a part's log can no longer
-continue, first gets the logical Delta table (``snapshot/logical/``) as inserts, every part at
+continue, first gets the logical Delta table (``sync/logical/``) as inserts, every part at
 the SCN that table holds it at (one table version), then each part's log after that SCN: no gap,
 nothing twice. Without it, a part with no checkpoint starts at the oldest change its log holds,
 or at ``start[label]``, and a part whose checkpoint is older than its log retains, or from a log

@@ -77,7 +77,7 @@ class TableSchema:
     def fingerprint(self) -> str:
         body = json.dumps(
             # The declared type too: a change of it alone (a longer VARCHAR, fewer fractional seconds) is a new
-            # version, from which ``snapshot.evolve`` tells what the change was.
+            # version, from which ``sync.evolve`` tells what the change was.
             {"columns": [[c.name, str(c.type), c.source_type] for c in self.columns], "pk": list(self.primary_key)},
             sort_keys=True,
         )

@@ -2,7 +2,7 @@
 
 Each snapshot commit carries a Delta transaction identifier (app id ``databus:<source>.<table>``,
 version = the SCN it brings the table to), so the data change and the applied SCN land in
-one atomic commit and a replay is recognised. Every engine (``snapshot/engines``) writes the
+one atomic commit and a replay is recognised. Every engine (``engines/``) writes the
 same table layout: the source's columns, then ``__scn``, ``__op`` and ``__commit_ts``.
 """
 

@@ -12,7 +12,7 @@ Two steps, one shuffle between them:
    an older row: the changed keys' rows dropped, new images written in key order, deletes applied
    (copy-on-write). New keys go to new files. The task reports the files it added and replaced.
 
-The driver commits the reports in one delta-rs transaction (``spark.engine``).
+The driver commits the reports in one delta-rs transaction (``engines.spark``).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from dagster_databus.core.wire import pack, unpack
+from dagster_databus.core.pickle_text import pack, unpack
 from dagster_databus.dataplane.files import ACTION_SCHEMA, TaskReport, run_prefix
 
 if TYPE_CHECKING:

@@ -23,11 +23,11 @@ from dagster_databus.defs.common import Metadata, capture_key, changelog_key, cl
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.pipeline import capture_figures
-from dagster_databus.snapshot.figures import Figures, sync_figures
-from dagster_databus.snapshot.merge import TableSyncResult, engine_for, sync_tables
-from dagster_databus.snapshot.verify import RollingVerification
 from dagster_databus.sources.base import ALL_ROWS, RowSelection
 from dagster_databus.sources.registry import source_kind
+from dagster_databus.sync.figures import Figures, sync_figures
+from dagster_databus.sync.merge import TableSyncResult, engine_for, sync_tables
+from dagster_databus.sync.verify import RollingVerification
 
 
 class SyncRunConfig(dg.Config):

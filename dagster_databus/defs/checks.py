@@ -19,11 +19,11 @@ from dagster_databus.defs.common import Metadata, capture_key, changelog_key, sn
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.errors import DatabusError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import applied_commit_ms
-from dagster_databus.snapshot.reconcile import Reconciliation, reconcile_table, schema_drift
-from dagster_databus.snapshot.verify import Verified
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import Retaining
+from dagster_databus.sync.merge import applied_commit_ms
+from dagster_databus.sync.reconcile import Reconciliation, reconcile_table, schema_drift
+from dagster_databus.sync.verify import Verified
 
 
 def _problems_result(key: dg.AssetCheckKey, problems: list[str], **metadata: Any) -> dg.AssetCheckResult:

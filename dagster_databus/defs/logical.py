@@ -9,8 +9,8 @@ from dagster_databus.dataplane.logical import LogicalSnapshot
 from dagster_databus.defs.assets import column_schema
 from dagster_databus.defs.common import Metadata, clear_errors, pool, snapshot_key
 from dagster_databus.defs.resources import DatabusResource
-from dagster_databus.snapshot.logical.compare import compare_parts
-from dagster_databus.snapshot.logical.sync import LogicalSyncResult, sync_logical
+from dagster_databus.sync.logical.compare import compare_parts
+from dagster_databus.sync.logical.sync import LogicalSyncResult, sync_logical
 
 GROUP = "logical"
 

@@ -1,4 +1,4 @@
-"""The upkeep jobs (``snapshot.upkeep``) and their schedules: one per source, for its snapshot and history
+"""The upkeep jobs (``sync.upkeep``) and their schedules: one per source, for its snapshot and history
 tables, and one per logical table.
 
 A source's step runs in its sync pool, so it never runs beside a merge of the same source launched from
@@ -15,7 +15,7 @@ from dagster_databus.defs.common import Metadata, clear_errors, pool, snapshot_k
 from dagster_databus.defs.executor import databus_executor
 from dagster_databus.defs.logs import job_config
 from dagster_databus.defs.resources import DatabusResource
-from dagster_databus.snapshot.upkeep import UpkeepResult
+from dagster_databus.sync.upkeep import UpkeepResult
 
 
 def upkeep_job_name(source: str) -> str:
@@ -41,7 +41,7 @@ def build_upkeep_job(source: SourceConfig) -> dg.JobDefinition:
 
     @dg.op(name=f"{name}_upkeep_step", pool=pool(name, "sync"), tags={"databus/source": name}, out={})
     def step(context: dg.OpExecutionContext, databus: DatabusResource) -> Iterator[dg.AssetObservation]:
-        from dagster_databus.snapshot.upkeep import upkeep_source
+        from dagster_databus.sync.upkeep import upkeep_source
 
         with clear_errors(context):
             for r in upkeep_source(databus.config(), name, databus.spark, progress=context.log.info):
@@ -66,7 +66,7 @@ def build_logical_upkeep_job(logical: LogicalTableConfig) -> dg.JobDefinition:
     @dg.op(name=f"{name}_logical_upkeep_step", pool=pool(GROUP, name), tags={"databus/logical_table": name},
            out={})
     def step(context: dg.OpExecutionContext, databus: DatabusResource) -> Iterator[dg.AssetObservation]:
-        from dagster_databus.snapshot.upkeep import upkeep_logical
+        from dagster_databus.sync.upkeep import upkeep_logical
 
         with clear_errors(context):
             result = upkeep_logical(databus.config(), name, databus.spark, progress=context.log.info)

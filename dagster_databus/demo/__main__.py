@@ -20,8 +20,8 @@ from pathlib import Path
 from dagster_databus.config import CONFIG_ENV, config_path_from_env, load_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.demo.workload import ShopWorkload, create_shop
-from dagster_databus.snapshot.reconcile import Comparison, compare_rows
 from dagster_databus.sources import open_source, read_rows
+from dagster_databus.sync.reconcile import Comparison, compare_rows
 
 # The checkout, a dg project (pyproject.toml's [tool.dg]): `dg launch` runs its definitions from here.
 PROJECT = Path(__file__).resolve().parents[2]

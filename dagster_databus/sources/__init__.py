@@ -1,5 +1,5 @@
-"""Capture sources: one package per database kind (``sqlite``, ``mysql``, ``oracle``), each registered in
-``registry`` and implementing ``base.Source`` (and ``base.Failover`` where it has servers to switch between).
+"""Capture sources: one package per database kind, each registered in ``registry`` (``KINDS``, the one list of
+the kinds) and implementing ``base.Source`` (and ``base.Failover`` where it has servers to switch between).
 ``base`` holds the contract and its records; ``catalog``, ``keys``, ``fingerprints``, ``filters`` and
 ``sqlfiles`` what the kinds share."""
 

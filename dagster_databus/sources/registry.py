@@ -56,7 +56,7 @@ class SourceKind:
     sample: str | None = None  # "module:function": (folder, rows) -> Sample, for a kind that needs no server
     warm: str | None = None  # "module:function": () -> str, compiles its capture's kernels the sample misses
     # "module:function": (old, new declared type) -> bool, a column type change proven to keep every stored value
-    # (``snapshot.evolve``); None where the log cannot show how the source converted values (no change is proven).
+    # (``sync.evolve``); None where the log cannot show how the source converted values (no change is proven).
     retypes: str | None = None
 
     @property

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from dagster_databus.core.wire import pack
+from dagster_databus.core.pickle_text import pack
 from dagster_databus.dataplane.commit import location
 from dagster_databus.dataplane.reads import FileRead
 from dagster_databus.errors import SnapshotMissingError

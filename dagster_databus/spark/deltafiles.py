@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from dagster_databus.core.wire import unpack
+from dagster_databus.core.pickle_text import unpack
 from dagster_databus.dataplane.reads import FileRead
 from dagster_databus.errors import DatabusError, for_task
 

@@ -12,9 +12,9 @@ import pyarrow as pa
 
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.commit import OPERATION_KEY, commit_files, location
-from dagster_databus.dataplane.engine import Merged
 from dagster_databus.dataplane.merging import count_windows
 from dagster_databus.dataplane.reduce import ChangeStats
+from dagster_databus.dataplane.results import Merged
 from dagster_databus.log.columns import change_schema
 from dagster_databus.spark.jobs import ENGINE, FileCopy, SparkJobs, paths, with_columns
 from dagster_databus.spark.rewrite import Changes, RewriteCommit, RewriteTarget

@@ -1,4 +1,4 @@
-"""What the spark engine's features (``spark.engine``) share: the config, the runtime their jobs run on, and the
+"""What the spark engine's features (``engines.spark``) share: the config, the runtime their jobs run on, and the
 two kinds of job they are built from: files copied by tasks into a table and committed by the driver
 (``copy_files``: a compaction, an evolution, a history's start, a logical load), and changes applied by
 rewriting the files that hold their keys (``rewrite``, ``spark.rewrite``)."""
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from dagster_databus.core.wire import pack
+from dagster_databus.core.pickle_text import pack
 from dagster_databus.dataplane.commit import location, remove_uncommitted
 from dagster_databus.dataplane.files import DataFile, TaskReport, run_prefix
 from dagster_databus.spark.errors import task_errors

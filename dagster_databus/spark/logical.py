@@ -13,7 +13,7 @@ import pyarrow as pa
 from dagster_databus.core.event_columns import CHANGE_META
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.commit import OPERATION_KEY, commit_files, location
-from dagster_databus.dataplane.engine import LogicalLoaded, LogicalMerged
+from dagster_databus.dataplane.results import LogicalLoaded, LogicalMerged
 from dagster_databus.spark.errors import task_errors
 from dagster_databus.spark.frames import reduce_latest
 from dagster_databus.spark.jobs import ENGINE, FileCopy, SparkJobs, paths, with_columns

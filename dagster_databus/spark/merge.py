@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from dagster_databus.core.pickle_text import pack
 from dagster_databus.core.scn import Scn
-from dagster_databus.core.wire import pack
 from dagster_databus.dataplane.commit import OPERATION_KEY, commit_files, commit_merge, location
-from dagster_databus.dataplane.engine import Merged, Refreshed, range_rows, soft_deletes
 from dagster_databus.dataplane.merging import count_windows
 from dagster_databus.dataplane.reduce import ChangeStats
+from dagster_databus.dataplane.results import Merged, Refreshed, range_rows, soft_deletes
 from dagster_databus.log.columns import change_schema
 from dagster_databus.spark.jobs import ENGINE, FileCopy, SparkJobs, paths, with_columns
 from dagster_databus.spark.rewrite import Changes, RewriteCommit, RewriteTarget

@@ -23,8 +23,8 @@ from dagster_databus.dataplane.commit import (
     remove_uncommitted,
 )
 from dagster_databus.dataplane.delta import DeltaFolder, MergeCounts
-from dagster_databus.dataplane.engine import FileCounts
 from dagster_databus.dataplane.files import TableFiles, TaskReport, run_prefix
+from dagster_databus.dataplane.results import FileCounts
 from dagster_databus.spark.errors import task_errors
 from dagster_databus.spark.faults import task_fault
 from dagster_databus.storage.durable import crash_point, disk_errors

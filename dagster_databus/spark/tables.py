@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from dagster_databus.core.wire import unpack
+from dagster_databus.core.pickle_text import unpack
 from dagster_databus.dataplane.reads import FilesSink
 from dagster_databus.errors import DatabusError, for_task
 

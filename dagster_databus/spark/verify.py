@@ -1,6 +1,6 @@
 """The snapshot's side of a rolling verification's slice in Spark tasks: one task per data file that may hold the
 slice computes its rows' canonical digests (``dataplane.slices.SliceRows``), and only (key text, digest) pairs
-reach the driver, which joins them with the source's read (``snapshot.verify``)."""
+reach the driver, which joins them with the source's read (``sync.verify``)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from typing import Any
 from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.reconcile import reconcile_table
+from dagster_databus.sync.reconcile import reconcile_table
 from tests.harness import SourceHarness
 
 TABLE = "kv"

@@ -25,8 +25,8 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.dataplane.resume import BootstrapProgress
 from dagster_databus.errors import ChangeLogCorruptError, ConfigError, DiskFullError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.merge import engine_for, sync_source
 from dagster_databus.storage.lake import Lake
+from dagster_databus.sync.merge import engine_for, sync_source
 from tests.conftest import require_tool
 from tests.faults.loadgen import DDL, TABLE, LoadGenerator, check
 from tests.harness import (

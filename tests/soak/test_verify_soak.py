@@ -1,4 +1,4 @@
-"""The rolling verification's soak (``snapshot.verify``): at least 200 scheduled runs of a mixed workload on each
+"""The rolling verification's soak (``sync.verify``): at least 200 scheduled runs of a mixed workload on each
 source kind report zero differing keys, so verification never cries wolf.
 
 Each run is a sync as the scheduled step runs it (``tests.test_verify.verified_run``: install, the slices read,
@@ -32,10 +32,10 @@ from dagster_databus import pipeline
 from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import CaptureNotInstalledError
-from dagster_databus.snapshot.merge import engine_for, sync_source
-from dagster_databus.snapshot.rotation import VerifyState
-from dagster_databus.snapshot.verify import RollingVerification, Verified
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.merge import engine_for, sync_source
+from dagster_databus.sync.rotation import VerifyState
+from dagster_databus.sync.verify import RollingVerification, Verified
 from tests.conftest import snapshot_mismatches
 from tests.harness import SourceHarness, Statement, make_config
 from tests.test_verify import SHOP, verified_run

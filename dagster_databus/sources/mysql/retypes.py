@@ -1,4 +1,4 @@
-"""MySQL / MariaDB column type changes proven to keep every stored value (``snapshot.evolve``'s allow-list).
+"""MySQL / MariaDB column type changes proven to keep every stored value (``sync.evolve``'s allow-list).
 
 ``ALTER TABLE ... MODIFY`` converts each stored value to the new type with no row events, so a snapshot can
 follow a change in place only when the conversion is the identity for every value the old type can hold. Each

@@ -39,7 +39,7 @@ def saved_identities(state: Mapping[str, str]) -> dict[str, Identity]:
 
 
 def identity_change(table: str, before: Identity, now: Identity, truncated: bool = False) -> str | None:
-    """The statement ``snapshot.evolve`` reads for a table whose identity changed (None: it did not), so the
+    """The statement ``sync.evolve`` reads for a table whose identity changed (None: it did not), so the
     table is read again: a relation of another oid holds other rows; a table dropped from the publication and
     added again had changes that were never published; storage rewritten held values no event carried. A table
     a TRUNCATE message emptied (``truncated``) has new storage that message told already."""

@@ -1,6 +1,6 @@
 """A PostgreSQL table's columns as the change log last wrote them (its "shape"), carried in the capture
 checkpoint's state so a relation message can be told apart as a schema change or not, and the change between two
-shapes as the DDL text ``snapshot.evolve`` reads. A shape also holds each column's product type, so a capture
+shapes as the DDL text ``sync.evolve`` reads. A shape also holds each column's product type, so a capture
 lagging behind a migration decodes old rows of a column whose type was dropped since as the log recorded it."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def recorded_columns(shape: Shape | None) -> dict[str, Column]:
 
 
 def describe_change(before: Shape, after: TableSchema) -> str:
-    """The column change between two shapes of a table, as the statement ``snapshot.evolve`` reads."""
+    """The column change between two shapes of a table, as the statement ``sync.evolve`` reads."""
     old = {e[0]: e[1] for e in before}
     new = {c.name: c for c in after.columns}
     parts = [f"DROP COLUMN {n}" for n in old if n not in new]

@@ -16,7 +16,7 @@ a subtransaction of it.
 
 Schema changes arrive as relation messages, sent before a table's first change in a stream and again after its
 columns change. Each table's columns as the log last wrote them ride in the checkpoint's state (``shapes``): a
-relation message that differs from them is a schema change (recorded as the DDL text ``snapshot.evolve`` reads);
+relation message that differs from them is a schema change (recorded as the DDL text ``sync.evolve`` reads);
 one that differs only from the table's shape now (rows written before a later ALTER) is not.
 """
 

@@ -164,7 +164,7 @@ def carried(schema: TableSchema) -> frozenset[str]:
 
 
 def _describe_stale(table: str, found: Stale, before: Sequence[Sequence[Any]], checked: int) -> str:
-    """The marker's statement for a stale table: what a DDL record holds and ``snapshot.evolve`` reads (a rename
+    """The marker's statement for a stale table: what a DDL record holds and ``sync.evolve`` reads (a rename
     or missing triggers are never evolved in place: the table is read again)."""
     if found.reason == "moved":
         return (f"RENAME TABLE {table} TO {found.moved_to}: {table} was renamed to {found.moved_to!r} and created "
@@ -187,7 +187,7 @@ def _carried_form(column: Sequence[Any]) -> str:
 
 def _describe_change(table: str, before: Sequence[Sequence[Any]], after: Sequence[Sequence[Any]]) -> str:
     """The change as the ALTER statements that make ``after`` of ``before`` (SQLite reports no DDL): what a
-    DDL record holds and ``snapshot.evolve`` reads."""
+    DDL record holds and ``sync.evolve`` reads."""
     parts = []
     for i in range(max(len(before), len(after))):
         old, new = (before[i] if i < len(before) else None), (after[i] if i < len(after) else None)

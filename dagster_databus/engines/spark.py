@@ -1,6 +1,7 @@
-"""The spark engine: Spark tasks read, reduce and write the data files; the driver commits them.
+"""The spark engine, assembled from the Spark jobs of ``spark/``: Spark tasks read, reduce and write the data
+files; the driver commits them.
 
-Bootstrap (``spark.bootstrap``): the source's table is cut into primary-key ranges; one task per range reads it
+Bootstrap (``spark.range_reads``): the source's table is cut into primary-key ranges; one task per range reads it
 on its own connection and writes its rows as Parquet straight into the snapshot's folder, clustered by key,
 and a killed bootstrap resumes with the ranges it lacks. Merge (``spark.merge``, ``spark.rewrite``): tasks read
 the change log segment by segment, route every change to the group of files that may hold its key, and rewrite
@@ -13,12 +14,12 @@ reach the driver, which commits them in one delta-rs transaction with the transa
 
 from __future__ import annotations
 
-from dagster_databus.spark.bootstrap import Bootstrapping
 from dagster_databus.spark.history import HistoryTables
 from dagster_databus.spark.logical import LogicalTables
 from dagster_databus.spark.merge import SnapshotMerging
+from dagster_databus.spark.range_reads import RangeReads
 from dagster_databus.spark.verify import SliceVerifying
 
 
-class SparkEngine(Bootstrapping, SnapshotMerging, HistoryTables, LogicalTables, SliceVerifying):
-    """``dataplane.engine.MergeEngine`` on a ``SparkRuntime``, which it starts when it first runs a job."""
+class SparkEngine(RangeReads, SnapshotMerging, HistoryTables, LogicalTables, SliceVerifying):
+    """``engines.contract.MergeEngine`` on a ``SparkRuntime``, which it starts when it first runs a job."""

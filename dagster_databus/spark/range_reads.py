@@ -1,6 +1,7 @@
-"""The spark engine's bootstrap: the source's table cut into primary-key ranges (``Source.ranges``), one
-task per range reading it on its own connection and writing its rows as Parquet straight into the snapshot's
-folder, clustered by key (``spark.tables``); the driver commits the files in one delta-rs transaction.
+"""Range reads in Spark tasks, the spark engine's bootstrap: the source's table cut into primary-key ranges
+(``Source.ranges``), one task per range reading it on its own connection and writing its rows as Parquet
+straight into the snapshot's folder, clustered by key (``spark.tables``); the driver commits the files in one
+delta-rs transaction.
 
 It resumes: each range records its files once written (``dataplane.resume``), and a run after a killed one
 reads only the ranges without a record, keeping the others' files."""
@@ -11,11 +12,11 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from dagster_databus.core.pickle_text import pack
 from dagster_databus.core.scn import Scn
-from dagster_databus.core.wire import pack
 from dagster_databus.dataplane.commit import commit_bootstrap, location, remove_uncommitted
-from dagster_databus.dataplane.engine import Bootstrapped, RangeCounts, range_rows
 from dagster_databus.dataplane.files import TaskReport
+from dagster_databus.dataplane.results import Bootstrapped, RangeCounts, range_rows
 from dagster_databus.spark.errors import task_errors
 from dagster_databus.spark.jobs import ENGINE, SparkJobs, paths
 from dagster_databus.storage.durable import crash_point, disk_errors
@@ -27,7 +28,9 @@ if TYPE_CHECKING:
     from dagster_databus.sources.base import RangeRead, Source
 
 
-class Bootstrapping(SparkJobs):
+class RangeReads(SparkJobs):
+    """A table read in key ranges, one Spark task each, into a snapshot's files that the driver commits."""
+
     def bootstrap(self, snap: DeltaSnapshot, source: Source, table: str, progress: Progress) -> Bootstrapped:
         from dagster_databus.dataplane.reads import FilesSink
         from dagster_databus.dataplane.resume import BootstrapProgress

@@ -3,7 +3,7 @@
 The source's key ranges are read by Spark tasks (``spark.tables``) and written by Spark's Delta writer; the
 change log is read by Spark tasks (``spark.logsource``), reduced with a window function and MERGEd, all
 distributed. Everything else (refresh, evolution, compaction, history and logical tables) keeps the spark
-engine's layout and is the spark engine's (``spark.engine``). The jars come from Maven or a folder
+engine's layout and is the spark engine's (``engines.spark``). The jars come from Maven or a folder
 (``spark.delta_jars``); without them this engine is refused with that fix.
 """
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from dagster_databus.core.pickle_text import pack
 from dagster_databus.core.scn import Scn
-from dagster_databus.core.wire import pack
 from dagster_databus.dataplane.delta import SOFT_DELETE, MergeCounts, merge_clauses
-from dagster_databus.dataplane.engine import Bootstrapped, Merged, range_rows, soft_deletes
 from dagster_databus.dataplane.reduce import ChangeStats
+from dagster_databus.dataplane.results import Bootstrapped, Merged, range_rows, soft_deletes
+from dagster_databus.engines.spark import SparkEngine
 from dagster_databus.errors import ConfigError
-from dagster_databus.spark.engine import SparkEngine
 from dagster_databus.spark.errors import task_errors
 from dagster_databus.spark.frames import reduce_latest, to_merge_frame
 from dagster_databus.spark.logread import read_changes

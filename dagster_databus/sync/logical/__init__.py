@@ -14,6 +14,6 @@ loads every part from its physical snapshot at that snapshot's applied SCN; late
 part's change log after the part's own SCN and merge the union in one commit.
 
 The modules: ``sync`` (``sync_logical``), ``compare`` (parts against their sources); the model and key rules
-are ``dataplane.logical``, the local engine's loads and merges ``snapshot.engines.local_logical``, the Spark
+are ``dataplane.logical``, the local engine's loads and merges ``engines.local_logical``, the Spark
 engine's ``spark.logical``.
 """

@@ -1,4 +1,4 @@
-"""Where each table's rolling verification stands between runs (``snapshot.verify``): its place in the rotation
+"""Where each table's rolling verification stands between runs (``sync.verify``): its place in the rotation
 (the last key verified, kept in the lake as tagged JSON that gives back the same Python values), its passes and
 repairs, and what verifying cost, which sizes the next slice."""
 

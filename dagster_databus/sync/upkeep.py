@@ -8,7 +8,7 @@ key order whose key bounds do not overlap (``dataplane.files.TableFiles``). A fi
 differ from the table's (delta-rs's MERGE writes string views) is rewritten alone in the table's types. The
 commit changes no data (``dataChange`` false) and moves no transaction id. VACUUM then deletes files the
 table stopped naming more than ``retain_hours`` ago (time travel reaches back that far), but never one its
-last bootstrap's version names: ``rebuild`` restores that version (``snapshot.merge.rebuild_from_bootstrap``),
+last bootstrap's version names: ``rebuild`` restores that version (``sync.merge.rebuild_from_bootstrap``),
 so its files stay as long as it is the last.
 
 A merge and a compaction of one table take the snapshot's lock in turn on a local lake; in a store, the
@@ -30,7 +30,7 @@ from dagster_databus.dataplane.files import TableFile, TableFiles
 if TYPE_CHECKING:
     from dagster_databus.config import DatabusConfig
     from dagster_databus.dataplane.delta import DeltaFolder, DeltaSnapshot
-    from dagster_databus.dataplane.engine import MergeEngine
+    from dagster_databus.engines.contract import MergeEngine
     from dagster_databus.spark.runtime import SparkRuntime
 
 SMALL = 0.5  # a file under this share of merge.file_rows is worth joining to a neighbour
@@ -152,7 +152,7 @@ def upkeep_source(config: DatabusConfig, source: str, spark: SparkRuntime, table
     """``upkeep_table`` for each (or each named) snapshot of ``source`` that exists, by ``merge.engine`` (on
     ``spark``, started only if that engine runs a job)."""
     from dagster_databus.dataplane.delta import DeltaSnapshot
-    from dagster_databus.snapshot.engines import open_engine
+    from dagster_databus.engines import open_engine
 
     source_cfg = config.source(source)
     engine = open_engine(config, spark)
@@ -173,7 +173,7 @@ def upkeep_logical(config: DatabusConfig, name: str, spark: SparkRuntime, progre
     """Upkeep of logical table ``name`` (``upkeep_folder``), holding its lock; None before its first load. A
     logical table loads again from its parts' snapshots, so VACUUM keeps no version of its own for that."""
     from dagster_databus.dataplane.logical import PART_COLUMN, LogicalSnapshot
-    from dagster_databus.snapshot.engines import open_engine
+    from dagster_databus.engines import open_engine
 
     logical = config.logical_table(name)
     target = LogicalSnapshot(config.lake, name)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dagster_databus.dataplane.engine import Refreshed
-from dagster_databus.snapshot.merge import HistorySynced, TableSyncResult
+from dagster_databus.dataplane.results import Refreshed
+from dagster_databus.sync.merge import HistorySynced, TableSyncResult
 
 # Figures are plain values: text, numbers, and lists or mappings (which Dagster shows as JSON).
 Figures = dict[str, Any]

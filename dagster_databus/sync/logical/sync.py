@@ -59,7 +59,7 @@ def sync_logical(config: DatabusConfig, name: str, progress: Progress = lambda _
     SCN, all parts in one commit. A sync with nothing new for any part commits nothing. ``spark``: the Spark
     engines' runtime (by default one built from ``config.spark``; either way started only if a job runs).
     """
-    from dagster_databus.snapshot.engines import open_engine
+    from dagster_databus.engines import open_engine
     from dagster_databus.spark.runtime import SparkRuntime
 
     started = time.monotonic()

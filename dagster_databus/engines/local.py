@@ -33,7 +33,9 @@ from dagster_databus.dataplane.delta import (
     soft_deleted,
     with_meta,
 )
-from dagster_databus.dataplane.engine import (
+from dagster_databus.dataplane.files import delta_writer
+from dagster_databus.dataplane.reduce import ChangeStats, NewestPerKey
+from dagster_databus.dataplane.results import (
     Bootstrapped,
     LogicalLoaded,
     LogicalMerged,
@@ -42,8 +44,6 @@ from dagster_databus.dataplane.engine import (
     range_rows,
     soft_deletes,
 )
-from dagster_databus.dataplane.files import delta_writer
-from dagster_databus.dataplane.reduce import ChangeStats, NewestPerKey
 from dagster_databus.log.columns import change_schema, table_changes
 from dagster_databus.storage.durable import crash_point, disk_errors
 
@@ -221,14 +221,14 @@ class LocalEngine:
 
     def load_logical(self, target: LogicalSnapshot, layout: LogicalLayout, parts: Sequence[LogicalPart],
                      progress: Progress) -> LogicalLoaded:
-        from dagster_databus.snapshot.engines.local_logical import load_in_process
+        from dagster_databus.engines.local_logical import load_in_process
 
         return load_in_process(target, layout, parts)
 
     def merge_logical(self, target: LogicalSnapshot, layout: LogicalLayout,
                       ranges: Sequence[tuple[LogicalPart, Scn, Scn]],
                       progress: Progress) -> LogicalMerged:
-        from dagster_databus.snapshot.engines.local_logical import merge_in_process
+        from dagster_databus.engines.local_logical import merge_in_process
 
         return merge_in_process(target, layout, ranges, self.memory_bytes, self.spill_dir, progress)
 

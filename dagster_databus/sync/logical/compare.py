@@ -14,7 +14,7 @@ from dagster_databus.dataplane.delta import (
 )
 from dagster_databus.dataplane.logical import PART_COLUMN, LogicalSnapshot
 from dagster_databus.errors import SnapshotMissingError
-from dagster_databus.snapshot.reconcile import Comparison, compare_rows
+from dagster_databus.sync.reconcile import Comparison, compare_rows
 
 if TYPE_CHECKING:
     pass

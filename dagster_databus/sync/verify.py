@@ -34,14 +34,14 @@ from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.slices import SliceRows, digested, key_texts, snapshot_keys
 from dagster_databus.errors import SnapshotMissingError
-from dagster_databus.snapshot.reconcile import RowDifference, compare_tables
-from dagster_databus.snapshot.rotation import VerifyState, decode_key, encode_key, slice_rows
 from dagster_databus.sources.base import KeyRange, RowSelection
 from dagster_databus.spark.properties import with_spark_properties
+from dagster_databus.sync.reconcile import RowDifference, compare_tables
+from dagster_databus.sync.rotation import VerifyState, decode_key, encode_key, slice_rows
 
 if TYPE_CHECKING:
     from dagster_databus.dataplane.delta import DeltaSnapshot
-    from dagster_databus.dataplane.engine import MergeEngine
+    from dagster_databus.engines.contract import MergeEngine
     from dagster_databus.log.changelog import ChangeLog
     from dagster_databus.sources.base import Source
 
@@ -356,8 +356,8 @@ def _repair(config: DatabusConfig, snap: DeltaSnapshot, piece: _Slice, theirs: p
 
     from dagster_databus.dataplane.commit import OPERATION_KEY
     from dagster_databus.dataplane.delta import conform_changes, merge_with_delta_rs
-    from dagster_databus.dataplane.engine import soft_deletes
     from dagster_databus.dataplane.refresh import RangeChanges
+    from dagster_databus.dataplane.results import soft_deletes
     from dagster_databus.log.columns import change_schema
 
     schema, key = piece.schema, piece.schema.primary_key
@@ -390,7 +390,7 @@ def _repair_history(config: DatabusConfig, snap: DeltaSnapshot, schema: TableSch
 
     from dagster_databus.dataplane.commit import OPERATION_KEY
     from dagster_databus.dataplane.history import HistoryTable, history_schema, tracked_columns
-    from dagster_databus.snapshot.engines.local import fold_into_history
+    from dagster_databus.engines.local import fold_into_history
 
     hist = HistoryTable(config.lake, snap.source, snap.table)
     if hist.applied_scn() is None:

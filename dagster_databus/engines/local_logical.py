@@ -16,7 +16,6 @@ from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import META_COLUMNS
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.delta import conform_changes, merge_with_delta_rs
-from dagster_databus.dataplane.engine import LogicalLoaded, LogicalMerged
 from dagster_databus.dataplane.logical import (
     LAYOUT_KEY,
     PART_COLUMN,
@@ -28,6 +27,7 @@ from dagster_databus.dataplane.logical import (
     null_shard,
 )
 from dagster_databus.dataplane.reduce import NewestPerKey
+from dagster_databus.dataplane.results import LogicalLoaded, LogicalMerged
 from dagster_databus.log.columns import change_schema, table_changes
 from dagster_databus.storage.durable import crash_point, disk_errors
 

@@ -1,4 +1,5 @@
-"""Objects handed to Spark tasks through a data source's string options: pickled, then base64."""
+"""Objects as text, pickled then base64: what Spark tasks get through a data source's string options, and the
+key ranges a bootstrap's plan keeps in the lake (``dataplane.resume``)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The merge takes the committed log after the snapshot's applied SCN, reduces it t
 per key (``sequence_by`` = SCN, then position in the window), and applies it: deletes remove the
 key (``apply_as_deletes``), newer images replace older ones (SCD type 1), and nothing older than
 what the snapshot holds is ever applied. The engine ``merge.engine`` names does the work
-(``snapshot/engines``: Spark tasks by default); this module decides what a table needs.
+(``engines/``: Spark tasks by default); this module decides what a table needs.
 """
 
 from __future__ import annotations
@@ -21,17 +21,18 @@ from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.commit import commit_absorbed, set_change_feed
 from dagster_databus.dataplane.delta import DeltaSnapshot, MergeCounts
-from dagster_databus.dataplane.engine import FileCounts, MergeEngine, RangeCounts, Refreshed
+from dagster_databus.dataplane.results import FileCounts, RangeCounts, Refreshed
+from dagster_databus.engines import open_engine
+from dagster_databus.engines.contract import MergeEngine
 from dagster_databus.errors import SchemaDriftError, SnapshotMissingError
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.snapshot.engines import open_engine
-from dagster_databus.snapshot.evolve import plan
 from dagster_databus.sources import open_source
 from dagster_databus.sources.base import ALL_ROWS, RowSelection
 from dagster_databus.sources.registry import source_kind
 from dagster_databus.spark.errors import task_errors
 from dagster_databus.spark.properties import with_spark_properties
 from dagster_databus.storage.durable import disk_errors
+from dagster_databus.sync.evolve import plan
 
 if TYPE_CHECKING:
     from dagster_databus.spark.runtime import SparkRuntime
@@ -254,7 +255,7 @@ def sync_history(config: DatabusConfig, source_cfg: SourceConfig, table: str, sn
 def apply_schema_changes(snap: DeltaSnapshot, log: ChangeLog, source_cfg: SourceConfig, table: str,
                          engine: MergeEngine, progress: Progress) -> tuple[Scn | None, str | None]:
     """Schema changes the log recorded since the snapshot last absorbed one, under the table's
-    ``schema_changes`` policy (``snapshot.evolve``): (the applied SCN, None for "read the table again";
+    ``schema_changes`` policy (``sync.evolve``): (the applied SCN, None for "read the table again";
     what was evolved in place, if anything). ``stop`` raises, holding the snapshot where it is."""
     applied = snap.applied_scn()
     pending = [r for r in log.ddl.records() if r.table == table and r.scn > snap.absorbed_ddl_scn()]

@@ -1,1 +1,0 @@
-"""Snapshot store: Delta tables with the latest row per key, merged from the change log by Spark."""
