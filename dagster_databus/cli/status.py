@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.consumer.pull import MetaManager
 from dagster_databus.core.lag import scn_lag
@@ -96,7 +96,7 @@ def _source(config: DatabusConfig, source: SourceConfig) -> list[Line]:
         lines.append(Row([f"  {table.name}", "", _scn(applied), "", _behind(manifest.last_scn, applied)],
                          _verified(config, source, table.name)))
     lines += [f"  damaged: {problem}"
-              for problem in pipeline.lake_damage(config, source.name, [t.name for t in source.tables])]
+              for problem in capture.lake_damage(config, source.name, [t.name for t in source.tables])]
     if src is not None:
         lines += _retention(src) + _server(src, manifest)
     for client, cursor in MetaManager(config.lake, source.name).cursors().items():
