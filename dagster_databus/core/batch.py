@@ -10,17 +10,17 @@ columns of ``EVENT_SCHEMA`` (``core.event_columns``). Commit order across tables
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from itertools import groupby
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dagster_databus.core.event_columns import EVENT_SCHEMA
+from dagster_databus.core.event_columns import EVENT_NAMES, EVENT_SCHEMA
 from dagster_databus.core.events import OPS, ChangeEvent, Window, encode_key
-from dagster_databus.core.schema import ColumnsConverter, TableSchema
+from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 
 
@@ -80,17 +80,12 @@ class ChangeBatch:
             events = [e for _, e in items]
             rows = [e.row for e in events]  # type: ignore[attr-defined]
             arrays = [c.type.to_arrow([r.get(c.name) for r in rows]) for c in schema.columns]
-            keys = [encode_key(e.key) for e in events]  # type: ignore[attr-defined]
-            arrays += [
-                pa.array([e.scn.value for e in events], pa.int64()),  # type: ignore[attr-defined]
-                pa.array([w for w, _ in items], pa.int64()),
-                pa.array([e.seq for e in events], pa.int32()),  # type: ignore[attr-defined]
-                pa.array([e.op.value for e in events], pa.string()),  # type: ignore[attr-defined]
-                pa.array(keys, pa.string()),
-                partitions(keys),
-                pa.array([e.commit_ts_ms for e in events], pa.int64()),  # type: ignore[attr-defined]
-            ]
-            tables[table] = pa.RecordBatch.from_arrays(arrays, schema=batch_schema(schema))
+            tables[table] = table_rows(
+                schema, arrays, scn=[e.scn.value for e in events],  # type: ignore[attr-defined]
+                window_scn=[w for w, _ in items], seq=[e.seq for e in events],  # type: ignore[attr-defined]
+                op=[e.op.value for e in events],  # type: ignore[attr-defined]
+                commit_ts_ms=[e.commit_ts_ms for e in events],  # type: ignore[attr-defined]
+                keys=pa.array([encode_key(e.key) for e in events], pa.string()))  # type: ignore[attr-defined]
         return cls(tables)
 
 
@@ -125,55 +120,29 @@ class SpooledBatch:
     pieces: Callable[[], Iterator[ChangeBatch]]
 
 
-@dataclass(slots=True)
-class _TableRows:
-    schema: TableSchema
-    convert: ColumnsConverter
-    images: list[Mapping[str, object]] = field(default_factory=list)
-    ops: list[str] = field(default_factory=list)
-    windows: list[Scn] = field(default_factory=list)
-    seqs: list[int] = field(default_factory=list)
-    commits: list[int] = field(default_factory=list)
+EventValues: TypeAlias = "pa.Array | Sequence[int] | Sequence[str] | np.ndarray"  # an event column, or values of it
 
 
-class ChangeBatchBuilder:
-    """Row images of whole windows gathered by table as a capture reads them, then converted a column at
-    a time (``TableSchema.column_converter``) into one ``ChangeBatch``: no event object per row."""
+def table_rows(schema: TableSchema, columns: Sequence[pa.Array], *, scn: EventValues, window_scn: EventValues,
+               seq: EventValues, op: EventValues, commit_ts_ms: EventValues, where: str = "change events",
+               keys: pa.Array | None = None) -> pa.RecordBatch:
+    """A table's record batch in a change batch, the one place its event columns are put together: its converted
+    ``columns`` (in ``schema``'s order), then each event column by name, as Arrow arrays of ``EVENT_SCHEMA``'s
+    types or values to make them of. ``__key`` is encoded from the key columns (``encode_keys``: a NULL in a key is
+    refused, ``where`` naming the events) unless ``keys`` are given; ``__partition`` follows from the keys."""
+    if keys is None:
+        at = {name: i for i, name in enumerate(schema.column_names)}
+        key_columns = [columns[at[k]] for k in schema.primary_key]
+        keys = encode_keys(key_columns, lambda: list(zip(*(schema.column(k).type.from_arrow(c) for k, c in zip(
+            schema.primary_key, key_columns, strict=True)), strict=True)), schema, where)
+    events = {"__scn": scn, "__window_scn": window_scn, "__seq": seq, "__op": op, "__key": keys,
+              "__partition": partitions(keys), "__commit_ts_ms": commit_ts_ms}
+    arrays = [_event_array(events[name], EVENT_SCHEMA.field(name).type) for name in EVENT_NAMES]
+    return pa.RecordBatch.from_arrays([*columns, *arrays], schema=batch_schema(schema))
 
-    def __init__(self) -> None:
-        self._tables: dict[str, _TableRows] = {}
-        self.events = 0
 
-    def add(self, schema: TableSchema, convert: ColumnsConverter, op: str, image: Mapping[str, object],
-            window: Scn, seq: int, commit_ts_ms: int) -> None:
-        """One event; its SCN is its window's (a window is one source transaction). ``convert`` must be
-        the same for every event of a table in one batch."""
-        rows = self._tables.get(schema.table)
-        if rows is None:
-            rows = self._tables[schema.table] = _TableRows(schema, convert)
-        rows.images.append(image)
-        rows.ops.append(op)
-        rows.windows.append(window)
-        rows.seqs.append(seq)
-        rows.commits.append(commit_ts_ms)
-        self.events += 1
-
-    def build(self) -> ChangeBatch:
-        tables = {}
-        for table, rows in self._tables.items():
-            schema = rows.schema
-            arrays = rows.convert(rows.images, partial(_committed_at, rows.windows))
-            at = {name: i for i, name in enumerate(schema.column_names)}
-            key_arrays = [arrays[at[k]] for k in schema.primary_key]
-            # Keys as encode_key writes an event's key: from the canonical values (time as timedelta, ...).
-            canonical = [schema.column(k).type.from_arrow(arrays[at[k]]) for k in schema.primary_key]
-            keys = encode_keys(key_arrays, list(zip(*canonical, strict=True)), schema,
-                               f"the change events of SCN {rows.windows[0]} to {rows.windows[-1]}")
-            scns = pa.array([w.value for w in rows.windows], pa.int64())
-            arrays += [scns, scns, pa.array(rows.seqs, pa.int32()), pa.array(rows.ops, pa.string()), keys,
-                       partitions(keys), pa.array(rows.commits, pa.int64())]
-            tables[table] = pa.RecordBatch.from_arrays(arrays, schema=batch_schema(schema))
-        return ChangeBatch(tables)
+def _event_array(values: EventValues, typ: pa.DataType) -> pa.Array:
+    return values if isinstance(values, pa.Array) else pa.array(values, typ)
 
 
 def batch_schema(schema: TableSchema) -> pa.Schema:
@@ -236,7 +205,3 @@ def _ordered(window: np.ndarray, seq: np.ndarray) -> bool:
     dw, ds = np.diff(window), np.diff(seq)
     return bool(np.all((dw > 0) | ((dw == 0) & (ds > 0))))
 
-
-def _committed_at(windows: Sequence[Scn], row: int) -> str:
-    """Where a row came from, for a value that does not fit its column."""
-    return f"the transaction committed at SCN {windows[row]}"
