@@ -9,6 +9,7 @@ from typing import Any
 from dagster_databus.capture.loop import CaptureResult
 from dagster_databus.core.lag import time_lag
 from dagster_databus.log.manifest import Manifest
+from dagster_databus.sources.base import FailoverState
 
 
 def figures(result: CaptureResult, manifest: Manifest, now_ms: int | None = None) -> dict[str, Any]:
@@ -45,9 +46,10 @@ def lag_seconds(result: CaptureResult, now_ms: int) -> dict[str, float]:
 
 def _failover(result: CaptureResult, manifest: Manifest) -> dict[str, Any]:
     """Which server capture reads, and the switch this run followed (if any)."""
-    if not manifest.lineage and not manifest.state.get("server"):
+    server = FailoverState.of(manifest.state)
+    if not manifest.lineage and not server.server:
         return {}
-    out: dict[str, Any] = {"server": manifest.state.get("server", "primary"), "failovers": len(manifest.lineage)}
+    out: dict[str, Any] = {"server": server.reading, "failovers": len(manifest.lineage)}
     if result.failover is not None:
         switch = result.failover
         out.update({

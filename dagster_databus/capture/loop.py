@@ -20,7 +20,7 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.errors import LogGapError, SourceUnavailableError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.sources import open_source
-from dagster_databus.sources.base import Failover, PollStats
+from dagster_databus.sources.base import Failover, FailoverState, PollStats
 from dagster_databus.storage.lake import require_writable_lake
 
 
@@ -104,12 +104,12 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
             stats = PollStats(until=since)
             result = CaptureResult(source=source, epoch=epoch, since=since, until=since, source_hwm=since,
                                    schema_versions=versions)
-            start_state = checkpoint.state if checkpoint else {}
+            failover = FailoverState.of(checkpoint.state if checkpoint else {})
             lineage = manifest.lineage
-            if "switched_ms" in start_state and lineage:
+            if failover.switched_ms is not None and lineage:
                 result.failover = lineage[-1]
             # After a switch by commit time, windows up to the last commit captured before it are re-reads.
-            reread_ms = int(start_state["reread_through"]) * 1000 if "reread_through" in start_state else None
+            reread_ms = None if failover.reread_through_s is None else failover.reread_through_s * 1000
             ddl = log.ddl
             poll_epoch = checkpoint.epoch if checkpoint else manifest.epoch
             for chunk in src.poll(since, poll_epoch, stats, checkpoint.state if checkpoint else {}):

@@ -19,7 +19,7 @@ from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.manifest import Manifest
 from dagster_databus.snapshot.rotation import VerifyState
 from dagster_databus.sources import open_source
-from dagster_databus.sources.base import Failover, Retaining, Source
+from dagster_databus.sources.base import Failover, FailoverState, Retaining, Source
 from dagster_databus.sources.registry import source_kind
 
 HEADER = ("source/table", "checkpoint", "snapshot", "source", "lag", "segments", "bytes")
@@ -141,7 +141,7 @@ def _server(src: Source, manifest: Manifest) -> list[Line]:
     if not isinstance(src, Failover) or not src.has_standby():
         return []
     checkpoint = manifest.checkpoint
-    server = checkpoint.state.get("server", "primary") if checkpoint else "primary"
+    server = FailoverState.of(checkpoint.state).reading if checkpoint else "primary"
     switches = "; ".join(f"{e.get('from_server')} -> {e.get('to_server')} by {e.get('method')}"
                          for e in manifest.lineage) or "none"
     return [f"  reading the {server} (failovers: {switches})"]

@@ -159,6 +159,34 @@ class SwitchPlan:
     record: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class FailoverState:
+    """What a checkpoint's state says of failover (``Failover``), typed for capture, its figures and ``status``. It is
+    kept in the checkpoint among the source's own string entries: ``of`` reads it from them, ``entries`` writes it."""
+
+    server: str | None = None  # the server capture reads ("primary", "standby"); None: the source names none
+    switched_ms: int | None = None  # when capture switched to it; set until the first capture after the switch
+    # After a switch by commit time: the commit time (seconds, the source's clock) of the last transaction captured
+    # before it. Windows committed up to then are read again (the merge absorbs them).
+    reread_through_s: int | None = None
+
+    @classmethod
+    def of(cls, state: Mapping[str, str]) -> FailoverState:
+        switched, reread = state.get("switched_ms"), state.get("reread_through")
+        return cls(state.get("server"), None if switched is None else int(switched),
+                   None if reread is None else int(reread))
+
+    def entries(self) -> dict[str, str]:
+        """The checkpoint state's entries for what is set, as the change log keeps them."""
+        out = {"server": self.server, "switched_ms": self.switched_ms, "reread_through": self.reread_through_s}
+        return {key: str(value) for key, value in out.items() if value is not None}
+
+    @property
+    def reading(self) -> str:
+        """The server capture reads, the primary unless the state names another."""
+        return "primary" if self.server is None else self.server
+
+
 @dataclass(frozen=True)
 class Sample:
     """A sample database of a kind that needs no server, made in a folder for ``databus warm``: the ``sources[]``
