@@ -4,16 +4,12 @@ run starts, appended to its change log in whole windows, with what the run did (
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from dagster_databus.capture.failover import resume
 from dagster_databus.capture.restart import restart
 from dagster_databus.config import DatabusConfig
-from dagster_databus.core.batch import ChangeBatch, SpooledBatch
 from dagster_databus.core.lag import scn_lag
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
@@ -116,16 +112,8 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
                 # A chunk may follow a schema change: register what its events were written with.
                 versions = writer.register_schemas(src.schemas().values(), guard)
                 ddl.record(stats.ddl)  # before the checkpoint passes them
-                if isinstance(chunk, SpooledBatch):
-                    info = writer.append_spooled(_counting_ops(chunk, result.events_by_op), epoch, dict(stats.state))
-                    window_commits = np.array([chunk.commit_ms] * chunk.windows, np.int64)  # as if all the last's
-                else:
-                    batch = chunk if isinstance(chunk, ChangeBatch) else ChangeBatch.from_windows(chunk,
-                                                                                                  writer.schemas())
-                    info = writer.append_batch(batch, epoch, dict(stats.state))
-                    window_commits = batch.window_ends()[1]
-                    for op, count in batch.op_counts().items():
-                        result.events_by_op[op] = result.events_by_op.get(op, 0) + count
+                info = chunk.counted(result.events_by_op).write(writer, epoch, dict(stats.state))
+                window_commits = chunk.window_commits()
                 result.segments += 1
                 result.windows += info.windows
                 result.events += info.events
@@ -155,13 +143,3 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
     result.duration_s = time.monotonic() - started
     return result
 
-
-def _counting_ops(spooled: SpooledBatch, counts: dict[str, int]) -> SpooledBatch:
-    """``spooled`` with each piece's events counted by operation into ``counts`` as the writer reads it."""
-    def pieces() -> Iterator[ChangeBatch]:
-        for piece in spooled.pieces():
-            for op, count in piece.op_counts().items():
-                counts[op] = counts.get(op, 0) + count
-            yield piece
-
-    return replace(spooled, pieces=pieces)

@@ -10,9 +10,9 @@ columns of ``EVENT_SCHEMA`` (``core.event_columns``). Commit order across tables
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import groupby
-from typing import TypeAlias
+from typing import Protocol, TypeAlias, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -89,6 +89,20 @@ class ChangeBatch:
         return cls(tables)
 
 
+    def write(self, writer: BatchWriter[Written], epoch: str, state: dict[str, str]) -> Written:
+        """Appended to the change log as one segment (``Changes``)."""
+        return writer.append_batch(self, epoch, state)
+
+    def window_commits(self) -> np.ndarray:
+        """Each window's commit time (ms), in commit order (``Changes``)."""
+        return self.window_ends()[1]
+
+    def counted(self, counts: dict[str, int]) -> ChangeBatch:
+        """Its events counted by operation into ``counts`` (``Changes``)."""
+        for op, count in self.op_counts().items():
+            counts[op] = counts.get(op, 0) + count
+        return self
+
     def to_windows(self, schemas: Mapping[str, TableSchema]) -> list[Window]:
         """The row-by-row form: ``Window`` objects of ``ChangeEvent`` with canonical values."""
         events = []
@@ -118,6 +132,50 @@ class SpooledBatch:
     windows: int
     commit_ms: int  # the last window's commit time
     pieces: Callable[[], Iterator[ChangeBatch]]
+
+    def write(self, writer: BatchWriter[Written], epoch: str, state: dict[str, str]) -> Written:
+        """Appended to the change log as one segment, a piece at a time (``Changes``)."""
+        return writer.append_spooled(self, epoch, state)
+
+    def window_commits(self) -> np.ndarray:
+        """Each window's commit time (ms) as if all were the last's: the pieces are not held (``Changes``)."""
+        return np.array([self.commit_ms] * self.windows, np.int64)
+
+    def counted(self, counts: dict[str, int]) -> SpooledBatch:
+        """Its pieces' events counted by operation into ``counts`` as they are read (``Changes``)."""
+        pieces = self.pieces
+
+        def counting() -> Iterator[ChangeBatch]:
+            for piece in pieces():
+                yield piece.counted(counts)
+
+        return replace(self, pieces=counting)
+
+
+Written = TypeVar("Written", covariant=True)
+
+
+class BatchWriter(Protocol[Written]):
+    """What a batch of changes is appended with (``log.writer.LogWriter``): a method for each kind of batch."""
+
+    def append_batch(self, batch: ChangeBatch, epoch: str, state: dict[str, str] | None = None) -> Written: ...
+
+    def append_spooled(self, spooled: SpooledBatch, epoch: str, state: dict[str, str] | None = None) -> Written: ...
+
+
+class Changes(Protocol):
+    """What a source's poll yields, one chunk of whole windows after the last, however it holds them (a
+    ``ChangeBatch`` in memory, a ``SpooledBatch`` read back piece by piece): capture writes it, counts it and
+    reads its commit times through these, whatever it is."""
+
+    def write(self, writer: BatchWriter[Written], epoch: str, state: dict[str, str]) -> Written:
+        """Append it to the change log as one segment; what the writer returns of it."""
+
+    def window_commits(self) -> np.ndarray:
+        """Each window's commit time (ms), in commit order."""
+
+    def counted(self, counts: dict[str, int]) -> Changes:
+        """It, with its events counted by operation into ``counts`` (by the time it is written)."""
 
 
 EventValues: TypeAlias = "pa.Array | Sequence[int] | Sequence[str] | np.ndarray"  # an event column, or values of it

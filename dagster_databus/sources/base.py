@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from dagster_databus.core.batch import ChangeBatch, SpooledBatch
-from dagster_databus.core.events import Window
+from dagster_databus.core.batch import Changes
 from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
@@ -246,10 +245,10 @@ class Source(Protocol):
         replica server id), turns a second run away up front with ``ConcurrentRunError``."""
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
-             state: Mapping[str, str] | None = None) -> Iterator[list[Window] | ChangeBatch | SpooledBatch]:
-        """Whole windows after ``since`` up to a bound fixed when the poll starts, in chunks (as
-        ``Window`` objects, or by column as a ``ChangeBatch``, or, for a transaction too large to hold, as a
-        ``SpooledBatch`` read back piece by piece).
+             state: Mapping[str, str] | None = None) -> Iterator[Changes]:
+        """Whole windows after ``since`` up to a bound fixed when the poll starts, in chunks (``core.batch.Changes``:
+        by column as a ``ChangeBatch``, or, for a transaction too large to hold, as a ``SpooledBatch`` read back
+        piece by piece).
 
         Precondition: ``require_installed()`` passed.
         """
