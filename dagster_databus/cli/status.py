@@ -1,5 +1,5 @@
 """``databus status``: where every source, table, consumer and logical table stands, as one table whose columns
-are as wide as their values (a MySQL position is 11 digits and more), with notes under the row they concern."""
+are as wide as their values (a binlog position is 11 digits and more), with notes under the row they concern."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def _verified(config: DatabusConfig, source: SourceConfig, table: str) -> str:
 
 
 def _retention(src: Source) -> list[Line]:
-    """What the source's server keeps for capture (a PostgreSQL slot's WAL), where it keeps any."""
+    """What the source's server keeps for capture (a replication slot's WAL), where it keeps any."""
     if not isinstance(src, Retaining):
         return []
     try:

@@ -1,4 +1,4 @@
-"""Capture sources: one package per database kind (``sqlite``, ``mysql``, ``oracle``), each registered in
+"""Capture sources: one package per database kind (``sources/<kind>/``), each registered in
 ``registry`` and implementing ``base.Source`` (and ``base.Failover`` where it has servers to switch between).
 ``base`` holds the contract and its records; ``catalog``, ``keys``, ``fingerprints``, ``filters`` and
 ``sqlfiles`` what the kinds share."""
