@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks.common import best_of, jvm_rss_growth, report
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.spark.runtime import SparkRuntime
 from dagster_databus.sync.merge import engine_for, sync_table
@@ -53,7 +53,7 @@ def sqlite_case(work: Path, n: int) -> None:
     config = parse_config({"lake": str(work / "lake"), "spark": {"master": MASTER}, "merge": {"file_rows": 250_000},
                            "sources": [{"name": "b", "kind": "sqlite", "path": str(db),
                                         "tables": [{"name": "items", "primary_key": ["id"]}]}]}, base=work)
-    pipeline.install(config, "b")
+    capture.install(config, "b")
     bootstrap(config)  # warm
 
     def bare() -> None:
@@ -86,7 +86,7 @@ def mariadb_config(work: Path, server: MariaDBServer) -> DatabusConfig:
 def mysql_case(work: Path, server: MariaDBServer, n: int) -> None:
     load_mariadb(server, n)
     config = mariadb_config(work, server)
-    pipeline.install(config, "m")
+    capture.install(config, "m")
     bootstrap(config)  # warm
 
     def bare() -> None:
@@ -107,7 +107,7 @@ def memory_case(work: Path, server: MariaDBServer, sizes: tuple[int, ...]) -> No
     config = mariadb_config(work, server)
     for n in sizes:
         load_mariadb(server, n)
-        pipeline.install(config, "m")
+        capture.install(config, "m")
         python, jvm = jvm_rss_growth(SparkRuntime(config.spark).session, lambda: bootstrap(config))
         size = sum(p.stat().st_size for p in (config.lake.path / "snapshot").rglob("*.parquet"))
         print(f"  {n:>12,} rows ({size / 2**20:,.0f} MiB of Parquet): Python driver +{python / 2**20:,.0f} MiB, "

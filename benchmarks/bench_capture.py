@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from benchmarks.common import SQLITE_CUT, best_of, report
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import parse_config
 
 _PLAIN = "id INTEGER PRIMARY KEY, name TEXT, price REAL, qty INTEGER, note TEXT"
@@ -43,7 +43,7 @@ def measure(label: str, ddl: str, row: Callable[[int], tuple[object, ...]], rows
     config = parse_config({"lake": str(work / "lake"), "sources": [
         {"name": "b", "kind": "sqlite", "path": str(db), "prune_txlog": False, "poll": {"chunk_rows": 20_000},
          "tables": [{"name": "items", "primary_key": ["id"]}]}]}, base=work)
-    pipeline.install(config, "b")
+    capture.install(config, "b")
     with sqlite3.connect(db) as conn:
         for start in range(0, rows, 10_000):
             conn.execute(SQLITE_CUT)  # windows of 10k rows
@@ -59,7 +59,7 @@ def measure(label: str, ddl: str, row: Callable[[int], tuple[object, ...]], rows
             conn.execute("SELECT * FROM _databus_txlog ORDER BY scn").fetchall()
 
     def ours() -> None:
-        pipeline.capture(config, "b")
+        capture.run(config, "b")
 
     def reset() -> None:
         shutil.rmtree(work / "lake", ignore_errors=True)

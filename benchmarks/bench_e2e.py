@@ -15,7 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import load_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.defs.factory import build_definitions
@@ -35,12 +35,12 @@ def main(rate_per_s: float = 50.0, seconds: float = 60.0) -> None:
         path.write_text(json.dumps({"lake": "lake", "sources": [
             {"name": "e", "kind": "sqlite", "path": "src.db", "tables": [{"name": "events", "primary_key": ["id"]}]}]}))
         config = load_config(path)
-        pipeline.install(config, "e")
+        capture.install(config, "e")
         spark = SparkRuntime(config.spark).start()
         sync_source(spark, config, "e")  # bootstrap the (empty) snapshot
         with sqlite3.connect(db) as conn:  # then one real merge: Spark's first job pays its warm-up here
             conn.execute("INSERT INTO events VALUES (0, 0)")
-        pipeline.capture(config, "e")
+        capture.run(config, "e")
         sync_source(spark, config, "e")
         committed: dict[int, float] = {}
         stop = threading.Event()
@@ -63,7 +63,7 @@ def main(rate_per_s: float = 50.0, seconds: float = 60.0) -> None:
         durations = []
         while time.monotonic() - started < seconds:
             began = time.monotonic()
-            pipeline.capture(config, "e")
+            capture.run(config, "e")
             sync_source(spark, config, "e")
             now = time.time()
             durations.append(time.monotonic() - began)
@@ -88,8 +88,8 @@ def main(rate_per_s: float = 50.0, seconds: float = 60.0) -> None:
                              dg.AssetKey(["e", "events"])}, asset_check_selection=set())
 
         def direct() -> None:
-            pipeline.install(config, "e")
-            pipeline.capture(config, "e")
+            capture.install(config, "e")
+            capture.run(config, "e")
             sync_source(spark, config, "e")
 
         quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}  # `make bench` prints figures only

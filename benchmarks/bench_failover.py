@@ -12,7 +12,7 @@ from contextlib import closing
 from pathlib import Path
 
 from benchmarks.common import best_of
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import parse_config
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.sources import open_source
@@ -85,15 +85,15 @@ def main(transactions: int = 40_000, files: int = 8) -> None:
             ratio = "" if seconds is ours else f"   GTID search takes {ours / seconds:6.2f}x its time"
             print(f"  {name:<38}{seconds * 1000:9.1f} ms{ratio}")
 
-        pipeline.install(config, "b")
+        capture.install(config, "b")
         primary.execute("INSERT INTO bench.kv VALUES (1, -1) ON DUPLICATE KEY UPDATE v = -1")
         replica.wait_for_gtid(primary.query("SELECT @@GLOBAL.gtid_binlog_pos")[0][0])
         started = time.perf_counter()
-        pipeline.capture(config, "b")
+        capture.run(config, "b")
         normal = time.perf_counter() - started
         primary.crash()
         started = time.perf_counter()
-        result = pipeline.capture(config, "b")
+        result = capture.run(config, "b")
         switched = time.perf_counter() - started
         assert result.failover is not None and ChangeLog(config.lake, "b").manifest().lineage
         print(f"  {'a capture run that fails over':<38}{switched * 1000:9.1f} ms   "

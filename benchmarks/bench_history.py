@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import parse_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.dataplane.history import HistoryTable, history_schema, tracked_columns
@@ -43,7 +43,7 @@ def _run(rows: int, engine_name: str) -> list[tuple[float, float, int]]:
                                             "tables": [{"name": "items", "primary_key": ["id"], "history": True}]}]},
                               base=work)
         spark = SparkRuntime(config.spark)  # the local engine never starts it
-        pipeline.install(config, "b")
+        capture.install(config, "b")
         sync_source(spark, config, "b")  # bootstraps the snapshot and starts the history from it
         engine = engine_for(spark, config)
         log = ChangeLog(config.lake, "b")
@@ -61,7 +61,7 @@ def _run(rows: int, engine_name: str) -> list[tuple[float, float, int]]:
             conn.executemany("INSERT INTO items VALUES (?, 'new', 1.0, 0)", ((next_id + k,) for k in range(INSERTS)))
             conn.execute("COMMIT")
             next_id += INSERTS
-            pipeline.capture(config, "b")
+            capture.run(config, "b")
             until = log.committed_scn()
             started = time.perf_counter()
             merged = engine.merge(snap, log, schema, snap.applied_scn(), until, lambda _: None)  # type: ignore[arg-type]

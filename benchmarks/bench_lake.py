@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from benchmarks.common import SQLITE_CUT, best_of, report
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import Column, TableSchema
@@ -50,7 +50,7 @@ def _clear(config: DatabusConfig) -> None:
         config.lake.objects.delete(info.key)
 
 
-def capture(server: S3Server, rows: int) -> None:
+def capture_by_lake(server: S3Server, rows: int) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-lake-"))
     db = work / "src.db"
     with sqlite3.connect(db) as conn:
@@ -58,13 +58,13 @@ def capture(server: S3Server, rows: int) -> None:
     source = {"name": "b", "kind": "sqlite", "path": str(db), "prune_txlog": False, "poll": {"chunk_rows": 20_000},
               "tables": [{"name": "items", "primary_key": ["id"]}]}
     configs = _configs(work, server, source)
-    pipeline.install(configs[0][1], "b")
+    capture.install(configs[0][1], "b")
     with sqlite3.connect(db) as conn:
         for start in range(0, rows, 10_000):
             conn.execute(SQLITE_CUT)  # windows of 10k rows
             conn.executemany("INSERT INTO items VALUES (?, ?, ?)",
                              [(i, f"item {i}", i * 0.5) for i in range(start, min(rows, start + 10_000))])
-    timings = [(label, best_of(lambda c=config: pipeline.capture(c, "b"), setup=lambda c=config: _clear(c)))
+    timings = [(label, best_of(lambda c=config: capture.run(c, "b"), setup=lambda c=config: _clear(c)))
                for label, config in configs]
     report("SQLite capture by lake", rows, *[(f"capture, {label}", t) for label, t in timings[1:]], timings[0])
     shutil.rmtree(work)
@@ -106,7 +106,7 @@ def merge(server: S3Server, rows: int, changed_pct: float) -> None:
 def main(rows: int = 200_000) -> None:
     server = S3Server()
     try:
-        capture(server, rows)
+        capture_by_lake(server, rows)
         merge(server, 1_000_000, 1.0)
     finally:
         server.close()

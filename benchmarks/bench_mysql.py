@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.common import best_of, peak_rss_growth
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, parse_config
 from tests.mariadb import COMPRESSED_BINLOG, MariaDBServer, find_binary
 
@@ -54,7 +54,7 @@ def compare(server: MariaDBServer, rows: int, per_transaction: int, label: str) 
     try:
         server.execute("DROP DATABASE IF EXISTS bench", "CREATE DATABASE bench", ITEMS)
         config = _config(server, work)
-        pipeline.install(config, "b")
+        capture.install(config, "b")
         start_file, start_pos = server.query("SHOW BINLOG STATUS")[0][:2]
         before = _binlog_bytes(server)
         _write(server, rows, per_transaction)
@@ -64,7 +64,7 @@ def compare(server: MariaDBServer, rows: int, per_transaction: int, label: str) 
         shutil.copytree(checkpoint, saved)
 
         def ours() -> None:
-            result = pipeline.capture(config, "b")
+            result = capture.run(config, "b")
             assert result.events == rows, (result.events, rows)
 
         def reset() -> None:
@@ -124,7 +124,7 @@ def _capture_in_a_process(server: MariaDBServer, rows: int, run: int) -> tuple[i
     work = Path(tempfile.mkdtemp(prefix="bench-mysql-"))
     first = run * (rows + 1)
     try:
-        pipeline.install(_config(server, work), "b")
+        capture.install(_config(server, work), "b")
         server.execute(f"INSERT INTO bench.items VALUES ({first}, 'item', 0, 0, 'x')")
         capturer = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_mysql", "--measure", str(server.port),
                                      str(work), str(rows)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -149,16 +149,16 @@ def _measure(port: int, work: Path, rows: int) -> None:
     server = MariaDBServer.__new__(MariaDBServer)
     server.port = port
     config = _config(server, work)
-    assert pipeline.capture(config, "b").events == 1
+    assert capture.run(config, "b").events == 1
     print("warm", flush=True)
     sys.stdin.readline()
     events = 0
 
-    def capture() -> None:
+    def run() -> None:
         nonlocal events
-        events = pipeline.capture(config, "b").events
+        events = capture.run(config, "b").events
 
-    growth = peak_rss_growth(capture)
+    growth = peak_rss_growth(run)
     assert events == rows, (events, rows)
     print(growth, flush=True)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_bootstrap import bootstrap, load_mariadb, mariadb_config
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, load_config
 from dagster_databus.spark.runtime import SparkRuntime
 from dagster_databus.sync.merge import engine_for, sync_table
@@ -52,7 +52,7 @@ def _capture_lags(config_file: str, stop: Any, lags: Any) -> None:
     """In its own process: capture back to back, each round's lag onto ``lags`` (a queue)."""
     config = load_config(Path(config_file))
     while not stop.is_set():
-        result = pipeline.capture(config, "m")
+        result = capture.run(config, "m")
         if result.newest_commit_ms is not None:
             lags.put(time.time() - result.newest_commit_ms / 1000)
 
@@ -117,7 +117,7 @@ def main(rows: int = 1_000_000) -> None:
             "lake": str(config.lake.path), "sources": [{"name": "m", "kind": "mysql", "port": server.port,
                                                         "user": "root", "database": "bench",
                                                         "tables": [{"name": "items", "primary_key": ["id"]}]}]}))
-        pipeline.install(config, "m")
+        capture.install(config, "m")
         bootstrap(config)  # warm Spark
         quiet_one = min((_phases(config, "local") for _ in range(2)), key=lambda p: p[1])
         quiet_ranges = min((_phases(config) for _ in range(2)), key=lambda p: p[1])

@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from benchmarks.bench_bootstrap import MASTER, bootstrap
 from benchmarks.common import best_of, report
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.sources.postgres.connect import SESSION_OPTIONS
 from tests.postgres import PostgresServer
@@ -147,7 +147,7 @@ def compare(server: PostgresServer, scale: float) -> None:
         config = _config(server, work)
         source = config.source("b")
         publication = source.publication_name  # type: ignore[union-attr]
-        pipeline.install(config, "b")
+        capture.install(config, "b")
         server.execute(("SELECT pg_copy_logical_replication_slot(%s, %s)", (SLOT, TEMPLATE)), database="bench")
         start = server.query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
                              (TEMPLATE,))[0][0]
@@ -170,7 +170,7 @@ def compare(server: PostgresServer, scale: float) -> None:
 
         def ours() -> None:
             started = time.process_time()
-            result = pipeline.capture(config, "b")
+            result = capture.run(config, "b")
             cpu.append(time.process_time() - started)
             assert result.events == changes, (result.events, changes)
             assert result.until.value == end, (result.until, end_text)
@@ -253,7 +253,7 @@ def bootstrap_case(server: PostgresServer, work: Path, n: int) -> None:
                            "sources": [{"name": "p", "kind": "postgres", "port": server.port, "user": "postgres",
                                         "database": "bootbench", "bootstrap_chunk_rows": 125_000,
                                         "tables": [{"name": "items", "primary_key": ["id"]}]}]}, base=work)
-    pipeline.install(config, "p")
+    capture.install(config, "p")
     bootstrap(config)  # warm
     query = f"COPY (SELECT {', '.join(ITEM_TYPES)} FROM items) TO STDOUT WITH (FORMAT csv)"
 

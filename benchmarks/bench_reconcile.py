@@ -21,7 +21,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from benchmarks.common import peak_rss_growth
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import parse_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.sources import open_source
@@ -61,7 +61,7 @@ def sqlite_check(rows: int, work: Path) -> None:
     config = parse_config({"lake": str(work / "lake"), "sources": [
         {"name": "b", "kind": "sqlite", "path": str(db), "tables": [{"name": "items", "primary_key": ["id"]}]}]},
         base=work)
-    pipeline.install(config, "b")
+    capture.install(config, "b")
     sync_source(SparkRuntime(config.spark), config, "b")  # bootstrap into Delta
     snapshot = DeltaSnapshot(config.lake, "b", "items").path
 

@@ -17,29 +17,29 @@ from pathlib import Path
 
 from benchmarks.bench_capture import _PLAIN, _TYPED, _plain, _typed
 from benchmarks.common import best_of
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import parse_config
 
 TX_ROWS = 1_000
 
 
-def _database(work: Path, ddl: str, capture: str) -> Path:
-    db = work / f"{capture}.db"
+def _database(work: Path, ddl: str, triggers: str) -> Path:
+    db = work / f"{triggers}.db"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     with sqlite3.connect(db) as conn:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"CREATE TABLE items ({ddl})")
-        if capture == "floor":
+        if triggers == "floor":
             conn.execute("CREATE TABLE side (id INTEGER PRIMARY KEY, v TEXT)")
             for event in ("INSERT", "UPDATE", "DELETE"):
                 conn.execute(f"CREATE TRIGGER side_{event.lower()} AFTER {event} ON items "
                              "BEGIN INSERT INTO side (v) VALUES ('x'); END")
-    if capture == "databus":
+    if triggers == "databus":
         config = parse_config({"lake": str(work / "lake"), "sources": [
             {"name": "b", "kind": "sqlite", "path": str(db), "tables": [{"name": "items", "primary_key": ["id"]}]}]},
             base=work)
-        pipeline.install(config, "b")
+        capture.install(config, "b")
     return db
 
 
@@ -67,14 +67,14 @@ def measure(label: str, ddl: str, row: Callable[[int], tuple[object, ...]], rows
     shm = Path("/dev/shm")
     work = Path(tempfile.mkdtemp(prefix="bench-triggers-", dir=shm if shm.is_dir() else None))
     times: dict[str, dict[str, float]] = {}
-    for capture in ("none", "floor", "databus"):
+    for triggers in ("none", "floor", "databus"):
         per_op: dict[str, list[float]] = {"insert": [], "update": [], "delete": []}
         for _ in range(5):  # each op the best of three fresh runs (a delete needs the rows an insert wrote)
             shutil.rmtree(work / "lake", ignore_errors=True)
-            writes = _writes(_database(work, ddl, capture), row, rows)
+            writes = _writes(_database(work, ddl, triggers), row, rows)
             for op, write in writes.items():
                 per_op[op].append(best_of(write, repeat=1))
-        times[capture] = {op: min(t) for op, t in per_op.items()}
+        times[triggers] = {op: min(t) for op, t in per_op.items()}
     print(f"\n{label} ({rows:,} rows in {TX_ROWS:,}-row transactions, WAL)")
     for op in ("insert", "update", "delete"):
         plain = times["none"][op]

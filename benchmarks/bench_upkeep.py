@@ -20,7 +20,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from benchmarks.common import best_of
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.spark.runtime import SparkRuntime
@@ -48,7 +48,7 @@ def _run(merges: int, upkeep: bool, engine: str) -> tuple[int, int, float, float
     try:
         config, db = _setup(work, engine)
         spark = SparkRuntime(config.spark)  # the local engine never starts it
-        pipeline.install(config, "b")
+        capture.install(config, "b")
         sync_source(spark, config, "b")
         rng, next_id, upkept = random.Random(5), ROWS, 0.0
         conn = sqlite3.connect(db, isolation_level=None)
@@ -58,7 +58,7 @@ def _run(merges: int, upkeep: bool, engine: str) -> tuple[int, int, float, float
             conn.executemany("INSERT INTO items VALUES (?, 'new', 1.0, 0)", ((next_id + k,) for k in range(5)))
             conn.execute("COMMIT")
             next_id += 5
-            pipeline.capture(config, "b")
+            capture.run(config, "b")
             sync_source(spark, config, "b")
             if upkeep and n % EVERY == 0:
                 started = time.perf_counter()

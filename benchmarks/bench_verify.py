@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, SparkConfig, parse_config
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.spark.runtime import SparkRuntime
@@ -102,10 +102,10 @@ def scheduled_run(config: DatabusConfig, spark: SparkRuntime) -> Run:
     """One run as ``tests/test_verify.py::verified_run`` (and the sync step) does it, its parts timed."""
     cfg = config.source("b")
     started = time.perf_counter()
-    pipeline.install(config, "b")
+    capture.install(config, "b")
     verification = RollingVerification(config, cfg, [t.name for t in cfg.tables], engine_for(spark, config))
     read_s, _ = timed(verification.read)
-    pipeline.capture(config, "b")
+    capture.run(config, "b")
     sync_source(spark, config, "b")
     settle_s, results = timed(verification.settle)
     whole = time.perf_counter() - started

@@ -4,9 +4,9 @@ Its packages, top layer first (docs/architecture.md has the layers and a map of 
 
 - ``definitions``, ``components``: the workspace's Dagster definitions, and the same as a ``dg`` component.
 - ``cli``: the ``databus`` command.
-- ``demo``: the embedded demo (a SQLite shop, a workload, a full run).
+- ``demo``: the embedded demo (a shop database, a workload, a full run).
 - ``defs``: the thin Dagster layer: assets, checks, schedules, sensors, resources, the executor.
-- ``pipeline``: install, validate and capture: a source's changes appended to its change log.
+- ``capture``: install, validate, capture and restart: a source's changes appended to its change log.
 - ``consumer``: consumers of the change log: callbacks, a pull API, filters, checkpoints.
 - ``sync``: keeping the snapshots (Delta tables) in step with the log: merge, verify, reconcile, upkeep.
 - ``engines``: the engines that do a sync's work: their interface, the local engine, Spark's.

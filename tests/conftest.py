@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, SparkConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.sources import open_source, read_rows
@@ -243,8 +243,8 @@ def require_delta_spark(spark: SparkRuntime, to: str) -> None:
 
 def cycle(config: DatabusConfig, spark: SparkRuntime, source: str = "shop") -> list[TableSyncResult]:
     """One full pipeline pass: install (idempotent), capture, merge."""
-    pipeline.install(config, source)
-    pipeline.capture(config, source)
+    capture.install(config, source)
+    capture.run(config, source)
     return sync_source(spark, config, source)
 
 

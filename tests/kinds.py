@@ -2,7 +2,8 @@
 a kind's entry removed from one layer can be checked in a process of its own (``python -m tests.kinds``).
 
 - ``names_outside``: no module outside a kind's own places names a kind (a string that is a kind's name, an
-  identifier or an import holding one); the registry (``sources/registry.py``) is where the others ask.
+  identifier or an import holding one, or prose: a comment, docstring or message naming a kind or one of its labels);
+  the registry (``sources/registry.py``) is where the others ask.
 - ``registration_problems``: each kind the config accepts is registered whole (adapter, range reader, filter
   dialect, descriptions), and the Dagster definitions, the CLI's ``validate`` and ``status`` take a config with a
   source of every kind at once. No server is needed: nothing here connects.
@@ -17,6 +18,7 @@ import json
 import re
 import sys
 import tempfile
+import tokenize
 from pathlib import Path
 from typing import Any
 
@@ -46,21 +48,42 @@ def kind_names() -> list[str]:
 
 
 def names_outside(root: Path | None = None) -> list[str]:
-    """Each place in the package's code, outside a kind's own places, that names a kind: ``module:line: what``.
-    Prose (docstrings, comments, and messages that mention a kind in a sentence) is not code, and not looked at."""
+    """Each place in the package, outside a kind's own places, that names a kind: ``module:line: what``. Code (a
+    kind's name as a string, an identifier or an import holding one) and prose (a comment, a docstring or a message
+    naming a kind or one of its labels, such as "MariaDB"): a module elsewhere speaks of capabilities, not kinds."""
     root = root or package_root()
     kinds = kind_names()
     places = KIND_PLACES + tuple(f"sources/{kind}/" for kind in kinds)
+    words = re.compile("|".join(sorted({*kinds, *kind_words()}, key=len, reverse=True)), re.IGNORECASE)
     found = []
     for path in sorted(root.rglob("*.py")):
         module = path.relative_to(root).as_posix()
         if module.startswith(places):
             continue
-        tree = ast.parse(path.read_text(), str(path))
+        text = path.read_text()
+        tree = ast.parse(text, str(path))
         for node in ast.walk(tree):
-            for what in _named(node, kinds):
+            for what in _named(node, kinds) or _prose(node, words):
                 found.append(f"{module}:{getattr(node, 'lineno', '?')}: {what}")
+        with path.open("rb") as stream:
+            for token in tokenize.tokenize(stream.readline):
+                if token.type == tokenize.COMMENT and (match := words.search(token.string)):
+                    found.append(f"{module}:{token.start[0]}: the comment naming {match.group(0)!r}")
     return found
+
+
+def kind_words() -> set[str]:
+    """The words that name a kind besides its name: each part of its label ("MySQL/MariaDB")."""
+    from dagster_databus.sources.registry import KINDS
+
+    return {word.lower() for kind in KINDS.values() for word in re.split(r"[/ ]+", kind.label) if word}
+
+
+def _prose(node: ast.AST, words: re.Pattern[str]) -> list[str]:
+    """A string (a docstring, a message) that names a kind or one of its labels in its text."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and (match := words.search(node.value)):
+        return [f"the text naming {match.group(0)!r}"]
+    return []
 
 
 def _named(node: ast.AST, kinds: list[str]) -> list[str]:

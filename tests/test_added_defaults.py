@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.core.defaults import NOT_CONSTANT, constant_value
 from dagster_databus.core.types import ColumnType
 from dagster_databus.dataplane.delta import DeltaSnapshot
@@ -52,17 +52,17 @@ def test_a_constant_default_is_filled_in_the_lake_for_rows_and_for_older_events(
     harness.execute(["CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER)"])
     harness.execute([("INSERT INTO t VALUES (?, ?)", (i, i)) for i in range(1, 21)])
     config = make_config(tmp_path / "lake", harness.source_config("shop", [("t", ["id"])]), merge={"engine": engine})
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     sync_source(lazy_spark, config, "shop")
     before = {r["id"]: r["__scn"] for r in DeltaSnapshot(config.lake, "shop", "t").read(with_meta=True).to_pylist()}
     harness.execute(["UPDATE t SET v = 100 WHERE id = 1"])  # an event without the column, merged after the change
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     harness.execute(["ALTER TABLE t ADD COLUMN c DECIMAL(10,2) DEFAULT 7.25"])
     harness.execute(["ALTER TABLE t ADD COLUMN s VARCHAR(20) DEFAULT 'it''s'"])
     harness.execute(["UPDATE t SET c = 8 WHERE id = 2", "INSERT INTO t (id, v) VALUES (21, 21)"])
     if kind == "sqlite":
-        pipeline.install(config, "shop")  # SQLite's triggers are re-made for the new columns
-    pipeline.capture(config, "shop")
+        capture.install(config, "shop")  # SQLite's triggers are re-made for the new columns
+    capture.run(config, "shop")
     [result] = sync_source(lazy_spark, config, "shop")
     assert result.bootstrapped_at is None, "the table was not read again"
     assert result.evolved == "added c (filled with 7.25), s (filled with it's)"
@@ -81,11 +81,11 @@ def test_defaults_the_lake_cannot_know_read_the_table_again(change: str, mariadb
     harness = MysqlHarness(mariadb)
     harness.execute(["CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t VALUES (1, 1), (2, 2)"])
     config = make_config(tmp_path / "lake", harness.source_config("shop", [("t", ["id"])]), merge={"engine": "local"})
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     sync_source(lazy_spark, config, "shop")
     for statement in change.split("; "):
         harness.execute([statement])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     [result] = sync_source(lazy_spark, config, "shop")
     assert result.bootstrapped_at is not None and result.evolved is None
     assert_snapshots_match(config)

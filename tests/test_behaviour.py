@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.storage.lake import Lake
@@ -34,7 +34,7 @@ def items_and_tags(source: SourceHarness, lake: Path | Lake):
         "CREATE TABLE tags (item_id INTEGER, tag VARCHAR(64), weight DOUBLE, PRIMARY KEY (item_id, tag))",
     ])
     config = make_config(lake, source.source_config("shop", TABLES, poll={"chunk_rows": 3}))
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     return config
 
 
@@ -45,7 +45,7 @@ def test_changes_arrive_in_commit_order_with_images(source: SourceHarness, lake:
     source.execute([("UPDATE items SET price = ? WHERE id = ?", (2.25, 1)),
                     ("INSERT INTO tags VALUES (?, ?, ?)", (1, "fruit", 0.5))])
     source.execute([("UPDATE items SET id = ? WHERE id = ?", (20, 2)), "DELETE FROM tags"])
-    result = pipeline.capture(config, "shop")
+    result = capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     events = [e.event for e in log.read()]
     assert [(e.table, e.op.value, e.key) for e in events] == [
@@ -68,7 +68,7 @@ def test_rolled_back_transactions_are_not_captured(source: SourceHarness, lake: 
     config = items_and_tags(source, lake)
     source.execute([("INSERT INTO items VALUES (?, ?, ?, ?)", (99, "ghost", 1, 1))], commit=False)
     source.execute([("INSERT INTO items VALUES (?, ?, ?, ?)", (1, "real", 1.0, 1))])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert [e.event.key for e in ChangeLog(config.lake, "shop").read()] == [(1,)]
 
 
@@ -93,10 +93,10 @@ def test_random_workload_over_rounds_ends_equal_to_the_source(source: SourceHarn
 def test_capture_with_nothing_new_changes_nothing(source: SourceHarness, lake: Path | Lake) -> None:
     config = items_and_tags(source, lake)
     source.execute([("INSERT INTO items VALUES (?, ?, ?, ?)", (1, "a", 1.0, 1))])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     manifest, checkpoint = log.manifest(), log.checkpoint()
-    again = pipeline.capture(config, "shop")
+    again = capture.run(config, "shop")
     assert again.events == 0 and log.manifest() == manifest and log.checkpoint().scn == checkpoint.scn
 
 

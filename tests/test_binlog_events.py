@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import BinlogEventError
@@ -62,7 +62,7 @@ def shop(server: MariaDBServer, tmp_path: Path, **options: Any) -> tuple[MysqlHa
                      "CREATE TABLE other (id INT PRIMARY KEY, v INT)"])
     config = make_config(tmp_path / "lake", harness.source_config("shop", [("items", ["id"])], **options),
                          merge={"engine": "local"})
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     return harness, config
 
 
@@ -93,7 +93,7 @@ def test_a_compressed_binlog_gives_the_same_change_log_as_a_plain_one(
     for server in (mariadb, mariadb_compressed):
         harness, config = shop(server, tmp_path / str(server.port))
         workload(harness, server)
-        result = pipeline.capture(config, "shop")
+        result = capture.run(config, "shop")
         assert result.events > 100
         sync_source(lazy_spark, config, "shop")
         assert_snapshots_match(config)
@@ -155,20 +155,20 @@ def test_an_unknown_event_stops_capture_naming_it_and_commits_nothing_past_it(ow
     log = ChangeLog(config.lake, "shop")
     before = log.checkpoint().scn
     with pytest.raises(BinlogEventError) as raised:
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     message = str(raised.value)
     assert f"unknown type (99) at {file}:{end}" in message and "upgrade dagster-databus" in message
     assert log.checkpoint().scn == before and not list(log.read())
     assert end == xids[0]
     with pytest.raises(BinlogEventError, match=r"unknown type \(99\)"):
-        pipeline.capture(config, "shop")  # a second run stops at the same event: nothing was skipped
+        capture.run(config, "shop")  # a second run stops at the same event: nothing was skipped
 
 
 def test_an_unknown_event_the_server_flags_ignorable_is_skipped(own_server: MariaDBServer, tmp_path: Path) -> None:
     harness, config = shop(own_server, tmp_path)
     file = closed_binlog_with_rows(own_server, harness)
     patch_event(own_server, file, 161, 99, flags=codes.LOG_EVENT_IGNORABLE_F)  # the binlog checkpoint event
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert [row[2] for row in logged(config)] == [(1,), (2,)]
 
 
@@ -178,7 +178,7 @@ def test_an_incident_event_stops_capture_with_bootstrap_advice(own_server: Maria
     patch_event(own_server, file, 161, 26)
     with pytest.raises(BinlogEventError, match=r"(?s)INCIDENT_EVENT \(26\).*changes may be missing.*databus "
                                                r"bootstrap --source shop"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
 
 
 def test_a_damaged_event_fails_its_checksum(own_server: MariaDBServer, tmp_path: Path) -> None:
@@ -191,7 +191,7 @@ def test_a_damaged_event_fails_its_checksum(own_server: MariaDBServer, tmp_path:
     path.write_bytes(bytes(data))
     with pytest.raises(BinlogEventError, match=rf"(?s)WRITE_ROWS_EVENT_V1 \(23\) ending at {file}:{pos + size} fails "
                                                "its CRC-32 check.*verify-binlog-checksum"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert not list(ChangeLog(config.lake, "shop").read())
 
 
@@ -201,7 +201,7 @@ def test_a_change_logged_as_a_statement_stops_capture(mariadb: MariaDBServer, tm
     mariadb.execute("SET SESSION binlog_format = 'STATEMENT'", "INSERT INTO items VALUES (2, 'stmt', NULL, NULL)",
                     database=harness.database)
     with pytest.raises(BinlogEventError, match=r"(?s)changes a captured table as a statement.*binlog_format=ROW"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
 
 
 def test_a_partial_row_image_stops_capture(mariadb: MariaDBServer, tmp_path: Path) -> None:
@@ -209,7 +209,7 @@ def test_a_partial_row_image_stops_capture(mariadb: MariaDBServer, tmp_path: Pat
     harness.execute(["INSERT INTO items VALUES (1, 'row', 'note', '1.00')"])
     harness.execute(["SET SESSION binlog_row_image = 'MINIMAL'", "UPDATE items SET name = 'changed' WHERE id = 1"])
     with pytest.raises(BinlogEventError, match=r"(?s)binlog_row_image other than FULL.*binlog_row_image = 'FULL'"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert [row[2] for row in logged(config)] == [], "the first transaction shares the poll's batch: nothing lands"
 
 
@@ -220,13 +220,13 @@ def test_prepared_xa_transactions_stop_capture_only_when_they_change_captured_ta
                     "XA COMMIT 'theirs'", database=harness.database)
     mariadb.execute("XA START 'one'", "INSERT INTO items VALUES (1, 'one phase', NULL, NULL)", "XA END 'one'",
                     "XA COMMIT 'one' ONE PHASE", database=harness.database)
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert [row[2] for row in logged(config)] == [(1,)]
     mariadb.execute("XA START 'ours'", "INSERT INTO items VALUES (2, 'prepared', NULL, NULL)", "XA END 'ours'",
                     "XA PREPARE 'ours'", database=harness.database)
     try:
         with pytest.raises(BinlogEventError, match=r"XA_PREPARE_LOG_EVENT \(38\)"):
-            pipeline.capture(config, "shop")
+            capture.run(config, "shop")
     finally:
         mariadb.execute("XA COMMIT 'ours'")
 
@@ -238,11 +238,11 @@ def test_non_transactional_changes_of_a_rolled_back_transaction_are_captured(
                      "CREATE TABLE undone (id INT PRIMARY KEY, v INT) ENGINE=InnoDB"])
     config = make_config(tmp_path / "lake", harness.source_config("shop", [("kept", ["id"]), ("undone", ["id"])]),
                          merge={"engine": "local"})
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     harness.execute(["INSERT INTO undone VALUES (1, 1)", "INSERT INTO kept VALUES (1, 1)"], commit=False)
     harness.execute(["INSERT INTO undone VALUES (2, 2)", "SAVEPOINT s", "INSERT INTO undone VALUES (3, 3)",
                      "ROLLBACK TO SAVEPOINT s", "INSERT INTO undone VALUES (4, 4)"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert sorted((row[0], row[2]) for row in logged(config)) == [("kept", (1,)), ("undone", (2,)), ("undone", (4,))]
     windows = list(ChangeLog(config.lake, "shop").read_windows())
     assert [sorted(e.key for e in w.events) for w in windows] == [[(1,)], [(2,), (4,)]]
@@ -260,10 +260,10 @@ def test_a_key_change_of_case_only_replaces_the_row(mariadb: MariaDBServer, tmp_
                      "INSERT INTO names VALUES ('a', 1), ('b', 2)"])
     config = make_config(tmp_path / "lake", harness.source_config("shop", [("names", ["k"])]),
                          merge={"engine": engine})
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     sync_source(lazy_spark, config, "shop")  # bootstrap
     harness.execute(["UPDATE names SET k = 'A' WHERE k = 'a'", "UPDATE names SET v = 3 WHERE k = 'B'"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert [(row[1], row[2]) for row in logged(config)] == [("d", ("a",)), ("i", ("A",)), ("u", ("b",))]
     sync_source(lazy_spark, config, "shop")
     assert_snapshots_match(config)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.core.event_columns import EVENT_NAMES
 from dagster_databus.core.events import ChangeEvent, Op, Window, key_partition
 from dagster_databus.core.schema import Column, TableSchema
@@ -127,9 +127,9 @@ def test_crash_while_publishing_loses_nothing_and_duplicates_nothing(
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, qty INTEGER)"])
     source_cfg = source.source_config("shop", [("items", ["id"])])
     config = make_config(tmp_path / "lake", source_cfg)
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     source.execute([("INSERT INTO items VALUES (?, ?)", (i, i)) for i in range(1, 6)])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     sync_source(spark, config, "shop")
     source.execute([("UPDATE items SET qty = qty * 10 WHERE id <= ?", (3,)), "DELETE FROM items WHERE id = 5",
                     ("INSERT INTO items VALUES (?, ?)", (6, 6))])
@@ -143,7 +143,7 @@ def test_crash_while_publishing_loses_nothing_and_duplicates_nothing(
     )
     assert crashed.returncode == -9, crashed.stderr  # SIGKILL
 
-    pipeline.capture(config, "shop")  # recovers, then captures whatever is left
+    capture.run(config, "shop")  # recovers, then captures whatever is left
     log = ChangeLog(config.lake, "shop")
     scns = [e.event.scn for e in log.read()]
     assert len(scns) == len(set(scns)) == 10, "each change exactly once in the log"

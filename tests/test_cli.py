@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.cli import main
 from dagster_databus.config import load_config
 from dagster_databus.core.scn import Scn
@@ -45,7 +45,7 @@ def test_validate_install_status(config_path: Path, capsys: pytest.CaptureFixtur
     assert "updated ['orders']" in capsys.readouterr().out
     ShopWorkload(config_path.parent / "shop.db", seed=1).run(3)
     config = load_config(config_path)
-    result = pipeline.capture(config, "shop")
+    result = capture.run(config, "shop")
     assert main(["--config", str(config_path), "status"]) == 0
     shop_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("shop"))
     assert shop_line.split()[1:4] == [str(result.until), str(result.source_hwm), "0"]
@@ -99,9 +99,9 @@ def _databus(*args: str, **kwargs: object) -> subprocess.Popen[str]:
 def long_log(config_path: Path) -> Path:
     ShopWorkload(config_path.parent / "shop.db", seed=2).run(400)
     config = load_config(config_path)
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     ShopWorkload(config_path.parent / "shop.db", seed=3).run(400)
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     return config_path
 
 
@@ -162,8 +162,8 @@ def test_status_after_a_mysql_bootstrap_shows_no_negative_lag_and_says_what_lag_
     path = tmp_path / "databus.json"
     path.write_text(json.dumps({"lake": "lake", "sources": [harness.source_config("shop", [("orders", ["id"])])]}))
     config = load_config(path)
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     harness.workload(seed=6).run(5)  # the bootstrap reads the source ahead of what the log holds
     sync_source(spark, config, "shop")
     snap = DeltaSnapshot(config.lake, "shop", "orders").applied_scn()
@@ -271,7 +271,7 @@ def test_tail_keeps_a_named_consumers_checkpoint_in_an_object_store_lake(
     assert main(["--config", str(path), "install"]) == 0
     ShopWorkload(tmp_path / "shop.db", seed=1).run(5)
     config = load_config(path)
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     capsys.readouterr()
     tail = ["tail", "--config", str(path), "--source", "shop", "--no-bootstrap", "--from-scn", "0",
             "--consumer", "audit"]
@@ -280,7 +280,7 @@ def test_tail_keeps_a_named_consumers_checkpoint_in_an_object_store_lake(
     assert first and {e["table"] for e in first} == {"orders"}
     assert main(tail) == 0 and capsys.readouterr().out == ""  # the checkpoint in the bucket: nothing again
     ShopWorkload(tmp_path / "shop.db", seed=2).run(3)
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert main(tail) == 0
     later = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert later and min(int(e["scn"]) for e in later) > max(int(e["scn"]) for e in first)
@@ -331,7 +331,7 @@ def test_upkeep_keeps_a_snapshot_up_from_the_command_line(config_path: Path, cap
     sync_source(spark, config, "shop")
     for seed in range(3):
         ShopWorkload(config_path.parent / "shop.db", seed=10 + seed).run(3)
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
         sync_source(spark, config, "shop")
     capsys.readouterr()
     assert main(["--config", str(config_path), "upkeep", "--source", "shop"]) == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.cli import EXIT_TRANSIENT, main
 from dagster_databus.config import load_config
 from dagster_databus.demo.workload import ShopWorkload, create_shop
@@ -86,7 +86,7 @@ def test_capture_then_merge_print_the_figures_dagster_shows(config_path: Path,
 def test_a_capture_while_another_holds_the_log_is_turned_away_as_transient(
         config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = load_config(config_path)
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     with ChangeLog(config.lake, "shop").writer():  # what a running capture (CLI or Dagster step) holds
         assert main(["--config", str(config_path), "capture", "--source", "shop"]) == EXIT_TRANSIENT
     err = capsys.readouterr().err

@@ -228,14 +228,14 @@ NEXT_EPOCH = CUT  # what a poll does first: the changes so far become a window
 
 @pytest.fixture()
 def fast_table(tmp_path: Path):
-    from dagster_databus import pipeline
+    from dagster_databus import capture
 
     columns = ", ".join(f"{name} {decl}" for name, decl in FAST.items())
     source = SqliteHarness(tmp_path / "src.db")
     source.execute([f"CREATE TABLE fast (id INTEGER PRIMARY KEY, {columns})"])
     config = make_config(tmp_path / "lake", source.source_config("shop", [("fast", ["id"])],
                                                                  poll={"chunk_rows": 50_000}))
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     rng = random.Random(5)
     rows = [(i, *(rng.choice([*FAST_VALUES[n], None]) for n in FAST)) for i in range(1, 3_001)]
     # Each transaction in a window of its own (as polls between them would leave it).
@@ -266,12 +266,12 @@ def test_sqlite_images_parsed_by_column_equal_the_row_by_row_conversion(fast_tab
 
 
 def test_sqlite_capture_by_column_keeps_windows_keys_and_values(fast_table) -> None:
-    from dagster_databus import pipeline
+    from dagster_databus import capture
 
     source, config = fast_table
     source.execute([NEXT_EPOCH, "UPDATE fast SET n = n WHERE id = 1", "INSERT INTO fast (id, t) VALUES (5000, 'w')"])
     changes = len(txlog_rows(source.path))
-    result = pipeline.capture(config, "shop")
+    result = capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     events = [e.event for e in log.read()]
     assert result.events == len(events) == changes
@@ -321,12 +321,12 @@ TYPED_REFUSED: dict[str, list[object]] = {
 
 
 def typed_images(tmp_path: Path, rows: list[tuple[object, ...]]) -> tuple[TableSchema, pa.Array, list[int]]:
-    from dagster_databus import pipeline
+    from dagster_databus import capture
 
     source = SqliteHarness(tmp_path / f"typed{random.random()}.db")
     source.execute([f"CREATE TABLE typed (id INTEGER PRIMARY KEY, {', '.join(f'{n} {d}' for n, d in TYPED.items())})"])
     config = make_config(tmp_path / "lake", source.source_config("shop", [("typed", ["id"])]))
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     source.execute([("INSERT INTO typed VALUES (?, ?, ?, ?, ?, ?)", row) for row in rows])
     logged = txlog_rows(source.path)
     schema = SqliteSource(config.sources[0]).schemas()["typed"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import load_config
 from dagster_databus.errors import ConfigError
 from dagster_databus.storage.lake import Lake
@@ -53,8 +53,8 @@ def test_minimal_config_works_as_written(tmp_path: Path, db: Path) -> None:
     config = load_config(write(tmp_path, minimal(db)))
     assert config.lake.path == tmp_path / "lake"
     assert config.sources[0].tables[0].primary_key == ("id",)
-    pipeline.install(config, "shop")
-    result = pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    result = capture.run(config, "shop")
     assert result.events == 0 and (tmp_path / "lake" / "log" / "shop").is_dir()
 
 
@@ -152,7 +152,7 @@ def test_config_that_does_not_match_the_database_fails_before_writing(
     tmp_path: Path, db: Path, table: str, key: str, field: str, words: str
 ) -> None:
     config = load_config(write(tmp_path, minimal(db, table=table, key=key)))
-    for step in (pipeline.install, pipeline.capture):
+    for step in (capture.install, capture.run):
         with pytest.raises(ConfigError) as err:
             step(config, "shop")
         assert err.value.field == field and words in str(err.value)
@@ -170,7 +170,7 @@ def test_unreadable_database_file_is_a_clear_error(tmp_path: Path, kind: str) ->
         target.write_bytes(b"this is not a database" * 100)
     config = load_config(write(tmp_path, minimal(target)))
     with pytest.raises(ConfigError) as err:
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")
     assert err.value.field == "sources.shop.path"
     assert str(target) in str(err.value)
     assert not (tmp_path / "lake").exists()

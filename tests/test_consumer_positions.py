@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.cli import main as cli
 from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.consumer.checkpoints import (
@@ -57,7 +57,7 @@ class Shop:
         self.path = tmp_path / "databus.json"
         self.path.write_text(json.dumps(config_document(self.config, [self.source])))
         self.next_id = 0
-        pipeline.install(self.config, "shop")
+        capture.install(self.config, "shop")
 
     def change(self, windows: int = 3) -> None:
         """``windows`` captured windows, each inserting a row into both tables and updating an earlier one."""
@@ -66,7 +66,7 @@ class Shop:
             self.next_id += 1
             self.db.execute([("INSERT INTO a VALUES (?, ?)", (i, "new")), ("INSERT INTO b VALUES (?, ?)", (i, "new")),
                              ("UPDATE a SET v = 'changed' WHERE id = ?", (i // 2,))])
-            pipeline.capture(self.config, "shop")
+            capture.run(self.config, "shop")
 
     def snapshot(self) -> None:
         sync_source(None, self.config, "shop")  # the local engine
@@ -348,7 +348,7 @@ def test_a_start_before_the_log_starts_bootstraps_or_is_refused_as_before(
     shop.path.write_text(json.dumps(config_document(shop.config, [shop.source])))
     shop.change()
     shop.snapshot()
-    assert pipeline.enforce_retention(shop.config, "shop") is not None
+    assert capture.enforce_retention(shop.config, "shop") is not None
     start = shop.log.manifest().start_scn
     assert start > Scn(1)
     checkpoint = tmp_path / "tail.ckpt"
@@ -399,9 +399,9 @@ def test_a_logical_checkpoint_kept_for_one_group_member_is_refused_for_another(t
         "logical_tables": [{"name": "users", "shard_column": "shard", "parts": [
             {"source": name, "table": "users", "shard": name} for name, _ in sources]}]}, base=tmp_path)
     for name, db in sources:
-        pipeline.install(config, name)
+        capture.install(config, name)
         db.execute([("INSERT INTO users VALUES (?, ?)", (i, name)) for i in range(20)])
-        pipeline.capture(config, name)
+        capture.run(config, name)
     path = tmp_path / "users.ckpt"
 
     def run_as(group: str | None) -> Recorder:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.cli import main as cli
 from dagster_databus.consumer.checkpoints import ConsumerCheckpoint, FileCheckpointStore, MemoryCheckpointStore
 from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
@@ -50,10 +50,10 @@ def shop_log(tmp_path: Path, rounds: int = 4, **extra: Any):
     config = make_config(tmp_path / "lake", {"name": "shop", "kind": "sqlite", "path": str(tmp_path / "shop.db"),
                                              "tables": TABLES, **extra})
     workload = ShopWorkload(tmp_path / "shop.db", seed=41)
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     for _ in range(rounds):
         workload.run(15)
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     return config, workload
 
 
@@ -272,7 +272,7 @@ def test_pull_batches_ack_in_order_roll_back_and_keep_cursors(tmp_path: Path) ->
     assert restarted.get_without_ack(batch_size=50, timeout_s=0.3).id == -1  # nothing new: waits, then empty
     with sqlite3.connect(tmp_path / "shop.db") as conn:
         conn.execute("INSERT INTO orders (id, customer_id, status) VALUES (99999, 1, 'new')")
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     waited = restarted.get_without_ack(batch_size=50, timeout_s=0.5)
     assert [e.key for e in waited.events] == [(99999,)]
     meta.unsubscribe("app1")
@@ -327,9 +327,9 @@ def test_a_snapshot_row_has_the_same_scn_and_seq_with_or_without_a_partition_fil
     create_shop(tmp_path / "shop.db")
     config = make_config(tmp_path / "lake", {"name": "shop", "kind": "sqlite", "path": str(tmp_path / "shop.db"),
                                              "tables": TABLES}, merge={"engine": "local"})
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     ShopWorkload(tmp_path / "shop.db", seed=41).run(30)
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     sync_source(None, config, "shop")  # the local engine: no Spark
     everything, filtered = BootstrapRecorder(), BootstrapRecorder()
     DatabusClient(config.lake, "shop", everything).run()
@@ -371,10 +371,10 @@ def test_bootstrap_then_catch_up_after_a_retention_cut(tmp_path: Path, spark) ->
     config, workload = shop_log(tmp_path, rounds=2, retention={"max_bytes": 1})
     old = MemoryCheckpointStore(ConsumerCheckpoint(scn=Scn(1), epoch=ChangeLog(config.lake, "shop").manifest().epoch))
     sync_source(spark, config, "shop")
-    cut = pipeline.enforce_retention(config, "shop")
+    cut = capture.enforce_retention(config, "shop")
     assert cut.removed_segments > 0 and ChangeLog(config.lake, "shop").manifest().start_scn > Scn(1)
     workload.run(20)
-    pipeline.capture(config, "shop")  # changes after the snapshots, still only in the log
+    capture.run(config, "shop")  # changes after the snapshots, still only in the log
     for store in (MemoryCheckpointStore(), old):  # a new consumer, and one behind the retained log
         consumer = Materializer()
         stats = DatabusClient(config.lake, "shop", consumer, checkpoints=store).run()
@@ -388,8 +388,8 @@ def test_retention_never_drops_what_the_snapshots_have_not_absorbed(tmp_path: Pa
     sync_source(spark, config, "shop")
     absorbed = ChangeLog(config.lake, "shop").committed_scn()
     workload.run(20)
-    pipeline.capture(config, "shop")  # not merged yet
-    result = pipeline.enforce_retention(config, "shop")
+    capture.run(config, "shop")  # not merged yet
+    result = capture.enforce_retention(config, "shop")
     log = ChangeLog(config.lake, "shop")
     assert result.held_by_snapshots and log.manifest().start_scn <= absorbed
     assert all(s.last_scn > absorbed.value for s in log.manifest().segments)
@@ -437,7 +437,7 @@ def test_databus_tail_prints_json_lines_and_keeps_its_checkpoint(tmp_path: Path,
     assert [(int(x["scn"]), x["seq"]) for x in lines] == ids(expected) and lines
     assert cli(args) == 0 and capsys.readouterr().out == ""  # nothing new since the checkpoint
     workload.run(30)
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert cli(args) == 0
     more = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert more and all(int(x["scn"]) > int(lines[-1]["scn"]) for x in more)

@@ -48,7 +48,7 @@ def test_status_piped_into_a_reader_that_stops_early_ends_quietly(tmp_path: Path
 
 
 def test_status_names_a_damaged_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from dagster_databus import pipeline
+    from dagster_databus import capture
     from dagster_databus.config import load_config
     from dagster_databus.sync.merge import sync_source
 
@@ -58,7 +58,7 @@ def test_status_names_a_damaged_snapshot(tmp_path: Path, capsys: pytest.CaptureF
     path.write_text(yaml.safe_dump({"lake": str(tmp_path / "lake"), "merge": {"engine": "local"},
                                     "sources": [harness.source_config("shop", [("t", ["id"])])]}))
     config = load_config(str(path))
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     sync_source(lambda: None, config, "shop")
     snap = DeltaSnapshot(config.lake, "shop", "t")
     gone = snap.path / snap.delta().get_add_actions(flatten=True).column("path")[0].as_py()

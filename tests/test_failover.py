@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import load_config
 from dagster_databus.consumer.checkpoints import FileCheckpointStore
 from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
@@ -58,7 +58,7 @@ def _setup(pair: tuple[MariaDBServer, MariaDBServer], tmp_path: Path, **kw: Any
     harness.execute([DDL])
     _wait_for_table(replica, harness.database)  # install checks the standby has the database
     config = _config(tmp_path / "lake", harness, replica, **kw)
-    pipeline.install(config, SOURCE)
+    capture.install(config, SOURCE)
     return config, harness, MysqlHarness(replica, harness.database), LoadGenerator(harness, seed=7)
 
 
@@ -113,7 +113,7 @@ def test_primary_killed_mid_workload_fails_over_to_the_replica(pair, tmp_path: P
     try:
         for _ in range(3):  # capture and merge while the workload runs
             time.sleep(0.8)
-            pipeline.capture(config, SOURCE)
+            capture.run(config, SOURCE)
             sync_source(spark, config, SOURCE)
         before = ChangeLog(config.lake, SOURCE).checkpoint()
         assert before is not None and before.state["server"] == "primary" and before.state.get("gtid")
@@ -128,7 +128,7 @@ def test_primary_killed_mid_workload_fails_over_to_the_replica(pair, tmp_path: P
     replica.wait_applied()
     windows_before = _windows(config)
 
-    result = pipeline.capture(config, SOURCE)
+    result = capture.run(config, SOURCE)
 
     assert result.failover is not None
     assert result.failover["method"] == method
@@ -160,7 +160,7 @@ def test_primary_killed_mid_workload_fails_over_to_the_replica(pair, tmp_path: P
     generator.harness = on_replica
     generator.state = {r["k"]: r["v"] for r in _rows(on_replica)}
     generator.run(20)
-    again = pipeline.capture(config, SOURCE)
+    again = capture.run(config, SOURCE)
     assert again.failover is None and again.events > 0
     sync_source(spark, config, SOURCE)
     _assert_snapshot_equals(config, on_replica)
@@ -172,7 +172,7 @@ def test_a_primary_lost_in_the_middle_of_a_capture_run_fails_over_in_the_same_ru
     config, _harness, on_replica, generator = _setup(pair, tmp_path)
     config = config.model_copy(update={"sources": (config.sources[0].model_copy(
         update={"poll": config.sources[0].poll.model_copy(update={"chunk_rows": 20})}),)})
-    pipeline.capture(config, SOURCE)
+    capture.run(config, SOURCE)
     generator.run(30, per_txn=3)
     # 32 MB of another table's rows: more than the sockets buffer, so the run is still streaming
     # from the primary when it dies, and capture must find its place again on the replica.
@@ -188,7 +188,7 @@ def test_a_primary_lost_in_the_middle_of_a_capture_run_fails_over_in_the_same_ru
         if primary.process.poll() is None and "appended" in message:
             primary.crash()  # after the first chunk is durable, while the run still has more to read
 
-    result = pipeline.capture(config, SOURCE, progress=progress)
+    result = capture.run(config, SOURCE, progress=progress)
 
     assert result.failover is not None and result.failover["method"] == "gtid"
     assert any("checking whether to fail over" in m for m in messages)
@@ -207,7 +207,7 @@ def test_rereads_after_a_timestamp_failover_leave_the_snapshot_unchanged(pair, t
     for _ in range(4):
         generator.run(15, per_txn=3)
         time.sleep(0.6)
-    pipeline.capture(config, SOURCE)
+    capture.run(config, SOURCE)
     sync_source(spark, config, SOURCE)
     snap = DeltaSnapshot(config.lake, SOURCE, TABLE)
     rows_before, version_before = sorted(snap.read().to_pylist(), key=lambda r: r["k"]), snap.version()
@@ -216,7 +216,7 @@ def test_rereads_after_a_timestamp_failover_leave_the_snapshot_unchanged(pair, t
     replica.wait_applied()
     windows_before = set(_windows(config).values())
 
-    result = pipeline.capture(config, SOURCE)
+    result = capture.run(config, SOURCE)
 
     after = [ops for scn, ops in _windows(config).items() if scn > int(result.since)]
     assert result.failover["method"] == "timestamp" and result.failover["search_from_ts"] == (
@@ -233,7 +233,7 @@ def test_a_consumer_keeps_its_place_across_the_failover(pair, tmp_path: Path, sp
     primary, replica = pair
     config, _, on_replica, generator = _setup(pair, tmp_path)
     generator.run(10)
-    pipeline.capture(config, SOURCE)
+    capture.run(config, SOURCE)
     sync_source(spark, config, SOURCE)
     seen: list[int] = []
 
@@ -247,10 +247,10 @@ def test_a_consumer_keeps_its_place_across_the_failover(pair, tmp_path: Path, sp
     replica.wait_for_gtid(ChangeLog(config.lake, SOURCE).checkpoint().state["gtid"])
     primary.crash()
     replica.wait_applied()
-    assert pipeline.capture(config, SOURCE).failover is not None
+    assert capture.run(config, SOURCE).failover is not None
     generator.harness = on_replica
     generator.run(5)
-    pipeline.capture(config, SOURCE)
+    capture.run(config, SOURCE)
     seen.clear()
 
     second = DatabusClient(config.lake, SOURCE, Collect(), checkpoints=checkpoints).run()
@@ -325,18 +325,18 @@ def test_a_standby_missing_captured_transactions_is_refused(pair, tmp_path: Path
     primary, replica = pair
     config, _harness, _, generator = _setup(pair, tmp_path, method=method)
     generator.run(5)
-    pipeline.capture(config, SOURCE)
+    capture.run(config, SOURCE)
     replica.wait_for_gtid(ChangeLog(config.lake, SOURCE).checkpoint().state["gtid"])
     replica.execute("STOP SLAVE")  # the standby stops receiving: what follows exists on the primary only
     time.sleep(1.1)  # ... and commits in a later second than anything the standby has
     generator.run(5)
-    pipeline.capture(config, SOURCE)
+    capture.run(config, SOURCE)
     log = ChangeLog(config.lake, SOURCE)
     checkpoint, manifest = log.checkpoint(), log.manifest()
     primary.crash()
 
     with pytest.raises(StandbyBehindError) as info:
-        pipeline.capture(config, SOURCE)
+        capture.run(config, SOURCE)
 
     assert "capture already read" in info.value.problem and "wait" in info.value.fix and "bootstrap" in info.value.fix
     assert info.value.transient  # the standby may still be applying: a retry policy may run capture again
@@ -348,13 +348,13 @@ def test_without_a_standby_an_unreachable_server_fails_and_writes_nothing(pair, 
     harness = MysqlHarness(primary)
     harness.execute([DDL])
     config = _config(tmp_path / "lake", harness, None)
-    pipeline.install(config, SOURCE)
+    capture.install(config, SOURCE)
     LoadGenerator(harness).run(3)
-    pipeline.capture(config, SOURCE)
+    capture.run(config, SOURCE)
     checkpoint = ChangeLog(config.lake, SOURCE).checkpoint()
     primary.crash()
     with pytest.raises(SourceUnavailableError):
-        pipeline.capture(config, SOURCE)
+        capture.run(config, SOURCE)
     assert ChangeLog(config.lake, SOURCE).checkpoint() == checkpoint
 
 
@@ -362,14 +362,14 @@ def test_a_checkpoint_on_the_standby_needs_the_standby_configured(pair, tmp_path
     primary, replica = pair
     config, harness, _, generator = _setup(pair, tmp_path)
     generator.run(3)
-    pipeline.capture(config, SOURCE)
+    capture.run(config, SOURCE)
     replica.wait_for_gtid(ChangeLog(config.lake, SOURCE).checkpoint().state["gtid"])
     primary.crash()
     replica.wait_applied()
-    assert pipeline.capture(config, SOURCE).failover is not None
+    assert capture.run(config, SOURCE).failover is not None
     without = _config(config.lake, harness, None)
     with pytest.raises(ConfigError) as info:
-        pipeline.capture(without, SOURCE)
+        capture.run(without, SOURCE)
     assert info.value.field == f"sources.{SOURCE}.standby"
 
 
@@ -377,11 +377,11 @@ def test_both_servers_down_fails_with_the_last_error(pair, tmp_path: Path) -> No
     primary, replica = pair
     config, _harness, _, generator = _setup(pair, tmp_path)
     generator.run(3)
-    pipeline.capture(config, SOURCE)
+    capture.run(config, SOURCE)
     checkpoint = ChangeLog(config.lake, SOURCE).checkpoint()
     primary.crash()
     replica.crash()
     with pytest.raises(SourceUnavailableError):
-        pipeline.capture(config, SOURCE)
+        capture.run(config, SOURCE)
     log = ChangeLog(config.lake, SOURCE)
     assert log.checkpoint() == checkpoint and not log.manifest().lineage

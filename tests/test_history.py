@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.consumer.history import as_of
 from dagster_databus.core.scn import Scn
@@ -145,14 +145,14 @@ def test_the_history_as_of_any_captured_scn_equals_the_source_then(source: Sourc
     config = history_config(source, lake, engine)
     workload = source.workload(seed=29)
     workload.run(30)
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     sync_source(lazy_spark, config, "shop")
     seen: list[tuple[Scn, dict[str, list[dict[str, Any]]]]] = []
     for round_ in range(4):
         for _ in range(2):
             workload.run(25, rollback_every=7)
-            pipeline.capture(config, "shop")
+            capture.run(config, "shop")
             seen.append((ChangeLog(config.lake, "shop").committed_scn(), source_rows(config)))
         if round_ % 2:  # histories merged over one window and over several
             results = sync_source(lazy_spark, config, "shop")
@@ -179,14 +179,14 @@ def test_history_tracks_only_the_named_columns(source: SourceHarness, tmp_path: 
                             {"customers": {"track_history_except_columns": ["name"]}})
     workload = source.workload(seed=5)
     workload.run(20)
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     sync_source(spark, config, "shop")
     start = HistoryTable(config.lake, "shop", "customers").applied_scn()
     ids = [r[0] for r in source.query("SELECT id FROM customers ORDER BY id")][:2]
     source.execute([f"UPDATE customers SET name = 'renamed' WHERE id = {ids[0]}"])
     source.execute([f"UPDATE customers SET email = 'moved@example.com' WHERE id = {ids[1]}"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     sync_source(spark, config, "shop")
     rows = HistoryTable(config.lake, "shop", "customers").read(with_meta=True).to_pylist()
     renamed = [r for r in rows if r["id"] == ids[0]]
@@ -210,11 +210,11 @@ def test_a_history_merge_killed_mid_commit_is_finished_by_the_next_run(source: S
                                        "merge": {"engine": "spark", "file_rows": 60}}))
     workload = source.workload(seed=3)
     workload.run(30)
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     sync_source(spark, config, "shop")
     workload.run(40)
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     expected = source_rows(config)
     scn = ChangeLog(config.lake, "shop").committed_scn()
     for point in ("history_commit", "history_committed"):
@@ -237,8 +237,8 @@ def test_as_of_refuses_points_the_history_does_not_cover(source: SourceHarness, 
     source.workload(seed=1).run(10)
     with pytest.raises(SnapshotMissingError, match="has no history table"):
         as_of(config.lake, "shop", "orders", scn=Scn(1))
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     sync_source(None, config, "shop")  # type: ignore[arg-type]  # the local engine starts no Spark
     applied = HistoryTable(config.lake, "shop", "orders").applied_scn()
     with pytest.raises(SnapshotMissingError, match=r"covers SCN \d+\.\.\d+, not SCN"):
@@ -252,16 +252,16 @@ def test_a_history_the_log_no_longer_reaches_is_refused_until_rebuilt(source: So
     config = history_config(source, tmp_path / "lake", "local")
     workload = source.workload(seed=2)
     workload.run(10)
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     sync_source(None, config, "shop")  # type: ignore[arg-type]
     # History off for a while: its snapshot merges on, and retention drops what the history had not absorbed.
     plain = make_config(config.lake, {**document, "retention": {"max_bytes": 1}}, merge={"engine": "local"})
     for _ in range(3):
         workload.run(15)
-        pipeline.capture(plain, "shop")
+        capture.run(plain, "shop")
         sync_source(None, plain, "shop")  # type: ignore[arg-type]
-        pipeline.enforce_retention(plain, "shop")
+        capture.enforce_retention(plain, "shop")
     with pytest.raises(HistoryGapError, match=r"(?s)the change log now starts at SCN .*mode: bootstrap"):
         sync_source(None, config, "shop", tables=["orders"])  # type: ignore[arg-type]
     sync_source(None, config, "shop", tables=["orders"], mode="bootstrap")  # type: ignore[arg-type]
@@ -282,14 +282,14 @@ def test_a_truncate_without_row_events_closes_the_versions_it_emptied(mariadb, t
     document = source.source_config("shop", [("notes", ["id"])])
     document["tables"][0]["history"] = True
     config = make_config(tmp_path / "lake", document, merge={"engine": engine, "file_rows": 8})
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     sync_source(lazy_spark, config, "shop")
     seen = []
 
     def step(*statements: str) -> None:
         source.execute(list(statements))
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
         sync_source(lazy_spark, config, "shop")
         seen.append((ChangeLog(config.lake, "shop").committed_scn(), read_rows(open_source(config.sources[0]),
                                                                                 "notes")))

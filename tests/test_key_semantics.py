@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.consumer.history import as_of
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.dataplane.history import HistoryTable
@@ -29,15 +29,15 @@ def _synced(pg: PostgresHarness, lake: Path, tables: list[tuple[str, list[str]]]
     for table in document["tables"]:  # a history table too: its fold takes each transaction's state at commit
         table["history"] = True
     config = make_config(lake, document, merge={"engine": engine})
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     sync_source(spark, config, "shop")
     assert_snapshots_match(config)
     return config
 
 
 def _cycle(config: Any, spark: Any) -> None:
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     sync_source(spark, config, "shop")
     assert_snapshots_match(config)
     for table in config.source("shop").tables:  # reconciliation agrees, by its fingerprints
@@ -98,14 +98,14 @@ def test_a_float_key_moved_between_zero_and_negative_zero(pg: PostgresHarness, t
 def test_a_nan_key_is_refused_by_bootstrap_and_capture_naming_the_row(pg: PostgresHarness, tmp_path: Path) -> None:
     pg.execute(["CREATE TABLE n (k DOUBLE PRECISION PRIMARY KEY, v TEXT)", "INSERT INTO n VALUES ('NaN', 'nan')"])
     config = make_config(tmp_path / "lake", pg.source_config("shop", [("n", ["k"])]), merge={"engine": "local"})
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     with pytest.raises(NaNKeyError, match=r"table 'n': key column\(s\) k hold NaN.*Fix|WHERE k = 'NaN'"):
         sync_source(None, config, "shop")
     pg.execute(["DELETE FROM n", "INSERT INTO n VALUES (1, 'one')"])
     sync_source(None, config, "shop")
     pg.execute(["INSERT INTO n VALUES ('NaN', 'nan')"])
     with pytest.raises(NaNKeyError, match=r"key column\(s\) k hold NaN \(the change events"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     # Nothing of the refused window reached the log: the snapshot keeps what was merged.
     sync_source(None, config, "shop")
     assert DeltaSnapshot(config.lake, "shop", "n").read().select(["k", "v"]).to_pylist() == [{"k": 1.0, "v": "one"}]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.cli import main
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import SnapshotDamagedError
@@ -43,16 +43,16 @@ def test_a_deleted_data_file_is_named_by_validate_and_the_merge_and_the_repair_w
         synced: tuple[SqliteHarness, Path], engine: str, lazy_spark: Callable[[], Any]) -> None:
     harness, tmp_path = synced
     config = config_for(harness, tmp_path, engine)
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     sync_source(lazy_spark, config, "shop")
-    assert pipeline.validate(config).ok
+    assert capture.validate(config).ok
     gone = data_files(config)[0]
     gone.unlink()
-    problems = pipeline.validate(config).problems["shop"]
+    problems = capture.validate(config).problems["shop"]
     assert any(f"data file {gone.name} of snapshot/shop/items" in p and "is missing" in p
                and "databus snapshot --source shop --tables items" in p for p in problems), problems
     harness.execute(["UPDATE items SET name = 'changed' WHERE id < 10"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     with pytest.raises(SnapshotDamagedError, match=rf"(?s){gone.name}.*is missing.*databus snapshot --source shop "
                                                    "--tables items"):
         sync_source(lazy_spark, config, "shop")
@@ -60,20 +60,20 @@ def test_a_deleted_data_file_is_named_by_validate_and_the_merge_and_the_repair_w
         reconcile_table(config, config.source("shop"), "items")
     assert "\x1b[" not in str(raised.value), "no terminal escape codes in the message"
     sync_source(lazy_spark, config, "shop", mode="bootstrap")  # what `databus snapshot --tables items` runs
-    assert pipeline.validate(config).ok
+    assert capture.validate(config).ok
     assert_snapshots_match(config)
 
 
 def test_a_truncated_data_file_is_named_by_validate(synced: tuple[SqliteHarness, Path]) -> None:
     harness, tmp_path = synced
     config = config_for(harness, tmp_path, "local")
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     sync_source(lambda: None, config, "shop")
     cut = data_files(config)[0]
     size = cut.stat().st_size
     with open(cut, "r+b") as f:
         f.truncate(size // 2)
-    problems = pipeline.validate(config).problems["shop"]
+    problems = capture.validate(config).problems["shop"]
     assert any(f"{cut.name} of snapshot/shop/items is {size // 2} bytes, Delta recorded {size}" in p
                for p in problems), problems
 
@@ -82,15 +82,15 @@ def test_a_truncated_log_segment_is_named_by_validate(synced: tuple[SqliteHarnes
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     harness, tmp_path = synced
     config = config_for(harness, tmp_path, "local")
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     harness.execute(["UPDATE items SET name = 'changed' WHERE id < 10"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     segment = log.manifest().segments[-1]
     path = Path(log.where("segments")) / segment.file
     with open(path, "r+b") as f:
         f.truncate(segment.bytes - 10)
-    problems = pipeline.validate(config).problems["shop"]
+    problems = capture.validate(config).problems["shop"]
     assert any(f"segment {segment.file} is {segment.bytes - 10} bytes, the manifest says {segment.bytes}" in p
                and "databus bootstrap --source shop" in p for p in problems), problems
     config_file = tmp_path / "databus.yaml"

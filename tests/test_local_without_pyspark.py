@@ -24,7 +24,7 @@ RUN = textwrap.dedent("""
 
     from pathlib import Path
 
-    from dagster_databus import pipeline
+    from dagster_databus import capture
     from dagster_databus.dataplane.delta import DeltaSnapshot
     from dagster_databus.dataplane.history import HistoryTable
     from dagster_databus.sync.merge import sync_source
@@ -53,8 +53,8 @@ RUN = textwrap.dedent("""
     workload.run(30)
     counts = {"bootstrapped": 0, "events": 0, "deleted": 0}
     for round_ in range(3):
-        pipeline.install(config, "shop")
-        pipeline.capture(config, "shop")
+        capture.install(config, "shop")
+        capture.run(config, "shop")
         results = sync_source(spark, config, "shop")
         assert {r.engine for r in results} == {"local"}, results
         counts["bootstrapped"] += sum(r.bootstrapped_at is not None for r in results)

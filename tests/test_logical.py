@@ -14,7 +14,7 @@ import dagster as dg
 import pytest
 from deltalake import DeltaTable
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, LogicalTableConfig, load_config, parse_config
 from dagster_databus.dataplane.logical import LogicalSnapshot
 from dagster_databus.defs.factory import build_definitions
@@ -65,8 +65,8 @@ class Shards:
 
     def capture(self) -> None:
         for source in self.sources:
-            pipeline.install(self.config, source)
-            pipeline.capture(self.config, source)
+            capture.install(self.config, source)
+            capture.run(self.config, source)
 
     def merge_physical(self, spark: Any) -> None:
         for source in self.sources:
@@ -234,7 +234,7 @@ def test_retention_holds_for_logical_parts_and_a_log_pruned_past_one_reloads(ser
     label = shards.labels[0]
     behind = shards.logical.applied_scn(label)
     # Retention keeps what the logical table has not merged yet: it catches up, no reload.
-    pipeline.enforce_retention(shards.config, "s1")
+    capture.enforce_retention(shards.config, "s1")
     assert ChangeLog(shards.config.lake, "s1").manifest().start_scn <= behind
     assert sync_logical(shards.config, "users").load_reason is None
     shards.assert_equal()
@@ -245,7 +245,7 @@ def test_retention_holds_for_logical_parts_and_a_log_pruned_past_one_reloads(ser
     shards.capture()
     shards.merge_physical(spark)
     without = shards.config.model_copy(update={"logical_tables": ()})
-    assert pipeline.enforce_retention(without, "s1").removed_segments >= 1
+    assert capture.enforce_retention(without, "s1").removed_segments >= 1
     result = sync_logical(shards.config, "users")
     assert result.load_reason is not None and "change log of source 's1' now starts after" in result.load_reason
     shards.assert_equal()

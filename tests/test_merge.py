@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.commit import location
 from dagster_databus.dataplane.delta import DeltaSnapshot
@@ -97,7 +97,7 @@ def test_replaying_old_windows_changes_nothing(setup, lazy_spark) -> None:
     # The whole log once more, now ending in a window the snapshot has not applied: the merge runs, and
     # reads the log from the SCN the snapshot has applied on, so the replayed windows are not read again.
     source.execute([("UPDATE items SET price = ? WHERE id = ?", (4.0, 1))])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     merged = engine.merge(snapshot(config), log, schema, Scn.BEGINNING, log.committed_scn(), lambda _: None)
     assert merged is not None and merged.stats.events == 1
@@ -107,8 +107,8 @@ def test_replaying_old_windows_changes_nothing(setup, lazy_spark) -> None:
 
 def test_merge_into_a_snapshot_that_was_never_bootstrapped_is_refused(setup, lazy_spark) -> None:
     _, config = setup
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     schema = open_source(config.sources[0]).schemas()["items"]
     with pytest.raises(SnapshotMissingError, match="bootstrap"):
@@ -142,7 +142,7 @@ def test_snapshot_carries_source_columns_and_metadata_columns(setup, lazy_spark)
     key, price = {"sqlite": ("int64", "double"), "mysql": ("int32", "double"), "postgres": ("int32", "float"),
                   "oracle": ("decimal128(38, 0)", "string")}[source.kind]
     assert [str(t) for t in schema.types] == [key, "string", price, "int64", "string", "timestamp[us, tz=UTC]"]
-    pipeline.capture(config, "shop")  # nothing new: a no-op
+    capture.run(config, "shop")  # nothing new: a no-op
 
 
 def test_an_older_image_never_overwrites_a_newer_one_locally(tmp_path: Path) -> None:
@@ -215,8 +215,8 @@ def test_tables_sync_side_by_side_and_one_that_fails_does_not_stop_the_others(tm
     def progress(_: str) -> None:
         threads.add(threading.current_thread().name)
 
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     held = DeltaSnapshot(config.lake, "shop", "t2")
     with held.lock("snapshot shop.t2 (the test)", ""), pytest.raises(ConcurrentRunError, match=r"shop\.t2 is locked"):
         sync_source(lazy_spark, config, "shop", progress=progress)
@@ -243,7 +243,7 @@ def test_many_small_segments_are_read_by_a_few_tasks_and_every_window_is_counted
     for i in range(24):  # a capture run per transaction: 24 segments
         harness.execute([("INSERT INTO items VALUES (?, ?, ?)", (i, f"n{i}", i / 3)),
                          ("UPDATE items SET price = price + 1 WHERE id = ?", (i // 2,))])
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     applied = snapshot(config).applied_scn()
     segments = log.manifest().between(applied, None)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import (
@@ -43,7 +43,7 @@ def test_preflight_reports_every_missing_setting_at_once(tmp_path: Path) -> None
         harness = MysqlHarness(server)
         config = shop(harness, tmp_path)
         with pytest.raises(CaptureNotInstalledError) as err:
-            pipeline.install(config, "shop")
+            capture.install(config, "shop")
         message = str(err.value)
         assert "binlog_format is 'STATEMENT'" in message and "SET GLOBAL binlog_format = 'ROW'" in message
         assert "binlog_row_image is 'MINIMAL'" in message and "binlog_row_metadata is 'MINIMAL'" in message
@@ -58,9 +58,9 @@ def test_preflight_on_a_server_with_binary_logging_off(tmp_path: Path) -> None:
     try:
         config = shop(MysqlHarness(server), tmp_path)
         with pytest.raises(CaptureNotInstalledError, match=r"log_bin is 'OFF'.*enable binary logging"):
-            pipeline.install(config, "shop")
+            capture.install(config, "shop")
         with pytest.raises(CaptureNotInstalledError):
-            pipeline.capture(config, "shop")
+            capture.run(config, "shop")
         assert not (tmp_path / "lake").exists()
     finally:
         server.close()
@@ -74,7 +74,7 @@ def test_missing_replication_privileges_are_named_with_the_grant(mariadb: MariaD
     config = make_config(tmp_path / "lake", {**harness.source_config("shop", SHOP), "user": "reader",
                                               "password": "pw"})
     with pytest.raises(CaptureNotInstalledError) as err:
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")
     assert "GRANT REPLICATION SLAVE ON *.* TO 'reader'@'%'" in str(err.value)
     assert "lacks SELECT" not in str(err.value)
 
@@ -89,13 +89,13 @@ def test_the_grant_hints_paste_as_they_are_for_an_account_bound_to_a_host(mariad
     pasted: list[str] = []
     for _ in range(2):  # first the database, then the replication privileges
         with pytest.raises(CaptureNotInstalledError) as err:
-            pipeline.install(config, "shop")
+            capture.install(config, "shop")
         hints = [line[line.index("GRANT "):] for line in str(err.value).splitlines() if "GRANT " in line]
         assert hints and all(h.endswith("TO 'weak'@'127.0.0.1'") for h in hints), str(err.value)
         mariadb.execute(*hints)  # as an operator would paste them
         pasted += hints
     assert len(pasted) == 3
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
 
 
 def test_wrong_password_and_unreachable_server_fail_fast(mariadb: MariaDBServer, tmp_path: Path,
@@ -104,18 +104,18 @@ def test_wrong_password_and_unreachable_server_fail_fast(mariadb: MariaDBServer,
     harness.create_shop()
     config = make_config(tmp_path / "lake", {**harness.source_config("shop", SHOP), "password": "wrong"})
     with pytest.raises(ConfigError) as err:
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")
     assert err.value.field == "sources.shop.password" and "access denied" in str(err.value)
 
     monkeypatch.setenv("SHOP_PW", "")
     from_env = make_config(tmp_path / "lake", {**harness.source_config("shop", SHOP), "password_env": "SHOP_PW"})
-    pipeline.install(from_env, "shop")  # the empty root password, from the environment
+    capture.install(from_env, "shop")  # the empty root password, from the environment
 
     nowhere = make_config(tmp_path / "lake2", {**harness.source_config("shop", SHOP), "port": free_port(),
                                                "connect_timeout_s": 2})
     started = time.monotonic()
     with pytest.raises(SourceUnavailableError, match="cannot reach MySQL source 'shop'"):
-        pipeline.install(nowhere, "shop")
+        capture.install(nowhere, "shop")
     assert time.monotonic() - started < 10
     assert not (tmp_path / "lake2").exists()
 
@@ -130,7 +130,7 @@ def test_capture_follows_binlog_rotation(mariadb: MariaDBServer, tmp_path: Path,
         workload.run(20)
         mariadb.execute("FLUSH BINARY LOGS")
     workload.run(20)
-    result = pipeline.capture(config, "shop")
+    result = capture.run(config, "shop")
     assert mariadb.query("SHOW MASTER STATUS")[0][0] != first_file
     assert result.until.value >> 32 > ChangeLog(config.lake, "shop").manifest().start_scn.value >> 32
     sync_source(spark, config, "shop")
@@ -198,11 +198,11 @@ def test_purged_binlog_stops_with_bootstrap_advice_or_bootstraps_when_opted_in(
     own_server.purge_binlogs_to(newest)
     checkpoint = ChangeLog(config.lake, "shop").checkpoint()
     with pytest.raises(LogGapError, match=r"(?s)was purged.*databus bootstrap --source shop"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert ChangeLog(config.lake, "shop").checkpoint() == checkpoint
 
     opted_in = make_config(config.lake, harness.source_config("shop", SHOP, on_purged="bootstrap"))
-    result = pipeline.capture(opted_in, "shop")
+    result = capture.run(opted_in, "shop")
     assert result.bootstrapped
     workload.run(10)
     results = cycle(opted_in, spark)
@@ -227,8 +227,8 @@ def test_reset_master_is_an_epoch_change(own_server: MariaDBServer, tmp_path: Pa
         own_server.execute("FLUSH BINARY LOGS")
     workload.run(5)
     with pytest.raises(EpochMismatchError, match=r"(?s)RESET MASTER.*databus bootstrap --source shop"):
-        pipeline.capture(config, "shop")
-    pipeline.bootstrap(config, "shop")
+        capture.run(config, "shop")
+    capture.restart(config, "shop")
     workload.run(5)
     cycle(config, spark)
     assert_snapshots_match(config)
@@ -243,7 +243,7 @@ def test_bootstrap_of_a_table_under_concurrent_writes(mariadb: MariaDBServer, tm
     harness = MysqlHarness(mariadb)
     config = shop(harness, tmp_path, bootstrap_chunk_rows=7, bootstrap_reads=reads)  # many ranges and pages
     harness.workload(seed=12).run(80)
-    report = pipeline.install(config, "shop")
+    report = capture.install(config, "shop")
     assert ("_databus_signal" in report.changed) == (reads == "watermark")
     flushes = int(mariadb.query("SHOW GLOBAL STATUS LIKE 'Com_flush'")[0][1])
     stop = threading.Event()
@@ -260,7 +260,7 @@ def test_bootstrap_of_a_table_under_concurrent_writes(mariadb: MariaDBServer, tm
     writer = threading.Thread(target=write)
     writer.start()
     try:
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
         sync_source(spark, config, "shop")  # bootstraps every table while the writer runs
     finally:
         stop.set()
@@ -325,17 +325,17 @@ def test_a_run_of_a_source_whose_binlog_another_run_reads_is_turned_away_up_fron
 
     harness = MysqlHarness(mariadb)
     config = shop(harness, tmp_path)
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     harness.workload(seed=9).run(10)
     before = ChangeLog(config.lake, "shop").checkpoint()
     holder = open_source(config.source("shop"))
     with holder.reading():
         with pytest.raises(ConcurrentRunError, match=r"the binlog of source 'shop' is locked by another run "
                                                      r"\(lock 'databus\.binlog\.\d+' held by connection \d+") as err:
-            pipeline.capture(config, "shop")
+            capture.run(config, "shop")
         assert "must not overlap" in err.value.fix
         assert ChangeLog(config.lake, "shop").checkpoint() == before  # turned away before reading anything
-    assert pipeline.capture(config, "shop").events > 0  # the holder gone, the next run reads what was held back
+    assert capture.run(config, "shop").events > 0  # the holder gone, the next run reads what was held back
 
 
 def with_table_policy(config, table: str, policy: str):
@@ -358,7 +358,7 @@ def test_schema_changes_evolve_in_place_or_hold_as_each_tables_policy_says(maria
     workload.run(20)
     cycle(config, spark)
     workload.run(10)
-    pipeline.capture(config, "shop")  # changes in the old shape, still unmerged: the snapshots lag across the DDL
+    capture.run(config, "shop")  # changes in the old shape, still unmerged: the snapshots lag across the DDL
     harness.execute([
         "ALTER TABLE customers ADD COLUMN tier VARCHAR(10)",  # nullable, no default: existing rows hold NULL
         "ALTER TABLE customers MODIFY city VARCHAR(200)",  # wider text: the same snapshot type
@@ -369,7 +369,7 @@ def test_schema_changes_evolve_in_place_or_hold_as_each_tables_policy_says(maria
                      ("INSERT INTO orders (id, customer_id, status, total, placed_at) VALUES (?, ?, ?, ?, ?)",
                       (9001, 2**40, "new", 1.5, "2026-01-01 00:00:00"))])
     workload.run(10)
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     before = DeltaSnapshot(config.lake, "shop", "order_items").applied_scn()
     with pytest.raises(SchemaDriftError, match=r"(?s)'order_items'.*ADD COLUMN gift.*policy is stop.*schema_changes"):
         sync_source(spark, config, "shop")
@@ -409,9 +409,9 @@ def test_a_consumer_lagging_across_schema_changes_is_told_each_shape_before_its_
                                                                                     tmp_path: Path) -> None:
     harness = MysqlHarness(mariadb)
     config = shop(harness, tmp_path)
-    pipeline.install(config, "shop")  # the log starts here
+    capture.install(config, "shop")  # the log starts here
     harness.workload(seed=12).run(10)
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     recorder = ShapeRecorder()
     client = DatabusClient(config.lake, "shop", recorder, bootstrap=False)
     client.run()  # caught up: each table's shape comes before its first row
@@ -426,7 +426,7 @@ def test_a_consumer_lagging_across_schema_changes_is_told_each_shape_before_its_
     harness.execute([("UPDATE orders SET channel = ?, status = ? WHERE id = 1", ("web", "after-add"))])
     harness.execute(["ALTER TABLE orders RENAME COLUMN status TO state"])
     harness.execute([("UPDATE orders SET state = ? WHERE id = 1", ("after-rename",))])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     client.run()  # lagging across both changes
     orders = [s for s in recorder.seen if s[1] == "orders"]
     assert [s[0] for s in orders] == ["row", "schema", "row", "schema", "row"]

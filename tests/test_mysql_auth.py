@@ -19,7 +19,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig
 from dagster_databus.errors import ConfigError
 from dagster_databus.sources import open_source, read_range
@@ -323,10 +323,10 @@ def test_verify_ca_to_mariadb_encrypts_queries_capture_and_bootstrap_reads(tls_m
         mariadb_source(harness, tmp_path, "databus_tls", {"mode": "disabled"}).servers.probe()
     assert err.value.field == "sources.shop.password"
 
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     harness.execute([("INSERT INTO items VALUES (?, ?)", (i, f"item {i}")) for i in range(1, 6)])
-    assert pipeline.capture(config, "shop").events == 5  # the binlog stream, through the same account
+    assert capture.run(config, "shop").events == 5  # the binlog stream, through the same account
 
     read = source.ranges("items", rows_per_range=2)
     assert len(read.ranges) > 1 and read.spec["connection"]["ssl"]["ca"] == str(pki.ca)
@@ -353,5 +353,5 @@ def test_tls_required_against_a_mariadb_without_tls(mariadb: MariaDBServer, tmp_
     config = make_config(tmp_path / "lake", {**harness.source_config("shop", [("items", ["id"])]),
                                              "tls": {"mode": "required"}})
     with pytest.raises(ConfigError) as err:
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")
     assert err.value.field == "sources.shop.tls.mode"

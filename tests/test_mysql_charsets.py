@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import CaptureNotInstalledError
 from dagster_databus.log.changelog import ChangeLog
@@ -177,8 +177,8 @@ def test_a_character_set_capture_cannot_decode_is_refused_by_validate_naming_the
     harness.execute(["CREATE TABLE jp (id INT PRIMARY KEY, name VARCHAR(20) CHARACTER SET eucjpms, "
                      "latin VARCHAR(20) CHARACTER SET latin1, wide TEXT CHARACTER SET utf16)"])
     config = make_config(tmp_path / "lake", harness.source_config("shop", [("jp", ["id"])]))
-    problems = pipeline.validate(config).problems["shop"]
+    problems = capture.validate(config).problems["shop"]
     assert len(problems) == 1 and "column jp.name is eucjpms text" in problems[0], problems
     assert "ALTER TABLE `jp` CONVERT TO CHARACTER SET utf8mb4" in problems[0]
     with pytest.raises(CaptureNotInstalledError, match=r"jp\.name is eucjpms"):
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")

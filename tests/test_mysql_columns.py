@@ -12,7 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.sources import open_source
@@ -103,10 +103,10 @@ def test_a_year_column_leaves_the_sign_of_the_integers_after_it(mariadb: MariaDB
                      "d DECIMAL(5,1) UNSIGNED, t TINYINT, f FLOAT UNSIGNED, y3 YEAR, b BIGINT)"])
     config = make_config(tmp_path / "lake", harness.source_config("shop", [("y", ["id"])]),
                          merge={"engine": "local"})
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     harness.execute(["INSERT INTO y VALUES (1, 2001, -1, -1, 4294967295, 1901, 9999.9, -128, 1.5, 2155, -1)"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     [event] = [e.event for e in ChangeLog(config.lake, "shop").read()]
     assert dict(event.row) == {"id": 1, "y": 2001, "m": -1, "i": -1, "u": 4294967295, "y2": 1901,
                                "d": Decimal("9999.9"), "t": -128, "f": 1.5, "y3": 2155, "b": -1}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.errors import SourceUnavailableError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.sync.merge import sync_source
@@ -32,7 +32,7 @@ def test_losing_the_source_mid_capture_loses_and_duplicates_nothing(failure: str
         harness.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name VARCHAR(40), qty INTEGER)"])
         config = make_config(tmp_path / "lake", harness.source_config(
             "shop", [("items", ["id"])], poll={"chunk_rows": 500}, connect_timeout_s=2))
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")
         for first in range(0, ROWS, 200):
             harness.execute([("INSERT INTO items VALUES (?, ?, ?)", (i, f"n{i}", i % 7))
                              for i in range(first, first + 200)])
@@ -56,16 +56,16 @@ def test_losing_the_source_mid_capture_loses_and_duplicates_nothing(failure: str
         striker.start()
         if failure == "crash_server":
             with pytest.raises(SourceUnavailableError, match="resumes from the last durable checkpoint"):
-                pipeline.capture(config, "shop")
+                capture.run(config, "shop")
         else:
-            pipeline.capture(config, "shop")
+            capture.run(config, "shop")
         striker.join()
         assert struck, "the failure never happened"
         partial = log.checkpoint().scn
         if failure == "crash_server":
             assert 0 < len([e for e in log.read()]) < ROWS, "some chunks were durable before the crash"
             server.restart()
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
         keys = [e.event.key[0] for e in log.read()]
         assert sorted(keys) == list(range(ROWS))
         assert log.checkpoint().scn >= partial

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.sources.mysql.versions import ServerVersion
 from tests.harness import MysqlHarness, make_config
 from tests.mariadb import COMPRESSED_BINLOG, MariaDBServer
@@ -70,12 +70,12 @@ def test_validate_supports_compression_and_refuses_old_temporal_columns(tmp_path
         harness = MysqlHarness(server)
         harness.execute(["CREATE TABLE items (id INT PRIMARY KEY)"])
         config = make_config(tmp_path / "lake", harness.source_config("shop", [("items", ["id"])]))
-        result = pipeline.validate(config)
+        result = capture.validate(config)
         assert result.ok, result.problems
         assert any("log_bin_compress is ON: compressed events are decoded (supported)" in n
                    for n in result.notes["shop"]), result.notes
         server.execute("SET GLOBAL mysql56_temporal_format = OFF")
-        problems = pipeline.validate(config).problems["shop"]
+        problems = capture.validate(config).problems["shop"]
         assert any("mysql56_temporal_format is 'OFF'" in p and "SET GLOBAL mysql56_temporal_format = ON" in p
                    for p in problems), problems
     finally:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import NullKeyError
 from dagster_databus.log.changelog import ChangeLog
@@ -41,8 +41,8 @@ def test_a_null_key_is_named_by_validate_and_refused_by_the_bootstrap(
     nullable_key_table(harness)
     harness.execute([insert(harness, None, 1), insert(harness, None, 2), insert(harness, "a", 3)])
     config = make_config(tmp_path / "lake", harness.source_config("shop", [("t", ["k"])]), merge={"engine": engine})
-    pipeline.install(config, "shop")
-    problems = pipeline.validate(config).problems["shop"]
+    capture.install(config, "shop")
+    problems = capture.validate(config).problems["shop"]
     assert any("has rows whose key (k) holds NULL" in p and "NOT NULL" in p for p in problems), problems
     with pytest.raises(NullKeyError, match=r"(?s)table 't': key column\(s\) k hold NULL.*bootstrap of t.*NOT NULL"):
         sync_source(lazy_spark, config, "shop")
@@ -56,15 +56,15 @@ def test_a_change_that_gives_a_key_null_stops_capture_before_it_commits(
     nullable_key_table(harness)
     harness.execute([insert(harness, "a", 1)])
     config = make_config(tmp_path / "lake", harness.source_config("shop", [("t", ["k"])]), merge={"engine": "local"})
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     sync_source(lazy_spark, config, "shop")
     log = ChangeLog(config.lake, "shop")
     before = log.checkpoint().scn
     harness.execute([insert(harness, "b", 2)])
     harness.execute([insert(harness, None, 3), insert(harness, None, 4)])
     with pytest.raises(NullKeyError, match=r"key column\(s\) k hold NULL \(the change events"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert log.checkpoint().scn == before, "nothing past the refused change was committed"
     assert sorted(r["v"] for r in DeltaSnapshot(config.lake, "shop", "t").read().to_pylist()) == [1]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.sync.merge import sync_source
 from dagster_databus.sync.reconcile import reconcile_table
 from tests.conftest import harness_of
@@ -129,9 +129,9 @@ def test_a_large_table_read_under_steady_writes_ends_equal_without_locks_or_long
         fill = (f"INSERT INTO kv SELECT seq, seq, CONCAT('p', seq) FROM seq_1_to_{ROWS}", ())
         source = harness.source_config("big", [("kv", ["k"])], bootstrap_chunk_rows=RANGE_ROWS)
     config = make_config(tmp_path / "lake", source, merge={"file_rows": RANGE_ROWS})
-    pipeline.install(config, "big")
+    capture.install(config, "big")
     harness.execute([fill])
-    pipeline.capture(config, "big")
+    capture.run(config, "big")
 
     writer = Writer(harness)
     sampler = TransactionSampler(harness, writer) if kind == "mysql" else None
@@ -165,7 +165,7 @@ def test_a_large_table_read_under_steady_writes_ends_equal_without_locks_or_long
         bound = math.ceil(took / 3)
         assert sampler.longest() <= bound, f"a transaction stayed open {sampler.longest()}s of {took:.1f}s"
 
-    pipeline.capture(config, "big")  # every write made during the read, then merged over it
+    capture.run(config, "big")  # every write made during the read, then merged over it
     sync_source(spark, config, "big")
     report = reconcile_table(config, config.source("big"), "kv")
     assert report.equal, report

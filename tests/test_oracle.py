@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.core.events import Op
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.log.changelog import ChangeLog
@@ -24,18 +24,18 @@ def oracle(tmp_path: Path):
     harness = OracleHarness()
     harness.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name VARCHAR2(64), qty INTEGER)"])
     config = make_config(tmp_path / "lake", harness.source_config("crm", [("items", ["id"])]))
-    pipeline.install(config, "crm")
+    capture.install(config, "crm")
     return harness, config
 
 
 def test_install_is_idempotent_and_verify_names_broken_objects(oracle) -> None:
     harness, config = oracle
     before = harness.query("SELECT object_name, last_ddl_time FROM user_objects ORDER BY 1")
-    assert pipeline.install(config, "crm").changed == ()
+    assert capture.install(config, "crm").changed == ()
     assert harness.query("SELECT object_name, last_ddl_time FROM user_objects ORDER BY 1") == before
     harness.execute(['ALTER TRIGGER "SY$T_ITEMS" DISABLE'])
     assert "trigger SY$T_ITEMS is DISABLED" in open_source(config.sources[0]).verify()
-    pipeline.install(config, "crm")
+    capture.install(config, "crm")
     assert open_source(config.sources[0]).verify() == []
 
 
@@ -45,11 +45,11 @@ def test_a_long_transaction_committing_after_a_short_one_is_captured(oracle) -> 
     with long_tx.cursor() as cur:
         cur.execute("INSERT INTO items VALUES (1, 'long', 1)")  # started first, not committed yet
     harness.execute([("INSERT INTO items VALUES (?, ?, ?)", (2, "short", 2))])
-    first = pipeline.capture(config, "crm")
+    first = capture.run(config, "crm")
     assert [e.event.key for e in ChangeLog(config.lake, "crm").read()] == [(2,)]
     long_tx.commit()
     long_tx.close()
-    pipeline.capture(config, "crm")
+    capture.run(config, "crm")
     events = [e.event for e in ChangeLog(config.lake, "crm").read()]
     assert [e.key for e in events] == [(2,), (1,)] and events[1].scn > first.until
 

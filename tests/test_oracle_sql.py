@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 import sqlglot
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import parse_config
 from dagster_databus.defs.schedules import build_source_job
 from dagster_databus.defs.sensors import build_alert_sensor
@@ -139,7 +139,7 @@ def test_an_unreachable_oracle_server_fails_fast_and_writes_nothing(tmp_path: Pa
         {**ORACLE_YAML, "dsn": f"127.0.0.1:{free_port()}/FREEPDB1", "connect_timeout_s": 2}]}, base=tmp_path)
     started = time.monotonic()
     with pytest.raises(SourceUnavailableError, match="cannot reach Oracle source 'crm'"):
-        pipeline.install(config, "crm")
+        capture.install(config, "crm")
     assert time.monotonic() - started < 10
     assert not (tmp_path / "lake").exists()
 

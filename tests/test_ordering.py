@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.consumer.checkpoints import ConsumerCheckpoint, FileCheckpointStore, MemoryCheckpointStore
 from dagster_databus.consumer.client import DatabusClient, DatabusConsumer, ParallelDispatcher
@@ -77,12 +77,12 @@ def users_lake(tmp_path: Path, rounds: int = 6, seed: int = 7) -> tuple[DatabusC
             {"source": source, "table": table, "shard": label} for label, (source, table) in SHARDS.items()]}],
     }, base=tmp_path)
     for source, _ in SHARDS.values():
-        pipeline.install(config, source)
+        capture.install(config, source)
     rng = random.Random(seed)
     for _ in range(rounds):
         write_round(dbs, rng)
         for source, _ in rng.sample(list(SHARDS.values()), k=3):
-            pipeline.capture(config, source)
+            capture.run(config, source)
     return config, dbs
 
 
@@ -490,7 +490,7 @@ def test_a_killed_logical_consumer_resumes_each_part_at_its_own_checkpoint(tmp_p
     # New changes later: only they are delivered, from each part's own position.
     write_round(dbs, random.Random(99))
     for source, _ in SHARDS.values():
-        pipeline.capture(config, source)
+        capture.run(config, source)
     before = len(delivered)
     assert subprocess.run([*run, "0"], cwd=REPO, capture_output=True, text=True).returncode == 0
     new = [tuple(json.loads(line)) for line in out.read_text().splitlines()][before:]
@@ -555,7 +555,7 @@ def test_a_part_checkpoint_the_log_no_longer_holds_is_refused_with_the_fix(tmp_p
     with pytest.raises(LogicalCheckpointError, match=r"part 'c'.*past the end .* the log was restarted"):
         logical_client(config, Materializer(), checkpoints=MemoryLogicalCheckpointStore(ahead)).run()
     write_round(dbs, random.Random(5))
-    pipeline.bootstrap(config, "s2")  # the log of part b restarts at the source's current position
+    capture.restart(config, "s2")  # the log of part b restarts at the source's current position
     with pytest.raises(LogicalCheckpointError, match=r"part 'b' \(s2.user2\).*now starts after") as err:
         logical_client(config, Materializer(), checkpoints=MemoryLogicalCheckpointStore(kept)).run()
     assert "snapshot" in err.value.fix and err.value.context["part"] == "b"
@@ -596,10 +596,10 @@ def test_a_shard_column_the_physical_tables_have_is_used_as_it_is(tmp_path: Path
                             "parts": [{"source": name, "table": "accounts"} for name in dbs]}],
     }, base=tmp_path)
     for name, db in dbs.items():
-        pipeline.install(config, name)
+        capture.install(config, name)
         db.execute([(f"INSERT INTO accounts VALUES ('{name}', ?, ?)", (i, i * 10)) for i in (1, 2)])
         db.execute([("UPDATE accounts SET v = v + 1 WHERE id = 1", ())])
-        pipeline.capture(config, name)
+        capture.run(config, name)
     consumer = Materializer()
     LogicalTableClient.from_config(config, "all_accounts", consumer).run()
     assert consumer.table.rows == {(name, i): {"region": name, "id": i, "v": i * 10 + (i == 1)}

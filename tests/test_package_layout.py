@@ -48,10 +48,10 @@ def _lint_imports(tmp_path: Path, plant: tuple[str, str] | None = None) -> subpr
 def test_the_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> None:
     clean = _lint_imports(tmp_path / "clean")
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    upward = _lint_imports(tmp_path / "upward", ("core/scn.py", "import dagster_databus.pipeline"))
+    upward = _lint_imports(tmp_path / "upward", ("core/scn.py", "import dagster_databus.capture"))
     assert upward.returncode != 0
     assert "Each layer imports only the layers below it BROKEN" in upward.stdout
-    assert "dagster_databus.core.scn -> dagster_databus.pipeline" in upward.stdout
+    assert "dagster_databus.core.scn -> dagster_databus.capture" in upward.stdout
     cycle = _lint_imports(tmp_path / "cycle", ("storage/durable.py", "import dagster_databus.storage.lake"))
     assert cycle.returncode != 0
     assert "No two modules or packages of one package import each other BROKEN" in cycle.stdout

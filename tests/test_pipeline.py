@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.demo.workload import ShopWorkload, create_shop
@@ -55,7 +55,7 @@ def test_capture_and_merge_in_separate_rhythms_still_converge(tmp_path: Path, sp
     cycle(config, spark)
     for _ in range(3):  # several captures before one merge: the merge reduces across windows
         workload.run(25)
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     sync_source(spark, config, "shop")
     assert_snapshots_match(config)
 
@@ -94,10 +94,10 @@ def synced_shop(tmp_path: Path, spark, schema_changes: str = "evolve") -> tuple[
 def test_a_column_added_mid_stream_reaches_the_snapshot(tmp_path: Path, spark) -> None:
     config, workload = synced_shop(tmp_path, spark)
     workload.run(10)
-    pipeline.capture(config, "shop")  # changes in the old shape, still unmerged
+    capture.run(config, "shop")  # changes in the old shape, still unmerged
     with sqlite3.connect(tmp_path / "shop.db") as conn:
         conn.execute("ALTER TABLE customers ADD COLUMN tier TEXT")
-    pipeline.install(config, "shop")  # triggers follow the new shape at once: nothing is stale
+    capture.install(config, "shop")  # triggers follow the new shape at once: nothing is stale
     with sqlite3.connect(tmp_path / "shop.db") as conn:
         conn.execute("UPDATE customers SET tier = 'gold' WHERE id % 2 = 0")
     workload.run(10)
@@ -115,11 +115,11 @@ def test_writes_between_a_schema_change_and_reinstall_stop_capture_until_bootstr
         conn.execute("ALTER TABLE customers ADD COLUMN tier TEXT")
         conn.execute("UPDATE customers SET tier = 'gold' WHERE id % 2 = 0")  # old triggers: images lack tier
     checkpoint = ChangeLog(config.lake, "shop").checkpoint()
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     with pytest.raises(SchemaDriftError, match=r"(?s)'customers'.*databus bootstrap --source shop"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert ChangeLog(config.lake, "shop").checkpoint() == checkpoint
-    moved_to = pipeline.bootstrap(config, "shop")
+    moved_to = capture.restart(config, "shop")
     assert moved_to is not None
     trash = Path(moved_to)  # a local lake: a folder
     assert (trash / "log" / "schemas" / "customers").is_dir()
@@ -159,9 +159,9 @@ def test_a_column_added_with_a_default_is_filled_in_the_lake_or_stops_as_the_pol
     held = {r["id"]: r["__scn"] for r in DeltaSnapshot(config.lake, "shop", "orders").read(with_meta=True).to_pylist()}
     with sqlite3.connect(tmp_path / "shop.db") as conn:
         conn.execute("ALTER TABLE orders ADD COLUMN channel TEXT DEFAULT 'web'")
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     workload.run(5)
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     [ddl] = ChangeLog(config.lake, "shop").ddl.records()
     assert ddl.statement == "ALTER TABLE orders ADD COLUMN channel TEXT DEFAULT 'web'"
     if policy == "stop":

@@ -24,7 +24,7 @@ import pytest
 from deltalake import DeltaTable
 from psycopg2.extras import LogicalReplicationConnection
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.delta import DeltaSnapshot
@@ -58,7 +58,7 @@ def configured(pg: PostgresHarness, lake: Any, tables: list[tuple[str, list[str]
                merge: dict[str, Any] | None = None, **extra: Any) -> DatabusConfig:
     pg.execute(list(ddl))
     config = make_config(lake, pg.source_config("shop", tables, **extra), merge=merge or {"engine": "local"})
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     return config
 
 
@@ -138,14 +138,14 @@ def test_an_identity_set_back_to_default_behind_installs_back_stops_capture_with
     pg.execute(["UPDATE docs SET n = n + 1 WHERE id = 1"])  # logged without the old row: body is not in the WAL
     with pytest.raises(CaptureNotInstalledError, match=r"(?s)public\.docs has replica identity DEFAULT.*TOAST.*"
                                                        r"databus install --source shop"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     checkpoint = ChangeLog(config.lake, "shop").checkpoint()
-    pipeline.install(config, "shop")  # FULL again, but the update is in the WAL as it was written
+    capture.install(config, "shop")  # FULL again, but the update is in the WAL as it was written
     with pytest.raises(SchemaDriftError, match=r"(?s)'docs'.*column 'body' unchanged and out of line.*REPLICA "
                                                r"IDENTITY was not FULL.*databus bootstrap --source shop"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert ChangeLog(config.lake, "shop").checkpoint() == checkpoint
-    pipeline.bootstrap(config, "shop")  # the log starts afresh after that update; the snapshots are read again
+    capture.restart(config, "shop")  # the log starts afresh after that update; the snapshots are read again
     pg.execute(["UPDATE docs SET n = n + 1 WHERE id = 2"])
     cycle(config, lazy_spark)
     assert_snapshots_match(config)
@@ -154,7 +154,7 @@ def test_an_identity_set_back_to_default_behind_installs_back_stops_capture_with
 def test_a_refused_value_stops_capture_naming_the_transaction_that_holds_it(pg: PostgresHarness,
                                                                            tmp_path: Path) -> None:
     config = configured(pg, tmp_path / "lake", [("t", ["id"])], "CREATE TABLE t (id INT PRIMARY KEY, v NUMERIC(8, 2))")
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     checkpoint = ChangeLog(config.lake, "shop").checkpoint()
     pg.execute(["INSERT INTO t VALUES (1, 1.5)"])
     [(after_good,)] = pg.query("SELECT pg_current_wal_insert_lsn()::text")
@@ -162,7 +162,7 @@ def test_a_refused_value_stops_capture_naming_the_transaction_that_holds_it(pg: 
     [(after_bad,)] = pg.query("SELECT pg_current_wal_insert_lsn()::text")
     with pytest.raises(SchemaMismatchError, match=r"column t\.v .*NaN.*\(the change events of the transaction "
                                                   r"committed at LSN (\w+/\w+)\)") as refused:
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     named = re.search(r"committed at LSN (\w+/\w+)", refused.value.problem)
     assert named and lsn_of(after_good) < lsn_of(named.group(1)) < lsn_of(after_bad), "the second transaction's"
     assert ChangeLog(config.lake, "shop").checkpoint() == checkpoint, "the good transaction before it waits too"
@@ -194,7 +194,7 @@ def test_a_truncate_under_schema_changes_stop_holds_both_snapshots(pg: PostgresH
     cycle(config, lazy_spark)
     held = {t: DeltaSnapshot(config.lake, "shop", t).applied_scn() for t in ("a", "b")}
     pg.execute(["TRUNCATE a, b"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     with pytest.raises(SchemaDriftError, match=r"(?s)table 'a' .*TRUNCATE public\.a.*policy is stop"):
         sync_source(lazy_spark, config, "shop")
     assert {t: DeltaSnapshot(config.lake, "shop", t).applied_scn() for t in ("a", "b")} == held
@@ -213,7 +213,7 @@ def test_column_changes_follow_the_schema_changes_policy(pg: PostgresHarness, tm
     workload.run(20)
     cycle(config, lazy_spark)
     workload.run(10)
-    pipeline.capture(config, "shop")  # changes in the old shape, still unmerged: the snapshots lag across the change
+    capture.run(config, "shop")  # changes in the old shape, still unmerged: the snapshots lag across the change
     workload.run(5)  # old-shape changes the next capture reads before the new shape
     pg.execute(["ALTER TABLE orders ADD COLUMN channel TEXT DEFAULT 'web'",  # a constant default: filled in place
                 "ALTER TABLE customers DROP COLUMN city",  # values gone: read again
@@ -221,7 +221,7 @@ def test_column_changes_follow_the_schema_changes_policy(pg: PostgresHarness, tm
     pg.execute([("INSERT INTO orders (id, customer_id, status, total) VALUES (?, ?, ?, ?)", (9001, 7, "new", 1.5)),
                 "UPDATE customers SET name = name || '!' WHERE id % 3 = 0",
                 "UPDATE order_items SET qty = qty + 1 WHERE line_no = 1"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert sorted(r.statement for r in ChangeLog(config.lake, "shop").ddl.records()) == [
         "ALTER TABLE customers DROP COLUMN city",
         "ALTER TABLE order_items (storage changed with no row events: rewritten (ALTER ... TYPE ... USING, VACUUM "
@@ -287,18 +287,18 @@ def test_a_slot_dropped_behind_captures_back_fails_naming_the_fix_or_is_bootstra
     workload.run(10)  # no slot keeps these changes
     with pytest.raises(CaptureNotInstalledError, match=rf"(?s)replication slot '{slot}' does not exist.*"
                                                        r"databus install --source shop"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     checkpoint = ChangeLog(config.lake, "shop").checkpoint()
-    pipeline.install(config, "shop")  # a new slot, at the WAL written now
+    capture.install(config, "shop")  # a new slot, at the WAL written now
     workload.run(5)
-    [problem] = pipeline.validate(config).problems["shop"]  # validate names it too, with the same fix
+    [problem] = capture.validate(config).problems["shop"]  # validate names it too, with the same fix
     assert "dropped and created again" in problem and "databus bootstrap --source shop" in problem
     with pytest.raises(LogGapError, match=r"(?s)dropped and created again.*databus bootstrap --source shop.*"
                                           r"on_purged: bootstrap"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert ChangeLog(config.lake, "shop").checkpoint() == checkpoint
     bootstrapping = make_config(tmp_path / "lake", {**spec, "on_purged": "bootstrap"}, merge={"engine": "local"})
-    assert pipeline.capture(bootstrapping, "shop").bootstrapped
+    assert capture.run(bootstrapping, "shop").bootstrapped
     workload.run(10)
     cycle(bootstrapping, lazy_spark)
     assert_snapshots_match(bootstrapping)
@@ -312,9 +312,9 @@ def test_a_slot_the_server_invalidated_fails_naming_the_fix_or_is_bootstrapped(
     config = make_config(tmp_path / "lake", {**spec, "on_purged": on_purged}, merge={"engine": "local"})
     if on_purged == "fail":
         with pytest.raises(LogGapError, match=r"(?s)was invalidated.*databus bootstrap --source shop.*on_purged"):
-            pipeline.capture(config, "shop")
+            capture.run(config, "shop")
         return
-    assert pipeline.capture(config, "shop").bootstrapped
+    assert capture.run(config, "shop").bootstrapped
     workload.run(10)
     cycle(config, lazy_spark)
     assert_snapshots_match(config)
@@ -325,12 +325,12 @@ def test_a_slot_the_server_invalidated_fails_naming_the_fix_or_is_bootstrapped(
 MEASURE = """
 import json, resource, sys, time
 import dagster_databus.core.crc32  # numba's compiled kernels: the same in every run, not the capture's
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import load_config
 config = load_config(sys.argv[1])
 rss = lambda: int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS:")).split()[1]) // 1024
 before, started = rss(), time.monotonic()
-result = pipeline.capture(config, "shop")
+result = capture.run(config, "shop")
 print(json.dumps({"events": result.events, "windows": result.windows, "seconds": time.monotonic() - started,
                   "before_mb": before, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))
 """
@@ -377,11 +377,11 @@ def test_writes_to_unpublished_tables_let_the_slot_move_on(pg: PostgresHarness, 
     config = configured(pg, tmp_path / "lake", [("a", ["id"])], "CREATE TABLE a (id INT PRIMARY KEY)",
                         "CREATE TABLE other (id BIGINT, pad TEXT)")
     pg.execute(["INSERT INTO a VALUES (1)"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     committed = log.checkpoint().scn  # type: ignore[union-attr]
     pg.execute(["INSERT INTO other SELECT g, repeat('x', 100) FROM generate_series(1, 1000) g"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert log.checkpoint().scn == committed, "a little WAL after the last commit: the checkpoint stays on it"
     retained = []
     for _ in range(4):  # about 10 MB of WAL each, none of it for the publication
@@ -389,7 +389,7 @@ def test_writes_to_unpublished_tables_let_the_slot_move_on(pg: PostgresHarness, 
         # A checkpoint logs the running transactions, as the server does every 15 s while it is busy: the points a
         # slot's stream may restart from, so its oldest WAL can go once it is confirmed past one.
         pg.server.execute("CHECKPOINT")
-        assert pipeline.capture(config, "shop").events == 0
+        assert capture.run(config, "shop").events == 0
         state = slot_state(pg)
         assert state["confirmed"] == log.checkpoint().scn.value  # type: ignore[union-attr]
         retained.append(state["retained"])
@@ -424,7 +424,7 @@ def test_a_capture_killed_mid_stream_then_run_again_loses_and_doubles_nothing(pg
     config = make_config(tmp_path / "lake", spec, merge={"engine": "local"})
     config_file = tmp_path / "databus.json"
     config_file.write_text(json.dumps(config_document(config, [spec])))
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     changes = many_transactions(pg, 1, 120)  # 60 chunks of two transactions
     # Capture's progress (a line per appended chunk) is on stderr; stdout holds only the step's summary.
     run = subprocess.Popen([sys.executable, "jobs/capture.py", "--config", str(config_file), "--source", "shop",
@@ -443,7 +443,7 @@ def test_a_capture_killed_mid_stream_then_run_again_loses_and_doubles_nothing(pg
     assert 0 < len(log.manifest().segments) < 60, "killed mid-stream, after some chunks were committed"
     wait_inactive(pg)
     changes += many_transactions(pg, 100_001, 4)
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert_exact(config, lazy_spark, changes)
 
 
@@ -468,14 +468,14 @@ def test_a_server_restart_mid_poll_is_transient_and_the_run_after_is_exact(pg: P
 
     try:
         with pytest.raises(SourceUnavailableError) as lost:
-            pipeline.capture(config, "shop", progress=crash_after_two_chunks)
+            capture.run(config, "shop", progress=crash_after_two_chunks)
     finally:
         pg.server.restart()
     # What the socket held when the server went is read and appended first: whole windows, never the rest.
     assert 2 <= len(appended) < 20, appended
     assert lost.value.transient and "run again" in lost.value.fix
     changes += many_transactions(pg, 400_001, 2, rows=100)
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert_exact(config, lazy_spark, changes)
 
 
@@ -493,10 +493,10 @@ def test_a_transaction_that_alters_a_table_between_its_row_changes_is_refused_th
     log = ChangeLog(config.lake, "shop")
     checkpoint = log.checkpoint()
     with pytest.raises(SchemaDriftError, match="between its row changes") as stopped:
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert "databus bootstrap --source shop" in stopped.value.fix
     assert log.checkpoint() == checkpoint and [e.event.key for e in log.read()] == [(1,)]
-    pipeline.bootstrap(config, "shop")
+    capture.restart(config, "shop")
     cycle(config, lazy_spark)
     assert_snapshots_match(config)
     assert sorted(r["id"] for r in DeltaSnapshot(config.lake, "shop", "t").read().to_pylist()) == [1, 2, 3, 4]
@@ -550,14 +550,14 @@ def test_a_read_while_a_finished_capture_still_holds_the_slot_is_stamped_as_any_
     config = configured(pg, tmp_path / "lake", [("a", ["id"])], "CREATE TABLE a (id INT PRIMARY KEY, v TEXT)",
                         "INSERT INTO a SELECT g, 'v' || g FROM generate_series(1, 20) g")
     pg.execute(["UPDATE a SET v = 'w' WHERE id = 3"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     with slot_held(pg, config, 0.5):
         sync_source(lazy_spark, config, "shop", mode="bootstrap")
     snap = DeltaSnapshot(config.lake, "shop", "a")
     stamped = snap.applied_scn()
     DeltaTable(snap.uri, storage_options=snap.storage_options).update(updates={"v": "'damaged'"})
     [result] = sync_source(lazy_spark, config, "shop", ["a"], mode="refresh",
-                           rows=pipeline.row_selection(config, "shop", ["a"], where="id > 0"))
+                           rows=capture.row_selection(config, "shop", ["a"], where="id > 0"))
     assert result.refreshed is not None and result.refreshed.rows_read == 20
     assert_snapshots_match(config)
     check = reconcile_table(config, config.source("shop"), "a")

@@ -7,7 +7,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.sources import open_source
 from dagster_databus.sources.registry import source_kind
@@ -57,7 +57,7 @@ def test_odd_leading_and_trailing_characters_survive_at_every_position_of_a_page
     doc = pg.source_config("shop", [("keyed", ["k"]), ("noted", ["id"])], bootstrap_chunk_rows=1)
     # Each reader on its own first (a bounded number of pages): this process's, and the range reader of tasks.
     config = make_config(tmp_path / "readers", doc)
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     source = open_source(config.sources[0], config.lake)
     for table in ("keyed", "noted"):
         want = rows(pg, table)

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig
 from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
 from dagster_databus.consumer.pull import MetaManager, PullConsumer
@@ -444,9 +444,9 @@ def test_the_documented_fix_recovers_from_a_refused_change_event(harness: Postgr
     cycle(config, NO_SPARK)
     harness.execute(["INSERT INTO num_nan VALUES (3, 2.5)", "INSERT INTO num_nan VALUES (4, 'NaN')"])
     with pytest.raises(SchemaMismatchError):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     harness.execute(["UPDATE num_nan SET v = NULL WHERE id = 4"])
-    pipeline.bootstrap(config, "shop")
+    capture.restart(config, "shop")
     cycle(config, NO_SPARK)
     rows = sorted(DeltaSnapshot(config.lake, "shop", "num_nan").read().to_pylist(), key=lambda r: r["id"])
     assert [(r["id"], r["v"]) for r in rows] == [(1, D("1.50")), (3, D("2.50")), (4, None)]
@@ -469,7 +469,7 @@ def test_money_is_refused_by_validate_and_capture_naming_the_fix(harness: Postgr
                      f"INSERT INTO {table} VALUES (1, NULL)"])
     config = make_config(tmp_path / "lake", harness.source_config("shop", [(table, ["id"])]),
                          merge={"engine": "local"})
-    problems = pipeline.validate(config).problems["shop"]
+    problems = capture.validate(config).problems["shop"]
     assert len(problems) == 1 and f"column {column} (money" in problems[0] and "numeric" in problems[0], problems
     with pytest.raises(DatabusError) as caught:
         cycle(config, NO_SPARK)
@@ -482,7 +482,7 @@ def test_install_refuses_a_money_column_before_creating_anything(harness: Postgr
     harness.execute(["CREATE TABLE priced (id integer PRIMARY KEY, price money)"])
     config = make_config(tmp_path / "lake", harness.source_config("shop", [("priced", ["id"])]))
     with pytest.raises(UnsupportedTypeError):
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")
     assert harness.query("SELECT count(*) FROM pg_replication_slots") == [(0,)]
 
 
@@ -497,6 +497,6 @@ def test_a_money_column_added_to_a_captured_table_stops_capture(harness: Postgre
     before = (log.checkpoint(), [e.event for e in log.read()])
     harness.execute(["ALTER TABLE later ADD COLUMN price money", "INSERT INTO later VALUES (2, 2, 3.5)"])
     with pytest.raises(DatabusError) as caught:
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert_money_refused(caught.value, "later", "price")
     assert (log.checkpoint(), [e.event for e in log.read()]) == before

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.cli import main
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError, SourceUnavailableError
@@ -63,11 +63,11 @@ def test_a_column_added_on_a_quiet_source_is_recorded_at_the_end_of_the_poll(pg:
     config = make_config(tmp_path / "lake", pg.source_config("shop", [("items", ["id"])]), merge={"engine": "local"})
     cycle(config, no_spark)
     pg.execute(["ALTER TABLE items ADD COLUMN tag TEXT DEFAULT 'old'"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     assert [(r.table, r.statement) for r in log.ddl.records()] == [
         ("items", "ALTER TABLE items ADD COLUMN tag text DEFAULT 'old'")]
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert len(log.ddl.records()) == 1
     [result] = sync_source(no_spark, config, "shop")
     assert result.evolved == "added tag (filled with old)"
@@ -85,7 +85,7 @@ def test_a_read_held_back_by_an_open_prepared_transaction_names_it_and_gives_up_
     config = make_config(tmp_path / "lake", doc, merge={"engine": "local"})
     path = tmp_path / "databus.json"
     path.write_text(json.dumps({**config_document(config, [doc]), "merge": {"engine": "local"}}))
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     pg.execute(["INSERT INTO other VALUES (1)", "PREPARE TRANSACTION 'stuck-gid'"], commit=False)
     with ThreadPoolExecutor(1) as pool:  # a read that waited on with no bound fails here, and does not hang
         try:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.cli import main
 from dagster_databus.core.schema import Column
 from dagster_databus.core.types import ColumnType
@@ -39,7 +39,7 @@ def test_columns_whose_names_differ_only_in_case_are_refused_at_validate_and_ins
     assert "'name' and 'Name'" in err and "case-insensitive" in err and 'RENAME COLUMN "Name"' in err, err
     config = make_config(tmp_path / "lake", pg.source_config("shop", [("people", ["id"])]))
     with pytest.raises(ConfigError, match="differ only in case"):
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")
 
 
 def test_every_kind_refuses_names_that_differ_only_in_case_in_its_catalog_check() -> None:
@@ -70,12 +70,12 @@ def test_an_unlogged_table_is_refused_at_validate_and_install_changes_nothing(
     before = identities(pg)
     doc: dict[str, Any] = pg.source_config("shop", [("items", ["id"]), ("events", ["id"])])
     with pytest.raises(ConfigError, match="SET LOGGED"):
-        pipeline.install(make_config(tmp_path / "lake", doc), "shop")
+        capture.install(make_config(tmp_path / "lake", doc), "shop")
     assert identities(pg) == before == {"items": "d", "events": "d"}
     assert pg.query("SELECT count(*) FROM pg_publication")[0][0] == 0
     assert pg.query("SELECT count(*) FROM pg_replication_slots WHERE database = current_database()")[0][0] == 0
     pg.execute(["ALTER TABLE events SET LOGGED"])
-    pipeline.install(make_config(tmp_path / "lake", doc), "shop")
+    capture.install(make_config(tmp_path / "lake", doc), "shop")
     assert identities(pg) == {"items": "f", "events": "f"}
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.cli import main
 from dagster_databus.config import PostgresSourceConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
@@ -78,7 +78,7 @@ def test_each_lake_reads_its_own_slot_so_two_change_logs_of_one_source_both_hold
     slots = {c.sources[0].slot_name for c in (one, two)}  # type: ignore[union-attr]
     assert len(slots) == 2 and all(s.startswith("databus_shop_") for s in slots)
     for config in (one, two):
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")
     pg.execute([("INSERT INTO items VALUES (?, ?, ?)", (1, "apple", "1.50"))])
     for config in (one, two, one):
         cycle(config, spark)
@@ -94,13 +94,13 @@ def test_each_lake_reads_its_own_slot_so_two_change_logs_of_one_source_both_hold
 def test_two_change_logs_on_one_named_slot_are_refused_not_thinned(pg: PostgresHarness, tmp_path: Path) -> None:
     one, two = (make_config(tmp_path / name, source_doc(pg, slot=f"shared_{pg.database}")) for name in ("a", "b"))
     for config in (one, two):
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")
     pg.execute([("INSERT INTO items VALUES (?, ?, ?)", (1, "apple", "1.50"))])
-    pipeline.capture(one, "shop")  # confirms the slot past the other log's checkpoint
+    capture.run(one, "shop")  # confirms the slot past the other log's checkpoint
     pg.execute([("INSERT INTO items VALUES (?, ?, ?)", (2, "pear", "3.00"))])
     checkpoint = ChangeLog(two.lake, "shop").checkpoint()
     with pytest.raises(LogGapError, match="bootstrap"):
-        pipeline.capture(two, "shop")
+        capture.run(two, "shop")
     assert ChangeLog(two.lake, "shop").checkpoint() == checkpoint  # nothing written past the gap
 
 
@@ -110,8 +110,8 @@ def test_status_and_the_capture_lag_check_show_the_wal_the_slot_holds(
     config = make_config(tmp_path / "lake", doc)
     path = tmp_path / "databus.json"
     path.write_text(json.dumps(config_document(config, [doc])))
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     # WAL the slot holds: rows written to a table capture never reads, and not captured since.
     pg.execute(["CREATE TABLE filler (x TEXT)"],)
     pg.execute([("INSERT INTO filler SELECT repeat('x', 1000) FROM generate_series(1, 2000)", ())])
@@ -133,7 +133,7 @@ def test_status_and_the_capture_lag_check_show_the_wal_the_slot_holds(
     result = sync_check(config, config.sources[0], check)
     assert result.metadata["retained_wal_bytes"].value >= kept.retained_bytes  # type: ignore[union-attr]
     assert result.metadata["lag_seconds"].value >= 1.5  # type: ignore[union-attr]
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert src.retention().lag_seconds(int(time.time() * 1000)) == 0.0
 
 
@@ -144,7 +144,7 @@ def test_a_bootstrap_reads_at_one_exact_position_while_writes_go_on(pg: Postgres
     pg.execute([("INSERT INTO items SELECT g, 'n' || g, g FROM generate_series(1, 400) AS g", ())])
     before = sorted(pg.query("SELECT id, name, price FROM items"))
     config = make_config(tmp_path / "lake", source_doc(pg, bootstrap_chunk_rows=37))
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     read = open_source(config.sources[0], config.lake).ranges("items", 37)
     assert len(read.ranges) >= 10 and read.scn is not None
     pg.execute([("UPDATE items SET price = price + 1 WHERE id % 3 = 0", ()), ("DELETE FROM items WHERE id % 7 = 0", ()),
@@ -152,7 +152,7 @@ def test_a_bootstrap_reads_at_one_exact_position_while_writes_go_on(pg: Postgres
     kind = source_kind("postgres")
     rows = [r for i in range(len(read.ranges)) for b in kind.read_range(read, i).batches for r in b.to_pylist()]
     assert sorted((r["id"], r["name"], r["price"]) for r in rows) == before
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     events = [e.event for e in ChangeLog(config.lake, "shop").read()]
     assert len(events) == 133 + 57 + 20 and all(e.scn > read.scn for e in events)
     del read, rows  # the exported snapshot (and its temporary slot) go with the read
@@ -171,7 +171,7 @@ def test_a_read_keeps_its_snapshot_through_copies_and_ends_it_with_the_last(pg: 
     after the original is gone, and the temporary slot goes when the last copy does."""
     pg.execute([("INSERT INTO items SELECT g, 'n' || g, g FROM generate_series(1, 100) AS g", ())])
     config = make_config(tmp_path / "lake", source_doc(pg))
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     read = open_source(config.sources[0], config.lake).ranges("items", 30)
     copy = dataclasses.replace(read, ranges=read.ranges[1:])
     del read

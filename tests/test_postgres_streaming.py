@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SchemaDriftError
@@ -34,7 +34,7 @@ def configured(pg: PostgresHarness, lake: Path, stream_from_kb: int | None) -> D
     if stream_from_kb is not None:
         pg.server.execute(f'ALTER DATABASE "{pg.database}" SET logical_decoding_work_mem = \'{stream_from_kb}kB\'')
     config = make_config(lake, pg.source_config("shop", TABLES), merge={"engine": "local"})
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     return config
 
 
@@ -82,7 +82,7 @@ def test_a_transaction_past_spool_rows_is_spooled_and_written_whole_in_commit_or
     pg.execute(["INSERT INTO a VALUES (1, 1, 'small before', 1)"])
     pg.execute(big_transaction(100, 3000))
     pg.execute(["INSERT INTO a VALUES (2, 2, 'small after', 2)", "UPDATE a SET grp = 99 WHERE id = 100"])
-    result = pipeline.capture(config, "shop")
+    result = capture.run(config, "shop")
     assert streamed_transactions(pg) == 0, "the server held the transaction to its commit: capture spooled it"
     windows = windows_of(config)
     sizes = [sum(len(rows) for rows in w.values()) for w in windows.values()]
@@ -131,7 +131,7 @@ def test_streamed_transactions_keep_only_what_committed_in_commit_order(
     pg.execute(["INSERT INTO a SELECT g, 0, 'rolled back whole', 0 FROM generate_series(60000, 63000) g"],
                commit=False)
     pg.execute(["INSERT INTO a VALUES (8, 8, 'last', 8)"])
-    result = pipeline.capture(config, "shop")
+    result = capture.run(config, "shop")
     streamed = streamed_transactions(pg)
     assert streamed >= 1 if protocol == 2 else streamed == 0, "streamed before its commit under protocol 2 only"
     windows = list(windows_of(config).values())
@@ -151,18 +151,18 @@ def test_a_streamed_transaction_that_alters_a_table_between_its_rows_is_refused_
         pg: PostgresHarness, tmp_path: Path, lazy_spark: Any) -> None:
     config = configured(pg, tmp_path / "lake", 64)
     pg.execute(["INSERT INTO a VALUES (1, 1, 'before', 1)"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     checkpoint = log.checkpoint()
     pg.execute(["INSERT INTO a SELECT g, 0, repeat('w', 60), 0 FROM generate_series(10, 3009) g",
                 "ALTER TABLE a ADD COLUMN note TEXT",
                 "INSERT INTO a SELECT g, 0, repeat('w', 60), 0, 'after' FROM generate_series(5000, 7999) g"])
     with pytest.raises(SchemaDriftError, match="between its row changes") as stopped:
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert streamed_transactions(pg) >= 1, "the server streamed the transaction before its commit"
     assert "databus bootstrap --source shop" in stopped.value.fix
     assert log.checkpoint() == checkpoint and [e.event.key for e in log.read()] == [(1,)]
-    pipeline.bootstrap(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.restart(config, "shop")
+    capture.run(config, "shop")
     sync_source(lazy_spark, config, "shop")
     assert_snapshots_match(config)

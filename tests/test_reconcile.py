@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.core.fingerprint import BUCKET_BITS, buckets, digests, fingerprint_batches, value_text
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType
@@ -133,7 +133,7 @@ def test_reconciliation_waits_for_the_log_to_reach_the_source(source: SourceHarn
     workload.run(10)  # not captured yet
     result = reconcile_table(config, config.source("shop"), "orders")
     assert not result.reconciled and "capture first" in result.reason
-    pipeline.capture(config, "shop")  # captured, not merged: the check applies the log's events itself
+    capture.run(config, "shop")  # captured, not merged: the check applies the log's events itself
     result = reconcile_table(config, config.source("shop"), "orders")
     assert result.reconciled and result.equal, result
 

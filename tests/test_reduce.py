@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import SparkConfig
 from dagster_databus.core import progress as progress_module
 from dagster_databus.core.event_columns import CHANGE_META
@@ -108,7 +108,7 @@ def test_in_process_and_spark_reduce_give_the_same_rows_from_a_real_log(tmp_path
     cycle(config, spark)
     applied = {t: DeltaSnapshot(config.lake, "shop", t).applied_scn() for t, _ in SHOP}
     workload.run(120, rollback_every=5)
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     until = log.committed_scn()
     for table, key in SHOP:
@@ -153,7 +153,7 @@ def test_a_replayed_range_streams_nothing_into_the_snapshot(tmp_path: Path, spar
     # The replayed range again, now ending in a change the snapshot has not applied: past the early return,
     # the stream reaches the MERGE holding that change alone (the replayed update of id 1 is dropped).
     source.execute(["INSERT INTO items VALUES (2, 'c')"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     streamed: list[dict] = []
 
     def merge_seen(target, key, changes, props, **options):
@@ -180,12 +180,12 @@ def test_the_local_engine_never_starts_spark(tmp_path: Path) -> None:
         raise AssertionError("the local engine asked for a Spark session")
 
     for statement in ["UPDATE items SET name = 'b' WHERE id = 1", "INSERT INTO items VALUES (2, 'c')"]:
-        pipeline.install(config, "shop")
-        pipeline.capture(config, "shop")
+        capture.install(config, "shop")
+        capture.run(config, "shop")
         results = sync_source(no_spark, config, "shop")
         assert results[0].engine == "local"
         source.execute([statement])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert sync_source(no_spark, config, "shop")[0].events == 1
     assert_snapshots_match(config)
 
@@ -204,9 +204,9 @@ def test_a_damaged_segment_is_named_not_misread(tmp_path: Path) -> None:
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)"]
                    + [("INSERT INTO items VALUES (?, ?)", (i, f"name {i}")) for i in range(500)])
     config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     source.execute([("UPDATE items SET name = ? WHERE id = ?", (f"new {i}", i)) for i in range(500)])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     schema = log.schemas.latest("items")[1]
     assert sum(b.num_rows for b in table_changes(log, schema, Scn.BEGINNING)) == 500
@@ -230,14 +230,14 @@ def test_long_steps_report_progress_with_counts_and_rates(tmp_path: Path, monkey
                    + [("INSERT INTO items VALUES (?, ?)", (i, "x")) for i in range(120_000)])
     config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]),
                          merge={"engine": "local"})
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     lines: list[str] = []
     sync_source(lambda: None, config, "shop", progress=lines.append)  # type: ignore[arg-type,return-value]
     booted = [line for line in lines if line.startswith("items: bootstrapping: ")]
     assert [int(line.split()[2].replace(",", "")) for line in booted] == [50_000, 100_000, 120_000]
     assert all(line.endswith("rows/s") for line in booted)
     source.execute([("UPDATE items SET name = ? WHERE id < ?", ("y", 70_000))])
-    pipeline.capture(config, "shop", progress=lines.append)
+    capture.run(config, "shop", progress=lines.append)
     [appended] = [line for line in lines if line.startswith("shop: appended SCN ")]
     assert re.fullmatch(r"shop: appended SCN 1\.\.70000 \(1 windows, 70000 events\); 70,000 events in "
                         r"[0-9.]+s, [0-9,]+ events/s", appended), appended
@@ -261,7 +261,7 @@ def test_spark_steps_report_the_tasks_done(tmp_path: Path, monkeypatch: pytest.M
                    + [("INSERT INTO items VALUES (?, ?)", (i, "x")) for i in range(20_000)])
     config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]),
                          merge={"file_rows": 2_000})
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     lines: list[str] = []
     sync_source(spark, config, "shop", progress=lines.append)
     assert "items: bootstrapping in 10 key range(s), one Spark task each" in lines
@@ -269,7 +269,7 @@ def test_spark_steps_report_the_tasks_done(tmp_path: Path, monkeypatch: pytest.M
     assert done, lines
     assert any(re.fullmatch(r"items: bootstrapped 20,000 rows in 10 file\(s\) at SCN \d+", line) for line in lines)
     source.execute([("UPDATE items SET name = ? WHERE id < ?", ("y", 3_000))])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     lines.clear()
     sync_source(spark, config, "shop", progress=lines.append)
     assert any(re.fullmatch(r"items: merging: \d+ of \d+ Spark tasks done", line) for line in lines), lines

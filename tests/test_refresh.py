@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ConfigError
 from dagster_databus.sources import open_source, read_rows
@@ -57,7 +57,7 @@ def test_a_key_range_read_again_repairs_that_range_and_leaves_the_rest(source: S
     DeltaTable(snap.uri, storage_options=snap.storage_options).update(predicate=f"id = {outside}",
                                                                       updates={"total": "-2"})
     applied = snap.applied_scn()
-    rows = pipeline.row_selection(config, "shop", ["orders"], after=[-1], through=[upper])
+    rows = capture.row_selection(config, "shop", ["orders"], after=[-1], through=[upper])
     [result] = sync_source(lazy_spark, config, "shop", ["orders"], mode="refresh", rows=rows)
     refreshed = result.refreshed
     assert refreshed is not None and refreshed.deletes_checked and refreshed.ranges >= 1
@@ -88,7 +88,7 @@ def test_a_filter_reads_only_matching_rows_and_a_bad_one_is_refused_before_anyth
     cycle(config, spark)
     snap = DeltaSnapshot(config.lake, "shop", "orders")
     DeltaTable(snap.uri, storage_options=snap.storage_options).update(updates={"total": "-1"})
-    rows = pipeline.row_selection(config, "shop", ["orders"], where="status = 'shipped'")
+    rows = capture.row_selection(config, "shop", ["orders"], where="status = 'shipped'")
     [result] = sync_source(spark, config, "shop", ["orders"], mode="refresh", rows=rows)
     shipped = {r["id"]: r for r in read_rows(open_source(config.source("shop")), "orders") if r["status"] == "shipped"}
     assert shipped, "the workload ships some orders"
@@ -102,13 +102,13 @@ def test_a_filter_reads_only_matching_rows_and_a_bad_one_is_refused_before_anyth
                            ("(status = 'new'", "parenthesis open"), ("status = 'x' -- c", "comment")]:
         with pytest.raises(ConfigError, match=problem):
             sync_source(spark, config, "shop", ["orders"], mode="refresh",
-                        rows=pipeline.row_selection(config, "shop", ["orders"], where=where))
+                        rows=capture.row_selection(config, "shop", ["orders"], where=where))
     with pytest.raises(ConfigError, match=r"exactly one table"):
-        pipeline.row_selection(config, "shop", ["orders", "customers"], where="1 = 1")
+        capture.row_selection(config, "shop", ["orders", "customers"], where="1 = 1")
     with pytest.raises(ConfigError, match=r"one value per key column"):
-        pipeline.row_selection(config, "shop", ["order_items"], after=[1])
+        capture.row_selection(config, "shop", ["order_items"], after=[1])
     with pytest.raises(ConfigError, match=r"'x' is not a value of key column 'id'"):
-        pipeline.row_selection(config, "shop", ["orders"], through=["x"])
+        capture.row_selection(config, "shop", ["orders"], through=["x"])
     assert snap.version() == version
 
 

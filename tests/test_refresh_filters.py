@@ -22,7 +22,7 @@ import pymysql
 import pytest
 from deltalake import DeltaTable
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.cli import main
 from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
@@ -87,7 +87,7 @@ class Shop:
 
     def refresh(self, where: str | None = None, after: list[Any] | None = None,
                 through: list[Any] | None = None) -> Any:
-        rows = pipeline.row_selection(self.config, "shop", [TABLE], after, through, where)
+        rows = capture.row_selection(self.config, "shop", [TABLE], after, through, where)
         [result] = sync_source(self.spark, self.config, "shop", [TABLE], mode="refresh", rows=rows)
         return result
 
@@ -322,7 +322,7 @@ def test_a_filter_that_slipped_past_the_check_is_stopped_by_the_authorizer_at_ev
     source.execute([*SCHEMAS["sqlite"], ("INSERT INTO secrets VALUES (?, ?)", (1, SECRET)),
                     *[("INSERT INTO accounts VALUES (?, ?, ?, ?, ?)", row) for row in ROWS]])
     config = make_config(tmp_path / "lake", source.source_config("shop", [(TABLE, ["id"])]))
-    pipeline.install(config, "shop")  # the range read reads the txlog's high-water mark first
+    capture.install(config, "shop")  # the range read reads the txlog's high-water mark first
     src = open_source(config.source("shop"))
     slipped = Filter("x", "sqlite", "((SELECT pw FROM secrets) IS NOT NULL)", (), frozenset({"like"}))
     monkeypatch.setattr(sqlite_bootstrap, "sqlite_filter", lambda *_: slipped)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.dataplane.history import HistoryTable
@@ -55,7 +55,7 @@ def lagging_across(harness: SourceHarness, config: DatabusConfig, spark: Any, ch
     cycle(config, spark)
     harness.execute(["UPDATE items SET id = id WHERE id = 1"])
     harness.execute([("DELETE FROM items WHERE id = ?", (ROWS,))])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert isinstance(harness, MysqlHarness | PostgresHarness)
     harness.server.execute(*changes, database=harness.database)
     harness.execute(["UPDATE items SET id = id WHERE id = 2"])
@@ -125,7 +125,7 @@ def test_a_postgres_rewrite_under_each_policy_on_the_spark_engine_with_history(p
     pg_items(pg)
     config = configured(pg, tmp_path, "spark", policy)
     lagging_across(pg, config, lazy_spark, [PG_REWRITES["using-multiply"], PG_REWRITES["char-shorter"]])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     snap = DeltaSnapshot(config.lake, "shop", "items")
     if policy == "stop":
         held, rows = snap.applied_scn(), snap.read().to_pylist()
@@ -232,7 +232,7 @@ def test_a_mariadb_rewrite_under_stop_holds_the_snapshot(mariadb: Any, tmp_path:
     my_items(harness)
     config = configured(harness, tmp_path, "local", "stop")
     lagging_across(harness, config, lazy_spark, MY_REWRITES["varchar-to-char"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     snap = DeltaSnapshot(config.lake, "shop", "items")
     held = snap.applied_scn()
     with pytest.raises(SchemaDriftError, match=r"(?s)'items'.*MODIFY v CHAR\(10\).*policy is stop"):
@@ -313,8 +313,8 @@ def test_names_compare_as_the_server_compares_them(tmp_path: Path, lazy_spark) -
         harness.execute(["INSERT INTO Orders VALUES (3, 'c')", "UPDATE Orders SET Note = 'z' WHERE Id = 1",
                          "DELETE FROM Orders WHERE Id = 2"])
         harness.execute(["ALTER TABLE orders ADD COLUMN Extra INT DEFAULT 5"])  # as the application writes it
-        capture = pipeline.capture(config, "shop")
-        assert capture.events == 3
+        captured = capture.run(config, "shop")
+        assert captured.events == 3
         [result] = sync_source(lazy_spark, config, "shop")
         assert result.evolved == "added Extra (filled with 5)"
         assert_snapshots_match(config)
@@ -413,9 +413,9 @@ def test_a_publication_dropped_and_created_again_behind_captures_back_is_a_gap_n
     pg.server.execute(f'DROP PUBLICATION "{publication}"', "UPDATE items SET note = 'unpublished' WHERE id = 4",
                       f'CREATE PUBLICATION "{publication}" FOR TABLE items', database=pg.database)
     pg.execute(["UPDATE items SET note = 'after' WHERE id = 2"])
-    pipeline.install(config, "shop")  # what validate says first: the new publication lacks install's options
+    capture.install(config, "shop")  # what validate says first: the new publication lacks install's options
     if on_purged == "fail":
-        [problem] = pipeline.validate(config).problems["shop"]
+        [problem] = capture.validate(config).problems["shop"]
         assert "cannot decode the changes it holds" in problem and "databus bootstrap --source shop" in problem
     gap_named_or_bootstrapped(pg, config, lazy_spark, r"publication '.*' was dropped",
                               "UPDATE items SET note = 'later' WHERE id = 3")
@@ -429,10 +429,10 @@ def gap_named_or_bootstrapped(harness: SourceHarness, config: DatabusConfig, spa
     if config.source("shop").on_purged == "fail":
         for _ in range(2):
             with pytest.raises(LogGapError, match=problem) as err:
-                pipeline.capture(config, "shop")
+                capture.run(config, "shop")
             assert "on_purged: bootstrap" in err.value.fix
         return
-    assert pipeline.capture(config, "shop").bootstrapped
+    assert capture.run(config, "shop").bootstrapped
     if config.source("shop").tables[0].history:  # its versions since the gap are unknown: said, then started again
         with pytest.raises(HistoryGapError, match=r"history of shop\.items .* the changes in between are gone"):
             sync_source(spark, config, "shop")
@@ -515,11 +515,11 @@ def test_every_partition_of_a_partitioned_table_logs_whole_old_rows_even_ones_ma
     assert_snapshots_match(config)
     # A partition made later has the default identity until install sets it: validate and capture say so.
     pg.execute(["CREATE TABLE parted_3 PARTITION OF parted FOR VALUES IN (3)"])
-    [problem] = pipeline.validate(config).problems["shop"]
+    [problem] = capture.validate(config).problems["shop"]
     assert "partitions public.parted_3 of table public.parted" in problem and "databus install" in problem
     with pytest.raises(CaptureNotInstalledError, match=r"parted_3"):
-        pipeline.capture(config, "shop")
-    pipeline.install(config, "shop")
+        capture.run(config, "shop")
+    capture.install(config, "shop")
     pg.execute([("INSERT INTO parted VALUES (?, 3, ?, 0)", (i, big_text(i))) for i in range(10, 13)])
     pg.execute(["UPDATE parted SET n = n + 10"])
     cycle(config, lazy_spark)
@@ -531,7 +531,7 @@ def test_a_table_others_inherit_from_is_refused_before_anything_is_read(pg: Post
                 "INSERT INTO child VALUES (1, 'in the child', 5)"])
     config = make_config(tmp_path / "lake", pg.source_config("shop", [("base", ["id"])]), merge={"engine": "local"})
     with pytest.raises(CaptureNotInstalledError, match=r"1 tables inherit from table public\.base"):
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")
     assert not pg.query("SELECT 1 FROM pg_publication")  # refused before anything was made
 
 
@@ -554,7 +554,7 @@ def test_partition_maintenance_with_no_row_events_is_followed(pg: PostgresHarnes
     config = configured(pg, tmp_path, engine, table=("parted", ["id", "region"]))
     cycle(config, lazy_spark)
     pg.execute(["UPDATE parted SET n = n + 1 WHERE id < 4"])
-    pipeline.capture(config, "shop")  # the snapshot lags across the maintenance
+    capture.run(config, "shop")  # the snapshot lags across the maintenance
     pg.server.execute(*PARTITION_MAINTENANCE[maintenance], database=pg.database)
     [result] = cycle(config, lazy_spark)
     assert result.bootstrapped_at is not None

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.spark.faults import FAULT_PROPERTY
 from dagster_databus.storage.lake import Lake
@@ -80,7 +80,7 @@ def lost_workers_setup(tmp_path: Path, spark):
     cycle(config, spark)
     source.execute(["UPDATE items SET qty = qty + 1 WHERE id % 7 = 0", "DELETE FROM items WHERE id % 11 = 0",
                     *(f"INSERT INTO items VALUES ({i}, 'new', 0)" for i in range(4001, 4101))])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     return config, DeltaSnapshot(config.lake, "shop", "items")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import SparkConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ChangeLogCorruptError, ConfigError, SparkEnvironmentError, SparkUnavailableError
@@ -113,7 +113,7 @@ def test_a_typed_error_raised_in_a_task_arrives_as_its_own_type(tmp_path: Path, 
     config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
     cycle(config, connect_spark)
     source.execute([("INSERT INTO items VALUES (?, ?)", (i, "x" * 50)) for i in range(2, 200)])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     segment = log.manifest().segments[-1]
     path = Path(config.lake.path) / "log" / "shop" / "segments" / segment.file
@@ -167,7 +167,7 @@ def test_a_server_without_the_package_is_named_with_the_fix(tmp_path: Path, spar
         source = SqliteHarness(tmp_path / "src.db")
         source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY)", "INSERT INTO items VALUES (1)"])
         config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")
         with pytest.raises(SparkEnvironmentError, match=r"(?s)cannot import 'dagster_databus'.*ship_package"):
             sync_table(config, config.sources[0], "items", engine_for(SparkRuntime.of(session), config))
     finally:

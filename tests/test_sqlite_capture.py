@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
     CaptureNotInstalledError,
@@ -31,7 +31,7 @@ def shop(tmp_path: Path):
         "CREATE TABLE tags (item_id INTEGER, tag TEXT, weight REAL, PRIMARY KEY (item_id, tag))",
     ])
     config = make_config(tmp_path / "lake", source.source_config("shop", TABLES, poll={"chunk_rows": 3}))
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     return source, config
 
 
@@ -42,7 +42,7 @@ def log_events(config) -> list:
 def test_install_is_idempotent(shop) -> None:
     source, config = shop
     before = source.query("SELECT type, name, sql FROM sqlite_master ORDER BY name")
-    report = pipeline.install(config, "shop")
+    report = capture.install(config, "shop")
     assert report.changed == () and set(report.unchanged) == {"items", "tags"}
     assert source.query("SELECT type, name, sql FROM sqlite_master ORDER BY name") == before
 
@@ -60,7 +60,7 @@ def test_a_transaction_spanning_a_chunk_boundary_stays_whole(shop) -> None:
     source.execute(big)
     close_epoch(source)
     source.execute([("INSERT INTO items VALUES (?, 'c', 3, 3)", (i,)) for i in (30, 31)])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     windows = list(log.read_windows())
     assert [sorted(e.key[0] for e in w.events) for w in windows] == [[1, 2], list(range(10, 20)), [30, 31]]
@@ -78,7 +78,7 @@ def test_a_delete_and_a_key_change_log_the_old_key_alone(shop) -> None:
     source.execute([("INSERT INTO items VALUES (?, 'a', 1.5, 1)", (1,)), "INSERT INTO tags VALUES (1, 'x', 0.1)"])
     source.execute(["DELETE FROM tags WHERE item_id = 1", "UPDATE items SET id = 2 WHERE id = 1",
                     "UPDATE items SET qty = 5, id = id", "UPDATE items SET rowid = 3"])  # the key by its rowid name
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     events = [(e.event.table, e.event.op.value, e.event.row) for e in log_events(config)][2:]
     gone = {"name": None, "price": None, "qty": None}
     assert events == [("tags", "d", {"item_id": 1, "tag": "x", "weight": None}),
@@ -92,7 +92,7 @@ def test_capture_before_install_fails_and_writes_nothing(tmp_path: Path) -> None
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)"])
     config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
     with pytest.raises(CaptureNotInstalledError, match="shop/capture"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert not (tmp_path / "lake").exists()
 
 
@@ -102,7 +102,7 @@ def test_verify_names_a_dropped_trigger(shop) -> None:
     problems = SqliteSource(config.sources[0]).verify()
     assert problems == ["table items: trigger(s) _databus_items_delete missing"]
     with pytest.raises(CaptureNotInstalledError, match="_databus_items_delete"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
 
 
 def test_a_dropped_or_altered_images_view_is_named_by_verify_and_made_again_by_install(shop) -> None:
@@ -114,10 +114,10 @@ def test_a_dropped_or_altered_images_view_is_named_by_verify_and_made_again_by_i
         source.execute(damage.split("; "))
         assert SqliteSource(config.sources[0]).verify() == ["capture view _databus_images is missing or out of date"]
         with pytest.raises(CaptureNotInstalledError, match="_databus_images"):
-            pipeline.capture(config, "shop")
-        pipeline.install(config, "shop")
+            capture.run(config, "shop")
+        capture.install(config, "shop")
         assert SqliteSource(config.sources[0]).verify() == []
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert [e.event.row for e in log_events(config)] == [{"id": 1, "name": "a", "price": 0.5, "qty": 1}]
 
 
@@ -125,10 +125,10 @@ def test_schema_change_makes_triggers_out_of_date_until_reinstalled(shop) -> Non
     source, config = shop
     source.execute(["ALTER TABLE items ADD COLUMN colour TEXT"])
     with pytest.raises(CaptureNotInstalledError, match="out of date"):
-        pipeline.capture(config, "shop")
-    assert pipeline.install(config, "shop").changed == ("items",)
+        capture.run(config, "shop")
+    assert capture.install(config, "shop").changed == ("items",)
     source.execute([("INSERT INTO items VALUES (?, ?, ?, ?, ?)", (5, "kiwi", 1.0, 1, "green"))])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     assert [e.event.row["colour"] for e in log.read()] == ["green"]
     assert log.schemas.versions("items") == [1]  # first capture registered the new shape only
@@ -137,32 +137,32 @@ def test_schema_change_makes_triggers_out_of_date_until_reinstalled(shop) -> Non
 def test_replaced_database_is_refused_until_bootstrapped(shop) -> None:
     source, config = shop
     source.execute([("INSERT INTO items VALUES (?, 'a', 1, 1)", (1,))])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     # The database is rebuilt: capture objects are installed afresh with a new epoch.
     source.execute(["DROP TABLE _databus_settings"])
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     source.execute([("INSERT INTO items VALUES (?, 'b', 1, 1)", (2,))])
     before = ChangeLog(config.lake, "shop").manifest()
     with pytest.raises(EpochMismatchError, match="databus bootstrap --source shop"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert ChangeLog(config.lake, "shop").manifest() == before
-    pipeline.bootstrap(config, "shop")
+    capture.restart(config, "shop")
     source.execute([("INSERT INTO items VALUES (?, 'c', 1, 1)", (3,))])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert [e.event.key for e in log_events(config)] == [(3,)]  # the new lineage only
 
 
 def test_a_second_lake_behind_the_pruned_txlog_reports_a_gap(shop, tmp_path: Path) -> None:
     source, config = shop
     source.execute([("INSERT INTO items VALUES (?, 'a', 1, 1)", (1,))])
-    pipeline.capture(config, "shop")  # prunes the txlog through the checkpoint
+    capture.run(config, "shop")  # prunes the txlog through the checkpoint
     other = make_config(tmp_path / "other-lake", source.source_config("shop", TABLES))
     with pytest.raises(LogGapError, match="pruned its txlog through SCN"):
-        pipeline.capture(other, "shop")
+        capture.run(other, "shop")
     assert not (tmp_path / "other-lake" / "log" / "shop" / "manifest.json").exists()
-    pipeline.bootstrap(other, "shop")  # the other lake starts at the source's current position
+    capture.restart(other, "shop")  # the other lake starts at the source's current position
     source.execute([("INSERT INTO items VALUES (?, 'b', 1, 1)", (2,))])
-    result = pipeline.capture(other, "shop")
+    result = capture.run(other, "shop")
     assert result.since == Scn(1) and [e.event.key for e in ChangeLog(other.lake, "shop").read()] == [(2,)]
 
 
@@ -170,7 +170,7 @@ def test_value_that_does_not_fit_the_column_type_stops_capture(shop) -> None:
     source, config = shop
     source.execute([("INSERT INTO items VALUES (?, ?, ?, ?)", (1, "x", "not a price", 1))])
     with pytest.raises(SchemaMismatchError, match=r"items\.price .* 'not a price'"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert ChangeLog(config.lake, "shop").checkpoint() is None
 
 
@@ -271,7 +271,7 @@ def test_a_version_2_install_is_converted_keeping_every_uncaptured_change_and_it
     start_log_at(config, 2, epoch)
     kept = source.query("SELECT scn, tbl, op, row, ts FROM _databus_txlog ORDER BY scn")
 
-    report = pipeline.install(config, "shop")
+    report = capture.install(config, "shop")
     assert report.changed == ("items",) and report.epoch == epoch
     assert source.query("SELECT scn, tbl, op, row, ts FROM _databus_txlog WHERE op != 'm' ORDER BY scn") == kept
     tables = {r[0] for r in source.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -280,13 +280,13 @@ def test_a_version_2_install_is_converted_keeping_every_uncaptured_change_and_it
     source.execute([("INSERT INTO items VALUES (?, 'v3', 1.5, 1)", (9,))])
     assert source.query("SELECT max(scn) FROM _databus_txlog")[0][0] == kept[-1][0] + 1  # SCNs go on, never back
 
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
     windows = [[(e.op.value, e.key[0]) for e in w.events] for w in log.read_windows()]
     # The epochs version 2 left are windows still; the change after the upgrade is one of its own.
     assert windows == [[("i", 3), ("i", 4)], [("u", 2), ("d", 3)], [("i", 9)]]
     assert [e.event.row["price"] for e in log.read() if e.event.key == (2,)] == [0.30000000000000004]
-    assert pipeline.install(config, "shop").changed == ()  # converted once
+    assert capture.install(config, "shop").changed == ()  # converted once
 
 
 def test_a_version_2_txlog_pruned_empty_keeps_its_highest_scn_as_the_floor(tmp_path: Path) -> None:
@@ -295,9 +295,9 @@ def test_a_version_2_txlog_pruned_empty_keeps_its_highest_scn_as_the_floor(tmp_p
     source.execute(["DELETE FROM _databus_txlog",
                     "UPDATE _databus_settings SET value = '7' WHERE name = 'pruned_through'"])
     start_log_at(config, 7, source.query("SELECT value FROM _databus_settings WHERE name = 'epoch_id'")[0][0])
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     source.execute(["UPDATE items SET name = 'b' WHERE id = 1"])
-    result = pipeline.capture(config, "shop")
+    result = capture.run(config, "shop")
     # The marker row holding the floor sits at SCN 7, so the next change is 8, not 1.
     assert result.since == Scn(7) and result.until == Scn(8)
     assert [(e.event.scn, e.event.key) for e in ChangeLog(config.lake, "shop").read()] == [(Scn(8), (1,))]
@@ -308,12 +308,12 @@ def test_changes_version_2_flagged_stale_follow_the_schema_changes_policy_after_
     source.execute(["ALTER TABLE items ADD COLUMN colour TEXT",
                     ("INSERT INTO items VALUES (?, 'a', 1, 1, 'red')", (1,))])  # version 2 flags it stale
     stop = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])], schema_changes="stop"))
-    pipeline.install(stop, "shop")
+    capture.install(stop, "shop")
     with pytest.raises(SchemaDriftError, match=r"(?s)'items'.*SCN 1\b.*databus bootstrap --source shop"):
-        pipeline.capture(stop, "shop")
+        capture.run(stop, "shop")
     # Under evolve (the default) capture goes on and records the change, which the merge cannot evolve
     # in place: nothing can repair those changes now, so the table is read again.
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     [ddl] = ChangeLog(config.lake, "shop").ddl.records()
     assert ddl.table == "items" and "not repaired" in ddl.statement
 
@@ -341,9 +341,9 @@ def test_a_version_3_install_keeps_its_json_changes_and_captures_the_rest_from_v
     written_by_v3 = source.query("SELECT row FROM _databus_txlog ORDER BY scn")
     assert all(row.startswith("{") for (row,) in written_by_v3), "version 3's triggers wrote JSON images"
     with pytest.raises(CaptureNotInstalledError, match=r"(?s)_databus_layouts is missing.*out of date.*install"):
-        pipeline.capture(config, "shop")  # this version reads a version 3 install only once it is upgraded
+        capture.run(config, "shop")  # this version reads a version 3 install only once it is upgraded
 
-    report = pipeline.install(config, "shop")
+    report = capture.install(config, "shop")
     assert report.changed == ("items",) and report.version == "4"
     assert source.query("SELECT row FROM _databus_txlog ORDER BY scn") == written_by_v3, "kept as they were"
     source.execute([("INSERT INTO items VALUES (?, ?, ?, ?, ?)", (10 + row[0], *row[1:])) for row in EDGE_ITEMS])
@@ -352,7 +352,7 @@ def test_a_version_3_install_keeps_its_json_changes_and_captures_the_rest_from_v
     after = source.query(f"SELECT row FROM _databus_txlog ORDER BY scn LIMIT -1 OFFSET {len(written_by_v3)}")
     assert after and all(row.startswith("#") for (row,) in after), "version 4's triggers write layout markers"
 
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     events = [(e.event.op.value, e.event.key, e.event.row) for e in ChangeLog(config.lake, "shop").read()]
     images = {key: row for op, key, row in events if op != "d"}
     for key in [(1,), (11,)]:
@@ -387,7 +387,7 @@ def test_a_table_wider_than_json_objects_arguments_is_captured_exactly(tmp_path:
     source.execute([f"CREATE TABLE wide (id INTEGER PRIMARY KEY, {', '.join(f'{n} {k}' for n, k in columns)})"])
     config = make_config(tmp_path / "lake", source.source_config("shop", [("wide", ["id"])]),
                          merge={"engine": "local"})
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     insert = f"INSERT INTO wide VALUES ({', '.join('?' * (len(columns) + 1))})"
 
     def rows(first: int, last: int) -> list:
@@ -401,7 +401,7 @@ def test_a_table_wider_than_json_objects_arguments_is_captured_exactly(tmp_path:
                     "DELETE FROM wide WHERE id % 5 = 0"])
     [(image,)] = source.query("SELECT row FROM _databus_images WHERE op = 'i' ORDER BY scn DESC LIMIT 1")
     assert list(json.loads(image)) == ["id", *(n for n, _ in columns)], "one JSON object of every column"
-    assert pipeline.capture(config, "shop").events == 29 + 30 + 14 + 11
+    assert capture.run(config, "shop").events == 29 + 30 + 14 + 11
     sync_source(lazy_spark, config, "shop")
     assert_snapshots_match(config)
 
@@ -409,7 +409,7 @@ def test_a_table_wider_than_json_objects_arguments_is_captured_exactly(tmp_path:
 def test_rows_of_a_tables_old_and_new_layout_waiting_in_the_txlog_each_keep_their_columns(shop) -> None:
     source, config = shop
     source.execute(["INSERT INTO items VALUES (1, 'a', 1.5, 1)", "ALTER TABLE items ADD COLUMN colour TEXT"])
-    pipeline.install(config, "shop")  # new triggers, a second layout; the first change waits with the old one
+    capture.install(config, "shop")  # new triggers, a second layout; the first change waits with the old one
     source.execute(["INSERT INTO items VALUES (2, 'b', 2.5, 2, 'red')",
                     "UPDATE items SET colour = 'blue' WHERE id = 1"])
     assert len(source.query("SELECT * FROM _databus_layouts WHERE tbl = 'items'")) == 2
@@ -419,7 +419,7 @@ def test_rows_of_a_tables_old_and_new_layout_waiting_in_the_txlog_each_keep_thei
     assert repaired == {"id": 1, "name": "a", "price": {"$r": "1.5e+00"}, "qty": 1, "colour": None}
     assert later == [{"id": 2, "name": "b", "price": {"$r": "2.5e+00"}, "qty": 2, "colour": "red"},
                      {"id": 1, "name": "a", "price": {"$r": "1.5e+00"}, "qty": 1, "colour": "blue"}]
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     rows = [e.event.row for e in log_events(config) if e.event.table == "items"]
     assert rows[-2:] == [{"id": 2, "name": "b", "price": 2.5, "qty": 2, "colour": "red"},
                          {"id": 1, "name": "a", "price": 1.5, "qty": 1, "colour": "blue"}]
@@ -432,7 +432,7 @@ def test_a_table_too_wide_for_the_txlog_is_refused_naming_it_and_nothing_is_inst
     config = make_config(tmp_path / "lake", source.source_config("shop", [("narrow", ["id"]), ("widest", ["id"])]))
     refusal = r"(?s)'widest'.*2000 columns.*SQLITE_MAX_COLUMN.*leave 'widest' out"
     with pytest.raises(CaptureNotInstalledError, match=refusal):
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")
     assert not source.query("SELECT name FROM sqlite_master WHERE name LIKE '\\_databus%' ESCAPE '\\'")
 
 
@@ -440,10 +440,10 @@ def test_columns_named_as_the_txlogs_own_and_values_shaped_as_its_markers_arrive
     source = SqliteHarness(tmp_path / "names.db")
     source.execute(['CREATE TABLE t (id INTEGER PRIMARY KEY, v0 TEXT, "row" TEXT, tbl INTEGER, scn REAL, op BLOB)'])
     config = make_config(tmp_path / "lake", source.source_config("shop", [("t", ["id"])]))
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     source.execute(["INSERT INTO t VALUES (1, '#1', '#1k', 7, 0.5, x'7b7d')",
                     "UPDATE t SET \"row\" = '{\"id\": 2}', v0 = NULL WHERE id = 1", "DELETE FROM t WHERE id = 1"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     events = [(e.event.op.value, e.event.key, e.event.row) for e in log_events(config)]
     assert events[:2] == [("i", (1,), {"id": 1, "v0": "#1", "row": "#1k", "tbl": 7, "scn": 0.5, "op": b"{}"}),
                           ("u", (1,), {"id": 1, "v0": None, "row": '{"id": 2}', "tbl": 7, "scn": 0.5, "op": b"{}"})]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.cli import main
 from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
@@ -40,8 +40,8 @@ def configured(harness: SqliteHarness, tmp_path: Path, table: str = "t", key: tu
 
 def sync(config: DatabusConfig, spark: Spark, source: str = "shop") -> None:
     """What a sync step does: install (idempotent), capture, merge every snapshot."""
-    pipeline.install(config, source)
-    pipeline.capture(config, source)
+    capture.install(config, source)
+    capture.run(config, source)
     sync_source(spark, config, source)
 
 
@@ -89,7 +89,7 @@ def rebuilt_by_renaming(tmp_path: Path, spark: Spark, policy: str) -> tuple[Sqli
 def test_a_table_rebuilt_by_renaming_is_read_again_and_the_old_tables_changes_never_reach_it(
         tmp_path: Path, lazy_spark: Spark, policy: str) -> None:
     harness, config = rebuilt_by_renaming(tmp_path, lazy_spark, policy)
-    problems = pipeline.validate(config).problems["shop"]
+    problems = capture.validate(config).problems["shop"]
     assert any("t_old" in p and "renamed" in p for p in problems), problems
     sync(config, lazy_spark)
     assert snapshot(config) == live(harness)
@@ -110,12 +110,12 @@ def test_a_table_rebuilt_by_renaming_stops_capture_under_the_stop_policy(tmp_pat
     harness, config = rebuilt_by_renaming(tmp_path, lazy_spark, "stop")
     before = ChangeLog(config.lake, "shop").checkpoint()
     held = snapshot(config)
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     with pytest.raises(SchemaDriftError, match=r"(?s)'t'.*renamed to 't_old'.*databus bootstrap --source shop"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert ChangeLog(config.lake, "shop").checkpoint() == before
     assert snapshot(config) == held
-    pipeline.bootstrap(config, "shop")
+    capture.restart(config, "shop")
     sync(config, lazy_spark)
     assert snapshot(config) == live(harness)
 
@@ -130,10 +130,10 @@ def test_a_table_dropped_and_created_again_is_read_again_or_stops(tmp_path: Path
     harness.execute(["DROP TABLE t", "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)",
                      "INSERT INTO t VALUES (2, 'again'), (5, 'five')"])
     if policy == "stop":
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")
         with pytest.raises(SchemaDriftError, match=r"(?s)'t'.*databus bootstrap --source shop"):
-            pipeline.capture(config, "shop")
-        pipeline.bootstrap(config, "shop")
+            capture.run(config, "shop")
+        capture.restart(config, "shop")
     sync(config, lazy_spark)
     assert snapshot(config) == live(harness) == [{"k": 2, "v": "again"}, {"k": 5, "v": "five"}]
 
@@ -146,9 +146,9 @@ def test_a_table_renamed_away_is_refused_naming_its_new_name_until_renamed_back(
     harness.execute(["ALTER TABLE t RENAME TO t_gone", "INSERT INTO t_gone VALUES (2, 'two')"])
     before, held = ChangeLog(config.lake, "shop").checkpoint(), snapshot(config)
     renamed = r"(?s)table 't' .*renamed to 't_gone'.*ALTER TABLE \"t_gone\" RENAME TO \"t\""
-    problems = pipeline.validate(config).problems["shop"]
+    problems = capture.validate(config).problems["shop"]
     assert any("renamed to 't_gone'" in p for p in problems), problems
-    for step in (lambda: pipeline.install(config, "shop"), lambda: pipeline.capture(config, "shop")):
+    for step in (lambda: capture.install(config, "shop"), lambda: capture.run(config, "shop")):
         with pytest.raises(ConfigError, match=renamed):
             step()
     assert ChangeLog(config.lake, "shop").checkpoint() == before and snapshot(config) == held
@@ -186,12 +186,12 @@ def test_a_second_source_on_the_same_file_is_refused(tmp_path: Path, lazy_spark:
                          merge={"engine": "local"})
     sync(config, lazy_spark, "first")
     owned = r"(?s)already captured by source 'first'.*one source"
-    problems = pipeline.validate(config).problems["second"]
+    problems = capture.validate(config).problems["second"]
     assert any("already captured by source 'first'" in p for p in problems), problems
     with pytest.raises(ConfigError, match=owned):
-        pipeline.install(config, "second")
+        capture.install(config, "second")
     with pytest.raises(ConfigError, match=owned):
-        pipeline.capture(config, "second")
+        capture.run(config, "second")
     assert ChangeLog(config.lake, "second").checkpoint() is None
     assert triggers_on(harness, "u") == []
     harness.execute(["INSERT INTO t VALUES (2, 'two')"])
@@ -205,7 +205,7 @@ def test_validate_refuses_two_sources_on_one_file_before_either_is_installed(tmp
     (tmp_path / "alias.db").symlink_to(harness.path)
     config = make_config(tmp_path / "lake", harness.source_config("first", [("t", ["k"])]),
                          {**harness.source_config("second", [("u", ["k"])]), "path": str(tmp_path / "alias.db")})
-    result = pipeline.validate(config)
+    result = capture.validate(config)
     assert result.problems["first"] == []
     assert any("is also captured by source 'first'" in p and "remove this source" in p
                for p in result.problems["second"]), result.problems
@@ -215,8 +215,8 @@ def test_validate_refuses_two_sources_on_one_file_before_either_is_installed(tmp
 def test_the_owner_name_is_recorded_by_install_and_kept(tmp_path: Path) -> None:
     harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
     config = configured(harness, tmp_path)
-    pipeline.install(config, "shop")
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
+    capture.install(config, "shop")
     assert harness.query("SELECT value FROM _databus_settings WHERE name = 'owner_source'") == [("shop",)]
 
 
@@ -231,16 +231,16 @@ def test_text_that_is_not_utf8_stops_capture_naming_table_column_and_key(tmp_pat
     sync(config, lazy_spark)
     harness.execute([f"INSERT INTO t VALUES (2, {BAD})", "INSERT INTO t VALUES (3, 'three')"])
     before = ChangeLog(config.lake, "shop").checkpoint()
-    problems = pipeline.validate(config).problems["shop"]
+    problems = capture.validate(config).problems["shop"]
     assert any("t.v" in p and "(2,)" in p and "UTF-8" in p for p in problems), problems
     refused = r"(?s)column t\.v .*b'a\\xffb'.*not valid UTF-8.*key \(2,\).*invalid_utf8: binary"
     for _ in range(2):  # the same refusal each time, never a raw sqlite3 error
         with pytest.raises(SchemaMismatchError, match=refused):
-            pipeline.capture(config, "shop")
+            capture.run(config, "shop")
     assert ChangeLog(config.lake, "shop").checkpoint() == before
     # The fix as the message gives it: correct the value, then bootstrap.
     harness.execute(["UPDATE t SET v = 'ab' WHERE k = 2"])
-    pipeline.bootstrap(config, "shop")
+    capture.restart(config, "shop")
     sync(config, lazy_spark)
     assert snapshot(config) == live(harness)
 
@@ -253,11 +253,11 @@ def test_switching_to_binary_carries_the_refused_change_and_reads_the_table_agai
     sync(config, lazy_spark)
     harness.execute([f"INSERT INTO t VALUES (2, {BAD})"])
     with pytest.raises(SchemaMismatchError, match="not valid UTF-8"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     binary = configured(harness, tmp_path, schema_changes=policy, invalid_utf8="binary")
     if policy == "stop":  # the type of v changes (string to binary): the snapshot stops at the change
-        pipeline.install(binary, "shop")
-        pipeline.capture(binary, "shop")
+        capture.install(binary, "shop")
+        capture.run(binary, "shop")
         with pytest.raises(SchemaDriftError, match=r"(?s)'t'.*CARRIED AS BINARY"):
             sync_source(lazy_spark, binary, "shop")
         return
@@ -275,8 +275,8 @@ def test_text_that_is_not_utf8_stops_the_bootstrap_naming_table_column_and_key(t
                        "INSERT INTO t VALUES ('a', 'one', 1, x'ff'), ('b', 'two', 2, x'c3')",  # BLOBs: any bytes
                        f"INSERT INTO t VALUES ('c', {BAD}, 3, NULL)", "INSERT INTO t VALUES ('d', 'four', 4, x'00')")
     config = configured(harness, tmp_path, engine=engine)
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     with pytest.raises(SchemaMismatchError, match=r"(?s)column t\.v .*b'a\\xffb'.*not valid UTF-8.*key \('c',\)"):
         sync_source(lazy_spark, config, "shop")
     assert not DeltaSnapshot(config.lake, "shop", "t").exists()
@@ -301,28 +301,28 @@ def test_text_that_is_not_utf8_in_a_column_of_another_type_is_refused_too(tmp_pa
     harness = database(tmp_path, "CREATE TABLE t (k INTEGER PRIMARY KEY, d DATE, b BLOB)",
                        f"INSERT INTO t VALUES (1, '2024-01-01', x'ff'), (2, {BAD}, NULL)")
     config = configured(harness, tmp_path, invalid_utf8="binary")  # carries text columns only
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     refused = r"(?s)column t\.d \(declared DATE.*b'a\\xffb'.*not valid UTF-8.*key \(2,\)"
     with pytest.raises(SchemaMismatchError, match=refused):
         sync_source(lazy_spark, config, "shop")
     harness.execute([f"INSERT INTO t VALUES (3, {BAD}, x'ff')"])
     with pytest.raises(SchemaMismatchError, match=refused.replace(r"\(2,\)", r"\(3,\)")):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
 
 
 def test_a_key_that_is_not_utf8_is_refused_naming_it(tmp_path: Path, lazy_spark: Spark) -> None:
     harness = database(tmp_path, "CREATE TABLE t (k TEXT PRIMARY KEY, v TEXT)", f"INSERT INTO t VALUES ({BAD}, 'x')")
     config = configured(harness, tmp_path, invalid_utf8="binary")  # binary carries other columns, never keys
-    pipeline.install(config, "shop")
-    problems = pipeline.validate(config).problems["shop"]
+    capture.install(config, "shop")
+    problems = capture.validate(config).problems["shop"]
     assert any("t.k" in p and "UTF-8" in p for p in problems), problems
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     with pytest.raises(SchemaMismatchError, match=r"(?s)column t\.k .*b'a\\xffb'.*not valid UTF-8"):
         sync_source(lazy_spark, config, "shop")
     harness.execute(["DELETE FROM t", "INSERT INTO t VALUES ('fine', 'x')", f"INSERT INTO t VALUES ({BAD}, 'y')"])
     with pytest.raises(SchemaMismatchError, match=r"(?s)column t\.k .*b'a\\xffb'.*not valid UTF-8.*SCN"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
 
 
 @pytest.mark.parametrize("engine", ["local", "spark"])
@@ -346,7 +346,7 @@ def test_text_columns_carried_as_binary_keep_every_byte_on_both_roads(tmp_path: 
     sync(config, lazy_spark)
     expected[1]["v"] = b"a\xffb" + "héllo".encode()
     assert snapshot(config) == sorted(expected, key=repr)
-    assert pipeline.validate(config).ok
+    assert capture.validate(config).ok
 
 
 # -- 5. timestamps outside the calendar once taken to UTC --------------------------------------------------------
@@ -362,7 +362,7 @@ def test_a_timestamp_that_leaves_the_calendar_in_utc_is_refused_naming_it(tmp_pa
     harness.execute([("INSERT INTO t VALUES (2, ?)", (value,))])
     before = ChangeLog(config.lake, "shop").checkpoint()
     with pytest.raises(SchemaMismatchError, match=refused):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert ChangeLog(config.lake, "shop").checkpoint() == before
     with pytest.raises(SchemaMismatchError, match=refused):  # the bootstrap's road
         sync_source(lazy_spark, config, "shop", mode="bootstrap")

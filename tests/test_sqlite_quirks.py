@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.errors import ConfigError, SchemaMismatchError
 from tests.test_sqlite_hostile import configured, database, live, snapshot, sync
 
@@ -32,7 +32,7 @@ def test_a_file_another_writer_holds_locked_exits_75_after_the_busy_timeout(tmp_
     path.write_text(json.dumps({"lake": str(tmp_path / "lake"), "merge": {"engine": "local"}, "sources": [
         harness.source_config("shop", [("t", ["k"])], busy_timeout_ms=700)]}))
     if command[0] != "install":
-        pipeline.install(configured(harness, tmp_path, busy_timeout_ms=700), "shop")
+        capture.install(configured(harness, tmp_path, busy_timeout_ms=700), "shop")
     writer = sqlite3.connect(harness.path, isolation_level=None)
     writer.execute("BEGIN IMMEDIATE")  # an application's write transaction, held past the busy timeout
     writer.execute("INSERT INTO t VALUES (2, 'b')")
@@ -57,9 +57,9 @@ def test_a_key_only_an_expression_or_partial_unique_index_covers_is_refused(tmp_
     harness = database(tmp_path, "CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER NOT NULL, b TEXT)", index,
                        "INSERT INTO t VALUES (1, 1, NULL), (2, 1, 'y')")  # two rows with a = 1
     config = configured(harness, tmp_path, key=("a",))
-    assert not pipeline.validate(config).ok
+    assert not capture.validate(config).ok
     with pytest.raises(ConfigError) as refused:
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")
     message = str(refused.value)
     assert "t_a" in message and "not a unique key as SQLite defines it" in message, message
     assert 'CREATE UNIQUE INDEX ... ON "t" ("a")' in message and "primary_key" in message, message
@@ -89,9 +89,9 @@ def test_an_integer_primary_key_desc_holding_a_blob_is_an_ordinary_column(tmp_pa
     # Never an OperationalError of the txlog's images: refused naming the table's key column, its value and the fix
     for _ in range(2):
         with pytest.raises(SchemaMismatchError, match=r"(?s)column t\.k .*b'\\x00\\xff'.*Fix:.*bootstrap"):
-            pipeline.capture(config, "shop")
+            capture.run(config, "shop")
     # The fix as the message gives it: correct the value, then bootstrap.
     harness.execute(["UPDATE t SET k = 3 WHERE typeof(k) = 'blob'"])
-    pipeline.bootstrap(config, "shop")
+    capture.restart(config, "shop")
     sync(config, lazy_spark)
     assert snapshot(config) == live(harness)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.core.scn import Scn
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.sources.sqlite import layouts
@@ -174,12 +174,12 @@ def test_an_install_before_a_unique_index_is_brought_up_to_date_by_installing_ag
     config = configured(harness, tmp_path)
     sync(config, lazy_spark)
     harness.execute(["CREATE UNIQUE INDEX t_b ON t (b)"])
-    assert any("out of date" in p for p in pipeline.validate(config).problems["shop"])
+    assert any("out of date" in p for p in capture.validate(config).problems["shop"])
     sync(config, lazy_spark)  # install again, then capture
     harness.execute(["INSERT OR REPLACE INTO t VALUES (2, 'x')"])
     sync(config, lazy_spark)
     assert snapshot(config) == live(harness) == [{"k": 2, "b": "x"}]
-    assert not pipeline.validate(config).problems["shop"]
+    assert not capture.validate(config).problems["shop"]
 
 
 def test_an_install_made_before_displace_triggers_is_upgraded_by_installing_again(tmp_path: Path,
@@ -196,7 +196,7 @@ def test_an_install_made_before_displace_triggers_is_upgraded_by_installing_agai
             conn.execute(statement)
     assert triggers_on(harness, "t") == ["_databus_t_delete", "_databus_t_insert", "_databus_t_rekey",
                                          "_databus_t_update"]
-    problems = pipeline.validate(config).problems["shop"]
+    problems = capture.validate(config).problems["shop"]
     assert any("_databus_displaced is missing" in p for p in problems), problems
     sync(config, lazy_spark)  # install again, then capture
     before = ChangeLog(config.lake, "shop").checkpoint()
@@ -204,7 +204,7 @@ def test_an_install_made_before_displace_triggers_is_upgraded_by_installing_agai
     sync(config, lazy_spark)
     assert snapshot(config) == live(harness)
     assert changes(config, before.scn if before is not None else Scn.BEGINNING) == [("d", (1,)), ("i", (3,))]
-    assert not pipeline.validate(config).problems["shop"]
+    assert not capture.validate(config).problems["shop"]
 
 
 def test_validate_names_a_unique_index_of_expressions_alone_which_replace_deletes_through_unseen(
@@ -213,7 +213,7 @@ def test_validate_names_a_unique_index_of_expressions_alone_which_replace_delete
                        "CREATE UNIQUE INDEX t_email ON t (lower(email))",
                        "CREATE UNIQUE INDEX t_k2 ON t (k, lower(email))")
     config = configured(harness, tmp_path)
-    pipeline.install(config, "shop")
-    notes = pipeline.validate(config).notes["shop"]
+    capture.install(config, "shop")
+    notes = capture.validate(config).notes["shop"]
     assert [n for n in notes if "t_email" in n and "expressions alone" in n and "REPLACE" in n]
     assert not [n for n in notes if "t_k2" in n]  # a plain column matches it

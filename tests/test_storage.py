@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.consumer.checkpoints import ConsumerCheckpoint, LakeCheckpointStore
 from dagster_databus.consumer.client import DatabusClient
 from dagster_databus.consumer.pull import MetaManager, PullConsumer
@@ -155,13 +155,13 @@ def test_a_consumer_bootstraps_and_resumes_from_a_lake_wholly_in_the_object_stor
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)",
                     *[("INSERT INTO items VALUES (?, ?)", (i, "seed")) for i in range(3)]])
     config = make_config(s3_lake(s3), source.source_config("shop", [("items", ["id"])]))
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     source.execute([("INSERT INTO items VALUES (?, ?)", (i, "a")) for i in range(3, 6)])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     sync_source(spark, config, "shop")  # snapshot of 0..5
     source.execute([("UPDATE items SET name = ? WHERE id = ?", ("b", 1)),
                     ("INSERT INTO items VALUES (?, ?)", (6, "b"))])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert config.lake.path is None and not (tmp_path / "lake").exists()
 
     def consume() -> Collector:
@@ -177,7 +177,7 @@ def test_a_consumer_bootstraps_and_resumes_from_a_lake_wholly_in_the_object_stor
         state[event.key] = event.row["name"]
     assert state == {(0,): "seed", (1,): "b", (2,): "seed", (3,): "a", (4,): "a", (5,): "a", (6,): "b"}
     source.execute([("INSERT INTO items VALUES (?, ?)", (i, "c")) for i in range(7, 9)])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     assert [tuple(e.key) for e in consume().events] == [(7,), (8,)]  # nothing twice, nothing skipped
     assert [o.key for o in config.lake.objects.list("consumers/shop/audit/checkpoint/")]
 
@@ -191,11 +191,11 @@ def test_an_unwritable_object_store_lake_is_named_before_the_source_is_touched(t
     from dagster_databus.errors import LakeNotWritableError
 
     config = parse_config(raw, base=tmp_path)
-    report = pipeline.validate(config)
+    report = capture.validate(config)
     assert report.problems["lake"] and "s3://no-such-bucket/lake" in report.problems["lake"][0]
     assert "storage_options" in report.problems["lake"][0]
     with pytest.raises(LakeNotWritableError, match=r"s3://no-such-bucket/lake .*cannot be written"):
-        pipeline.install(config, "shop")
+        capture.install(config, "shop")
     import sqlite3
 
     with sqlite3.connect(tmp_path / "source.db") as conn:  # nothing was installed in the source
@@ -207,10 +207,10 @@ def test_pull_cursors_in_the_lake_fence_a_second_consumer_with_the_same_client_i
     source = SqliteHarness(tmp_path / "source.db")
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)"])
     config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     for i in range(4):  # four windows
         source.execute([("INSERT INTO items VALUES (?, ?)", (i, "a"))])
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     meta = MetaManager(config.lake, "shop", objects)
     meta.subscribe("billing")
     first = PullConsumer(config.lake, "shop", "billing", objects)
@@ -231,9 +231,9 @@ def test_pull_cursors_written_by_an_earlier_version_are_read_and_moved_on(tmp_pa
     source = SqliteHarness(tmp_path / "source.db")
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)"])
     config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]))
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     source.execute([("INSERT INTO items VALUES (?, ?)", (1, "a"))])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     legacy = tmp_path / "lake" / "consumers" / "shop" / "old.json"  # one file per client, replaced in place
     legacy.parent.mkdir(parents=True)
     legacy.write_text(json.dumps({"client_id": "old", "tables": None, "filter": None, "cursor": "0",

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.cli import main
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import ChangeLogFormatError, SchemaMismatchError, UnsupportedTypeError
@@ -51,7 +51,7 @@ def test_sqlite_change_event_that_does_not_fit_stops_capture_before_it_commits(
     before = log.manifest().segments
     source.execute([f"UPDATE items SET {column} = {bad} WHERE id = 1"])
     with pytest.raises(SchemaMismatchError) as caught:
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     message = str(caught.value)
     assert f"source 'shop', column items.{column}" in message and reason in message, message
     assert bad.strip("'") in message and "Fix:" in message and "databus bootstrap --source shop" in message
@@ -67,8 +67,8 @@ def test_sqlite_change_event_that_does_not_fit_stops_capture_before_it_commits(
 def test_sqlite_bootstrap_of_a_value_that_does_not_fit_writes_no_snapshot(sqlite_items, spark) -> None:
     source, config = sqlite_items
     source.execute(["INSERT INTO items (id, released) VALUES (2, 'yesterday')"])
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     with pytest.raises(SchemaMismatchError, match=r"column items\.released .*'yesterday'.*YYYY-MM-DD"):
         sync_source(spark, config, "shop")
     assert not DeltaSnapshot(config.lake, "shop", "items").exists()
@@ -109,7 +109,7 @@ def test_a_format_1_log_is_refused_and_bootstrap_moves_on(sqlite_items, spark) -
     log.manifest_path.write_text(json.dumps(manifest))
     source.execute(["INSERT INTO items (id, price) VALUES (3, 2.25)"])
     with pytest.raises(ChangeLogFormatError, match="databus bootstrap --source shop"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     with pytest.raises(ChangeLogFormatError):
         list(ChangeLog(config.lake, "shop").read())
     assert main(["--config", _write_config(config), "bootstrap", "--source", "shop"]) == 0
@@ -128,7 +128,7 @@ def test_a_snapshot_with_text_columns_is_bootstrapped_again_not_mixed(sqlite_ite
     write_deltalake(str(snapshot.path), as_text, mode="overwrite", schema_mode="overwrite")
     assert snapshot.delta_types()["price"] == "string"
     source.execute(["INSERT INTO items VALUES (2, 0.5, 0, '2000-02-29', '1999-12-31 23:59:59.999999')"])
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     sync_source(spark, config, "shop")
     types = snapshot.delta_types()
     assert (types["price"], types["released"], types["sold_at"]) == ("decimal(5,2)", "date", "timestamp_ntz")
@@ -161,8 +161,8 @@ def _zero_date_rows(harness: MysqlHarness, first_id: int) -> None:
 
 def test_mysql_zero_dates_stop_the_bootstrap_and_capture_by_default(zero_dates, tmp_path: Path, spark) -> None:
     config = make_config(tmp_path / "lake", zero_dates.source_config("shop", [("events", ["id"])]))
-    pipeline.install(config, "shop")
-    pipeline.capture(config, "shop")
+    capture.install(config, "shop")
+    capture.run(config, "shop")
     with pytest.raises(SchemaMismatchError, match=r"column events\.d .*zero date.*zero_dates: null"):
         sync_source(spark, config, "shop")
     assert not DeltaSnapshot(config.lake, "shop", "events").exists()
@@ -170,7 +170,7 @@ def test_mysql_zero_dates_stop_the_bootstrap_and_capture_by_default(zero_dates, 
     before = ChangeLog(config.lake, "shop").manifest().segments
     # The message names the column and the transaction (its binlog position) that holds the value.
     with pytest.raises(SchemaMismatchError, match=r"column events\.(d|dt|ts) .*zero.*the transaction committed at SCN"):
-        pipeline.capture(config, "shop")
+        capture.run(config, "shop")
     assert ChangeLog(config.lake, "shop").manifest().segments == before
 
 

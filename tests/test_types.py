@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.cli import main
 from dagster_databus.config import DatabusConfig
 from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
@@ -166,7 +166,7 @@ def reconciles_every_type(config: DatabusConfig, harness: SourceHarness, names: 
     assert computed.pushed_down == (harness.kind == "mysql")
     assert computed.fingerprint.rows == 4 and computed.fingerprint == streamed.fingerprint
     harness.execute([f"INSERT INTO typed (id, {names}) VALUES (5, {examples})", "DELETE FROM typed WHERE id = 3"])
-    pipeline.capture(config, "shop")  # in the log, not merged: the check applies the log's events itself
+    capture.run(config, "shop")  # in the log, not merged: the check applies the log's events itself
     result = reconcile_table(config, config.source("shop"), "typed")
     assert result.reconciled and result.equal and result.source_rows == 4, result
 

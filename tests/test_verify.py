@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.dataplane.history import HistoryTable, open_versions
@@ -32,12 +32,12 @@ def verified_run(config: DatabusConfig, spark: SparkRuntime, source: str = "shop
     """One scheduled run as the sync step runs it: install, the slices read, capture, merge, the slices settled;
     ``meanwhile`` runs (transactions on the source, say) between the reads and capture."""
     cfg = config.source(source)
-    pipeline.install(config, source)
+    capture.install(config, source)
     verification = RollingVerification(config, cfg, [t.name for t in cfg.tables], engine_for(spark, config))
     verification.read()
     if meanwhile is not None:
         meanwhile()
-    pipeline.capture(config, source)
+    capture.run(config, source)
     sync_source(spark, config, source)
     return verification.settle()
 
@@ -218,16 +218,16 @@ def test_a_merge_committing_while_the_slice_is_pinned_is_no_difference(tmp_path:
         pinned = version(table)
         if not merged:
             merged.append(pinned)
-            pipeline.capture(config, "shop")
+            capture.run(config, "shop")
             sync_source(lazy_spark, config, "shop")
         return pinned
 
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     verification = RollingVerification(config, cfg, [t.name for t in cfg.tables], engine_for(lazy_spark, config))
     with monkeypatch.context() as patch:
         patch.setattr(DeltaTable, "version", then_merge)
         verification.read()
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     sync_source(lazy_spark, config, "shop")
     results = verification.settle()
     assert merged and [(v.skipped, v.different) for v in results] == [(None, 0)] * 3, results

@@ -54,11 +54,11 @@ def test_the_installed_package_runs_from_its_own_folder_with_the_checkout_out_of
 BINLOG_CAPTURE = """
 import json, sys
 from numba.core.dispatcher import Dispatcher
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import load_config
 from dagster_databus.sources.mysql.wire import kernels
 
-result = pipeline.capture(load_config(sys.argv[1]), "m")
+result = capture.run(load_config(sys.argv[1]), "m")
 dispatchers = {n: d for n in dir(kernels) if isinstance(d := getattr(kernels, n), Dispatcher)}
 print(json.dumps({"events": result.events,
                   "compiled": sorted(n for n, d in dispatchers.items() if d.stats.cache_misses),

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.cli import EXIT_TRANSIENT, run
 from dagster_databus.config import DatabusConfig, load_config
 from dagster_databus.consumer.client import DatabusClient, DatabusConsumer
@@ -25,7 +25,7 @@ from dagster_databus.sources.registry import source_kind
 
 
 def _validate(config: DatabusConfig, _: argparse.Namespace) -> int:
-    result = pipeline.validate(config)  # every source and the lake, so one run names every problem
+    result = capture.validate(config)  # every source and the lake, so one run names every problem
     for name, notes in result.notes.items():
         for note in notes:
             print(f"{name}: {note}")
@@ -63,14 +63,14 @@ def _reconcile(config: DatabusConfig, args: argparse.Namespace) -> int:
 
 def _install(config: DatabusConfig, args: argparse.Namespace) -> int:
     for source in [config.source(args.source)] if args.source else config.sources:
-        report = pipeline.install(config, source.name)
+        report = capture.install(config, source.name)
         print(f"{source.name}: epoch {report.epoch}, updated {list(report.changed)}, "
               f"unchanged {list(report.unchanged)}")
     return 0
 
 
 def _bootstrap(config: DatabusConfig, args: argparse.Namespace) -> int:
-    trash = pipeline.bootstrap(config, args.source)
+    trash = capture.restart(config, args.source)
     checkpoint = ChangeLog(config.lake, args.source).checkpoint()
     moved = f"; previous log and snapshots moved to {trash}" if trash else ""
     print(f"{args.source}: change log restarted at SCN {checkpoint.scn if checkpoint else '?'}; "
@@ -112,7 +112,7 @@ def _snapshot(config: DatabusConfig, args: argparse.Namespace) -> int:
 
     source = config.source(args.source)
     tables = source.chosen_tables(args.tables)
-    rows = pipeline.row_selection(config, source.name, tables, args.after, args.through, args.where)
+    rows = capture.row_selection(config, source.name, tables, args.after, args.through, args.where)
     spark = SparkRuntime(config.spark)
 
     if not rows.whole:

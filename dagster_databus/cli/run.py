@@ -1,5 +1,5 @@
 """``databus capture``, ``databus merge`` and ``databus sync``: the pipeline's steps without Dagster, by the code
-Dagster's steps run (``pipeline.install`` and ``pipeline.capture``, ``sync.merge.sync_source``, then
+Dagster's steps run (``capture.install`` and ``capture.run``, ``sync.merge.sync_source``, then
 retention), under the same locks (the change log's writer lock, the source's reader, each snapshot's commit),
 printing a progress line per piece of work on stderr and one summary line per step on stdout, with the figures
 Dagster's metadata shows (``--json``: all of them, one JSON object a line per step, and nothing else on stdout)."""
@@ -11,7 +11,10 @@ import json
 import sys
 from typing import Any
 
-from dagster_databus import pipeline
+from dagster_databus.capture import enforce_retention
+from dagster_databus.capture import figures as capture_figures
+from dagster_databus.capture import install as install_capture
+from dagster_databus.capture import run as run_capture
 from dagster_databus.config import DatabusConfig
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.spark.runtime import SparkRuntime
@@ -72,7 +75,7 @@ def sync(config: DatabusConfig, args: argparse.Namespace) -> int:
 
 
 def _install(config: DatabusConfig, source: str) -> None:
-    report = pipeline.install(config, source)
+    report = install_capture(config, source)
     if report.changed:
         _say(f"{source}: capture installed or updated for {', '.join(report.changed)}")
 
@@ -81,8 +84,8 @@ def _capture(config: DatabusConfig, args: argparse.Namespace, install: bool = Tr
     source = config.source(args.source).name  # an unknown source is named before anything is done
     if install and not args.no_install:
         _install(config, source)
-    result = pipeline.capture(config, source, progress=_say)
-    figures = pipeline.capture_figures(result, ChangeLog(config.lake, source).manifest())
+    result = run_capture(config, source, progress=_say)
+    figures = capture_figures(result, ChangeLog(config.lake, source).manifest())
     if args.json:
         _result(json.dumps({"step": "capture", "source": source, **figures}, sort_keys=True))
         return
@@ -95,7 +98,7 @@ def _capture(config: DatabusConfig, args: argparse.Namespace, install: bool = Tr
 def _merge(config: DatabusConfig, args: argparse.Namespace, spark: SparkRuntime) -> None:
     source = config.source(args.source).name
     results = sync_source(spark, config, source, args.tables or None, progress=_say)
-    retention = pipeline.enforce_retention(config, source)
+    retention = enforce_retention(config, source)
     for r in results:
         figures = sync_figures(r)
         if args.json:

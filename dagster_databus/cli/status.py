@@ -1,5 +1,5 @@
 """``databus status``: where every source, table, consumer and logical table stands, as one table whose columns
-are as wide as their values (a MySQL position is 11 digits and more), with notes under the row they concern."""
+are as wide as their values (a binlog position is 11 digits and more), with notes under the row they concern."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.consumer.pull import MetaManager
 from dagster_databus.core.lag import scn_lag
@@ -18,7 +18,7 @@ from dagster_databus.errors import DatabusError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.manifest import Manifest
 from dagster_databus.sources import open_source
-from dagster_databus.sources.base import Failover, Retaining, Source
+from dagster_databus.sources.base import Failover, FailoverState, Retaining, Source
 from dagster_databus.sources.registry import source_kind
 from dagster_databus.sync.rotation import VerifyState
 
@@ -96,7 +96,7 @@ def _source(config: DatabusConfig, source: SourceConfig) -> list[Line]:
         lines.append(Row([f"  {table.name}", "", _scn(applied), "", _behind(manifest.last_scn, applied)],
                          _verified(config, source, table.name)))
     lines += [f"  damaged: {problem}"
-              for problem in pipeline.lake_damage(config, source.name, [t.name for t in source.tables])]
+              for problem in capture.lake_damage(config, source.name, [t.name for t in source.tables])]
     if src is not None:
         lines += _retention(src) + _server(src, manifest)
     for client, cursor in MetaManager(config.lake, source.name).cursors().items():
@@ -123,7 +123,7 @@ def _verified(config: DatabusConfig, source: SourceConfig, table: str) -> str:
 
 
 def _retention(src: Source) -> list[Line]:
-    """What the source's server keeps for capture (a PostgreSQL slot's WAL), where it keeps any."""
+    """What the source's server keeps for capture (a replication slot's WAL), where it keeps any."""
     if not isinstance(src, Retaining):
         return []
     try:
@@ -141,7 +141,7 @@ def _server(src: Source, manifest: Manifest) -> list[Line]:
     if not isinstance(src, Failover) or not src.has_standby():
         return []
     checkpoint = manifest.checkpoint
-    server = checkpoint.state.get("server", "primary") if checkpoint else "primary"
+    server = FailoverState.of(checkpoint.state).reading if checkpoint else "primary"
     switches = "; ".join(f"{e.get('from_server')} -> {e.get('to_server')} by {e.get('method')}"
                          for e in manifest.lineage) or "none"
     return [f"  reading the {server} (failovers: {switches})"]

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import SparkConfig, parse_config
 from dagster_databus.core.progress import Progress
 from dagster_databus.log.changelog import ChangeLog
@@ -72,7 +72,7 @@ def run_pipeline(progress: Progress, engine: str = "local", spark: SparkConfig |
                                "spark": (spark or SparkConfig()).model_dump(mode="json", exclude_none=True),
                                "sources": [sample.config]}, base=root)
         [table] = [t.name for t in config.source(name).tables]
-        pipeline.install(config, name)
+        capture.install(config, name)
         sample.fill()
         # Capture, then a merge that bootstraps (the source read); changes to every row, captured and merged
         # from the log (the decoder).
@@ -80,7 +80,7 @@ def run_pipeline(progress: Progress, engine: str = "local", spark: SparkConfig |
         for step in ("capture", "bootstrap", "update", "capture", "merge"):
             begun = time.monotonic()
             if step == "capture":
-                pipeline.capture(config, name)
+                capture.run(config, name)
             elif step == "update":
                 sample.change()
                 continue

@@ -1,7 +1,7 @@
 """Configuration: the YAML file named by ``DATABUS_CONFIG`` (default: the embedded demo).
 
 Loading checks the file's shape and every identifier, and resolves relative paths against
-the file's folder. It touches no database and writes nothing; ``pipeline.validate`` checks
+the file's folder. It touches no database and writes nothing; ``capture.validate`` checks
 the databases themselves before a run writes anything.
 
 ``fields`` holds what every source shares, ``sources`` one model per source kind, ``model`` the

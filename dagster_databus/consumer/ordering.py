@@ -24,7 +24,7 @@ behind); ordering by it would discard *new* changes as stale, silently. This pro
 better order: within one change log the SCN is the commit order (the log refuses to append out
 of SCN order), and it stays monotone across a failover, where SCNs after the switch carry a
 higher era in their high bits. So ``SinkPosition`` orders by ``(scn, seq)`` (``seq`` places the
-events of one window that share an SCN, as MySQL's do) within one *lineage*; ``commit_ts_ms``
+events of one window that share an SCN, as a binlog's do) within one *lineage*; ``commit_ts_ms``
 travels along as metadata and never decides anything.
 
 A lineage is one change log that has never been restarted: ``"<source>@<first epoch>"``.

@@ -10,17 +10,17 @@ columns of ``EVENT_SCHEMA`` (``core.event_columns``). Commit order across tables
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass, replace
 from itertools import groupby
+from typing import Protocol, TypeAlias, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dagster_databus.core.event_columns import EVENT_SCHEMA
+from dagster_databus.core.event_columns import EVENT_NAMES, EVENT_SCHEMA
 from dagster_databus.core.events import OPS, ChangeEvent, Window, encode_key
-from dagster_databus.core.schema import ColumnsConverter, TableSchema
+from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 
 
@@ -80,19 +80,28 @@ class ChangeBatch:
             events = [e for _, e in items]
             rows = [e.row for e in events]  # type: ignore[attr-defined]
             arrays = [c.type.to_arrow([r.get(c.name) for r in rows]) for c in schema.columns]
-            keys = [encode_key(e.key) for e in events]  # type: ignore[attr-defined]
-            arrays += [
-                pa.array([e.scn.value for e in events], pa.int64()),  # type: ignore[attr-defined]
-                pa.array([w for w, _ in items], pa.int64()),
-                pa.array([e.seq for e in events], pa.int32()),  # type: ignore[attr-defined]
-                pa.array([e.op.value for e in events], pa.string()),  # type: ignore[attr-defined]
-                pa.array(keys, pa.string()),
-                partitions(keys),
-                pa.array([e.commit_ts_ms for e in events], pa.int64()),  # type: ignore[attr-defined]
-            ]
-            tables[table] = pa.RecordBatch.from_arrays(arrays, schema=batch_schema(schema))
+            tables[table] = table_rows(
+                schema, arrays, scn=[e.scn.value for e in events],  # type: ignore[attr-defined]
+                window_scn=[w for w, _ in items], seq=[e.seq for e in events],  # type: ignore[attr-defined]
+                op=[e.op.value for e in events],  # type: ignore[attr-defined]
+                commit_ts_ms=[e.commit_ts_ms for e in events],  # type: ignore[attr-defined]
+                keys=pa.array([encode_key(e.key) for e in events], pa.string()))  # type: ignore[attr-defined]
         return cls(tables)
 
+
+    def write(self, writer: BatchWriter[Written], epoch: str, state: dict[str, str]) -> Written:
+        """Appended to the change log as one segment (``Changes``)."""
+        return writer.append_batch(self, epoch, state)
+
+    def window_commits(self) -> np.ndarray:
+        """Each window's commit time (ms), in commit order (``Changes``)."""
+        return self.window_ends()[1]
+
+    def counted(self, counts: dict[str, int]) -> ChangeBatch:
+        """Its events counted by operation into ``counts`` (``Changes``)."""
+        for op, count in self.op_counts().items():
+            counts[op] = counts.get(op, 0) + count
+        return self
 
     def to_windows(self, schemas: Mapping[str, TableSchema]) -> list[Window]:
         """The row-by-row form: ``Window`` objects of ``ChangeEvent`` with canonical values."""
@@ -124,56 +133,74 @@ class SpooledBatch:
     commit_ms: int  # the last window's commit time
     pieces: Callable[[], Iterator[ChangeBatch]]
 
+    def write(self, writer: BatchWriter[Written], epoch: str, state: dict[str, str]) -> Written:
+        """Appended to the change log as one segment, a piece at a time (``Changes``)."""
+        return writer.append_spooled(self, epoch, state)
 
-@dataclass(slots=True)
-class _TableRows:
-    schema: TableSchema
-    convert: ColumnsConverter
-    images: list[Mapping[str, object]] = field(default_factory=list)
-    ops: list[str] = field(default_factory=list)
-    windows: list[Scn] = field(default_factory=list)
-    seqs: list[int] = field(default_factory=list)
-    commits: list[int] = field(default_factory=list)
+    def window_commits(self) -> np.ndarray:
+        """Each window's commit time (ms) as if all were the last's: the pieces are not held (``Changes``)."""
+        return np.array([self.commit_ms] * self.windows, np.int64)
+
+    def counted(self, counts: dict[str, int]) -> SpooledBatch:
+        """Its pieces' events counted by operation into ``counts`` as they are read (``Changes``)."""
+        pieces = self.pieces
+
+        def counting() -> Iterator[ChangeBatch]:
+            for piece in pieces():
+                yield piece.counted(counts)
+
+        return replace(self, pieces=counting)
 
 
-class ChangeBatchBuilder:
-    """Row images of whole windows gathered by table as a capture reads them, then converted a column at
-    a time (``TableSchema.column_converter``) into one ``ChangeBatch``: no event object per row."""
+Written = TypeVar("Written", covariant=True)
 
-    def __init__(self) -> None:
-        self._tables: dict[str, _TableRows] = {}
-        self.events = 0
 
-    def add(self, schema: TableSchema, convert: ColumnsConverter, op: str, image: Mapping[str, object],
-            window: Scn, seq: int, commit_ts_ms: int) -> None:
-        """One event; its SCN is its window's (a window is one source transaction). ``convert`` must be
-        the same for every event of a table in one batch."""
-        rows = self._tables.get(schema.table)
-        if rows is None:
-            rows = self._tables[schema.table] = _TableRows(schema, convert)
-        rows.images.append(image)
-        rows.ops.append(op)
-        rows.windows.append(window)
-        rows.seqs.append(seq)
-        rows.commits.append(commit_ts_ms)
-        self.events += 1
+class BatchWriter(Protocol[Written]):
+    """What a batch of changes is appended with (``log.writer.LogWriter``): a method for each kind of batch."""
 
-    def build(self) -> ChangeBatch:
-        tables = {}
-        for table, rows in self._tables.items():
-            schema = rows.schema
-            arrays = rows.convert(rows.images, partial(_committed_at, rows.windows))
-            at = {name: i for i, name in enumerate(schema.column_names)}
-            key_arrays = [arrays[at[k]] for k in schema.primary_key]
-            # Keys as encode_key writes an event's key: from the canonical values (time as timedelta, ...).
-            canonical = [schema.column(k).type.from_arrow(arrays[at[k]]) for k in schema.primary_key]
-            keys = encode_keys(key_arrays, list(zip(*canonical, strict=True)), schema,
-                               f"the change events of SCN {rows.windows[0]} to {rows.windows[-1]}")
-            scns = pa.array([w.value for w in rows.windows], pa.int64())
-            arrays += [scns, scns, pa.array(rows.seqs, pa.int32()), pa.array(rows.ops, pa.string()), keys,
-                       partitions(keys), pa.array(rows.commits, pa.int64())]
-            tables[table] = pa.RecordBatch.from_arrays(arrays, schema=batch_schema(schema))
-        return ChangeBatch(tables)
+    def append_batch(self, batch: ChangeBatch, epoch: str, state: dict[str, str] | None = None) -> Written: ...
+
+    def append_spooled(self, spooled: SpooledBatch, epoch: str, state: dict[str, str] | None = None) -> Written: ...
+
+
+class Changes(Protocol):
+    """What a source's poll yields, one chunk of whole windows after the last, however it holds them (a
+    ``ChangeBatch`` in memory, a ``SpooledBatch`` read back piece by piece): capture writes it, counts it and
+    reads its commit times through these, whatever it is."""
+
+    def write(self, writer: BatchWriter[Written], epoch: str, state: dict[str, str]) -> Written:
+        """Append it to the change log as one segment; what the writer returns of it."""
+
+    def window_commits(self) -> np.ndarray:
+        """Each window's commit time (ms), in commit order."""
+
+    def counted(self, counts: dict[str, int]) -> Changes:
+        """It, with its events counted by operation into ``counts`` (by the time it is written)."""
+
+
+EventValues: TypeAlias = "pa.Array | Sequence[int] | Sequence[str] | np.ndarray"  # an event column, or values of it
+
+
+def table_rows(schema: TableSchema, columns: Sequence[pa.Array], *, scn: EventValues, window_scn: EventValues,
+               seq: EventValues, op: EventValues, commit_ts_ms: EventValues, where: str = "change events",
+               keys: pa.Array | None = None) -> pa.RecordBatch:
+    """A table's record batch in a change batch, the one place its event columns are put together: its converted
+    ``columns`` (in ``schema``'s order), then each event column by name, as Arrow arrays of ``EVENT_SCHEMA``'s
+    types or values to make them of. ``__key`` is encoded from the key columns (``encode_keys``: a NULL in a key is
+    refused, ``where`` naming the events) unless ``keys`` are given; ``__partition`` follows from the keys."""
+    if keys is None:
+        at = {name: i for i, name in enumerate(schema.column_names)}
+        key_columns = [columns[at[k]] for k in schema.primary_key]
+        keys = encode_keys(key_columns, lambda: list(zip(*(schema.column(k).type.from_arrow(c) for k, c in zip(
+            schema.primary_key, key_columns, strict=True)), strict=True)), schema, where)
+    events = {"__scn": scn, "__window_scn": window_scn, "__seq": seq, "__op": op, "__key": keys,
+              "__partition": partitions(keys), "__commit_ts_ms": commit_ts_ms}
+    arrays = [_event_array(events[name], EVENT_SCHEMA.field(name).type) for name in EVENT_NAMES]
+    return pa.RecordBatch.from_arrays([*columns, *arrays], schema=batch_schema(schema))
+
+
+def _event_array(values: EventValues, typ: pa.DataType) -> pa.Array:
+    return values if isinstance(values, pa.Array) else pa.array(values, typ)
 
 
 def batch_schema(schema: TableSchema) -> pa.Schema:
@@ -236,7 +263,3 @@ def _ordered(window: np.ndarray, seq: np.ndarray) -> bool:
     dw, ds = np.diff(window), np.diff(seq)
     return bool(np.all((dw > 0) | ((dw == 0) & (ds > 0))))
 
-
-def _committed_at(windows: Sequence[Scn], row: int) -> str:
-    """Where a row came from, for a value that does not fit its column."""
-    return f"the transaction committed at SCN {windows[row]}"

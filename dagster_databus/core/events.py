@@ -43,7 +43,7 @@ def key_partition(key: str, buckets: int = 1 << 16) -> int:
 @dataclass(frozen=True, slots=True)
 class ChangeEvent:
     """One row change. ``row`` is the after image (inserts, updates) or, for a delete, the before image
-    (MySQL) or the key with the other columns None (SQLite, Oracle: their capture keeps only the key)."""
+    (a binlog's) or the key with the other columns None (triggers' capture keeps only the key)."""
 
     scn: Scn
     seq: int

@@ -3,7 +3,7 @@
 A row's digest is the first 64 bits of the MD5 of its canonical text; a table's fingerprint is,
 for each of ``BUCKETS`` buckets (the top 12 bits of the CRC-32 of the row's key text), the row count
 and the sum of digests modulo 2**64. Sums do not depend on row order, so a source database can
-compute them in one aggregate query (``sql/mysql/fingerprint.sql``) and this module computes the
+compute them in one aggregate query (a kind's ``fingerprint.sql``) and this module computes the
 same figures from Arrow batches (Delta snapshots, streamed sources) in bounded memory. Buckets
 that differ locate the rows to compare one by one.
 
@@ -98,7 +98,7 @@ def _float_text(array: pa.Array) -> pa.Array:
     text = pc.binary_join_element_wise(pa.array(exponent.astype(np.int64)).cast(pa.string()),
                                        pa.array(whole).cast(pa.string()), ":")
     text = pc.if_else(pa.array(values == 0), pa.scalar("0"), text)
-    if special.any():  # Oracle's BINARY_DOUBLE can hold these; MySQL cannot
+    if special.any():  # some databases' binary doubles hold these, others' cannot
         raw = pc.cast(array, pa.float64()).to_numpy(zero_copy_only=False)
         names = np.where(np.isnan(raw), "nan", np.where(raw > 0, "inf", "-inf"))
         text = pc.if_else(pa.array(special), pa.array(names), text)

@@ -17,7 +17,7 @@ def is_plain_name(name: object) -> bool:
 
 
 def quote_ansi(name: str) -> str:
-    """Quote a validated identifier as ANSI SQL does (double quotes), as SQLite reads it."""
+    """Quote a validated identifier as ANSI SQL does (double quotes)."""
     if not is_plain_name(name):
         raise ValueError(f"not a plain identifier: {name!r}")
     return f'"{name}"'

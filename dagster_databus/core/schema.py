@@ -38,7 +38,7 @@ ColumnsConverter = Callable[[Sequence[Mapping[str, Any]], Callable[[int], str]],
 class Column:
     name: str
     type: ColumnType
-    source_type: str = ""  # the type as the source declares it (e.g. MySQL's COLUMN_TYPE)
+    source_type: str = ""  # the type as the source declares it (its catalog's column type)
     default: str | None = None  # the column's SQL default, as the source reports it
 
 
@@ -161,7 +161,7 @@ class TableSchema:
 
     def refuse_null_keys(self, keys: Sequence[pa.Array], where: str) -> None:
         """Raise ``NullKeyError`` when a key column holds NULL: such a row cannot be told from another with a
-        NULL key (SQLite and UNIQUE keys allow several), so a snapshot keyed by it would fold them into one."""
+        NULL key (some databases' keys and UNIQUE keys allow several), so a snapshot keyed by it would fold them."""
         nulls = [name for name, array in zip(self.primary_key, keys, strict=True) if array.null_count]
         if not nulls:
             self._refuse_nan_keys(keys, where)
@@ -176,7 +176,7 @@ class TableSchema:
 
     def _refuse_nan_keys(self, keys: Sequence[pa.Array], where: str) -> None:
         """Raise ``NaNKeyError`` when a float key column holds NaN: the source's ``=`` may call NaN equal to NaN
-        (PostgreSQL) where the lake's MERGE does not, so a snapshot keyed by it would hold the row again and again."""
+        where the lake's MERGE does not, so a snapshot keyed by it would hold the row again and again."""
         nans = [name for name, array in zip(self.primary_key, keys, strict=True)
                 if pa.types.is_floating(array.type) and pa.compute.any(pa.compute.is_nan(array)).as_py()]
         if nans:

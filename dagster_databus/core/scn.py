@@ -1,7 +1,7 @@
 """System change numbers and positions.
 
 An ``Scn`` is a 64-bit, commit-ordered position within one *epoch* (one lineage of a
-source: a SQLite install, a MySQL server's binlog series). Positions of different epochs
+source: a capture install, a server's binlog series). Positions of different epochs
 are never compared: ``Position`` refuses to order them.
 """
 
@@ -44,7 +44,7 @@ class Scn:
 
     @classmethod
     def from_binlog(cls, file_number: int, offset: int, era: int = 0) -> Scn:
-        """Databus for MySQL: the binlog file number above the 32-bit offset.
+        """A binlog position: its file number above the 32-bit offset.
 
         ``era`` counts the failovers of the source's change log: after a switch to another
         server, whose binlog positions are unrelated, SCNs carry the next era, so the log's

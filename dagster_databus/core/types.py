@@ -46,8 +46,8 @@ Kind = Literal["boolean", "byte", "short", "integer", "long", "float", "double",
 KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
 
 MAX_DELTA_PRECISION = 38  # Delta's (and Spark's) widest decimal
-TIME_LOGICAL_TYPE = "databus-time-micros"  # a signed duration: MySQL TIME spans -838:59:59..838:59:59
-NUMBER_LOGICAL_TYPE = "databus-decimal-text"  # a decimal of any scale (Oracle NUMBER), as plain text
+TIME_LOGICAL_TYPE = "databus-time-micros"  # a signed duration: a TIME may span -838:59:59..838:59:59
+NUMBER_LOGICAL_TYPE = "databus-decimal-text"  # a decimal of any scale (a NUMBER), as plain text
 
 _INT_RANGES = {"byte": 8, "short": 16, "integer": 32, "long": 64}
 _UTC = dt.UTC
@@ -291,7 +291,7 @@ def _float_json(value: float, text: str) -> Any:
 
 
 def time_text(value: dt.timedelta) -> str:
-    """``[-]HH:MM:SS[.ffffff]``, hours beyond 24 as MySQL prints them (``-838:59:59``)."""
+    """``[-]HH:MM:SS[.ffffff]``, hours beyond 24 as a server prints them (``-838:59:59``)."""
     micros = value // _MICRO
     sign, micros = ("-", -micros) if micros < 0 else ("", micros)
     seconds, fraction = divmod(micros, 1_000_000)

@@ -199,7 +199,7 @@ def _at_commit(data: pa.Table, keys: list[pa.Array | pa.ChunkedArray], chosen: n
     found = np.unique(kid)  # every key but one holding NULL (refused at capture), which no join matches
     order = np.lexsort((row, kid))
     kid, row = kid[order], row[order]
-    # A transaction is the unit: the events of one share its SCN (a window may hold several, SQLite's).
+    # A transaction is the unit: the events of one share its SCN (a window may hold several, a txlog's).
     txn = data["__scn"].to_numpy()[row]
     op = pc.take(op_column, pa.array(row)).to_numpy(zero_copy_only=False)
     delta = (op == "i").astype(np.int64) - (op == "d").astype(np.int64)

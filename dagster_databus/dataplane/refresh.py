@@ -8,7 +8,7 @@ at P. The merge applies them as it applies the log, only over an older row: a ro
 keeps the log's image, and the log's events after P apply over the rows read, as usual.
 
 Deletes are looked for only where the snapshot orders keys as the source does: numbers, dates and
-timestamps. A string key's order is the source's collation (MySQL's are case-insensitive by default), which
+timestamps. A string key's order is the source's collation (often case-insensitive by default), which
 byte order need not follow, so such a range is refreshed without deletes, and the result says so. With a
 filter no deletes are looked for either: a row deleted at the source matches no filter.
 """

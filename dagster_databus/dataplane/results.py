@@ -98,7 +98,7 @@ class LogicalMerged:
 
 def range_rows(config: DatabusConfig, source: Source) -> int:
     """Rows per key range when a table is read in ranges: a server source's ``bootstrap_chunk_rows``, else
-    ``merge.file_rows`` (a SQLite range is about one data file)."""
+    ``merge.file_rows`` (an embedded database's range is about one data file)."""
     server = source.config
     return server.bootstrap_chunk_rows if isinstance(server, ServerSourceBase) else config.merge.file_rows
 

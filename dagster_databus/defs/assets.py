@@ -14,7 +14,7 @@ import dagster as dg
 from dagster import AssetExecutionContext
 from pydantic import Field
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, SourceConfig
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.dataplane.delta import DeltaFolder, DeltaSnapshot
@@ -22,7 +22,6 @@ from dagster_databus.defs.checks import sync_check, sync_check_specs, verified_r
 from dagster_databus.defs.common import Metadata, capture_key, changelog_key, clear_errors, pool, snapshot_key
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.log.changelog import ChangeLog
-from dagster_databus.pipeline import capture_figures
 from dagster_databus.sources.base import ALL_ROWS, RowSelection
 from dagster_databus.sources.registry import source_kind
 from dagster_databus.sync.figures import Figures, sync_figures
@@ -153,11 +152,11 @@ def _rows(config: SyncRunConfig, lake_config: DatabusConfig, source: str, tables
                                      f"{config.mode!r}: set mode: refresh to read those rows again")
     if config.mode != "refresh" or not tables:
         return ALL_ROWS
-    return pipeline.row_selection(lake_config, source, tables, config.key_after, config.key_through, config.where)
+    return capture.row_selection(lake_config, source, tables, config.key_after, config.key_through, config.where)
 
 
 def _install(context: AssetExecutionContext, config: DatabusConfig, name: str) -> dg.MaterializeResult[None]:
-    report = pipeline.install(config, name)
+    report = capture.install(config, name)
     # Said at INFO only when it did something: a scheduled run's install finds nothing to change.
     (context.log.info if report.changed else context.log.debug)(
         f"capture in {name}: updated {list(report.changed)}, unchanged {list(report.unchanged)}")
@@ -169,9 +168,9 @@ def _install(context: AssetExecutionContext, config: DatabusConfig, name: str) -
 
 
 def _capture(context: AssetExecutionContext, config: DatabusConfig, name: str) -> dg.MaterializeResult[None]:
-    result = pipeline.capture(config, name, progress=context.log.info)
+    result = capture.run(config, name, progress=context.log.info)
     return dg.MaterializeResult(asset_key=changelog_key(name), metadata=metadata(
-        capture_figures(result, ChangeLog(config.lake, name).manifest())))
+        capture.figures(result, ChangeLog(config.lake, name).manifest())))
 
 
 def _snapshot_result(config: DatabusConfig, name: str, table: str,
@@ -182,7 +181,7 @@ def _snapshot_result(config: DatabusConfig, name: str, table: str,
 
 
 def _enforce_retention(context: AssetExecutionContext, config: DatabusConfig, name: str) -> None:
-    retention = pipeline.enforce_retention(config, name)
+    retention = capture.enforce_retention(config, name)
     if retention is not None and retention.removed_segments:
         context.log.info(f"{name}: retention removed {retention.removed_segments} segments "
                          f"({retention.removed_bytes} bytes); the log now starts after SCN {retention.start_scn}")

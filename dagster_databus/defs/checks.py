@@ -113,7 +113,7 @@ def _capture_lag(config: DatabusConfig, source: SourceConfig) -> dg.AssetCheckRe
     newest = ChangeLog(config.lake, source.name).commit_ms_through(checkpoint.scn) if checkpoint else None
     now_ms = int(time.time() * 1000)
     lag_s = time_lag(position, captured, now_ms, newest)
-    if isinstance(src, Retaining):  # what the server keeps while capture lags (a PostgreSQL slot's WAL)
+    if isinstance(src, Retaining):  # what the server keeps while capture lags (a slot's WAL)
         try:
             kept = src.retention()
         except DatabusError as exc:

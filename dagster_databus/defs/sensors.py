@@ -1,5 +1,5 @@
-"""The alert sensor of a source whose database signals new commits (``sources.base.Alerting``: Oracle's
-``sync_alert``): each evaluation waits (bounded) for the signal and asks for a poll run when it comes."""
+"""The alert sensor of a source whose database signals new commits (``sources.base.Alerting``, a database
+alert): each evaluation waits (bounded) for the signal and asks for a poll run when it comes."""
 
 from __future__ import annotations
 

@@ -112,7 +112,7 @@ class LocalEngine:
                                                   "databus.rows": rows.describe()})
         crash_point("delta_commit")
         with disk_errors(f"committing {snap.source}.{table} to Delta", snap.path):
-            # Read here, not as delta-rs pulls: its threads may not use the source's connections (SQLite's).
+            # Read here, not as delta-rs pulls: its threads may not use the source's connections (an embedded one's).
             counts = merge_with_delta_rs(snap, schema.primary_key, pa.Table.from_batches(list(batches()), target),
                                          props, reads=True, soft=soft_deletes(self.config, snap))
         return Refreshed(ops["r"], ops["d"], deletes, len(read.ranges), counts)

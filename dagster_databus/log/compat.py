@@ -3,9 +3,9 @@ it, and when it can go (``OLD_FORMS``, which docs/architecture.md's "Compatibili
 
 A reader here only reads: the newer code moves a form on with its next write (a manifest's next commit, a
 consumer's next cursor), or the form stays until the log is restarted. Forms a version no longer reads are
-refused with a fix where the newer reader meets them (a format 1 change log: ``log.manifest``). The SQLite
-source's older capture objects are not lake forms: its install converts them in place
-(``sources/sqlite/triggers.py``), and they are listed here so that the list is whole."""
+refused with a fix where the newer reader meets them (a format 1 change log: ``log.manifest``). A source
+kind's older capture objects are not lake forms: its install converts them in place, and its package lists
+them as ``OLD_FORMS`` of this module's ``OldForm`` beside that install."""
 
 from __future__ import annotations
 
@@ -38,13 +38,6 @@ OLD_FORMS = (
             "consumer cursor version 0 (before versioned cursors)", "dagster_databus.log.compat:cursor_v0_key",
             "every deployed consumer has committed a cursor once since: version 1 is written beside it and the "
             "old one deleted with the versions kept behind"),
-    OldForm("a SQLite source's capture objects of capture version 2 (triggers that read the epoch and checked "
-            "the columns per row)", "SQLite capture version 2",
-            "dagster_databus.sources.sqlite.triggers:SqliteTriggers",
-            "no deployed SQLite source is still at version 2: install converts it (migrate_v2*.sql)"),
-    OldForm("a SQLite source's txlog rows of capture version 3 (JSON row images written by the triggers)",
-            "SQLite capture version 3", "dagster_databus.sources.sqlite.render:layout_images",
-            "no deployed SQLite txlog holds version 3 rows: they are pruned once every log has read past them"),
 )
 
 

@@ -109,7 +109,7 @@ class Checkpoint:
     scn: Scn
     epoch: str
     updated_ms: int
-    # Source-specific facts about the position (for MySQL: the binlog file and its creation time).
+    # Source-specific facts about the position (for a binlog: its file and the file's creation time).
     state: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

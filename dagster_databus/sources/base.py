@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from dagster_databus.core.batch import ChangeBatch, SpooledBatch
-from dagster_databus.core.events import Window
+from dagster_databus.core.batch import Changes
 from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
@@ -116,8 +115,8 @@ class RangeRead:
     """A table read in primary-key ranges, each range by its own task (a Spark task, in the spark engine),
     described by plain picklable data: the task opens its own connection from ``spec``.
 
-    With ``scn`` set, every range reads the table at that one SCN (Oracle ``AS OF SCN``). Without it,
-    each range reads in its own consistent snapshot at a position it reports (MariaDB, SQLite) and
+    With ``scn`` set, every range reads the table at that one SCN (a flashback query, ``AS OF SCN``). Without
+    it, each range reads in its own consistent snapshot at a position it reports and
     stamps on its rows as ``__scn``; the table's snapshot SCN is then the lowest of them, and replaying
     the log from there is exact because the MERGE applies an event only to a row older than it.
     """
@@ -149,7 +148,7 @@ class SourceFingerprint:
 
 @dataclass(frozen=True, slots=True)
 class SwitchPlan:
-    """A failover a source decided (``Failover.plan_switch``), for the pipeline to commit to the change log
+    """A failover a source decided (``Failover.plan_switch``), for capture to commit to the change log
     (``LogWriter.switch_epoch``) before anything is read from the new server: the checkpoint SCN capture resumes
     after, the new epoch, the checkpoint state to resume with, and what the log's lineage records of the switch."""
 
@@ -157,6 +156,34 @@ class SwitchPlan:
     epoch: str
     state: dict[str, str]
     record: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverState:
+    """What a checkpoint's state says of failover (``Failover``), typed for capture, its figures and ``status``. It is
+    kept in the checkpoint among the source's own string entries: ``of`` reads it from them, ``entries`` writes it."""
+
+    server: str | None = None  # the server capture reads ("primary", "standby"); None: the source names none
+    switched_ms: int | None = None  # when capture switched to it; set until the first capture after the switch
+    # After a switch by commit time: the commit time (seconds, the source's clock) of the last transaction captured
+    # before it. Windows committed up to then are read again (the merge absorbs them).
+    reread_through_s: int | None = None
+
+    @classmethod
+    def of(cls, state: Mapping[str, str]) -> FailoverState:
+        switched, reread = state.get("switched_ms"), state.get("reread_through")
+        return cls(state.get("server"), None if switched is None else int(switched),
+                   None if reread is None else int(reread))
+
+    def entries(self) -> dict[str, str]:
+        """The checkpoint state's entries for what is set, as the change log keeps them."""
+        out = {"server": self.server, "switched_ms": self.switched_ms, "reread_through": self.reread_through_s}
+        return {key: str(value) for key, value in out.items() if value is not None}
+
+    @property
+    def reading(self) -> str:
+        """The server capture reads, the primary unless the state names another."""
+        return "primary" if self.server is None else self.server
 
 
 @dataclass(frozen=True)
@@ -172,7 +199,7 @@ class Sample:
 
 @runtime_checkable
 class Source(Protocol):
-    """A capture source: one per configured source, made by its kind's entry in ``registry``. The pipeline,
+    """A capture source: one per configured source, made by its kind's entry in ``registry``. Capture,
     the engines and the checks hold sources only as this."""
 
     kind: str
@@ -218,10 +245,10 @@ class Source(Protocol):
         replica server id), turns a second run away up front with ``ConcurrentRunError``."""
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
-             state: Mapping[str, str] | None = None) -> Iterator[list[Window] | ChangeBatch | SpooledBatch]:
-        """Whole windows after ``since`` up to a bound fixed when the poll starts, in chunks (as
-        ``Window`` objects, or by column as a ``ChangeBatch``, or, for a transaction too large to hold, as a
-        ``SpooledBatch`` read back piece by piece).
+             state: Mapping[str, str] | None = None) -> Iterator[Changes]:
+        """Whole windows after ``since`` up to a bound fixed when the poll starts, in chunks (``core.batch.Changes``:
+        by column as a ``ChangeBatch``, or, for a transaction too large to hold, as a ``SpooledBatch`` read back
+        piece by piece).
 
         Precondition: ``require_installed()`` passed.
         """
@@ -263,9 +290,9 @@ class Source(Protocol):
 
 @runtime_checkable
 class Failover(Protocol):
-    """What a source with servers to switch between implements besides ``Source`` (MySQL's primary and
-    standby); the pipeline checks for it by type. The source reads from the server its change log's checkpoint
-    names (``attach``). Before a run reads, the pipeline asks whether that server is down (``check_server``) and,
+    """What a source with servers to switch between implements besides ``Source`` (a primary and a
+    standby); capture checks for it by type. The source reads from the server its change log's checkpoint
+    names (``attach``). Before a run reads, capture asks whether that server is down (``check_server``) and,
     under the log's writer lock, for the switch (``plan_switch``), which it commits to the log before any change
     is read from the new server: sources read the log, they do not write it."""
 
@@ -287,7 +314,7 @@ class Failover(Protocol):
 
 @runtime_checkable
 class Alerting(Protocol):
-    """A source whose database signals new commits (Oracle's ``sync_alert``): a sensor waits for the signal and
+    """A source whose database signals new commits (a database alert): a sensor waits for the signal and
     asks for a run then, instead of polling on a schedule alone."""
 
     def alert_wait_s(self) -> int:
@@ -323,10 +350,10 @@ class Retention:
 
     holder: str  # what holds it, as the server names it ("replication slot databus_app_1a2b3c4d")
     retained_bytes: int | None  # None: the holder does not exist (not installed)
-    status: str  # the server's word for its state (PostgreSQL's wal_status: reserved, extended, unreserved, lost)
+    status: str  # the server's word for its state (a slot's wal_status: reserved, extended, unreserved, lost)
     # How far capture is behind in time: the commit time (ms) of the oldest change the server holds that capture
     # has not confirmed, 0 when there is none, None when it cannot be told now (the slot is being read). A
-    # server's position moves without captured changes (PostgreSQL's checkpoints, other databases), so this,
+    # server's position moves without captured changes (the server's checkpoints, other databases), so this,
     # not the distance of positions, says whether changes wait.
     waiting_since_ms: int | None = None
 
@@ -339,7 +366,7 @@ class Retention:
 
 @runtime_checkable
 class Retaining(Protocol):
-    """A source whose server keeps what capture has not read yet (a PostgreSQL slot's WAL), so ``status`` and
+    """A source whose server keeps what capture has not read yet (a replication slot's WAL), so ``status`` and
     the capture-lag check show how much: it grows on the server's disk while capture does not run."""
 
     def retention(self) -> Retention:

@@ -1,7 +1,7 @@
 """What every kind's catalog checks of a configured table while it reads the table's schema: every column's
 type mapped, plain column names distinct in any case, the key columns present and covered by a primary key or
-UNIQUE index, and whether the key columns hold NULL (``null_keys``). Each kind's own catalog (``sqlite.catalog``,
-``mysql.catalog``, ``oracle.catalog``) reads its database's dictionary and calls these."""
+UNIQUE index, and whether the key columns hold NULL (``null_keys``). Each kind's own catalog (``<kind>.catalog``)
+reads its database's dictionary and calls these."""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ and the condition that runs is rendered back from that tree by this module:
 
 Anything else is refused with a ``ConfigError`` on ``snapshot.where`` naming what and why: subqueries, other
 tables, comments, ';', UNION, other functions, parameters and variables, identifiers that are not the table's
-columns, empty filters; on PostgreSQL also casts (::), E'...', U&'...' and $$...$$ strings. Where the
-driver formats parameters with Python's % (MySQL, PostgreSQL), the rendered text holds no '%' but its ``%s``
+columns, empty filters; where the dialect allows them, also casts (::), E'...', U&'...' and $$...$$ strings. Where
+the driver formats parameters with Python's % (``placeholder`` %s), the rendered text holds no '%' but its ``%s``
 placeholders. docs/operations.md ("Refresh filters") lists the same for users.
 """
 
@@ -46,7 +46,7 @@ class FilterDialect:
     """What a kind's SQL lets a refresh filter hold and how the rendered condition is written: each kind's own,
     in its package (``sources/<kind>/dialect.py``); this module knows no kind."""
 
-    label: str  # what messages call the dialect ("PostgreSQL")
+    label: str  # what messages call the dialect (its kind's label)
     sqlglot: type[Dialect]  # the dialect sqlglot parses the filter's text in
     # Cheap scalar functions a filter may call: name -> (fewest, most) arguments. Date and time functions only
     # with an argument (a call of none is a value of the clock, not of the row).
@@ -54,7 +54,7 @@ class FilterDialect:
     # How a string literal's bound parameter is marked: "?", "%s" (the driver fills parameters in with Python's %
     # formatting, so no other '%' may reach the text), or ":name" (:w0, :w1, ... in order).
     placeholder: Literal["?", "%s", ":name"]
-    operator_functions: frozenset[str] = frozenset()  # functions the database calls for an operator (SQLite: like)
+    operator_functions: frozenset[str] = frozenset()  # functions the database calls for an operator (LIKE's like)
     booleans: bool = True  # TRUE and FALSE are literals
     modulo: Literal["%", "mod"] = "mod"  # a % b as an operator, or as mod(a, b)
     integer_division: bool = False  # a DIV b
@@ -120,11 +120,11 @@ class Filter:
     dialect: FilterDialect
     sql: str
     params: tuple[Any, ...]
-    functions: frozenset[str]  # the functions the filter may call (SQLite's authorizer allows only these)
+    functions: frozenset[str]  # the functions the filter may call (an authorizer may allow only these)
 
     @property
     def binds(self) -> dict[str, Any]:
-        """Oracle's named binds for ``sql``."""
+        """The named binds for ``sql`` (``placeholder`` :name)."""
         return {f"w{i}": value for i, value in enumerate(self.params)}
 
 
@@ -320,8 +320,8 @@ class _Renderer:
         if symbol is not None:
             return two | {"typed", "safe"}, lambda k: f"({n(node.this, k)} {symbol} {n(node.expression, k)})"
         if isinstance(node, exp.Mod):
-            # A call elsewhere: MOD is the other dialects' spelling, and % is the formatting mark of MySQL's
-            # and PostgreSQL's drivers.
+            # A call elsewhere: MOD is the other dialects' spelling, and % is the formatting mark of the drivers
+            # whose placeholder is %s.
             return two, lambda k: (f"({n(node.this, k)} % {n(node.expression, k)})" if d.modulo == "%"
                                    else f"{self._function('mod')}({n(node.this, k)}, {n(node.expression, k)})")
         if isinstance(node, exp.IntDiv) and d.integer_division:

@@ -1,5 +1,5 @@
-"""Reconciliation fingerprints computed in this process, for sources whose database does not compute them
-(SQLite, Oracle): a consistent read's rows hashed batch by batch in the background, and the rows of chosen
+"""Reconciliation fingerprints computed in this process, for sources whose database does not compute them:
+a consistent read's rows hashed batch by batch in the background, and the rows of chosen
 buckets."""
 
 from __future__ import annotations

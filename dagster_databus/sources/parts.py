@@ -14,8 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from dagster_databus.core.batch import ChangeBatch, SpooledBatch
-from dagster_databus.core.events import Window
+from dagster_databus.core.batch import Changes
 from dagster_databus.core.progress import Progress, quiet
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
@@ -60,7 +59,7 @@ class Stream(Protocol):
     def reading(self) -> AbstractContextManager[None]: ...
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
-             state: Mapping[str, str] | None = None) -> Iterator[list[Window] | ChangeBatch | SpooledBatch]: ...
+             state: Mapping[str, str] | None = None) -> Iterator[Changes]: ...
 
     def release(self, through: Scn) -> None: ...
 
@@ -130,7 +129,7 @@ class ComposedSource:
         return self.stream.reading()
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
-             state: Mapping[str, str] | None = None) -> Iterator[list[Window] | ChangeBatch | SpooledBatch]:
+             state: Mapping[str, str] | None = None) -> Iterator[Changes]:
         return self.stream.poll(since, epoch, stats, state)
 
     def release(self, through: Scn) -> None:

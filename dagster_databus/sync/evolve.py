@@ -5,8 +5,8 @@ no row needs a value the change log never carried. The allow-list: columns added
 NULL, or the constant default the column was added with, which the snapshot fills in itself: ``core.defaults``),
 and a column's declared type changed where the source kind proves the change keeps every stored value
 (``SourceKind.keeps_values``: a wider integer, a longer VARCHAR; none for a kind whose log does not show the
-statement's conversion, as PostgreSQL's ``USING``). Such changes commute, so the snapshot is evolved once to the
-newest registered schema, then merges the log, older events included (read with the same default:
+statement's conversion, as an ``ALTER ... USING`` expression). Such changes commute, so the snapshot is evolved once
+to the newest registered schema, then merges the log, older events included (read with the same default:
 ``log.columns``). Everything else needs the table read again: a dropped or renamed column, any other type change
 (one the source converts values for: ``USING``, fewer fractional seconds, CHAR padding, signedness, a character
 set), a new key, a TRUNCATE, a column added with a default that is not a constant (``CURRENT_TIMESTAMP``, an
@@ -28,14 +28,14 @@ from dagster_databus.log.ddl import DdlRecord
 
 # Statements that change rows or names without row events: never evolved in place, whatever the columns say
 # (a column dropped and added again under its name has lost its values; a table created, swapped in, or given
-# another's partition or tablespace holds other rows). SQLite's install reports missing
-# triggers and changes it could not repair in its own words.
+# another's partition or tablespace holds other rows). A kind whose install repairs capture objects reports
+# missing ones and changes it could not repair in its own words.
 _NOT_IN_PLACE = re.compile(r"\b(DROP|RENAME|CHANGE|TRUNCATE|EXCHANGE|DISCARD|IMPORT)\b"
                            r"|\bCREATE\s+(OR\s+REPLACE\s+)?TABLE\b"
                            r"|triggers .* were missing|not repaired|\(relation changed\)|storage changed",
                            re.IGNORECASE)
 # A column added with what fills existing rows by a rule the snapshot cannot follow: a generated or
-# auto-increment value, or NOT NULL without a default (MySQL fills the type's implicit default).
+# auto-increment value, or NOT NULL without a default (a server may fill the type's implicit default).
 _FILLS = re.compile(r"\bADD\b.*(\bAS\s*\(|\bAUTO_INCREMENT\b|\bGENERATED\b)", re.IGNORECASE | re.DOTALL)
 _NOT_NULL = re.compile(r"\bNOT\s+NULL\b", re.IGNORECASE)
 _DEFAULT = re.compile(r"\bDEFAULT\b", re.IGNORECASE)
@@ -43,7 +43,7 @@ _DEFAULT = re.compile(r"\bDEFAULT\b", re.IGNORECASE)
 _DEFAULT_CHANGED = re.compile(r"\b(SET\s+DEFAULT|DROP\s+DEFAULT|MODIFY|ALTER\s+(COLUMN\s+)?\S+\s+SET)\b",
                               re.IGNORECASE)
 # A statement that changes a column's type, character set or NULL-ability: the source may have converted every
-# stored value, with no row events (MySQL's MODIFY, PostgreSQL's ALTER COLUMN ... TYPE ... USING). A character
+# stored value, with no row events (MODIFY, or ALTER COLUMN ... TYPE ... USING). A character
 # set named elsewhere (a column added with one, a table's default for new columns) converts nothing.
 _RETYPES = re.compile(r"\b(MODIFY|ALTER\s+(COLUMN\s+)?\S+\s+(SET\s+DATA\s+)?TYPE|CONVERT\s+TO|USING)\b",
                       re.IGNORECASE)

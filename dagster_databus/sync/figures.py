@@ -1,5 +1,5 @@
 """The figures of a table's sync, as a user looks at them: Dagster's asset metadata and the CLI's summary are both
-made from these (``defs.assets``, ``cli``), so the two never disagree; a capture's are ``pipeline.capture_figures``."""
+made from these (``defs.assets``, ``cli``), so the two never disagree; a capture's are ``capture.figures``."""
 
 from __future__ import annotations
 

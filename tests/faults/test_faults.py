@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.cli import EXIT_TRANSIENT
 from dagster_databus.config import DatabusConfig
 from dagster_databus.core.scn import Scn
@@ -66,12 +66,12 @@ def prepared(kind: str, tmp_path: Path, request: pytest.FixtureRequest, lake: Pa
     config = make_config(lake or tmp_path / "lake", source)
     config_file = tmp_path / "databus.json"
     config_file.write_text(json.dumps(config_document(config, [source])))
-    pipeline.install(config, "faults")
+    capture.install(config, "faults")
     return harness, config, config_file, LoadGenerator(harness)
 
 
 def cycle(config: DatabusConfig, spark: object) -> None:
-    pipeline.capture(config, "faults")
+    capture.run(config, "faults")
     sync_source(spark, config, "faults")
 
 
@@ -103,7 +103,7 @@ def test_sigkill_at_each_boundary_then_rerun(kind: str, point: str, lake: Path |
     cycle(config, spark)
     generator.run(40)
     if point in MERGE_POINTS:
-        pipeline.capture(config, "faults")
+        capture.run(config, "faults")
     killed = job("capture" if point in CAPTURE_POINTS else "merge_snapshots", config_file, crash_at=point)
     assert killed.returncode == -9, killed.stdout + killed.stderr
     generator.run(20)
@@ -118,7 +118,7 @@ def test_a_truncated_segment_stops_the_pipeline_until_bootstrap(kind: str, lake:
     generator.run(40)
     cycle(config, spark)
     generator.run(40)
-    pipeline.capture(config, "faults")
+    capture.run(config, "faults")
     log = ChangeLog(config.lake, "faults")
     segment = f"{log.key}segments/{log.manifest().segments[-1].file}"
     data = config.lake.objects.read(segment)
@@ -126,8 +126,8 @@ def test_a_truncated_segment_stops_the_pipeline_until_bootstrap(kind: str, lake:
     with pytest.raises(ChangeLogCorruptError, match=r"(?s)is .* bytes, the manifest says.*databus bootstrap"):
         sync_source(spark, config, "faults")
     with pytest.raises(ChangeLogCorruptError):
-        pipeline.capture(config, "faults")
-    pipeline.bootstrap(config, "faults")
+        capture.run(config, "faults")
+    capture.restart(config, "faults")
     generator.run(20)
     cycle(config, spark)
     assert_clean(config, generator)
@@ -166,10 +166,10 @@ def test_a_full_disk_during_segment_and_delta_writes(kind: str, tmp_path: Path, 
         generator.run(200)
         filler = fill(lake)
         with pytest.raises(DiskFullError, match=r"no space left.*segment"):
-            pipeline.capture(config, "faults")
+            capture.run(config, "faults")
         assert ChangeLog(config.lake, "faults").checkpoint() == checkpoint
         filler.unlink()
-        pipeline.capture(config, "faults")  # space is back: the next run succeeds
+        capture.run(config, "faults")  # space is back: the next run succeeds
 
         applied = DeltaSnapshot(config.lake, "faults", TABLE).applied_scn()
         filler = fill(lake)
@@ -228,7 +228,7 @@ def test_replayed_and_out_of_order_windows_change_nothing(kind: str, lake: Path 
     # The old windows once more, each now ending where the log does, past a window the snapshot has not
     # applied: the merge runs, reading the log from the snapshot's SCN on, so no replayed window is read again.
     generator.run(30)
-    pipeline.capture(config, "faults")
+    capture.run(config, "faults")
     log = ChangeLog(config.lake, "faults")
     until = log.committed_scn()
     unapplied = sum(len(w.events) for w in log.read_windows(snap.applied_scn()))
@@ -276,7 +276,7 @@ def test_a_database_that_disappears_mid_run_is_a_clear_error_and_writes_nothing(
         harness.server.execute(f"DROP DATABASE {harness.database}")
         field = "sources.faults.database"
     with pytest.raises(ConfigError) as err:
-        pipeline.capture(config, "faults")
+        capture.run(config, "faults")
     assert err.value.field == field and "Fix:" in str(err.value)
     assert log.manifest() == manifest and log.checkpoint() == checkpoint
 
@@ -291,10 +291,10 @@ def test_a_bootstrap_killed_mid_table_resumes_and_reads_each_range_at_most_twice
     config = make_config(lake, source, merge={"file_rows": 40})
     config_file = tmp_path / "databus.json"
     config_file.write_text(json.dumps({**config_document(config, [source]), "merge": {"file_rows": 40}}))
-    pipeline.install(config, "faults")
+    capture.install(config, "faults")
     generator = LoadGenerator(harness, keys=6000, seed=4)
     generator.run(300, per_txn=10)
-    pipeline.capture(config, "faults")
+    capture.run(config, "faults")
 
     store = BootstrapProgress(config.lake, "faults", TABLE)
     run = subprocess.Popen([sys.executable, "jobs/merge_snapshots.py", "--config", str(config_file), "--source",
@@ -316,7 +316,7 @@ def test_a_bootstrap_killed_mid_table_resumes_and_reads_each_range_at_most_twice
     assert config.lake.objects.folders("snapshot/faults/") in ([], [TABLE])  # progress lives beside the tables
 
     generator.run(30, per_txn=10)  # the table changes between the two runs
-    pipeline.capture(config, "faults")
+    capture.run(config, "faults")
     [result] = sync_source(spark, config, "faults")
     assert result.key_ranges is not None and result.key_ranges.ranges == len(plan.ranges)
     assert result.key_ranges.resumed >= len(first)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dagster_databus import pipeline
+from dagster_databus import capture
 from dagster_databus.config import DatabusConfig
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.errors import CaptureNotInstalledError
@@ -171,7 +171,7 @@ def soak_run(config: DatabusConfig, spark: SparkRuntime, workload: MixedWorkload
     """``tests.test_verify.verified_run``, with ``workload``'s transactions committing in another thread while the
     slices are read (what they did appended to ``during``), and ``meanwhile`` between the reads and capture."""
     cfg = config.source("shop")
-    pipeline.install(config, "shop")
+    capture.install(config, "shop")
     verification = RollingVerification(config, cfg, [t.name for t in cfg.tables], engine_for(spark, config))
     stop, errors = threading.Event(), list[BaseException]()
 
@@ -191,7 +191,7 @@ def soak_run(config: DatabusConfig, spark: SparkRuntime, workload: MixedWorkload
     if errors:
         raise errors[0]
     meanwhile()
-    pipeline.capture(config, "shop")
+    capture.run(config, "shop")
     sync_source(spark, config, "shop")
     return verification.settle()
 

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from dagster_databus.errors import LogGapError, SourceUnavailableError, StandbyBehindError
+from dagster_databus.sources.base import FailoverState
 from dagster_databus.sources.mysql.connect import Cursor
 from dagster_databus.sources.mysql.positions import MysqlPositions
 from dagster_databus.sources.mysql.servers import MysqlServers, other_role
@@ -247,9 +248,8 @@ class MysqlFailover:
         if unreachable(self.servers, 1, 0) is None:
             return None
         switch, state = self.fail_over(dict(checkpoint.state), checkpoint.updated_ms, checkpoint.epoch, down.problem)
-        state["switched_ms"] = str(int(time.time() * 1000))
-        if switch.method == "timestamp" and switch.last_commit_ts is not None:
-            state["reread_through"] = str(switch.last_commit_ts)
+        reread = switch.last_commit_ts if switch.method == "timestamp" else None
+        state.update(FailoverState(switched_ms=int(time.time() * 1000), reread_through_s=reread).entries())
         progress(f"{self.name}: switching to {switch.to_server}, resuming at {switch.resume_file}:"
                  f"{switch.resume_offset} (found by {switch.method}; era {switch.era})")
         return switch, state

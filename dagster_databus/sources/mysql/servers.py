@@ -12,6 +12,7 @@ from typing import Any, Literal
 from dagster_databus.config import MysqlSourceConfig
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import CaptureNotInstalledError, ConcurrentRunError, ConfigError, SourceUnavailableError
+from dagster_databus.sources.base import FailoverState
 from dagster_databus.sources.mysql.charsets import ServerCharsets, server_charsets
 from dagster_databus.sources.mysql.connect import (
     Connection,
@@ -54,7 +55,7 @@ class MysqlServers:
 
     def attach(self, state: Mapping[str, str]) -> None:
         """Read from the server and era a checkpoint's state names (the primary and era 0 by default)."""
-        role = state.get("server", "primary")
+        role = FailoverState.of(state).reading
         if role == "standby" and self.config.standby is None:
             raise ConfigError(self.field("standby"), "the change log's checkpoint was taken on the standby after "
                               "a failover, but the source no longer names a standby",
@@ -86,7 +87,8 @@ class MysqlServers:
         return f"{role or self.role} {host}:{port}"
 
     def base_state(self, file: str, created: str) -> dict[str, str]:
-        return {"server": self.role, "era": str(self.era), "binlog_file": file, "binlog_created": created}
+        return {**FailoverState(server=self.role).entries(), "era": str(self.era), "binlog_file": file,
+                "binlog_created": created}
 
     def scn(self, file: str, offset: int) -> Scn:
         return Scn.from_binlog(file_number(file), offset, self.era)

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, closing, nullcontext
 from typing import TYPE_CHECKING, Any
 
+from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Position, Scn
@@ -58,7 +59,7 @@ class OraclePoller:
         return nullcontext()
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
-             state: Mapping[str, str] | None = None) -> Iterator[list[Window]]:
+             state: Mapping[str, str] | None = None) -> Iterator[ChangeBatch]:
         schemas = self.catalog.schemas()
         with closing(self.catalog.connect()) as conn, closing(conn.cursor()) as cur:
             current = epoch_of(cur, settings(cur))
@@ -87,8 +88,8 @@ class OraclePoller:
                 since = end_scn
                 stats.until = end_scn
                 stats.chunks += 1
-                if windows:
-                    yield windows
+                if windows:  # by column, as the change log takes them (``Changes``)
+                    yield ChangeBatch.from_windows(windows, schemas)
 
     def _read_chunk(self, cur: oracledb.Cursor, schemas: Mapping[str, TableSchema], since: Scn,
                     end: Scn) -> list[Window]:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from dagster_databus.core.batch import batch_schema, encode_keys, partitions
+from dagster_databus.core.batch import table_rows
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.errors import SchemaDriftError
 from dagster_databus.sources.postgres.pgoutput import UNCHANGED, Tuple, lsn_text
@@ -136,9 +136,5 @@ def change_rows(schema: TableSchema, rows: Sequence[pa.Array], window: pa.Array,
     row's window SCN (its ``__scn`` too: a transaction's events take its commit's) and commit time."""
     width = len(schema.columns)
     columns, (op, seq) = list(rows[:width]), rows[width:]
-    key = [columns[schema.column_names.index(k)] for k in schema.primary_key]
-    keys = encode_keys(key, lambda: list(zip(
-        *(schema.columns[schema.column_names.index(k)].type.from_arrow(c) for k, c in zip(
-            schema.primary_key, key, strict=True)), strict=True)), schema, where)
-    return pa.RecordBatch.from_arrays([*columns, window, window, seq, op, keys, partitions(keys), commit],
-                                      schema=batch_schema(schema))
+    return table_rows(schema, columns, scn=window, window_scn=window, seq=seq, op=op, commit_ts_ms=commit,
+                      where=where)

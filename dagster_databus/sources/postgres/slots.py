@@ -1,11 +1,13 @@
 """The capture slot as a plain connection sees it: its state, the SCN a consistent read is stamped with (found
 by peeking the slot), moving it on for a change log that starts afresh, and waiting, after a capture, for the
-server to let go of the slot where the capture confirmed it; and starting a replication connection's stream
-from it (``stream`` reads it). Only the stream consumes the slot."""
+server to let go of the slot where the capture confirmed it; starting a replication connection's stream
+from it (``stream`` reads it); and what the slot holds back on the server (``slot_retention``, ``base.Retaining``).
+Only the stream consumes the slot."""
 
 from __future__ import annotations
 
 import time
+from contextlib import closing
 from typing import Any
 
 import psycopg2
@@ -14,8 +16,9 @@ from dagster_databus.config import PostgresSourceConfig
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConcurrentRunError, SourceUnavailableError
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.postgres.connect import Connection
-from dagster_databus.sources.postgres.pgoutput import Commit, PgoutputDecoder, lsn_of, lsn_text
+from dagster_databus.sources.base import Retention
+from dagster_databus.sources.postgres.connect import Connection, PostgresConnector
+from dagster_databus.sources.postgres.pgoutput import Begin, Commit, PgoutputDecoder, lsn_of, lsn_text
 
 # The most WAL a read peeks through for its settled SCN (a slot far behind: the read's own LSN stands).
 _PEEK_BYTES = 64 << 20
@@ -144,3 +147,35 @@ def start_streaming(cursor: Any, feedback: Any, config: PostgresSourceConfig, si
         raise SourceUnavailableError(
             f"source {config.name!r} could not stream slot {config.slot_name!r}: {text.splitlines()[0]}",
             "run `databus validate` for the source, then again", source=config.name) from None
+
+
+def slot_retention(connector: PostgresConnector, config: PostgresSourceConfig,
+                   slot: dict[str, Any] | None) -> Retention:
+    """The WAL the capture slot (``slot``, as ``slot_state`` describes it) holds back on the server, and the commit
+    time of the oldest change waiting in it (``base.Retaining``)."""
+    holder = f"replication slot {config.slot_name}"
+    if slot is None:
+        return Retention(holder, None, "missing")
+    waiting = None
+    if not slot["active"]:  # a slot a capture streams from cannot be peeked
+        with closing(connector.connect()) as conn, conn.cursor() as cur:
+            waiting = _waiting_since(cur, config)
+    retained = slot["retained_bytes"]
+    return Retention(holder, int(retained) if retained is not None else 0, str(slot["wal_status"] or "unknown"),
+                     waiting)
+
+
+def _waiting_since(cur: Any, config: PostgresSourceConfig) -> int | None:
+    """The commit time (ms) of the first transaction the slot holds for capture, 0 for none: a peek (nothing
+    consumed) decoding up to its first change. None when the server refuses the peek."""
+    try:
+        cur.execute(sqlfiles.load("postgres", "first_waiting.sql"),
+                    {"slot": config.slot_name, "publication": config.publication_name})
+        row = cur.fetchone()
+    except psycopg2.Error:
+        cur.connection.rollback()
+        return None
+    if row is None:
+        return 0
+    begin = PgoutputDecoder().decode(bytes(row[0]))
+    return begin.commit_ts_ms if isinstance(begin, Begin) else None

@@ -11,20 +11,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import closing
-from typing import Any
-
-import psycopg2
 
 from dagster_databus.config import PostgresSourceConfig
 from dagster_databus.core.scn import Scn
-from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import InstallReport, Retention
 from dagster_databus.sources.parts import ComposedSource
 from dagster_databus.sources.postgres.catalog import PostgresCatalog
 from dagster_databus.sources.postgres.connect import PostgresConnector
-from dagster_databus.sources.postgres.pgoutput import Begin, PgoutputDecoder
 from dagster_databus.sources.postgres.setup import PostgresSetup
+from dagster_databus.sources.postgres.slots import slot_retention
 from dagster_databus.sources.postgres.snapshots import PostgresSnapshots
 from dagster_databus.sources.postgres.stream import PostgresStream
 
@@ -51,32 +46,7 @@ class PostgresSource(ComposedSource):
 
     def retention(self) -> Retention:
         """The WAL the capture slot holds back on the server (``base.Retaining``)."""
-        slot = self.reader.slot()
-        holder = f"replication slot {self.config.slot_name}"
-        if slot is None:
-            return Retention(holder, None, "missing")
-        waiting = None
-        if not slot["active"]:  # a slot a capture streams from cannot be peeked
-            with closing(self.connector.connect()) as conn, conn.cursor() as cur:
-                waiting = self._waiting_since(cur)
-        retained = slot["retained_bytes"]
-        return Retention(holder, int(retained) if retained is not None else 0, str(slot["wal_status"] or "unknown"),
-                         waiting)
-
-    def _waiting_since(self, cur: Any) -> int | None:
-        """The commit time (ms) of the first transaction the slot holds for capture, 0 for none: a peek (nothing
-        consumed) decoding up to its first change. None when the server refuses the peek."""
-        try:
-            cur.execute(sqlfiles.load("postgres", "first_waiting.sql"),
-                        {"slot": self.config.slot_name, "publication": self.config.publication_name})
-            row = cur.fetchone()
-        except psycopg2.Error:
-            cur.connection.rollback()
-            return None
-        if row is None:
-            return 0
-        begin = PgoutputDecoder().decode(bytes(row[0]))
-        return begin.commit_ts_ms if isinstance(begin, Begin) else None
+        return slot_retention(self.connector, self.config, self.reader.slot())
 
     def drift(self, since: Scn, state: Mapping[str, str]) -> list[str]:
         """The slot or publication replaced behind capture's back since the checkpoint (``Drifting``)."""

@@ -31,8 +31,7 @@ from typing import Any
 
 import psycopg2
 
-from dagster_databus.core.batch import ChangeBatch, SpooledBatch
-from dagster_databus.core.events import Window
+from dagster_databus.core.batch import ChangeBatch, Changes, SpooledBatch
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import (
     DatabusError,
@@ -128,7 +127,7 @@ class PostgresStream:
         return self.drift.slot()
 
     def poll(self, since: Scn, epoch: str | None, stats: PollStats,
-             state: Mapping[str, str] | None = None) -> Iterator[list[Window] | ChangeBatch | SpooledBatch]:
+             state: Mapping[str, str] | None = None) -> Iterator[Changes]:
         for gap in self.drift.gaps(since, state or {}, publication := self.drift.publication_oid()):  # kept, too
             raise gap
         bound = self.high_water_mark()

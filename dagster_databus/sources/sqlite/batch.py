@@ -22,9 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from dagster_databus.core.batch import ChangeBatch, batch_schema, encode_keys, partitions
+from dagster_databus.core.batch import ChangeBatch, table_rows
 from dagster_databus.core.schema import Column, TableSchema
-from dagster_databus.core.types import ColumnType
 from dagster_databus.sources.sqlite.scan import BLOB, ESCAPED, NULL, REAL, TEXT, Spans, scan
 from dagster_databus.sources.sqlite.types import sqlite_value
 
@@ -151,14 +150,11 @@ def chunk_batch(chunk: TxlogChunk, schemas: Mapping[str, TableSchema],
                 columns = _columns_by_json(schema, texts)
             except _Fallback:
                 columns = _columns_by_row(schema, texts, table_scns, decode_row)
-        by_name = dict(zip(schema.column_names, columns, strict=True))
-        keys = encode_keys([by_name[k] for k in schema.primary_key], _key_values(schema, by_name), schema,
-                           f"the change events of SCN {int(table_scns.min())} to {int(table_scns.max())}")
-        out[table] = pa.RecordBatch.from_arrays([
-            *columns, pa.array(table_scns, pa.int64()), pa.array(window_scn[at], pa.int64()),
-            pa.array(seq[at], pa.int32()), ops if isinstance(at, slice) else ops.take(at), keys, partitions(keys),
-            pa.array(commit[at], pa.int64()),
-        ], schema=batch_schema(schema))
+        out[table] = table_rows(
+            schema, columns, scn=pa.array(table_scns, pa.int64()), window_scn=pa.array(window_scn[at], pa.int64()),
+            seq=pa.array(seq[at], pa.int32()), op=ops if isinstance(at, slice) else ops.take(at),
+            commit_ts_ms=pa.array(commit[at], pa.int64()),
+            where=f"the change events of SCN {int(table_scns.min())} to {int(table_scns.max())}")
     return ChangeBatch(out)
 
 
@@ -335,13 +331,4 @@ def _columns_by_row(schema: TableSchema, texts: pa.Array | Sequence[str], scns: 
     images = texts.to_pylist() if isinstance(texts, pa.Array) else texts
     rows = [convert(decode_row(text), f"the change at SCN {scn}") for text, scn in zip(images, scns, strict=True)]
     return [c.type.to_arrow([r[c.name] for r in rows]) for c in schema.columns]
-
-
-def _key_values(schema: TableSchema, by_name: Mapping[str, pa.Array]) -> list[tuple[Any, ...]] | None:
-    """The key tuples in canonical values, unless ``encode_keys`` encodes the key by column."""
-    key = [by_name[k] for k in schema.primary_key]
-    if len(key) == 1 and pa.types.is_integer(key[0].type) and not key[0].null_count:
-        return None
-    types: list[ColumnType] = [schema.column(k).type for k in schema.primary_key]
-    return list(zip(*(t.from_arrow(a) for t, a in zip(types, key, strict=True)), strict=True))
 

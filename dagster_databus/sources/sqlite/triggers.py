@@ -15,6 +15,7 @@ from contextlib import closing
 from dagster_databus.core.identifiers import quote_ansi
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.errors import CaptureNotInstalledError
+from dagster_databus.log.compat import OldForm
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import InstallReport, not_installed, require_installed
 from dagster_databus.sources.sqlite import drift, layouts
@@ -40,6 +41,16 @@ from dagster_databus.sources.sqlite.text import text_notes
 # constraints beside its key: ``displace``) get them, and ``_databus_displaced``, when install runs again: their
 # triggers no longer match the ones rendered.
 CAPTURE_VERSION = "4"
+# The older installs install converts, and when that conversion can go (``log.compat``).
+OLD_FORMS = (
+    OldForm("a SQLite source's capture objects of capture version 2 (triggers that read the epoch and checked "
+            "the columns per row)", "SQLite capture version 2",
+            "dagster_databus.sources.sqlite.triggers:SqliteTriggers",
+            "no deployed SQLite source is still at version 2: install converts it (migrate_v2*.sql)"),
+    OldForm("a SQLite source's txlog rows of capture version 3 (JSON row images written by the triggers)",
+            "SQLite capture version 3", "dagster_databus.sources.sqlite.render:layout_images",
+            "no deployed SQLite txlog holds version 3 rows: they are pruned once every log has read past them"),
+)
 
 
 class SqliteTriggers:

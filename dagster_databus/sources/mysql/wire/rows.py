@@ -18,7 +18,7 @@ from typing import NoReturn
 import numpy as np
 import pyarrow as pa
 
-from dagster_databus.core.batch import ChangeBatch, batch_schema, encode_keys, partitions
+from dagster_databus.core.batch import ChangeBatch, table_rows
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import BinlogEventError
@@ -376,14 +376,9 @@ def _table_batch(parts: list[_Changes], scns: np.ndarray) -> pa.RecordBatch:
         taken = pa.array(order)
         columns = [c.take(taken) for c in columns]
         windows, seqs, ops, stamps = windows[order], seqs[order], ops[order], stamps[order]
-    at = {name: i for i, name in enumerate(schema.column_names)}
-    key_arrays = [columns[at[name]] for name in schema.primary_key]
-    keys = encode_keys(key_arrays, lambda: list(zip(
-        *(schema.column(name).type.from_arrow(columns[at[name]]) for name in schema.primary_key), strict=True)),
-        schema, f"the change events of the transactions committed at SCN {scns[windows[0]]} to {scns[windows[-1]]}")
+    where = f"the change events of the transactions committed at SCN {scns[windows[0]]} to {scns[windows[-1]]}"
     window_scns = pa.array(scns[windows], pa.int64())
     del windows
     op_names = pa.DictionaryArray.from_arrays(pa.array(ops, pa.int8()), _OP_NAMES).cast(pa.string())
-    arrays = [*columns, window_scns, window_scns, pa.array(seqs, pa.int32()), op_names, keys, partitions(keys),
-              pa.array(stamps, pa.int64())]
-    return pa.RecordBatch.from_arrays(arrays, schema=batch_schema(schema))
+    return table_rows(schema, columns, scn=window_scns, window_scn=window_scns, seq=pa.array(seqs, pa.int32()),
+                      op=op_names, commit_ts_ms=pa.array(stamps, pa.int64()), where=where)
