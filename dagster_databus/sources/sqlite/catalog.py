@@ -23,11 +23,33 @@ _PARTLY_UNIQUE = ("SELECT i.name, i.partial FROM pragma_index_list(:table_name) 
                   "(i.partial OR EXISTS (SELECT 1 FROM pragma_index_info(i.name) AS e WHERE e.cid = -2))")
 
 
-class SqliteCatalog(SqlCatalog[sqlite3.Cursor]):
+class _Session:
+    """A connection as the catalog queries it, its own cursor: every query goes through the connection's
+    ``execute`` (``BusyAwareConnection``: a lock that outlasts the busy timeout is a transient error)."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection = connection
+        self._rows: list[Any] = []
+
+    def cursor(self) -> _Session:
+        return self
+
+    def execute(self, sql: str, params: Any, /) -> None:
+        self._rows = self.connection.execute(sql, params).fetchall()
+
+    def fetchall(self) -> list[Any]:
+        return self._rows
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+class SqliteCatalog(SqlCatalog[_Session]):
     """The configured tables' schemas, and the database's owner."""
 
     def __init__(self, database: SqliteDatabase) -> None:
-        super().__init__(CATALOG, database.name, database.config.tables, database.connect, f"{database.config.path}")
+        super().__init__(CATALOG, database.name, database.config.tables, lambda: _Session(database.connect()),
+                         f"{database.config.path}")
         self.database = database
         self.config = database.config
 
@@ -50,16 +72,16 @@ class SqliteCatalog(SqlCatalog[sqlite3.Cursor]):
             f"{path}, then run `databus install --source {self.name}` and `databus bootstrap --source {self.name}`",
         )
 
-    def check_database(self, cur: sqlite3.Cursor) -> None:
+    def check_database(self, cur: _Session) -> None:
         self.require_owner(cur.connection)
 
-    def columns_of(self, cur: sqlite3.Cursor, table: str, where: str) -> Sequence[tuple[Any, ...]] | None:
+    def columns_of(self, cur: _Session, table: str, where: str) -> Sequence[tuple[Any, ...]] | None:
         rows = super().columns_of(cur, table, where)
         if rows is None:
             self._refuse_renamed_away(cur.connection, table, where)
         return rows
 
-    def unique_sets(self, cur: sqlite3.Cursor, table: str, key: tuple[str, ...], where: str) -> list[set[str]]:
+    def unique_sets(self, cur: _Session, table: str, key: tuple[str, ...], where: str) -> list[set[str]]:
         sets = super().unique_sets(cur, table, key, where)
         cur.execute(_PARTLY_UNIQUE, {"table_name": table})
         partly = {name: "is partial (it has a WHERE clause)" if partial else "has an expression part"
@@ -67,7 +89,7 @@ class SqliteCatalog(SqlCatalog[sqlite3.Cursor]):
         _refuse_partly_unique(key, sets, partly, table, where)
         return sets
 
-    def table_schema(self, cur: sqlite3.Cursor, index: int, table: str, key: tuple[str, ...]) -> TableSchema:
+    def table_schema(self, cur: _Session, index: int, table: str, key: tuple[str, ...]) -> TableSchema:
         schema = super().table_schema(cur, index, table, key)
         if self.config.invalid_utf8 != "binary":
             return schema
