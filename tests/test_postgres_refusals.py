@@ -16,7 +16,7 @@ from dagster_databus.core.schema import Column
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import ConfigError
 from dagster_databus.sources import open_source
-from dagster_databus.sources.catalog import resolve_key
+from dagster_databus.sources.generic.catalog import resolve_key
 from tests.harness import PostgresHarness, config_document, make_config
 
 

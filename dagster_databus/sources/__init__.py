@@ -1,7 +1,7 @@
 """Capture sources: one package per database kind, each registered in ``registry`` (``KINDS``, the one list of
 the kinds) and implementing ``base.Source`` (and ``base.Failover`` where it has servers to switch between).
-``base`` holds the contract and its records; ``catalog``, ``keys``, ``fingerprints``, ``filters`` and
-``sqlfiles`` what the kinds share."""
+``base`` holds the contract and its records; ``generic`` (the catalog and the epoch check, written once over each
+kind's dialect), ``keys``, ``fingerprints``, ``filters`` and ``sqlfiles`` what the kinds share."""
 
 from __future__ import annotations
 

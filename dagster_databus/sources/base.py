@@ -280,7 +280,7 @@ class Source(Protocol):
 
     def null_keys(self) -> list[str]:
         """``validate``'s problem for each configured table whose key columns hold NULL, which capture and the
-        bootstrap refuse (``catalog.null_key_problem``); empty when none does."""
+        bootstrap refuse (``generic.catalog.null_key_problem``); empty when none does."""
 
     def notes(self) -> list[str]:
         """What ``validate`` says of the source beyond its problems (a server's version and settings, a scan

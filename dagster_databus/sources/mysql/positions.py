@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextlib import closing
 
-from dagster_databus.core.scn import Position, Scn
+from dagster_databus.core.scn import Scn
 from dagster_databus.errors import EpochMismatchError, LogGapError
+from dagster_databus.sources.generic.epoch import require_same_epoch
 from dagster_databus.sources.mysql.connect import Cursor, MySQLError, OperationalError
 from dagster_databus.sources.mysql.servers import MysqlServers, file_number
 from dagster_databus.sources.mysql.versions import binlog_end
@@ -72,11 +73,11 @@ class MysqlPositions:
         file on this server still: raises ``EpochMismatchError`` when the server or its binlogs were replaced or
         reset, ``LogGapError`` when the file was purged."""
         current_epoch = self.epoch()
-        if epoch is not None and not Position(epoch, since).same_epoch(Position(current_epoch, since)):
-            raise EpochMismatchError(
-                f"MySQL source {self.name!r} is now {current_epoch}, but the change log's checkpoint belongs to "
-                f"{epoch}: the server was replaced or its binlogs renamed, so positions cannot be compared",
-                f"run `databus bootstrap --source {self.name}`", source=self.name)
+        require_same_epoch(
+            epoch, current_epoch, since,
+            f"MySQL source {self.name!r} is now {current_epoch}, but the change log's checkpoint belongs to "
+            f"{epoch}: the server was replaced or its binlogs renamed, so positions cannot be compared",
+            f"run `databus bootstrap --source {self.name}`", self.name)
         cur.execute("SHOW BINARY LOGS")
         sizes = {r[0]: int(r[1]) for r in cur.fetchall()}
         files = list(sizes)

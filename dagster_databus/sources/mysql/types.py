@@ -188,3 +188,18 @@ def _zero_date(described: str, zero_dates: ZeroDates) -> None:
     raise TypeValueError(
         f"{described} is a MySQL zero date, which Delta's date and timestamp types cannot hold; set the source's "
         "zero_dates: null to store such dates as NULL, or correct the rows")
+
+
+def sql_default(default: Any, extra: str, ctype: ColumnType | None, mariadb: bool) -> str | None:
+    """A column's default as SQL literal text (``core.defaults``), or in parentheses when it is an expression.
+    MariaDB reports it so; MySQL reports a literal's bare value and marks expressions ``DEFAULT_GENERATED``."""
+    if default is None or (mariadb and str(default).upper() == "NULL"):
+        return None
+    text = str(default)
+    if mariadb:
+        return text
+    if "DEFAULT_GENERATED" in str(extra).upper() or text.upper().startswith(("CURRENT_TIMESTAMP", "NOW(")):
+        return f"({text})"
+    if ctype is not None and ctype.kind in ("byte", "short", "integer", "long", "decimal", "float", "double"):
+        return text
+    return "'" + text.replace("'", "''") + "'"

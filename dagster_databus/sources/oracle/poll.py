@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.events import ChangeEvent, Op, Window
 from dagster_databus.core.schema import TableSchema
-from dagster_databus.core.scn import Position, Scn
-from dagster_databus.errors import CaptureNotInstalledError, EpochMismatchError
+from dagster_databus.core.scn import Scn
+from dagster_databus.errors import CaptureNotInstalledError
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import PollStats
+from dagster_databus.sources.generic.epoch import require_same_epoch
 from dagster_databus.sources.oracle.catalog import OracleCatalog
 from dagster_databus.sources.oracle.install import epoch_of, settings
 from dagster_databus.sources.oracle.sql import poll_query
@@ -63,11 +64,10 @@ class OraclePoller:
         schemas = self.catalog.schemas()
         with closing(self.catalog.connect()) as conn, closing(conn.cursor()) as cur:
             current = epoch_of(cur, settings(cur))
-            if epoch is not None and not Position(epoch, since).same_epoch(Position(current, since)):
-                raise EpochMismatchError(
-                    f"Oracle source {self.name!r} is now epoch {current}, the change log's checkpoint is {epoch}: "
-                    "the capture objects were re-installed or the database replaced",
-                    f"run `databus bootstrap --source {self.name}`", source=self.name)
+            require_same_epoch(
+                epoch, current, since, f"Oracle source {self.name!r} is now epoch {current}, the change log's "
+                f"checkpoint is {epoch}: the capture objects were re-installed or the database replaced",
+                f"run `databus bootstrap --source {self.name}`", self.name)
             cur.execute("SELECT bitnum FROM sy$sources WHERE name = :n", n=self.name)
             registered = cur.fetchone()
             assert registered is not None  # require_installed checked the registration

@@ -1,11 +1,20 @@
-"""PostgreSQL's SQL as refresh filters see it (``sources.filters``)."""
+"""PostgreSQL's SQL as refresh filters see it (``sources.filters``), and as the catalog reads the tables'
+description from ``pg_catalog`` (``generic.catalog``)."""
 
 from __future__ import annotations
+
+from functools import partial
+from typing import Any
 
 from sqlglot import TokenType
 from sqlglot.dialects.postgres import Postgres
 
+from dagster_databus.core.identifiers import quote_ansi
+from dagster_databus.core.schema import Column
+from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.filters import FilterDialect
+from dagster_databus.sources.generic.catalog import CatalogDialect
+from dagster_databus.sources.postgres.types import PgColumn, pg_column_type
 
 # Why casts are refused, and the refusal's fix: a quoted literal needs none.
 CAST = "a cast (::type, CAST(... AS type), or a typed literal such as date '...')"
@@ -38,4 +47,28 @@ FILTERS = FilterDialect(
     # look-alike with a closer argument type (CVE-2018-1058): calls are rendered as pg_catalog.name(...). These
     # three are grammar, not functions (pg_catalog.coalesce does not exist): the parser makes its own nodes of them.
     function_schema="pg_catalog", grammar_functions=frozenset({"coalesce", "nullif", "trim"}),
+)
+
+
+# -- the catalog ---------------------------------------------------------------------------------------------
+
+
+def _column(name: str, row: tuple[Any, ...]) -> Column | str | None:
+    """A row of ``sql/postgres/described_columns.sql``; its type gone (None): dropped since a relation message."""
+    _name, declared, type_name, typmod, is_enum, element, element_is_enum, _nn, default, type_oid = row
+    if declared is None:
+        return None
+    ctype = pg_column_type(PgColumn(name=name, declared=declared, type_name=type_name, typmod=typmod, is_enum=is_enum,
+                                    element=element, element_is_enum=bool(element_is_enum), type_oid=type_oid))
+    if ctype is None:
+        return f"{name} {declared}"
+    return Column(name=name, type=ctype, source_type=declared, default=default)
+
+
+# The queries are SQL files of sql/postgres/, read when first run. A table's columns are described in two steps
+# (``PostgresCatalog.read_columns``), as a relation message's are.
+CATALOG = CatalogDialect(
+    label="PostgreSQL", unmapped_fix="change the column to a mapped type (docs/types.md, PostgreSQL)",
+    container="schema", tables="schema_tables.sql", columns="table_columns.sql", unique="unique_keys.sql",
+    column=_column, quote=quote_ansi, first_row=" LIMIT 1", sql=partial(sqlfiles.load, "postgres"),
 )

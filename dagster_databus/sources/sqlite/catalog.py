@@ -4,48 +4,54 @@ database's own description (``PRAGMA table_info``), and the check that the datab
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
-from contextlib import closing
+from collections.abc import Sequence
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 from dagster_databus.core.identifiers import quote_ansi
-from dagster_databus.core.schema import Column, TableSchema
+from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import ConfigError
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.catalog import (
-    check_column_name,
-    null_key_problem,
-    null_key_query,
-    require_mapped,
-    require_unique_key,
-    resolve_key,
-    table_schemas,
-)
+from dagster_databus.sources.generic.catalog import SqlCatalog, covered
 from dagster_databus.sources.sqlite.database import SqliteDatabase, installed
+from dagster_databus.sources.sqlite.dialect import CATALOG
 from dagster_databus.sources.sqlite.render import trigger_homes, trigger_names
-from dagster_databus.sources.sqlite.types import sqlite_column_type
+
+# The unique indexes that make no column set unique, with whether each is partial (else it has an expression part).
+_PARTLY_UNIQUE = ("SELECT i.name, i.partial FROM pragma_index_list(:table_name) AS i WHERE i.\"unique\" AND "
+                  "(i.partial OR EXISTS (SELECT 1 FROM pragma_index_info(i.name) AS e WHERE e.cid = -2))")
 
 
-class SqliteCatalog:
+class _Session:
+    """A connection as the catalog queries it, its own cursor: every query goes through the connection's
+    ``execute`` (``BusyAwareConnection``: a lock that outlasts the busy timeout is a transient error)."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection = connection
+        self._rows: list[Any] = []
+
+    def cursor(self) -> _Session:
+        return self
+
+    def execute(self, sql: str, params: Any, /) -> None:
+        self._rows = self.connection.execute(sql, params).fetchall()
+
+    def fetchall(self) -> list[Any]:
+        return self._rows
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+class SqliteCatalog(SqlCatalog[_Session]):
     """The configured tables' schemas, and the database's owner."""
 
     def __init__(self, database: SqliteDatabase) -> None:
+        super().__init__(CATALOG, database.name, database.config.tables, lambda: _Session(database.connect()),
+                         f"{database.config.path}")
         self.database = database
         self.config = database.config
-        self.name = database.name
-        self._schemas: dict[str, TableSchema] | None = None
-
-    def preflight(self) -> Mapping[str, TableSchema]:
-        with closing(self.database.connect()) as conn:
-            self.require_owner(conn)
-            self._schemas = table_schemas(self.config.tables, partial(self._table_schema, conn))
-        return self._schemas
-
-    def schemas(self) -> Mapping[str, TableSchema]:
-        return self._schemas if self._schemas is not None else self.preflight()
 
     def require_owner(self, conn: sqlite3.Connection) -> None:
         """Refuse a database another source captures (its name is recorded by that source's install)."""
@@ -66,49 +72,31 @@ class SqliteCatalog:
             f"{path}, then run `databus install --source {self.name}` and `databus bootstrap --source {self.name}`",
         )
 
-    def null_keys(self) -> list[str]:
-        """A problem for each configured table whose key columns hold NULL (SQLite allows it in a PRIMARY KEY
-        that is not an INTEGER PRIMARY KEY, and in UNIQUE columns)."""
-        problems = []
-        with closing(self.database.connect()) as conn:
-            for schema in self.schemas().values():
-                query = null_key_query(quote_ansi(schema.table), [quote_ansi(k) for k in schema.primary_key])
-                problem = null_key_problem(schema, conn.execute(query + " LIMIT 1").fetchone() is not None)
-                if problem:
-                    problems.append(problem)
-        return problems
+    def check_database(self, cur: _Session) -> None:
+        self.require_owner(cur.connection)
 
-    def _table_schema(self, conn: sqlite3.Connection, index: int, table: str,
-                      key: tuple[str, ...]) -> TableSchema:
-        where = self.database.field(f"tables[{index}]")
-        info = conn.execute(f"PRAGMA table_info({quote_ansi(table)})").fetchall()
-        if not info:
-            self._refuse_renamed_away(conn, table, where)
-            existing = [r[0] for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_databus\\_%' "
-                "ESCAPE '\\' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
-            raise ConfigError(
-                f"{where}.name", f"table {table!r} does not exist in {self.config.path}",
-                f"use one of the database's tables: {', '.join(existing) or '(none)'}",
-            )
-        columns, unmapped = [], []
-        for _cid, name, decl, _notnull, default, _pk in info:
-            check_column_name(name, table, where)
-            ctype = sqlite_column_type(decl or "")
-            if ctype is None:
-                unmapped.append(f"{name} {decl}")
-                continue
-            columns.append(Column(name=name, type=ctype, source_type=decl or "",
-                                  default=None if default is None or default.upper() == "NULL" else default))
-        require_mapped(self.name, table, unmapped, "SQLite", "declare DECIMAL(p,s) with 1 <= p and s <= p")
-        key = resolve_key(columns, key, table, where)
-        unique, partly = _unique_sets(conn, table, info)
-        _refuse_partly_unique(key, unique, partly, table, where)
-        require_unique_key(key, unique, table, where)
-        if self.config.invalid_utf8 == "binary":  # text outside the key as its exact bytes (a key stays text)
-            columns = [replace(c, type=ColumnType("binary")) if c.type.kind == "string" and c.name not in key else c
-                       for c in columns]
-        return TableSchema(source=self.name, table=table, columns=tuple(columns), primary_key=key)
+    def columns_of(self, cur: _Session, table: str, where: str) -> Sequence[tuple[Any, ...]] | None:
+        rows = super().columns_of(cur, table, where)
+        if rows is None:
+            self._refuse_renamed_away(cur.connection, table, where)
+        return rows
+
+    def unique_sets(self, cur: _Session, table: str, key: tuple[str, ...], where: str) -> list[set[str]]:
+        sets = super().unique_sets(cur, table, key, where)
+        cur.execute(_PARTLY_UNIQUE, {"table_name": table})
+        partly = {name: "is partial (it has a WHERE clause)" if partial else "has an expression part"
+                  for name, partial in cur.fetchall()}
+        _refuse_partly_unique(key, sets, partly, table, where)
+        return sets
+
+    def table_schema(self, cur: _Session, index: int, table: str, key: tuple[str, ...]) -> TableSchema:
+        schema = super().table_schema(cur, index, table, key)
+        if self.config.invalid_utf8 != "binary":
+            return schema
+        # Text outside the key as its exact bytes (a key stays text).
+        return replace(schema, columns=tuple(replace(c, type=ColumnType("binary"))
+                                             if c.type.kind == "string" and c.name not in schema.primary_key else c
+                                             for c in schema.columns))
 
     def _refuse_renamed_away(self, conn: sqlite3.Connection, table: str, where: str) -> None:
         """Raise when the missing ``table`` was renamed: its capture triggers moved with it to the table it is now."""
@@ -126,29 +114,11 @@ class SqliteCatalog:
         )
 
 
-def _unique_sets(conn: sqlite3.Connection, table: str, info: list[Any]) -> tuple[list[set[str]], dict[str, str]]:
-    """The declared primary key and every UNIQUE index on plain columns, as column sets; and the unique indexes
-    that make no column set unique (one with an expression part, or a partial one), by name, with why."""
-    sets, partly = [{row[1] for row in info if row[5]}], {}
-    for index in conn.execute(f"PRAGMA index_list({quote_ansi(table)})").fetchall():
-        if not index[2]:  # not unique
-            continue
-        parts = conn.execute(f"PRAGMA index_info({quote_ansi(index[1])})").fetchall()
-        if index[4]:  # partial: rows outside its WHERE may share the values
-            partly[index[1]] = "is partial (it has a WHERE clause)"
-        elif any(r[1] == -2 for r in parts):  # an expression: only the columns with it are unique
-            partly[index[1]] = "has an expression part"
-        else:
-            sets.append({r[2] for r in parts})
-    return sets, partly
-
-
 def _refuse_partly_unique(key: tuple[str, ...], unique: list[set[str]], partly: dict[str, str], table: str,
                           where: str) -> None:
     """Refuse a key that only an expression or partial unique index seems to cover, naming the index: two rows
     may share the key columns' values, and the snapshot would keep one of them."""
-    wanted = {k.lower() for k in key}
-    if not partly or any(cols and {c.lower() for c in cols} <= wanted for cols in unique):
+    if not partly or covered(key, unique):
         return
     named = ", ".join(f"{name} {why}" for name, why in sorted(partly.items()))
     columns = ", ".join(quote_ansi(k) for k in key)

@@ -21,10 +21,11 @@ import pyarrow.compute as pc
 
 from dagster_databus.core.batch import ChangeBatch
 from dagster_databus.core.schema import TableSchema
-from dagster_databus.core.scn import Position, Scn
+from dagster_databus.core.scn import Scn
 from dagster_databus.errors import EpochMismatchError, LogGapError, SchemaMismatchError
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import PollStats
+from dagster_databus.sources.generic.epoch import require_same_epoch
 from dagster_databus.sources.sqlite.batch import TxlogChunk, chunk_batch, joined_ints
 from dagster_databus.sources.sqlite.catalog import SqliteCatalog
 from dagster_databus.sources.sqlite.database import SqliteDatabase, high_water_mark, settings
@@ -181,15 +182,13 @@ class SqlitePoller:
 
     def _check_lineage(self, settings: dict[str, str], since: Scn, epoch: str | None,
                        conn: sqlite3.Connection) -> None:
-        if epoch is not None and not Position(epoch, since).same_epoch(Position(settings["epoch_id"], since)):
-            raise EpochMismatchError(
-                f"source {self.name!r} ({self.config.path}) has capture epoch {settings['epoch_id']} but the "
-                f"change log's checkpoint belongs to epoch {epoch}: the database was replaced, restored or its "
-                "capture objects were re-installed, so positions cannot be compared",
-                f"run `databus bootstrap --source {self.name}`: it sets the source's change log and snapshots "
-                "aside and starts them afresh from the source's current position",
-                source=self.name,
-            )
+        require_same_epoch(
+            epoch, settings["epoch_id"], since,
+            f"source {self.name!r} ({self.config.path}) has capture epoch {settings['epoch_id']} but the "
+            f"change log's checkpoint belongs to epoch {epoch}: the database was replaced, restored or its "
+            "capture objects were re-installed, so positions cannot be compared",
+            f"run `databus bootstrap --source {self.name}`: it sets the source's change log and snapshots "
+            "aside and starts them afresh from the source's current position", self.name)
         hwm = high_water_mark(conn)
         if since > hwm:
             raise EpochMismatchError(
