@@ -113,7 +113,7 @@ def keyset_pages(fetch: Callable[[KeyRange], list[Any]], where: KeyRange, last_k
                  page: int) -> Iterator[list[Any]]:
     """The rows of key range ``where`` a page at a time, by keyset pagination, for every dialect:
     ``fetch(keys)`` reads at most ``page`` rows of ``keys`` in key order (MySQL and SQLite select the
-    range with ``key_clause``, Oracle with ``oracle.bootstrap.selection_clause``), and ``last_key(row)``
+    range with ``key_clause``, Oracle with ``oracle.dialect.selection_clause``), and ``last_key(row)``
     is a fetched row's key, the next page's lower bound. A short page is the last."""
     after = where.after
     while rows := fetch(KeyRange(after, where.through)):

@@ -1,10 +1,12 @@
-"""MySQL's and MariaDB's SQL as refresh filters see it (``sources.filters``)."""
+"""MySQL's and MariaDB's SQL as refresh filters see it (``sources.filters``) and as key-range reads write it
+(``READS``)."""
 
 from __future__ import annotations
 
 from sqlglot.dialects.mysql import MySQL
 
 from dagster_databus.sources.filters import FilterDialect
+from dagster_databus.sources.generic.reads import ReadDialect
 
 FILTERS = FilterDialect(
     label="MySQL/MariaDB", sqlglot=MySQL, placeholder="%s",  # pymysql fills parameters in with Python's %
@@ -18,3 +20,16 @@ FILTERS = FilterDialect(
     integer_division=True, concatenation=False,  # || is OR unless PIPES_AS_CONCAT: not rendered at all
     null_safe_equal="<=>", double_quotes_are_text=True,
 )
+
+
+# -- key-range reads (``generic.reads``) ------------------------------------------------------------------------
+
+def _mysql_error(exc: Exception) -> str | None:
+    from dagster_databus.sources.mysql.connect import MySQLError
+
+    return str(exc.args[-1] if exc.args else exc) if isinstance(exc, MySQLError) else None
+
+
+# A filter's text holds no ``%`` (modulo renders as MOD()), so pymysql's parameter formatting leaves it be.
+READS = ReadDialect(label="MySQL", filters=FILTERS, quote=lambda name: f"`{name}`", placeholder="%s",
+                    error_text=_mysql_error)

@@ -1,10 +1,14 @@
-"""SQLite's SQL as refresh filters see it (``sources.filters``)."""
+"""SQLite's SQL as refresh filters see it (``sources.filters``) and as key-range reads write it (``READS``)."""
 
 from __future__ import annotations
 
+import sqlite3
+
 from sqlglot.dialects.sqlite import SQLite
 
+from dagster_databus.core.identifiers import quote_ansi
 from dagster_databus.sources.filters import FilterDialect
+from dagster_databus.sources.generic.reads import ReadDialect
 
 FILTERS = FilterDialect(
     label="SQLite", sqlglot=SQLite, placeholder="?",
@@ -17,3 +21,12 @@ FILTERS = FilterDialect(
     operator_functions=frozenset({"like"}),  # its authorizer sees LIKE as a call of like()
     modulo="%", null_safe_equal="IS",
 )
+
+
+# -- key-range reads (``generic.reads``) ------------------------------------------------------------------------
+
+def _sqlite_error(exc: Exception) -> str | None:
+    return str(exc) if isinstance(exc, sqlite3.Error) else None
+
+
+READS = ReadDialect(label="SQLite", filters=FILTERS, quote=quote_ansi, placeholder="?", error_text=_sqlite_error)

@@ -1,0 +1,1 @@
+"""What the SQL source kinds share, written once over a dialect (each kind's ``dialect.py`` describes its own)."""
