@@ -49,7 +49,7 @@ def spec_of(read: RangeRead, kind: type[S]) -> S:
     return read.spec
 
 
-def no_error(_: Exception) -> str | None:
+def _not_the_drivers(_: Exception) -> str | None:
     return None
 
 
@@ -69,7 +69,7 @@ class ReadDialect:
     # The WHERE clause of a selection; None: row-value comparison of the key (``filters.select_clause``).
     selection: Selection | None = None
     # The driver error's text as a refusal gives it, or None for an exception that is not the driver's.
-    error_text: Callable[[Exception], str | None] = no_error
+    error_text: Callable[[Exception], str | None] = _not_the_drivers
     columns_named: str = "naming the table's columns"  # the refusal's fix: how the filter names them
     # Held while a query with a filter runs: the dialect's own name for a filter failing on a row.
     running: Callable[[str, Filter | None], AbstractContextManager[object]] = lambda _table, _chosen: nullcontext()
@@ -92,9 +92,8 @@ class ReadDialect:
 
     def bound(self, form: str, params: Params, value: int) -> tuple[str, Params]:
         """A paging ``form`` with ``value`` as its parameter ``n``, added to ``params``."""
-        if isinstance(params, dict):
+        if isinstance(params, dict):  # named binds: the dialect has no placeholder
             return form.format(n=":n"), {**params, "n": value}
-        assert self.placeholder is not None
         return form.format(n=self.placeholder), [*params, value]
 
 
