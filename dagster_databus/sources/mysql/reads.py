@@ -97,8 +97,7 @@ class MysqlReads:
             reads = self._bootstrap_reads(cur)
             # Under ``lock`` a bootstrap reads one range, pinned under the lock once; a verification's one slice is
             # pinned the same way whatever its bounds.
-            chosen = mysql_filter(table, schema.column_names, rows.where)
-            ranges = (_keyed(cur, table, schema.primary_key, chosen).ranges(rows_per_range, rows.keys, first)
+            ranges = (_selected(cur, table, schema, rows).ranges(rows_per_range, rows.keys, first)
                       if reads != "lock" or first is not None else (rows.keys,))
         spec = MysqlRangeSpec(connection=self.task_connection(), zero_dates=self.config.zero_dates,
                               era=self.servers.era, page_rows=page_rows(rows_per_range), reads=reads)
@@ -113,7 +112,7 @@ class MysqlReads:
     def check_selection(self, table: str, rows: RowSelection) -> None:
         schema = self.catalog.preflight()[table]
         with closing(self.servers.connect()) as conn, conn.cursor() as cur:
-            _keyed(cur, table, schema.primary_key, mysql_filter(table, schema.column_names, rows.where)).check(rows)
+            _selected(cur, table, schema, rows).check(rows)
 
     # -- fingerprints ------------------------------------------------------------------
 
@@ -265,6 +264,11 @@ def mysql_filter(table: str, columns: Sequence[str], where: str | None) -> Filte
 
 def _keyed(cursor: Cursor, table: str, key: Sequence[str], chosen: Filter | None) -> KeyedReads:
     return KeyedReads(READS, cursor, KeyedTable(table, READS.quote(table), tuple(map(READS.quote, key)), chosen))
+
+
+def _selected(cursor: Cursor, table: str, schema: TableSchema, rows: RowSelection) -> KeyedReads:
+    """The key-range queries of ``rows`` of ``table`` on ``cursor``, its filter checked (naming its columns)."""
+    return _keyed(cursor, table, schema.primary_key, mysql_filter(table, schema.column_names, rows.where))
 
 
 def snapshot_position(cur: Cursor, era: int, source: str, watermark: bool = False) -> Scn:

@@ -71,9 +71,9 @@ class OracleReads(StreamedFingerprints):
         mapping = self.catalog.columns(table)
         actual = self.catalog.table(table)
         keys = [quote(mapping[k]) for k in schema.primary_key]
-        chosen = oracle_filter(actual, self.catalog.quoted_columns(table), rows.where)
         with closing(self.catalog.connect()) as conn, closing(conn.cursor()) as cur:
             scn = current_scn(cur)
+            chosen = oracle_filter(actual, self.catalog.quoted_columns(table), rows.where)
             ranges = _keyed(cur, table, actual, keys, chosen, scn.value).ranges(rows_per_range, rows.keys, first)
         c = self.config
         spec = OracleRangeSpec(connection={"user": c.user, "password": c.resolved_password(), "dsn": c.dsn},
@@ -85,8 +85,8 @@ class OracleReads(StreamedFingerprints):
         schema = self.catalog.preflight()[table]
         actual = self.catalog.table(table)
         keys = [quote(self.catalog.columns(table)[k]) for k in schema.primary_key]
-        chosen = oracle_filter(actual, self.catalog.quoted_columns(table), rows.where)
         with closing(self.catalog.connect()) as conn, closing(conn.cursor()) as cur:
+            chosen = oracle_filter(actual, self.catalog.quoted_columns(table), rows.where)
             KeyedReads(READS, cur, KeyedTable(table, actual, tuple(keys), chosen, shown=actual)).check(rows)
 
 
