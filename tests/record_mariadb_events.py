@@ -123,7 +123,7 @@ def record() -> dict[str, Any]:
         schema = source.schemas()[TABLE]
 
         def rows() -> list[dict[str, Any]]:
-            return [{k: encode(v) for k, v in row.items()} for b in source.snapshot(TABLE).batches
+            return [{k: encode(v) for k, v in row.items()} for b in source.read_table(TABLE).batches
                     for row in schema.rows_from_arrow(pa.Table.from_batches([b]))]
 
         before = rows()

@@ -23,8 +23,8 @@ from dagster_databus import capture
 from dagster_databus.config import DatabusConfig
 from dagster_databus.errors import ConfigError
 from dagster_databus.sources import open_source, read_range
-from dagster_databus.sources.mysql.bootstrap import open_task_connection
 from dagster_databus.sources.mysql.connect import Connection, TlsRefused, preferred_context, tls_context
+from dagster_databus.sources.mysql.reads import open_task_connection
 from dagster_databus.sources.mysql.source import MysqlSource
 from tests.harness import MysqlHarness, make_config
 from tests.mariadb import MariaDBServer
@@ -329,7 +329,7 @@ def test_verify_ca_to_mariadb_encrypts_queries_capture_and_bootstrap_reads(tls_m
     assert capture.run(config, "shop").events == 5  # the binlog stream, through the same account
 
     read = source.ranges("items", rows_per_range=2)
-    assert len(read.ranges) > 1 and read.spec["connection"]["ssl"]["ca"] == str(pki.ca)
+    assert len(read.ranges) > 1 and read.spec.connection["ssl"]["ca"] == str(pki.ca)
     ids = sorted(i for n in range(len(read.ranges)) for batch in read_range(read, n).batches
                  for i in batch.column("id").to_pylist())
     assert ids == [1, 2, 3, 4, 5]

@@ -33,7 +33,7 @@ from dagster_databus.sources.filters import Filter, select_clause
 from dagster_databus.sources.filters import check_filter as check_dialect_filter
 from dagster_databus.sources.keys import selection_for
 from dagster_databus.sources.registry import source_kind
-from dagster_databus.sources.sqlite import bootstrap as sqlite_bootstrap
+from dagster_databus.sources.sqlite import reads as sqlite_reads
 from dagster_databus.sync.merge import sync_source
 from tests.conftest import cycle, require_tool
 from tests.harness import MysqlHarness, SourceHarness, SqliteHarness, config_document, make_config
@@ -300,7 +300,7 @@ def test_the_authorizer_stops_what_a_filter_must_not_do_on_sqlite(tmp_path: Path
                     ("INSERT INTO accounts VALUES (?, ?, ?, ?, ?)", ROWS[0])])
     where = check_filter("lower(owner) LIKE 'a%'", "sqlite", TABLE, {"owner": '"owner"'})
     conn = sqlite3.connect(tmp_path / "s.db")
-    with sqlite_bootstrap.reading_only(conn, TABLE, where):
+    with sqlite_reads.reading_only(conn, TABLE, where):
         assert conn.execute(f'SELECT "id" FROM "accounts" WHERE {where.sql}', where.params).fetchall() == [(1,)]
         for statement in ["SELECT pw FROM secrets", "SELECT id FROM accounts WHERE (SELECT pw FROM secrets) > ''",
                           "SELECT id FROM accounts UNION SELECT pw FROM secrets",
@@ -325,17 +325,17 @@ def test_a_filter_that_slipped_past_the_check_is_stopped_by_the_authorizer_at_ev
     capture.install(config, "shop")  # the range read reads the txlog's high-water mark first
     src = open_source(config.source("shop"))
     slipped = Filter("x", "sqlite", "((SELECT pw FROM secrets) IS NOT NULL)", (), frozenset({"like"}))
-    monkeypatch.setattr(sqlite_bootstrap, "sqlite_filter", lambda *_: slipped)
+    monkeypatch.setattr(sqlite_reads, "sqlite_filter", lambda *_: slipped)
     rows = RowSelection(where="x")
     with pytest.raises(ConfigError, match=r"access to secrets\.pw is prohibited"):
         src.check_selection(TABLE, rows)
     with pytest.raises(sqlite3.DatabaseError, match=r"access to secrets\.pw is prohibited"):
         src.ranges(TABLE, 5, rows)
     schema = src.schemas()[TABLE]
-    read = RangeRead("sqlite", "shop", schema, {"path": str(tmp_path / "s.db"), "busy_timeout_s": 5, "page_rows": 5},
-                     (KeyRange(None, None),), None, "x")
+    spec = sqlite_reads.SqliteRangeSpec(path=str(tmp_path / "s.db"), busy_timeout_s=5, page_rows=5)
+    read = RangeRead("sqlite", "shop", schema, spec, (KeyRange(None, None),), None, "x")
     with pytest.raises(sqlite3.DatabaseError, match=r"access to secrets\.pw is prohibited"):
-        list(sqlite_bootstrap.read_range(read, 0).batches)
+        list(sqlite_reads.read_range(read, 0).batches)
 
 
 # -- key bounds -------------------------------------------------------------------------------------------
@@ -530,7 +530,7 @@ def test_literals_are_bound_in_the_order_their_placeholders_appear() -> None:
 
 def test_oracle_filters_are_rendered_with_binds_and_refused_alike() -> None:
     """No Oracle server here: what the Oracle source would run, and what it refuses, from the renderer."""
-    from dagster_databus.sources.oracle.bootstrap import selection_clause
+    from dagster_databus.sources.oracle.dialect import selection_clause
 
     columns = {"id": '"ID"', "status": '"STATUS"', "placed_at": '"PLACED_AT"'}
     where = check_filter("status = 'new' AND TO_CHAR(placed_at, 'YYYY') = '2024'", "oracle", TABLE, columns)

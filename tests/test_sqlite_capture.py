@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -209,7 +210,7 @@ def test_uninstall_removes_what_install_created_and_nothing_else(shop) -> None:
 def test_key_ranges_split_the_table_by_keys_and_leave_the_last_open(tmp_path: Path, rows: int, expected) -> None:
     import sqlite3
 
-    from dagster_databus.sources.sqlite.bootstrap import key_ranges
+    from dagster_databus.sources.sqlite.reads import key_ranges
 
     with sqlite3.connect(tmp_path / "k.db") as conn:
         conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
@@ -231,7 +232,7 @@ def test_range_reads_page_through_every_range_by_key(tmp_path: Path, page_rows: 
     capture = SqliteSource(config.sources[0])
     capture.install()
     read = capture.ranges("t", 4)
-    read.spec["page_rows"] = page_rows
+    read = dataclasses.replace(read, spec=dataclasses.replace(read.spec, page_rows=page_rows))
     keys = [(row["a"], row["b"]) for i in range(len(read.ranges))
             for batch in read_range(read, i).batches for row in batch.to_pylist()]
     assert len(read.ranges) > 1

@@ -54,10 +54,10 @@ class RangeChanges:
         snapshot's ``files`` hold in the range and the read did not return."""
         from dagster_databus.sources import read_range
 
-        snapshot = read_range(read, index)
-        scn = snapshot.scn.value
+        got = read_range(read, index)
+        scn = got.scn.value
         seen: list[pa.Table] = []
-        for batch in snapshot.batches:
+        for batch in got.batches:
             if self.deletes:
                 seen.append(pa.table([batch.column(k) for k in self.key], names=list(self.key)))
             yield self.stamped(batch, scn, "r")

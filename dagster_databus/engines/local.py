@@ -66,7 +66,7 @@ class LocalEngine:
         self.spill_dir = config.merge.spill_dir
 
     def bootstrap(self, snap: DeltaSnapshot, source: Source, table: str, progress: Progress) -> Bootstrapped:
-        read = source.snapshot(table)
+        read = source.read_table(table)
         progress(f"{table}: bootstrapping from the source at SCN {read.scn}, in this process")
         reading = Ticker(progress, f"{table}: bootstrapping", "rows")
         rows = write_snapshot(snap, read.schema, reading.counted(read.batches, lambda b: b.num_rows), read.scn)

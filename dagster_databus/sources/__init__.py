@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dagster_databus.sources.base import Failover, RangeRead, Source, TableSnapshot
+from dagster_databus.sources.base import Failover, RangeRead, Source, TableRead
 from dagster_databus.sources.registry import source_kind
 
 if TYPE_CHECKING:
@@ -28,12 +28,12 @@ def open_source(config: SourceConfig, lake: Lake | None = None) -> Source:
     return source
 
 
-def read_range(read: RangeRead, index: int) -> TableSnapshot:
+def read_range(read: RangeRead, index: int) -> TableRead:
     """Range ``index`` of ``read``, on a connection of its own (in a Spark task, say), at the SCN it reports."""
     return source_kind(read.kind).read_range(read, index)
 
 
 def read_rows(source: Source, table: str) -> list[dict[str, Any]]:
     """Every row of a table as capture would type it, from one consistent read (checks, demo, tests)."""
-    return [row for batch in source.snapshot(table).batches
+    return [row for batch in source.read_table(table).batches
             for row in batch.select(source.schemas()[table].column_names).to_pylist()]

@@ -69,7 +69,7 @@ class PollStats:
 
 
 @dataclass(frozen=True)
-class TableSnapshot:
+class TableRead:
     """A consistent read of one table at ``scn``: every change <= scn is in ``batches``."""
 
     scn: Scn
@@ -111,6 +111,14 @@ ALL_ROWS = RowSelection()
 
 
 @dataclass(frozen=True)
+class RangeSpec:
+    """What a range's task needs to read its range: each kind's reads define a subclass holding its connection
+    and query settings as plain picklable data (it travels to Spark tasks); it may hold a password."""
+
+    page_rows: int  # the rows read a query (``generic.reads.page_rows``)
+
+
+@dataclass(frozen=True)
 class RangeRead:
     """A table read in primary-key ranges, each range by its own task (a Spark task, in the spark engine),
     described by plain picklable data: the task opens its own connection from ``spec``.
@@ -124,7 +132,7 @@ class RangeRead:
     kind: str  # the source kind whose reader reads a range (``sources.read_range``)
     source: str
     schema: TableSchema
-    spec: Mapping[str, Any] = field(repr=False)  # connection and query settings; may hold a password
+    spec: RangeSpec = field(repr=False)  # connection and query settings; may hold a password
     ranges: tuple[KeyRange, ...]
     scn: Scn | None
     where: str | None = None  # only rows matching this predicate (``RowSelection.where``)
@@ -253,7 +261,7 @@ class Source(Protocol):
         Precondition: ``require_installed()`` passed.
         """
 
-    def snapshot(self, table: str, batch_rows: int | None = None) -> TableSnapshot:
+    def read_table(self, table: str, batch_rows: int | None = None) -> TableRead:
         """A consistent, chunked read of one table at a known SCN, in this process (the local engine's
         bootstrap, reconciliation, tests), ``batch_rows`` a batch (None: the source's own size)."""
 
@@ -272,7 +280,7 @@ class Source(Protocol):
         """The table's reconciliation fingerprint at one SCN, computed by the database where it can, in the
         background once the SCN is fixed."""
 
-    def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot:
+    def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableRead:
         """A consistent read of the table's rows in some fingerprint buckets (to compare one by one)."""
 
     def release(self, through: Scn) -> None:

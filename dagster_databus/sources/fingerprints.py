@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from dagster_databus.core.progress import Progress, Ticker, quiet
-from dagster_databus.sources.base import SourceFingerprint, TableSnapshot
+from dagster_databus.sources.base import SourceFingerprint, TableRead
 
 if TYPE_CHECKING:
     from dagster_databus.core.fingerprint import Fingerprint
@@ -35,7 +35,7 @@ def in_background(work: Callable[[], T]) -> Future[T]:
     return future
 
 
-def streamed_fingerprint(read: TableSnapshot, progress: Progress = quiet) -> SourceFingerprint:
+def streamed_fingerprint(read: TableRead, progress: Progress = quiet) -> SourceFingerprint:
     """The fingerprint of a consistent read, its rows hashed here batch by batch (bounded memory)."""
     from dagster_databus.core.fingerprint import fingerprint_batches
 
@@ -48,7 +48,7 @@ def streamed_fingerprint(read: TableSnapshot, progress: Progress = quiet) -> Sou
     return SourceFingerprint(read.scn, read.schema, in_background(work), False)
 
 
-def in_buckets(read: TableSnapshot, buckets: Iterable[int]) -> TableSnapshot:
+def in_buckets(read: TableRead, buckets: Iterable[int]) -> TableRead:
     """The rows of a consistent read whose key falls in fingerprint ``buckets``."""
     from dagster_databus.core.fingerprint import buckets as bucket_of
     from dagster_databus.core.fingerprint import row_texts
@@ -62,4 +62,4 @@ def in_buckets(read: TableSnapshot, buckets: Iterable[int]) -> TableSnapshot:
             if mask.any():
                 yield batch.filter(pa.array(mask))
 
-    return TableSnapshot(read.scn, read.schema, batches())
+    return TableRead(read.scn, read.schema, batches())

@@ -25,7 +25,7 @@ from dagster_databus.sources.base import (
     RangeRead,
     RowSelection,
     SourceFingerprint,
-    TableSnapshot,
+    TableRead,
 )
 
 
@@ -65,7 +65,7 @@ class Stream(Protocol):
 
 
 class Reads(Protocol):
-    def snapshot(self, table: str, batch_rows: int | None = None) -> TableSnapshot: ...
+    def read_table(self, table: str, batch_rows: int | None = None) -> TableRead: ...
 
     def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS,
                first: int | None = None) -> RangeRead: ...
@@ -74,7 +74,7 @@ class Reads(Protocol):
 
     def fingerprint(self, table: str, progress: Progress = quiet) -> SourceFingerprint: ...
 
-    def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot: ...
+    def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableRead: ...
 
 
 class ComposedSource:
@@ -137,8 +137,8 @@ class ComposedSource:
 
     # -- reads -------------------------------------------------------------------------
 
-    def snapshot(self, table: str, batch_rows: int | None = None) -> TableSnapshot:
-        return self.reads.snapshot(table, batch_rows)
+    def read_table(self, table: str, batch_rows: int | None = None) -> TableRead:
+        return self.reads.read_table(table, batch_rows)
 
     def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS,
                first: int | None = None) -> RangeRead:
@@ -150,5 +150,5 @@ class ComposedSource:
     def fingerprint(self, table: str, progress: Progress = quiet) -> SourceFingerprint:
         return self.reads.fingerprint(table, progress)
 
-    def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot:
+    def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableRead:
         return self.reads.rows_in_buckets(table, buckets)

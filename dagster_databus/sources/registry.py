@@ -5,7 +5,7 @@ model, ``config.sources``) that knows the list. Every other layer asks the regis
   database (the Dagster capture asset's description), what its positions count (``databus status``), and the
   settings a new source of it starts from (the Dagster component's scaffold);
 - its adapter (``base.Source``, made with the source's config) and its range reader (``read_range(read, index) ->
-  TableSnapshot``: one key range of a ``RangeRead`` on a connection of its own, run where a task runs);
+  TableRead``: one key range of a ``RangeRead`` on a connection of its own, run where a task runs);
 - which optional capabilities it has, as the protocols of ``base`` its adapter implements (``supports``):
   ``Failover``, ``Retaining``, ``Alerting``, ``Uninstallable``, ``Drifting``;
 - what ``databus warm`` runs for it: a sample database that needs no server (the embedded kind's), and the
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, cast, get_args
 
 from dagster_databus.config import MysqlSourceConfig, OracleSourceConfig, PostgresSourceConfig, SqliteSourceConfig
 from dagster_databus.config.sources import SourceBase
-from dagster_databus.sources.base import RangeRead, Sample, Source, TableSnapshot
+from dagster_databus.sources.base import RangeRead, Sample, Source, TableRead
 
 if TYPE_CHECKING:
     from dagster_databus.config import SourceConfig
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from dagster_databus.sources.postgres.source import PostgresSource
     from dagster_databus.sources.sqlite.source import SqliteSource
 
-RangeReader = Callable[[RangeRead, int], TableSnapshot]
+RangeReader = Callable[[RangeRead, int], TableRead]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +70,7 @@ class SourceKind:
             raise TypeError(f"{self.adapter} does not implement the Source protocol (sources.base.Source)")
         return source
 
-    def read_range(self, read: RangeRead, index: int) -> TableSnapshot:
+    def read_range(self, read: RangeRead, index: int) -> TableRead:
         """Range ``index`` of ``read``, on a connection of its own, at the SCN it reports."""
         return cast(RangeReader, _load(self.range_reader))(read, index)
 
@@ -117,7 +117,7 @@ KINDS: Mapping[str, SourceKind] = {kind.name: kind for kind in (
         installs="Installs and verifies change capture in SQLite source `{name}`: the txlog, epoch counter and "
                  "per-table triggers. Re-running changes nothing.",
         positions="txlog sequence numbers",
-        adapter=f"{_PACKAGE}.sqlite.source:SqliteSource", range_reader=f"{_PACKAGE}.sqlite.bootstrap:read_range",
+        adapter=f"{_PACKAGE}.sqlite.source:SqliteSource", range_reader=f"{_PACKAGE}.sqlite.reads:read_range",
         filters=f"{_PACKAGE}.sqlite.dialect:FILTERS", example={"path": "app.db"},
         sample=f"{_PACKAGE}.sqlite.sample:make_sample"),
     SourceKind(
@@ -125,7 +125,7 @@ KINDS: Mapping[str, SourceKind] = {kind.name: kind for kind in (
         installs="Verifies that MySQL source `{name}` is ready for binlog capture (log_bin, ROW format, FULL row "
                  "image and metadata, replica id, privileges) and records where capture starts.",
         positions="binlog bytes",
-        adapter=f"{_PACKAGE}.mysql.source:MysqlSource", range_reader=f"{_PACKAGE}.mysql.bootstrap:read_range",
+        adapter=f"{_PACKAGE}.mysql.source:MysqlSource", range_reader=f"{_PACKAGE}.mysql.reads:read_range",
         filters=f"{_PACKAGE}.mysql.dialect:FILTERS", warm=f"{_PACKAGE}.mysql.wire.warm:warm",
         retypes=f"{_PACKAGE}.mysql.retypes:keeps_values",
         example={"host": "127.0.0.1", "port": 3306, "database": "app", "user": "databus",
@@ -136,7 +136,7 @@ KINDS: Mapping[str, SourceKind] = {kind.name: kind for kind in (
                  "sy$sources, sync_core, sync_alert, J_COALESCE_LOG, J_CALL_SIGNAL, and per table the txn column, "
                  "triggers, delete shadow table and sy$ view. Reports missing or INVALID objects by name.",
         positions="txlog sequence numbers",
-        adapter=f"{_PACKAGE}.oracle.source:OracleSource", range_reader=f"{_PACKAGE}.oracle.bootstrap:read_range",
+        adapter=f"{_PACKAGE}.oracle.source:OracleSource", range_reader=f"{_PACKAGE}.oracle.reads:read_range",
         filters=f"{_PACKAGE}.oracle.dialect:FILTERS",
         example={"dsn": "127.0.0.1:1521/FREEPDB1", "user": "databus", "password_env": "DATABUS_ORACLE_PASSWORD"}),
     SourceKind(
@@ -147,7 +147,7 @@ KINDS: Mapping[str, SourceKind] = {kind.name: kind for kind in (
                  "nothing.",
         positions="WAL bytes",
         adapter=f"{_PACKAGE}.postgres.source:PostgresSource",
-        range_reader=f"{_PACKAGE}.postgres.bootstrap:read_range", filters=f"{_PACKAGE}.postgres.dialect:FILTERS",
+        range_reader=f"{_PACKAGE}.postgres.reads:read_range", filters=f"{_PACKAGE}.postgres.dialect:FILTERS",
         example={"host": "127.0.0.1", "port": 5432, "database": "app", "user": "databus",
                  "password_env": "DATABUS_POSTGRES_PASSWORD"}),
 )}

@@ -68,9 +68,9 @@ class _RowsReader(_RangesReader):
     def _read(self, read: Any, index: int) -> Iterator[Any]:
         from dagster_databus.sources import read_range
 
-        snapshot = read_range(read, index)
-        for batch in snapshot.batches:
-            scn = pa.array([snapshot.scn.value] * batch.num_rows, pa.int64())
+        got = read_range(read, index)
+        for batch in got.batches:
+            scn = pa.array([got.scn.value] * batch.num_rows, pa.int64())
             yield pa.RecordBatch.from_arrays([*batch.columns, scn], names=[*batch.schema.names, "__scn"])
 
 
@@ -100,11 +100,11 @@ class _FilesReader(_RangesReader):
         started = time.monotonic()
         if sink.progress is not None:
             sink.progress.started(index)
-        snapshot = read_range(read, index)
+        got = read_range(read, index)
         writer = FileWriter(sink.location, sink.schema, sink.file_rows, f"{sink.prefix}-r{index:05d}")
-        files = writer.write(with_meta(b, snapshot.scn, "r", sink.read_at_ms) for b in snapshot.batches)
+        files = writer.write(with_meta(b, got.scn, "r", sink.read_at_ms) for b in got.batches)
         task_fault("bootstrap_files_written")
-        actions = actions_batch(files, facts=[{"range": index, "scn": snapshot.scn.value,
+        actions = actions_batch(files, facts=[{"range": index, "scn": got.scn.value,
                                                "rows": sum(f.rows for f in files),
                                                "seconds": round(time.monotonic() - started, 3)}])
         if sink.progress is not None:

@@ -1,5 +1,7 @@
-"""MySQL's and MariaDB's SQL as refresh filters see it (``sources.filters``), and as the catalog reads the
-tables' description from ``information_schema`` (``generic.catalog``)."""
+"""MySQL's and MariaDB's SQL as refresh filters see it (``sources.filters``), as the catalog reads the tables'
+description from ``information_schema`` (``CATALOG``) and as key-range reads write it (``READS``)."""
+
+
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from sqlglot.dialects.mysql import MySQL
 from dagster_databus.core.schema import Column
 from dagster_databus.sources.filters import FilterDialect
 from dagster_databus.sources.generic.catalog import CatalogDialect
+from dagster_databus.sources.generic.reads import ReadDialect
 from dagster_databus.sources.mysql.types import mysql_column_type, sql_default
 
 FILTERS = FilterDialect(
@@ -53,3 +56,16 @@ CATALOG = CatalogDialect(
            "AND TABLE_NAME = %(table_name)s AND NON_UNIQUE = 0",
     column=_column, quote=quote, first_row=" LIMIT 1",
 )
+
+
+# -- key-range reads (``generic.reads``) ------------------------------------------------------------------------
+
+def _mysql_error(exc: Exception) -> str | None:
+    from dagster_databus.sources.mysql.connect import MySQLError
+
+    return str(exc.args[-1] if exc.args else exc) if isinstance(exc, MySQLError) else None
+
+
+# A filter's text holds no ``%`` (modulo renders as MOD()), so pymysql's parameter formatting leaves it be.
+READS = ReadDialect(label="MySQL", filters=FILTERS, quote=quote, placeholder="%s",
+                    error_text=_mysql_error)

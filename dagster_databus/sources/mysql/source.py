@@ -6,7 +6,7 @@ built from parts (``parts.ComposedSource``) by collaborators of this package, on
 - ``positions``: the epoch, the binlog end, and the check of a checkpoint's position;
 - ``setup`` (``verify.MysqlChecks``): the server settings and privileges capture needs, and install;
 - ``stream`` (``binlog.BinlogReader``): the binlog, polled into change batches;
-- ``reads`` (``snapshots.MysqlSnapshots``): consistent reads, key ranges for tasks, fingerprints;
+- ``reads`` (``reads.MysqlReads``): consistent reads, key ranges for tasks, fingerprints;
 - ``failover``: the switch between primary and standby.
 """
 
@@ -24,8 +24,8 @@ from dagster_databus.sources.mysql.binlog import BinlogReader
 from dagster_databus.sources.mysql.catalog import MysqlCatalog
 from dagster_databus.sources.mysql.failover import MysqlFailover
 from dagster_databus.sources.mysql.positions import MysqlPositions
+from dagster_databus.sources.mysql.reads import MysqlReads
 from dagster_databus.sources.mysql.servers import MysqlServers
-from dagster_databus.sources.mysql.snapshots import MysqlSnapshots
 from dagster_databus.sources.mysql.verify import MysqlChecks
 from dagster_databus.sources.parts import ComposedSource
 
@@ -37,6 +37,7 @@ class MysqlSource(ComposedSource):
     kind = "mysql"
     sees_ddl = True  # DDL arrives in the binlog: a changed table is re-bootstrapped, not refused
     install_repairs = False  # verify's problems are server settings and privileges, each with its own fix
+    reads: MysqlReads  # with the signal table of watermark reads (``uninstall``)
 
     def __init__(self, config: MysqlSourceConfig) -> None:
         self.config = config
@@ -44,8 +45,8 @@ class MysqlSource(ComposedSource):
         self.servers = servers = MysqlServers(config)
         self.positions = positions = MysqlPositions(servers)
         self.catalog = catalog = MysqlCatalog(servers)
-        self.reads = self.snapshots = snapshots = MysqlSnapshots(servers, catalog)
-        self.setup = MysqlChecks(servers, catalog, positions, snapshots)
+        self.reads = reads = MysqlReads(servers, catalog)
+        self.setup = MysqlChecks(servers, catalog, positions, reads)
         self.stream = BinlogReader(servers, catalog, positions)
         self.failover = MysqlFailover(servers, positions)
 
@@ -71,4 +72,4 @@ class MysqlSource(ComposedSource):
     def uninstall(self) -> tuple[str, ...]:
         """This source's row of the signal table, and the table when no other source of the database uses it
         (``Uninstallable``): a binlog reader leaves nothing else on the server."""
-        return self.snapshots.uninstall_signal_table()
+        return self.reads.uninstall_signal_table()

@@ -13,8 +13,8 @@ from dagster_databus.sources.base import InstallReport, not_installed, require_i
 from dagster_databus.sources.mysql.catalog import MysqlCatalog
 from dagster_databus.sources.mysql.connect import Cursor
 from dagster_databus.sources.mysql.positions import MysqlPositions
+from dagster_databus.sources.mysql.reads import MysqlReads
 from dagster_databus.sources.mysql.servers import MysqlServers, other_role
-from dagster_databus.sources.mysql.snapshots import MysqlSnapshots
 from dagster_databus.sources.mysql.versions import ServerVersion
 
 
@@ -22,11 +22,11 @@ class MysqlChecks:
     """Server settings and privileges capture needs, on the server capture reads and its standby; install."""
 
     def __init__(self, servers: MysqlServers, catalog: MysqlCatalog, positions: MysqlPositions,
-                 snapshots: MysqlSnapshots) -> None:
+                 reads: MysqlReads) -> None:
         self.servers = servers
         self.catalog = catalog
         self.positions = positions
-        self.snapshots = snapshots
+        self.reads = reads
         self.config = servers.config
         self.name = servers.name
 
@@ -36,7 +36,7 @@ class MysqlChecks:
     def install(self) -> InstallReport:
         """Nothing to create for capture; for watermark reads, the signal table (``sql/mysql/signal.sql``)."""
         self.require_installed()
-        changed = self.snapshots.install_signal_table()
+        changed = self.reads.install_signal_table()
         return InstallReport(epoch=self.positions.epoch(), version="binlog", changed=changed,
                              unchanged=tuple(t.name for t in self.config.tables))
 

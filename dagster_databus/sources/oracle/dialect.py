@@ -1,16 +1,19 @@
-"""Oracle's SQL as refresh filters see it (``sources.filters``), and as the catalog reads the tables'
-description from the data dictionary (``generic.catalog``)."""
+"""Oracle's SQL as refresh filters see it (``sources.filters``), as the catalog reads the tables' description
+from the data dictionary (``CATALOG``) and as key-range reads write it (``READS``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlglot.dialects.oracle import Oracle
 
 from dagster_databus.core.schema import Column
-from dagster_databus.sources.filters import FilterDialect
+from dagster_databus.sources.base import KeyRange
+from dagster_databus.sources.filters import Filter, FilterDialect
 from dagster_databus.sources.generic.catalog import CatalogDialect
-from dagster_databus.sources.oracle.sql import quote
+from dagster_databus.sources.generic.reads import ReadDialect
+from dagster_databus.sources.oracle.sql import after_clause, quote, through_clause
 from dagster_databus.sources.oracle.types import oracle_column_type, oracle_declared
 
 FILTERS = FilterDialect(
@@ -49,3 +52,35 @@ CATALOG = CatalogDialect(
            "('P', 'U')",
     column=_column, quote=quote, first_row=" FETCH FIRST 1 ROWS ONLY",
 )
+
+
+# -- key-range reads (``generic.reads``) ------------------------------------------------------------------------
+
+def selection_clause(keys: Sequence[str], where: KeyRange, predicate: Filter | None) -> tuple[str, dict[str, Any]]:
+    """" WHERE ..." (or "") selecting the key range and the checked filter ``predicate``, with all binds (Oracle
+    has no row-value comparison: ``oracle.sql.after_clause``)."""
+    clauses: list[str] = []
+    binds: dict[str, Any] = {}
+    if where.after is not None:
+        clauses.append(f"({after_clause(keys, 'a')})")
+        binds |= {f"a{i}": v for i, v in enumerate(where.after)}
+    if where.through is not None:
+        clauses.append(through_clause(keys, "t"))
+        binds |= {f"t{i}": v for i, v in enumerate(where.through)}
+    if predicate is not None:
+        clauses.append(f"({predicate.sql})")
+        binds |= predicate.binds
+    return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), binds
+
+
+def _oracle_error(exc: Exception) -> str | None:
+    import oracledb
+
+    return str(exc) if isinstance(exc, oracledb.DatabaseError) else None
+
+
+# Its text literals are binds :w0, :w1, ...; the key bounds :a0 ... and :t0 ..., a page's size :n.
+READS = ReadDialect(label="Oracle", filters=FILTERS, quote=quote, placeholder=None,
+                    offset_row="OFFSET {n} ROWS FETCH NEXT 1 ROWS ONLY", first_rows="FETCH FIRST {n} ROWS ONLY",
+                    no_rows="FETCH FIRST 0 ROWS ONLY", selection=selection_clause, error_text=_oracle_error,
+                    columns_named="naming the table's columns as Oracle knows them")

@@ -4,7 +4,7 @@
 and the tables as the data dictionary has them), ``setup`` (``install``: ``sql/oracle/`` applied idempotently,
 checked and removed), ``stream`` (``poll``: the database SCN at a poll's start is its bound, chunk ends are
 found over ``sy$txlog``, and each table's ``sy$<table>`` view and delete-shadow table are read with Databus
-for Oracle's query shape) and ``reads`` (``snapshots``: flashback reads ``AS OF SCN``).
+for Oracle's query shape) and ``reads`` (``reads.OracleReads``: flashback reads ``AS OF SCN``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dagster_databus.config import OracleSourceConfig
 from dagster_databus.sources.oracle.catalog import OracleCatalog
 from dagster_databus.sources.oracle.install import OracleInstall
 from dagster_databus.sources.oracle.poll import OraclePoller
-from dagster_databus.sources.oracle.snapshots import OracleSnapshots
+from dagster_databus.sources.oracle.reads import OracleReads
 from dagster_databus.sources.oracle.sql import Statement
 from dagster_databus.sources.parts import ComposedSource
 
@@ -29,7 +29,7 @@ class OracleSource(ComposedSource):
         self.catalog = catalog = OracleCatalog(config)
         self.objects = self.setup = OracleInstall(catalog)
         self.poller = self.stream = OraclePoller(catalog)
-        self.reads = OracleSnapshots(catalog)
+        self.reads = OracleReads(catalog)
 
     def rendered(self) -> list[tuple[str, list[Statement]]]:
         """Every script of the install, rendered, in order: (script, statements)."""

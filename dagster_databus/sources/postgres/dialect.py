@@ -1,8 +1,10 @@
-"""PostgreSQL's SQL as refresh filters see it (``sources.filters``), and as the catalog reads the tables'
-description from ``pg_catalog`` (``generic.catalog``)."""
+"""PostgreSQL's SQL as refresh filters see it (``sources.filters``), as the catalog reads the tables'
+description from ``pg_catalog`` (``CATALOG``) and as key-range reads write it (``READS``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -11,9 +13,11 @@ from sqlglot.dialects.postgres import Postgres
 
 from dagster_databus.core.identifiers import quote_ansi
 from dagster_databus.core.schema import Column
+from dagster_databus.errors import ConfigError
 from dagster_databus.sources import sqlfiles
-from dagster_databus.sources.filters import FilterDialect
+from dagster_databus.sources.filters import Filter, FilterDialect
 from dagster_databus.sources.generic.catalog import CatalogDialect
+from dagster_databus.sources.generic.reads import ReadDialect
 from dagster_databus.sources.postgres.types import PgColumn, pg_column_type
 
 # Why casts are refused, and the refusal's fix: a quoted literal needs none.
@@ -72,3 +76,38 @@ CATALOG = CatalogDialect(
     container="schema", tables="schema_tables.sql", columns="table_columns.sql", unique="unique_keys.sql",
     column=_column, quote=quote_ansi, first_row=" LIMIT 1", sql=partial(sqlfiles.load, "postgres"),
 )
+
+
+# -- key-range reads (``generic.reads``) ------------------------------------------------------------------------
+
+def quote(name: str) -> str:
+    """``name`` as a quoted identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _postgres_error(exc: Exception) -> str | None:
+    import psycopg2
+
+    return str(exc).strip().splitlines()[0] if isinstance(exc, psycopg2.Error) else None
+
+
+@contextmanager
+def filter_run(table: str, chosen: Filter | None) -> Iterator[None]:
+    """A data error while a refresh filter is in the query as the filter's: a value it computes from a row fails
+    (``id / 0``, ``to_number(v, '999')`` of a text that is no number), which the check on no rows cannot see."""
+    import psycopg2
+
+    try:
+        yield
+    except psycopg2.DataError as exc:
+        if chosen is None:
+            raise
+        message = (exc.pgerror or str(exc)).strip().splitlines()[0]
+        raise ConfigError("snapshot.where", f"the filter {chosen.text!r} failed on a row of {table!r} as PostgreSQL "
+                          f"ran it: {message}", "write a filter that holds for every row of the table (guard "
+                          "the failing expression, e.g. NULLIF for a divisor, or compare the text instead of "
+                          "converting it), then run the snapshot again") from None
+
+
+READS = ReadDialect(label="PostgreSQL", filters=FILTERS, quote=quote, placeholder="%s",
+                    error_text=_postgres_error, running=filter_run)

@@ -5,7 +5,7 @@
 - ``catalog`` (``PostgresCatalog``): the tables' schemas from ``pg_catalog``, moved on by relation messages;
 - ``setup`` (``PostgresSetup``): the publication, the slot, REPLICA IDENTITY; the server's settings and rights;
 - ``stream`` (``PostgresStream``): the slot read with ``pgoutput``, positions as WAL LSNs;
-- ``reads`` (``PostgresSnapshots``): reads at an exported snapshot's LSN, in process or by key range in tasks.
+- ``reads`` (``PostgresReads``): reads at an exported snapshot's LSN, in process or by key range in tasks.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dagster_databus.sources.base import InstallReport, Retention
 from dagster_databus.sources.parts import ComposedSource
 from dagster_databus.sources.postgres.catalog import PostgresCatalog
 from dagster_databus.sources.postgres.connect import PostgresConnector
+from dagster_databus.sources.postgres.reads import PostgresReads
 from dagster_databus.sources.postgres.setup import PostgresSetup
 from dagster_databus.sources.postgres.slots import slot_retention
-from dagster_databus.sources.postgres.snapshots import PostgresSnapshots
 from dagster_databus.sources.postgres.stream import PostgresStream
 
 
@@ -36,7 +36,7 @@ class PostgresSource(ComposedSource):
         self.catalog = catalog = PostgresCatalog(connector)
         self.setup = self.objects = PostgresSetup(connector, config)
         self.stream = self.reader = PostgresStream(connector, catalog)
-        self.reads = PostgresSnapshots(connector, catalog)
+        self.reads = PostgresReads(connector, catalog)
 
     def install(self) -> InstallReport:
         """Install after the catalog's checks: a table with a column no type maps (money, a composite) is refused

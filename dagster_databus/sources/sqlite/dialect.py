@@ -1,8 +1,9 @@
-"""SQLite's SQL as refresh filters see it (``sources.filters``), and as the catalog reads the database's own
-description of its tables (``generic.catalog``)."""
+"""SQLite's SQL as refresh filters see it (``sources.filters``), as the catalog reads the database's own
+description of its tables (``CATALOG``) and as key-range reads write it (``READS``)."""
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 from sqlglot.dialects.sqlite import SQLite
@@ -11,6 +12,7 @@ from dagster_databus.core.identifiers import quote_ansi
 from dagster_databus.core.schema import Column
 from dagster_databus.sources.filters import FilterDialect
 from dagster_databus.sources.generic.catalog import CatalogDialect
+from dagster_databus.sources.generic.reads import ReadDialect
 from dagster_databus.sources.sqlite.types import sqlite_column_type
 
 FILTERS = FilterDialect(
@@ -51,3 +53,12 @@ CATALOG = CatalogDialect(
            "AND NOT EXISTS (SELECT 1 FROM pragma_index_info(i.name) AS e WHERE e.cid = -2)",
     column=_column, quote=quote_ansi, first_row=" LIMIT 1",
 )
+
+
+# -- key-range reads (``generic.reads``) ------------------------------------------------------------------------
+
+def _sqlite_error(exc: Exception) -> str | None:
+    return str(exc) if isinstance(exc, sqlite3.Error) else None
+
+
+READS = ReadDialect(label="SQLite", filters=FILTERS, quote=quote_ansi, placeholder="?", error_text=_sqlite_error)

@@ -13,7 +13,7 @@ table's ``schema_changes`` policy acts on.
 ``SqliteSource`` (``base.Source``) is built from parts (``parts.ComposedSource``), one module per job, all on
 the ``database`` file: ``catalog`` (the tables' schemas, the database's owner), ``setup`` (``triggers``: the
 capture objects installed, verified and removed; their drift in ``drift``, their SQL in ``render``),
-``stream`` (``poll``: the txlog read into change batches, and pruned) and ``reads`` (``snapshots``: consistent
+``stream`` (``poll``: the txlog read into change batches, and pruned) and ``reads`` (``reads.SqliteReads``: consistent
 reads, key ranges, fingerprints).
 """
 
@@ -24,7 +24,7 @@ from dagster_databus.sources.parts import ComposedSource
 from dagster_databus.sources.sqlite.catalog import SqliteCatalog
 from dagster_databus.sources.sqlite.database import SqliteDatabase
 from dagster_databus.sources.sqlite.poll import SqlitePoller
-from dagster_databus.sources.sqlite.snapshots import SqliteSnapshots
+from dagster_databus.sources.sqlite.reads import SqliteReads
 from dagster_databus.sources.sqlite.triggers import SqliteTriggers
 
 
@@ -42,7 +42,7 @@ class SqliteSource(ComposedSource):
         self.catalog = catalog = SqliteCatalog(database)
         self.triggers = self.setup = SqliteTriggers(database, catalog)
         self.stream = SqlitePoller(database, catalog, self.triggers)
-        self.reads = SqliteSnapshots(database, catalog)
+        self.reads = SqliteReads(database, catalog)
 
     def uninstall(self) -> tuple[str, ...]:
         """Remove the capture objects (the txlog and its tables, every table's triggers; ``Uninstallable``)."""

@@ -1,4 +1,6 @@
-"""Reading a PostgreSQL table by primary-key ranges, every range at one exact position.
+"""Consistent reads of a PostgreSQL source's tables: in this process (the local engine's bootstrap,
+reconciliation), or cut into primary-key ranges for tasks (``read_range`` reads one), every range at one exact
+position; fingerprints are computed here from such a read (``generic.reads.StreamedFingerprints``).
 
 A read first creates a temporary logical slot with an exported snapshot on a replication connection
 (``exported_snapshot``): the server gives the snapshot's name and the slot's consistent point, the LSN at which
@@ -22,24 +24,25 @@ from __future__ import annotations
 import io
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import closing
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg2
 import pyarrow as pa
 import pyarrow.csv as pacsv
-from psycopg2 import sql
 
 from dagster_databus.core.schema import TableSchema, parse_texts, same
 from dagster_databus.core.scn import Scn
-from dagster_databus.errors import ConfigError, SourceUnavailableError
-from dagster_databus.sources.base import ALL_ROWS, KeyRange, RangeRead, RowSelection, TableSnapshot
-from dagster_databus.sources.filters import Filter, filter_for, select_clause
-from dagster_databus.sources.keys import split_keys
-from dagster_databus.sources.postgres.connect import Connection, ReplicationConnection, connect_spec
-from dagster_databus.sources.postgres.dialect import FILTERS
+from dagster_databus.errors import SourceUnavailableError
+from dagster_databus.sources.base import ALL_KEYS, ALL_ROWS, KeyRange, RangeRead, RangeSpec, RowSelection, TableRead
+from dagster_databus.sources.filters import Filter
+from dagster_databus.sources.generic.reads import KeyedReads, KeyedTable, StreamedFingerprints, page_rows, spec_of
+from dagster_databus.sources.postgres.catalog import PostgresCatalog
+from dagster_databus.sources.postgres.connect import Connection, PostgresConnector, ReplicationConnection, connect_spec
+from dagster_databus.sources.postgres.dialect import READS, filter_run
 from dagster_databus.sources.postgres.pgoutput import lsn_of
+from dagster_databus.sources.postgres.slots import settled_scn
 from dagster_databus.sources.postgres.slotwait import create_waiting
 from dagster_databus.sources.postgres.types import text_converter
 
@@ -71,6 +74,79 @@ class SnapshotLease:
     def __del__(self) -> None:
         if self.exported is not None:
             self.exported.close()
+
+
+@dataclass(frozen=True)
+class PostgresRangeSpec(RangeSpec):
+    """A PostgreSQL range's task connects with ``connection`` (``PostgresConnector.spec``) and reads the table of
+    ``schema`` in the exported ``snapshot``, which ``lease`` keeps alive on the driver."""
+
+    connection: Mapping[str, Any] = field(repr=False)  # holds the password
+    schema: str
+    snapshot: str
+    lease: SnapshotLease = field(repr=False, compare=False)
+
+
+class PostgresReads(StreamedFingerprints):
+    """Bootstrap reads of the source's tables, in this process or cut into key ranges for tasks."""
+
+    def __init__(self, connector: PostgresConnector, catalog: PostgresCatalog) -> None:
+        self.connector = connector
+        self.catalog = catalog
+        self.config = connector.config
+        self.name = connector.name
+
+    def read_table(self, table: str, batch_rows: int | None = None) -> TableRead:
+        """A keyset-paginated read of ``table`` on one connection, at the exported snapshot's LSN."""
+        batch_rows = batch_rows or self.config.bootstrap_chunk_rows
+        schema = self.catalog.preflight()[table]  # the live shape: the read below sees it
+        exported = exported_snapshot(self.connector.spec(), self.config.snapshot_wait_s)
+        try:
+            conn = self.connector.connect()
+        except BaseException:
+            exported.close()
+            raise
+        scn = self._settled(conn, exported.scn)
+        cur = begin_at(conn, exported.name)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            try:
+                yield from copied(_keyed(cur, self.config.schema_, schema, None), schema, ALL_KEYS, batch_rows,
+                                  f"bootstrap of {table}")
+            finally:
+                conn.close()
+                exported.close()
+
+        return TableRead(scn=scn, schema=schema, batches=batches())
+
+    def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS,
+               first: int | None = None) -> RangeRead:
+        """Key ranges that tasks read, all in one exported snapshot. The snapshot (and its temporary slot) lives
+        as long as the returned read or a copy of it (``SnapshotLease``)."""
+        schema = self.catalog.preflight()[table]
+        chosen = postgres_filter(table, schema.column_names, rows.where)
+        exported = exported_snapshot(self.connector.spec(), self.config.snapshot_wait_s)
+        try:
+            with closing(self.connector.connect()) as conn:
+                scn = self._settled(conn, exported.scn)
+                cur = begin_at(conn, exported.name)
+                ranges = _keyed(cur, self.config.schema_, schema, chosen).ranges(rows_per_range, rows.keys, first)
+        except BaseException:
+            exported.close()
+            raise
+        spec = PostgresRangeSpec(connection=self.connector.spec(), schema=self.config.schema_,
+                                 snapshot=exported.name, page_rows=page_rows(rows_per_range),
+                                 lease=SnapshotLease(exported))
+        return RangeRead("postgres", self.name, schema, spec, ranges, scn=scn, where=rows.where)
+
+    def _settled(self, conn: Connection, consistent: Scn) -> Scn:
+        return settled_scn(conn, self.config.slot_name, self.config.publication_name, consistent)
+
+    def check_selection(self, table: str, rows: RowSelection) -> None:
+        schema = self.catalog.preflight()[table]
+        chosen = postgres_filter(table, schema.column_names, rows.where)
+        with closing(self.connector.connect()) as conn, conn.cursor() as cur:
+            _keyed(cur, self.config.schema_, schema, chosen).check(rows)
 
 
 def exported_snapshot(spec: Mapping[str, Any], wait_s: float) -> ExportedSnapshot:
@@ -113,86 +189,29 @@ def begin_at(conn: Connection, snapshot: str) -> Any:
     return cur
 
 
-@contextmanager
-def filter_run(table: str, chosen: Filter | None) -> Iterator[None]:
-    """A data error while a refresh filter is in the query as the filter's: a value it computes from a row fails
-    (``id / 0``, ``to_number(v, '999')`` of a text that is no number), which the check on no rows cannot see."""
-    try:
-        yield
-    except psycopg2.DataError as exc:
-        if chosen is None:
-            raise
-        message = (exc.pgerror or str(exc)).strip().splitlines()[0]
-        raise ConfigError("snapshot.where", f"the filter {chosen.text!r} failed on a row of {table!r} as PostgreSQL "
-                          f"ran it: {message}", "write a filter that holds for every row of the table (guard "
-                          "the failing expression, e.g. NULLIF for a divisor, or compare the text instead of "
-                          "converting it), then run the snapshot again") from None
-
-
-def qualified(schema_name: str, table: str) -> sql.Composed:
-    return sql.SQL(".").join([sql.Identifier(schema_name), sql.Identifier(table)])
-
-
 def postgres_filter(table: str, columns: Sequence[str], where: str | None) -> Filter | None:
     """A selection's filter checked and rendered for PostgreSQL, naming ``columns`` of ``table``."""
-    return filter_for(where, FILTERS, table, {c: '"' + c.replace('"', '""') + '"' for c in columns})
+    return READS.filter(table, READS.quoted(columns), where)
 
 
-class TableQueries:
-    """The queries of one table's reads: its rows as text in key order, a page at a time, and its keys."""
-
-    def __init__(self, schema_name: str, schema: TableSchema) -> None:
-        self.schema = schema
-        self.table = qualified(schema_name, schema.table)
-        self.columns = sql.SQL(", ").join(map(sql.Identifier, schema.column_names))
-        self.key = sql.SQL(", ").join(map(sql.Identifier, schema.primary_key))
-        self.marks = ", ".join(["%s"] * len(schema.primary_key))
-        self.key_index = [schema.column_names.index(k) for k in schema.primary_key]
-
-    def clause(self, cur: Any, keys: KeyRange, chosen: Filter | None) -> tuple[str, list[Any]]:
-        return select_clause(self.key.as_string(cur), self.marks, keys, chosen)
-
-    def ranges(self, cur: Any, rows_per_range: int, rows: RowSelection = ALL_ROWS,
-               chosen: Filter | None = None, first: int | None = None) -> tuple[KeyRange, ...]:
-        """Ranges of about ``rows_per_range`` of the selected rows: only their boundary keys leave the server."""
-
-        def key_at(after: tuple[Any, ...] | None, n: int) -> tuple[Any, ...] | None:
-            where, params = self.clause(cur, KeyRange(after, rows.keys.through), chosen)
-            with filter_run(self.schema.table, chosen):
-                cur.execute(_query("SELECT ", self.key, " FROM ", self.table, f" {where}ORDER BY ", self.key,
-                                   " LIMIT 1 OFFSET %s"), (*params, n))
-            found = cur.fetchone()
-            return tuple(found) if found is not None else None
-
-        return split_keys(key_at, rows_per_range, rows.keys, first)
-
-    def check(self, cur: Any, rows: RowSelection, chosen: Filter | None) -> None:
-        """Run the selection's query on no rows: the server names what its own check finds."""
-        where, params = self.clause(cur, rows.keys, chosen)
-        try:
-            cur.execute(_query("SELECT 1 FROM ", self.table, f" {where}LIMIT 0"), params)
-            cur.fetchall()
-        except psycopg2.Error as exc:
-            raise ConfigError("snapshot.where", f"PostgreSQL cannot select {rows.describe()} of "
-                              f"{self.schema.table!r}: {str(exc).strip().splitlines()[0]}",
-                              "write the condition in PostgreSQL's SQL, naming the table's columns") from None
-
-
-def _query(*parts: str | sql.Composable) -> sql.Composed:
-    """Text and quoted parts joined as they are: a filter's rendered text is never run through ``format``."""
-    return sql.Composed([sql.SQL(p) if isinstance(p, str) else p for p in parts])
+def _keyed(cur: Any, schema_name: str, schema: TableSchema, chosen: Filter | None) -> KeyedReads:
+    """The key-range queries of ``schema``'s table in ``schema_name`` on ``cur``."""
+    table = f"{READS.quote(schema_name)}.{READS.quote(schema.table)}"
+    return KeyedReads(READS, cur, KeyedTable(schema.table, table, tuple(map(READS.quote, schema.primary_key)), chosen))
 
 
 # The line each page's CSV starts with (and the reader skips): no page's own bytes are at the input's start.
 _LEAD = b"-\n"
 
 
-def copied(cur: Any, queries: TableQueries, keys: KeyRange, chosen: Filter | None, rows: int,
-           what: str) -> Iterator[pa.RecordBatch]:
+def copied(keyed: KeyedReads, schema: TableSchema, keys: KeyRange, rows: int, what: str
+           ) -> Iterator[pa.RecordBatch]:
     """The rows of ``keys`` a page at a time, each page one ``COPY (SELECT ...) TO STDOUT`` in CSV read by
     ``pyarrow.csv`` as text columns (the output functions' text, as a SELECT gives it) and converted by column."""
-    schema = queries.schema
+    cur, chosen = keyed.cursor, keyed.table.chosen
     names = schema.column_names
+    columns = ", ".join(map(READS.quote, names))
+    key_index = [names.index(k) for k in schema.primary_key]
     # pyarrow skips a byte-order mark at the start of its input, which would take a U+FEFF off the first value
     # of every page: each page starts after a line of our own that the reader skips, so every byte is read.
     read = pacsv.ReadOptions(column_names=names, block_size=64 << 20, skip_rows=1)
@@ -203,9 +222,8 @@ def copied(cur: Any, queries: TableQueries, keys: KeyRange, chosen: Filter | Non
     arrow = schema.arrow(with_meta=False)
     after = keys.after
     while True:
-        where, params = queries.clause(cur, KeyRange(after, keys.through), chosen)
-        select = cur.mogrify(_query("SELECT ", queries.columns, " FROM ", queries.table, f" {where}ORDER BY ",
-                                    queries.key, " LIMIT %s"), (*params, rows))
+        query, params = keyed.select(columns, KeyRange(after, keys.through), READS.first_rows, rows)
+        select = cur.mogrify(query, params)
         buffer = io.BytesIO(_LEAD)
         buffer.seek(len(_LEAD))
         with filter_run(schema.table, chosen):
@@ -223,33 +241,32 @@ def copied(cur: Any, queries: TableQueries, keys: KeyRange, chosen: Filter | Non
             parsed = parse_texts(to_value, texts)
             arrays.append(parsed if parsed is not None else
                           schema.convert_column(column, to_value, texts.to_pylist(), lambda _: what))
-        schema.refuse_null_keys([arrays[i] for i in queries.key_index], what)
+        schema.refuse_null_keys([arrays[i] for i in key_index], what)
         yield pa.RecordBatch.from_arrays(arrays, schema=arrow)
         if table.num_rows < rows:
             return
-        after = tuple(table.column(i)[-1].as_py() for i in queries.key_index)
+        after = tuple(table.column(i)[-1].as_py() for i in key_index)
 
 
-def read_range(read: RangeRead, index: int) -> TableSnapshot:
+def read_range(read: RangeRead, index: int) -> TableRead:
     """Range ``index`` of ``read``, in the snapshot the read exported (at ``read.scn``), on a connection of its
     own: where a Spark task runs."""
-    spec, schema = read.spec, read.schema
-    queries = TableQueries(spec["schema"], schema)
+    spec, schema = spec_of(read, PostgresRangeSpec), read.schema
     chosen = postgres_filter(schema.table, schema.column_names, read.where)  # checked again where it runs
-    conn = connect_spec(dict(spec["connection"]))
+    conn = connect_spec(dict(spec.connection))
     try:
-        cur = begin_at(conn, spec["snapshot"])
+        cur = begin_at(conn, spec.snapshot)
     except BaseException:
         conn.close()
         raise
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
-            yield from copied(cur, queries, read.ranges[index], chosen, int(spec["page_rows"]),
+            yield from copied(_keyed(cur, spec.schema, schema, chosen), schema, read.ranges[index], spec.page_rows,
                               f"bootstrap of {schema.table}")
             conn.rollback()
         finally:
             conn.close()
 
     assert read.scn is not None
-    return TableSnapshot(scn=read.scn, schema=schema, batches=batches())
+    return TableRead(scn=read.scn, schema=schema, batches=batches())

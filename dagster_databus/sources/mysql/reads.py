@@ -1,12 +1,25 @@
 """Consistent reads of a MySQL source's tables: in this process (the local engine's bootstrap), cut into key
-ranges for tasks (``bootstrap.read_range`` reads one), and the reconciliation fingerprint, computed by the server
-(``sql/mysql/fingerprint*.sql``). Watermark reads need the signal table, which install creates here.
+ranges for tasks (``read_range`` reads one, on its own connection), and the reconciliation fingerprint, computed
+by the server (``sql/mysql/fingerprint*.sql``). Watermark reads need the signal table, which install creates here.
+
+The driver cuts the key space into ranges by walking the key index (keys only, keyset pagination).
+On MariaDB each range opens its own ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, reads the
+binlog position of that snapshot (``binlog_snapshot_file/position``) and reads its range by keyset
+pages: the range's rows are the table at that position (``RangeRead`` says why the union is exact).
+MySQL proper reports no such position: each range pins one with a watermark written to the signal
+table (``snapshot_position``), or, with ``bootstrap_reads: lock``, the table is one range whose position
+is pinned under a brief global read lock.
+
+A refresh filter (``RowSelection.where``) runs as ``sources.filters`` rendered it from its parsed tree, its
+text literals bound as parameters (so neither backslash escapes nor the server's sql_mode can change them),
+never as typed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -19,22 +32,39 @@ from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import (
     ALL_KEYS,
     ALL_ROWS,
-    KeyRange,
     RangeRead,
+    RangeSpec,
     RowSelection,
     SourceFingerprint,
-    TableSnapshot,
+    TableRead,
 )
+from dagster_databus.sources.filters import Filter
 from dagster_databus.sources.fingerprints import in_background
-from dagster_databus.sources.keys import key_clause, keyset_pages, row_key
-from dagster_databus.sources.mysql.bootstrap import SIGNAL_TABLE, check_selection, key_ranges, snapshot_position
+from dagster_databus.sources.generic.reads import KeyedReads, KeyedTable, page_rows, spec_of
+from dagster_databus.sources.keys import row_key
 from dagster_databus.sources.mysql.catalog import MysqlCatalog
 from dagster_databus.sources.mysql.connect import Connection, Cursor, MySQLError, Row
+from dagster_databus.sources.mysql.dialect import READS
 from dagster_databus.sources.mysql.servers import MysqlServers
-from dagster_databus.sources.mysql.types import bootstrap_value, fingerprint_part, select_expression
+from dagster_databus.sources.mysql.types import ZeroDates, bootstrap_value, fingerprint_part, select_expression
+from dagster_databus.sources.mysql.versions import binlog_end
+
+# The table watermark reads write a row to (``sql/mysql/signal.sql``; install creates it).
+SIGNAL_TABLE = "_databus_signal"
 
 
-class MysqlSnapshots:
+@dataclass(frozen=True)
+class MysqlRangeSpec(RangeSpec):
+    """A MySQL range's task connects with ``connection`` (``MysqlReads.task_connection``) and pins its snapshot
+    as ``reads`` (``bootstrap_reads`` resolved) says."""
+
+    connection: Mapping[str, Any] = field(repr=False)  # holds the password
+    zero_dates: ZeroDates
+    era: int
+    reads: str
+
+
+class MysqlReads:
     """Bootstrap reads of the source's tables, in this process or cut into key ranges for tasks; fingerprints
     computed by the server, and the rows of chosen buckets."""
 
@@ -44,7 +74,7 @@ class MysqlSnapshots:
         self.config = servers.config
         self.name = servers.name
 
-    def snapshot(self, table: str, batch_rows: int | None = None) -> TableSnapshot:
+    def read_table(self, table: str, batch_rows: int | None = None) -> TableRead:
         """A consistent, keyset-paginated read of ``table`` at a known binlog position, on one connection."""
         batch_rows = batch_rows or self.config.bootstrap_chunk_rows
         schema = self.catalog.preflight()[table]  # the live shape: the read below sees it
@@ -52,34 +82,25 @@ class MysqlSnapshots:
         cur = conn.cursor()
         scn = self._read_only_snapshot(cur)
         columns = ", ".join(select_expression(c) for c in schema.columns)
-        kcols = ", ".join(f"`{k}`" for k in schema.primary_key)
-        marks = ", ".join(["%s"] * len(schema.primary_key))
         key_index = [schema.column_names.index(k) for k in schema.primary_key]
         convert = schema.batch(lambda c: bootstrap_value(c, self.config.zero_dates), f"bootstrap of {table}")
-
-        def fetch(keys: KeyRange) -> list[Any]:
-            clause, params = key_clause(kcols, marks, keys)
-            cur.execute(f"SELECT {columns} FROM `{table}` {clause}ORDER BY {kcols} LIMIT %s", (*params, batch_rows))
-            return list(cur.fetchall())
-
-        pages = keyset_pages(fetch, ALL_KEYS, row_key(key_index), batch_rows)
-        return TableSnapshot(scn=scn, schema=schema, batches=_batches_then_close(conn, cur, pages, convert))
+        pages = _keyed(cur, table, schema.primary_key, None).pages(columns, batch_rows, ALL_KEYS, row_key(key_index))
+        return TableRead(scn=scn, schema=schema, batches=_batches_then_close(conn, cur, pages, convert))
 
     def ranges(self, table: str, rows_per_range: int, rows: RowSelection = ALL_ROWS,
                first: int | None = None) -> RangeRead:
         """Key ranges each read in its own consistent snapshot, pinned to a binlog position as
-        ``bootstrap_reads`` says (``mysql.bootstrap.snapshot_position``); with ``lock`` the whole table is one
+        ``bootstrap_reads`` says (``snapshot_position``); with ``lock`` the whole table is one
         range pinned under a brief global read lock."""
         schema = self.catalog.preflight()[table]
         with closing(self.servers.connect()) as conn, conn.cursor() as cur:
             reads = self._bootstrap_reads(cur)
             # Under ``lock`` a bootstrap reads one range, pinned under the lock once; a verification's one slice is
             # pinned the same way whatever its bounds.
-            ranges = (key_ranges(cur, table, schema.primary_key, rows_per_range, rows, schema.column_names, first)
+            ranges = (_selected(cur, table, schema, rows).ranges(rows_per_range, rows.keys, first)
                       if reads != "lock" or first is not None else (rows.keys,))
-        c = self.config
-        spec = {"connection": self.task_connection(), "zero_dates": c.zero_dates, "era": self.servers.era,
-                "page_rows": min(rows_per_range, 10_000), "reads": reads}
+        spec = MysqlRangeSpec(connection=self.task_connection(), zero_dates=self.config.zero_dates,
+                              era=self.servers.era, page_rows=page_rows(rows_per_range), reads=reads)
         return RangeRead("mysql", self.name, schema, spec, ranges, scn=None, where=rows.where)
 
     def task_connection(self) -> dict[str, Any]:
@@ -91,7 +112,7 @@ class MysqlSnapshots:
     def check_selection(self, table: str, rows: RowSelection) -> None:
         schema = self.catalog.preflight()[table]
         with closing(self.servers.connect()) as conn, conn.cursor() as cur:
-            check_selection(cur, table, schema.primary_key, rows, schema.column_names)
+            _selected(cur, table, schema, rows).check(rows)
 
     # -- fingerprints ------------------------------------------------------------------
 
@@ -123,7 +144,7 @@ class MysqlSnapshots:
 
         return SourceFingerprint(scn, schema, in_background(work), pushed_down=True)
 
-    def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableSnapshot:
+    def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableRead:
         schema = self.catalog.preflight()[table]
         conn = self.servers.connect()
         cur = conn.cursor()
@@ -135,7 +156,7 @@ class MysqlSnapshots:
             while page := cur.fetchmany(self.config.bootstrap_chunk_rows):  # to an empty page
                 yield list(page)
 
-        return TableSnapshot(scn=scn, schema=schema, batches=_batches_then_close(conn, cur, pages(), convert))
+        return TableRead(scn=scn, schema=schema, batches=_batches_then_close(conn, cur, pages(), convert))
 
     # -- how ranges are pinned to binlog positions -------------------------------------
 
@@ -233,3 +254,87 @@ def _fingerprint_sql(name: str, schema: TableSchema, buckets: Sequence[int] = ()
         row_text=f"CONCAT({', '.join(parts[c] for c in schema.column_names)})",
         columns=", ".join(select_expression(c) for c in schema.columns),
         buckets=", ".join(str(int(b)) for b in buckets) or "NULL")
+
+
+def mysql_filter(table: str, columns: Sequence[str], where: str | None) -> Filter | None:
+    """A selection's filter checked and rendered for MySQL/MariaDB, naming ``columns`` of ``table`` (None: no
+    filter)."""
+    return READS.filter(table, READS.quoted(columns), where)
+
+
+def _keyed(cursor: Cursor, table: str, key: Sequence[str], chosen: Filter | None) -> KeyedReads:
+    return KeyedReads(READS, cursor, KeyedTable(table, READS.quote(table), tuple(map(READS.quote, key)), chosen))
+
+
+def _selected(cursor: Cursor, table: str, schema: TableSchema, rows: RowSelection) -> KeyedReads:
+    """The key-range queries of ``rows`` of ``table`` on ``cursor``, its filter checked (naming its columns)."""
+    return _keyed(cursor, table, schema.primary_key, mysql_filter(table, schema.column_names, rows.where))
+
+
+def snapshot_position(cur: Cursor, era: int, source: str, watermark: bool = False) -> Scn:
+    """Start a consistent-snapshot transaction on ``cur`` and return a binlog position such that the
+    snapshot holds every transaction up to it, and the log after it holds the rest of the table's story.
+
+    The position is the snapshot's own where MariaDB reports it, or one pinned under a brief global read
+    lock. With ``watermark`` (an autocommit ``cur``) the position is noted first, then a row is written
+    to the signal table (``sql/mysql/signal.sql``): commits reach InnoDB in binlog order, so when that
+    write has committed, every transaction up to the position is visible to the snapshot started after
+    it. The snapshot may hold later transactions too; the merge replays them from the log over its rows
+    (an event applies only over an older row), so no lock is needed."""
+    if watermark:
+        file, offset = binlog_end(cur, source)
+        cur.execute(f"REPLACE INTO `{SIGNAL_TABLE}` (source, written_at, position) VALUES (%s, NOW(6), %s)",
+                    (source, f"{file}:{offset}"))
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        return Scn.from_binlog(int(file.rsplit(".", 1)[1]), offset, era)
+    cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+    status = {k.lower(): v for k, v in cur.fetchall()}
+    if status.get("binlog_snapshot_file"):
+        # MariaDB reports the binlog position that matches this transaction's snapshot.
+        return Scn.from_binlog(int(status["binlog_snapshot_file"].rsplit(".", 1)[1]),
+                               int(status["binlog_snapshot_position"]), era)
+    # MySQL: hold a global read lock just long enough to pin the position to the snapshot.
+    cur.execute("COMMIT")
+    cur.execute("FLUSH TABLES WITH READ LOCK")
+    try:
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        file, offset = binlog_end(cur, source)
+    finally:
+        cur.execute("UNLOCK TABLES")
+    return Scn.from_binlog(int(file.rsplit(".", 1)[1]), offset, era)
+
+
+def open_task_connection(connection: Mapping[str, Any]) -> Connection:
+    """The connection a range's task opens from its spec's ``connection`` (``MysqlReads.task_connection``)."""
+    return Connection(**connection, autocommit=True, charset="utf8mb4")
+
+
+def read_range(read: RangeRead, index: int) -> TableRead:
+    """Range ``index`` of ``read``, in its own consistent snapshot at the position it reports."""
+    spec, schema, where = spec_of(read, MysqlRangeSpec), read.schema, read.ranges[index]
+    table = schema.table
+    names = ", ".join(select_expression(c) for c in schema.columns)
+    key_index = [schema.column_names.index(k) for k in schema.primary_key]
+    convert = schema.batch(lambda c: bootstrap_value(c, spec.zero_dates), f"bootstrap of {table}")
+    chosen = mysql_filter(table, schema.column_names, read.where)  # checked again where it runs
+    conn = open_task_connection(spec.connection)
+    try:
+        cur = conn.cursor()
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP read in UTC, as the binlog has it
+        position = snapshot_position(cur, spec.era, read.source, spec.reads == "watermark")
+    except BaseException:
+        conn.close()
+        raise
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            for rows in _keyed(cur, table, schema.primary_key, chosen).pages(names, spec.page_rows, where,
+                                                                               row_key(key_index)):
+                yield convert(rows)
+            cur.execute("COMMIT")
+        finally:
+            conn.close()
+
+    return TableRead(scn=position, schema=schema, batches=batches())
