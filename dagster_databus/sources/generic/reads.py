@@ -59,7 +59,7 @@ class ReadDialect:
     ``offset_row`` reads one row at offset ``{n}``, ``first_rows`` the first ``{n}`` rows, ``no_rows`` none
     (``{n}`` is where the dialect's mark for that parameter goes)."""
 
-    label: str  # the SQL as messages name it ("SQLite" cannot select ...)
+    label: str  # the SQL as messages name it (as in "<label> cannot select ...")
     filters: FilterDialect
     quote: Callable[[str], str]  # a validated name as an identifier
     placeholder: str | None  # a positional parameter's mark; None: named binds (":n")
@@ -100,7 +100,7 @@ class ReadDialect:
 @dataclass(frozen=True)
 class KeyedTable:
     """One table as a dialect's queries name it: ``table`` quoted (with what else its FROM needs, such as
-    Oracle's AS OF, and the named ``binds`` that needs), its key columns quoted, and the checked filter."""
+    a flashback clause, and the named ``binds`` that needs), its key columns quoted, and the checked filter."""
 
     name: str  # the table's own name
     table: str
