@@ -28,7 +28,7 @@ from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import reconcile_table
 from dagster_databus.sources import open_source
 from dagster_databus.spark.runtime import SparkRuntime
-from tests.mariadb import MariaDBServer
+from tests.support.mariadb import MariaDBServer
 
 TABLE = "CREATE TABLE items (id INTEGER PRIMARY KEY, name VARCHAR(40), price DOUBLE, qty INTEGER, note VARCHAR(20))"
 
