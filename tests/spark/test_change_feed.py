@@ -1,7 +1,7 @@
 """Delta's change data feed on snapshot tables (``change_data_feed: true``): for every merge commit, the feed
 read back (delta-rs ``load_cdf``; Spark ``readChangeFeed`` where delta-spark's jars load) holds exactly the
 changes the log's events in that commit's SCN range make to the rows the previous version held; Spark tasks
-read the same feed without delta-spark (``spark.changefeed``). SQLite and MariaDB, local and S3 lakes, both
+read the same feed without delta-spark (``spark.changefeed``). Every kind on a local lake, SQLite on S3 too; both
 engines."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.spark.changefeed import read_change_feed
 from dagster_databus.storage.lake import Lake
 from tests.support.checks import assert_snapshots_match, cycle, require_delta_spark
-from tests.support.fixtures import ON_EACH_LAKE
+from tests.support.fixtures import ON_EACH_KIND_AND_LAKE
 from tests.support.harness import SourceHarness, SqliteHarness, make_config
 
 SHOP = [("customers", ["id"]), ("orders", ["id"]), ("order_items", ["order_id", "line_no"])]
@@ -65,7 +65,7 @@ def merge_versions(snap: DeltaSnapshot) -> list[tuple[int, int, int]]:
     return out
 
 
-@ON_EACH_LAKE
+@ON_EACH_KIND_AND_LAKE
 @pytest.mark.parametrize("engine", ["spark", "local"])
 def test_the_change_feed_of_every_merge_holds_what_the_log_changed(source: SourceHarness, lake: Path | Lake,
                                                                    engine: str, spark) -> None:

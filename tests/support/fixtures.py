@@ -147,6 +147,10 @@ def source(request: pytest.FixtureRequest, tmp_path: Path) -> SourceHarness:
 # gets a local folder: where storage plays no part, a second lake would repeat it on a server for nothing.
 LAKES = ("local", "s3")
 ON_EACH_LAKE = pytest.mark.parametrize("lake", LAKES, indirect=True)
+# The same for a suite run on every source kind (``source``): each kind on a local lake, and the S3 lake once, with
+# SQLite, as the source kind plays no part in how the lake is written and read.
+ON_EACH_KIND_AND_LAKE = pytest.mark.parametrize(
+    ("source", "lake"), [*((kind, "local") for kind in SOURCE_KINDS), ("sqlite", "s3")], indirect=True)
 
 
 @pytest.fixture

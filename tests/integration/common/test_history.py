@@ -1,5 +1,5 @@
 """History tables (SCD type 2): the fold's rules on hand-made changes, then the behavioural suite with history
-on (SQLite and MariaDB, local and S3 lakes, both engines): the history as of any captured SCN equals the
+on (every kind on a local lake, SQLite on S3 too; both engines): the history as of any captured SCN equals the
 source at that SCN, and equals itself after replays, a rebuild and a kill mid-merge."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.snapshot.reconcile import compare_rows
 from dagster_databus.sources import open_source, read_rows
 from dagster_databus.storage.lake import Lake
-from tests.support.fixtures import ON_EACH_LAKE
+from tests.support.fixtures import ON_EACH_KIND_AND_LAKE
 from tests.support.harness import SourceHarness, config_document, make_config
 from tests.support.paths import REPO
 
@@ -139,7 +139,7 @@ def history_rows(config: DatabusConfig, table: str) -> list[tuple[Any, ...]]:
     return sorted((tuple(sorted(r.items())) for r in rows), key=repr)
 
 
-@ON_EACH_LAKE
+@ON_EACH_KIND_AND_LAKE
 @pytest.mark.parametrize("engine", ["spark", "local"])
 def test_the_history_as_of_any_captured_scn_equals_the_source_then(source: SourceHarness, lake: Path | Lake,
                                                                    engine: str, lazy_spark) -> None:

@@ -25,7 +25,7 @@ from dagster_databus.snapshot.merge import sync_source
 from dagster_databus.sources import open_source
 from dagster_databus.storage.lake import Lake
 from tests.support.checks import assert_snapshots_match, cycle
-from tests.support.fixtures import ON_EACH_LAKE
+from tests.support.fixtures import ON_EACH_KIND_AND_LAKE
 from tests.support.harness import SqliteHarness, make_config
 
 ENGINES = ["spark", "local"]
@@ -33,7 +33,8 @@ ENGINES = ["spark", "local"]
 
 @pytest.fixture(params=ENGINES)
 def setup(request: pytest.FixtureRequest, source: SqliteHarness, lake: Path | Lake):
-    """On every source kind, on a local lake and an object-store lake, with each engine."""
+    """On every source kind on a local lake, on SQLite on an object-store lake too (``ON_EACH_KIND_AND_LAKE``), with
+    each engine."""
     source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL)",
                     ("INSERT INTO items VALUES (?, ?, ?)", (1, "seed", 1.0))])
     config = make_config(lake, source.source_config("shop", [("items", ["id"])]), merge={"engine": request.param})
@@ -48,7 +49,7 @@ def rows(config) -> list[dict]:
     return sorted(snapshot(config).read(with_meta=True).to_pylist(), key=lambda r: r["id"])
 
 
-@ON_EACH_LAKE
+@ON_EACH_KIND_AND_LAKE
 def test_first_sync_bootstraps_existing_rows_then_merges_changes(setup, lazy_spark) -> None:
     source, config = setup
     first = cycle(config, lazy_spark)[0]
@@ -64,7 +65,7 @@ def test_first_sync_bootstraps_existing_rows_then_merges_changes(setup, lazy_spa
     assert_snapshots_match(config)
 
 
-@ON_EACH_LAKE
+@ON_EACH_KIND_AND_LAKE
 def test_merging_twice_changes_nothing(setup, lazy_spark) -> None:
     source, config = setup
     cycle(config, lazy_spark)
@@ -76,7 +77,7 @@ def test_merging_twice_changes_nothing(setup, lazy_spark) -> None:
     assert again.events == 0 and snapshot(config).version() == version and rows(config) == data
 
 
-@ON_EACH_LAKE
+@ON_EACH_KIND_AND_LAKE
 def test_replaying_old_windows_changes_nothing(setup, lazy_spark) -> None:
     source, config = setup
     cycle(config, lazy_spark)
@@ -109,7 +110,7 @@ def test_replaying_old_windows_changes_nothing(setup, lazy_spark) -> None:
     assert [(r["id"], r["name"], r["price"]) for r in rows(config)] == [(1, "reborn", 4.0)]
 
 
-@ON_EACH_LAKE
+@ON_EACH_KIND_AND_LAKE
 def test_merge_into_a_snapshot_that_was_never_bootstrapped_is_refused(setup, lazy_spark) -> None:
     _, config = setup
     pipeline.install(config, "shop")
@@ -121,7 +122,7 @@ def test_merge_into_a_snapshot_that_was_never_bootstrapped_is_refused(setup, laz
     assert not snapshot(config).exists()
 
 
-@ON_EACH_LAKE
+@ON_EACH_KIND_AND_LAKE
 def test_table_without_changes_records_the_log_position(setup, lazy_spark) -> None:
     source, config = setup
     source.execute(["CREATE TABLE other (id INTEGER PRIMARY KEY, v TEXT)"])
@@ -136,7 +137,7 @@ def test_table_without_changes_records_the_log_position(setup, lazy_spark) -> No
     assert results["items"].lag_scn == 0 == results["other"].lag_scn
 
 
-@ON_EACH_LAKE
+@ON_EACH_KIND_AND_LAKE
 def test_snapshot_carries_source_columns_and_metadata_columns(setup, lazy_spark) -> None:
     source, config = setup
     cycle(config, lazy_spark)
