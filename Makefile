@@ -23,17 +23,18 @@ $(STAMP): pyproject.toml | prereqs
 demo: prereqs $(STAMP)
 	$(PY) -m dagster_databus.demo
 
-# The suite but the fault scenarios. Its system packages are checked before it starts (.ci/prereqs names
-# the install command), and DATABUS_REQUIRE_ALL=1 turns a test's skip for a missing tool into a failure, so
-# a passing `make test` (and CI, which runs it) has run the UI test, not skipped it.
+# The suite but the fault scenarios and the soaks: every folder of tests/ (unit, integration, spark, ui, package;
+# README's "Tests and checks"). Its system packages are checked before it starts (.ci/prereqs names the install
+# command), and DATABUS_REQUIRE_ALL=1 turns a test's skip for a missing tool into a failure, so a passing
+# `make test` (and CI, which runs it) has run the UI test, not skipped it.
 test: prereqs test-prereqs $(STAMP)
-	DATABUS_REQUIRE_ALL=1 $(PY) -m pytest -q -m 'not fault' --durations=25
+	DATABUS_REQUIRE_ALL=1 $(PY) -m pytest -q -m 'not fault' --durations=25 tests
 
-# The fault scenarios (tests/conftest.py marks them `fault`: tests/faults/, and the kills and lost servers
-# elsewhere), long runs of their own, which CI runs after `make test`; the clock-jump test's libfaketime
+# The fault scenarios (marked `fault`: tests/faults/ by its conftest.py, and the kills and lost servers elsewhere
+# by their own mark), long runs of their own, which CI runs after `make test`; the clock-jump test's libfaketime
 # is required as make test requires Chromium.
 test-faults: prereqs test-prereqs $(STAMP)
-	DATABUS_REQUIRE_ALL=1 $(PY) -m pytest -q -m fault --durations=10
+	DATABUS_REQUIRE_ALL=1 $(PY) -m pytest -q -m fault --durations=10 tests
 
 # The soaks (tests/soak/): the rolling verification over 200 runs of a mixed workload on each source kind
 # (SQLite, MariaDB, PostgreSQL) must find no difference. Long, so no part of `make test` or CI: tests/conftest.py
@@ -44,10 +45,10 @@ soak: prereqs test-prereqs $(STAMP)
 test-prereqs:
 	@.ci/prereqs check
 
-# The tests that need no server (MariaDB, S3, dagster dev, a browser), no Spark and no built wheel, and are
-# no fault scenario: tests/conftest.py marks the others `spark`, `server`, `wheel` or `fault`.
+# tests/unit/: no server (MariaDB, PostgreSQL, S3, dagster dev, a browser), no Spark, no built wheel, no fault
+# scenario (its conftest.py fails the collection of a test that needs one); what plain `pytest` runs.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m 'not spark and not server and not wheel and not fault'
+	$(PY) -m pytest -q tests/unit
 
 # Duplicate code: a run of DUP_LINES similar lines (imports, signatures, docstrings and comments aside)
 # written twice in dagster_databus/ fails. At 3 lines it flags boilerplate (a constructor's attribute
@@ -59,7 +60,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/pylint --disable=all --enable=duplicate-code --min-similarity-lines=$(DUP_LINES) --ignore-imports=yes \
 	  --ignore-signatures=yes --ignore-docstrings=yes --ignore-comments=yes --score=no dagster_databus
-	$(PY) -m pytest -q -p no:cacheprovider tests/test_oracle_grammar.py
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_oracle_grammar.py
 
 bench: prereqs $(STAMP)
 	$(PY) -m benchmarks.run_all

@@ -23,7 +23,7 @@ from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.spark.runtime import SparkRuntime
 from dagster_databus.sync.merge import engine_for, sync_table
-from tests.mariadb import MariaDBServer
+from tests.support.mariadb import MariaDBServer
 
 COLUMNS = ["id", "name", "price", "qty", "note"]
 MASTER = "local[2]"

@@ -18,7 +18,7 @@ from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.sources import open_source
 from dagster_databus.sources.mysql.failover import find_after_gtid, find_by_time
 from dagster_databus.sources.mysql.source import MysqlSource
-from tests.mariadb import MariaDBServer, find_binary
+from tests.support.mariadb import MariaDBServer, find_binary
 
 
 def main(transactions: int = 40_000, files: int = 8) -> None:

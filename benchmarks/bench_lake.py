@@ -28,7 +28,7 @@ from dagster_databus.engines.local import write_snapshot
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.spark.runtime import SparkRuntime
 from dagster_databus.sync.merge import engine_for, sync_table
-from tests.s3server import S3Server
+from tests.support.s3server import S3Server
 
 SCHEMA = TableSchema("b", "items", (Column("id", ColumnType("long")), Column("name", ColumnType("string")),
                                     Column("price", ColumnType("double"))), ("id",))

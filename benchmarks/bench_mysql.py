@@ -20,7 +20,7 @@ from pathlib import Path
 from benchmarks.common import best_of, peak_rss_growth
 from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, parse_config
-from tests.mariadb import COMPRESSED_BINLOG, MariaDBServer, find_binary
+from tests.support.mariadb import COMPRESSED_BINLOG, MariaDBServer, find_binary
 
 ITEMS = "CREATE TABLE bench.items (id INT PRIMARY KEY, name VARCHAR(40), price DOUBLE, qty INT, note VARCHAR(20))"
 

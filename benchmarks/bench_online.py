@@ -29,7 +29,7 @@ from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, load_config
 from dagster_databus.spark.runtime import SparkRuntime
 from dagster_databus.sync.merge import engine_for, sync_table
-from tests.mariadb import MariaDBServer
+from tests.support.mariadb import MariaDBServer
 
 WRITES_PER_S = 500
 

@@ -42,7 +42,7 @@ from benchmarks.common import best_of, report
 from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.sources.postgres.connect import SESSION_OPTIONS
-from tests.postgres import PostgresServer
+from tests.support.postgres import PostgresServer
 
 # No autovacuum: its WAL after the workload would only move the poll's bound past the last commit.
 SETTINGS = {"autovacuum": "off", "max_wal_size": "4GB", "shared_buffers": "256MB"}

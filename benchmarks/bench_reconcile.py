@@ -28,7 +28,7 @@ from dagster_databus.sources import open_source
 from dagster_databus.spark.runtime import SparkRuntime
 from dagster_databus.sync.merge import sync_source
 from dagster_databus.sync.reconcile import reconcile_table
-from tests.mariadb import MariaDBServer
+from tests.support.mariadb import MariaDBServer
 
 TABLE = "CREATE TABLE items (id INTEGER PRIMARY KEY, name VARCHAR(40), price DOUBLE, qty INTEGER, note VARCHAR(20))"
 

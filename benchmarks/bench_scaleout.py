@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 
-from tests.sparkcluster import SparkCluster
+from tests.support.sparkcluster import SparkCluster
 
 
 def timed_on(workers: int, rows: int, pct: float) -> dict:

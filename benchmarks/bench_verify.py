@@ -31,7 +31,7 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.spark.runtime import SparkRuntime
 from dagster_databus.sync.merge import engine_for, sync_source
 from dagster_databus.sync.verify import RollingVerification, Verified, VerifyState, slice_rows
-from tests.mariadb import MariaDBServer
+from tests.support.mariadb import MariaDBServer
 
 GOAL = 0.10  # at most this share of a scheduled run verifying
 CHANGED = 100  # one row in this many changed before each run (1%)
@@ -99,7 +99,8 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
 
 
 def scheduled_run(config: DatabusConfig, spark: SparkRuntime) -> Run:
-    """One run as ``tests/test_verify.py::verified_run`` (and the sync step) does it, its parts timed."""
+    """One run as ``tests/integration/common/test_verify.py::verified_run`` (and the sync step) does it, its parts
+    timed."""
     cfg = config.source("b")
     started = time.perf_counter()
     capture.install(config, "b")

@@ -27,9 +27,9 @@ from dagster_databus.errors import ChangeLogCorruptError, ConfigError, DiskFullE
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.storage.lake import Lake
 from dagster_databus.sync.merge import engine_for, sync_source
-from tests.conftest import require_tool
-from tests.faults.loadgen import DDL, TABLE, LoadGenerator, check
-from tests.harness import (
+from tests.support.checks import require_tool
+from tests.support.fixtures import ON_EACH_LAKE
+from tests.support.harness import (
     MysqlHarness,
     PostgresHarness,
     SourceHarness,
@@ -37,6 +37,7 @@ from tests.harness import (
     config_document,
     make_config,
 )
+from tests.support.loadgen import DDL, TABLE, LoadGenerator, check
 
 REPO = Path(__file__).resolve().parents[2]
 FAKETIME = next((p for p in ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
@@ -95,6 +96,7 @@ CAPTURE_POINTS = ["segment_written", "segment_published", "manifest_committed"]
 MERGE_POINTS = ["delta_commit", "delta_committed"]
 
 
+@ON_EACH_LAKE
 @pytest.mark.parametrize("point", CAPTURE_POINTS + MERGE_POINTS)
 def test_sigkill_at_each_boundary_then_rerun(kind: str, point: str, lake: Path | Lake, tmp_path: Path, request,
                                             spark) -> None:
@@ -112,6 +114,7 @@ def test_sigkill_at_each_boundary_then_rerun(kind: str, point: str, lake: Path |
     assert check(config, generator).duplicates == 0, "a published window is never appended twice"
 
 
+@ON_EACH_LAKE
 def test_a_truncated_segment_stops_the_pipeline_until_bootstrap(kind: str, lake: Path | Lake, tmp_path: Path, request,
                                                                 spark) -> None:
     _, config, _, generator = prepared(kind, tmp_path, request, lake)
@@ -183,6 +186,7 @@ def test_a_full_disk_during_segment_and_delta_writes(kind: str, tmp_path: Path, 
         subprocess.run(["umount", "-l", str(lake)], capture_output=True)
 
 
+@ON_EACH_LAKE
 def test_two_runs_of_one_source_at_once(kind: str, lake: Path | Lake, tmp_path: Path, request, spark) -> None:
     _, config, config_file, generator = prepared(kind, tmp_path, request, lake, chunk_rows=20)
     generator.run(40)
@@ -205,6 +209,7 @@ def test_two_runs_of_one_source_at_once(kind: str, lake: Path | Lake, tmp_path: 
     assert report.clean and report.duplicates == 0, report
 
 
+@ON_EACH_LAKE
 def test_replayed_and_out_of_order_windows_change_nothing(kind: str, lake: Path | Lake, tmp_path: Path, request,
                                                           spark) -> None:
     _, config, _, generator = prepared(kind, tmp_path, request, lake)
@@ -257,6 +262,7 @@ def test_clock_jumps_on_the_capture_host_do_not_reorder_anything(kind: str, tmp_
     assert_clean(config, generator)
 
 
+@ON_EACH_LAKE
 def test_a_database_that_disappears_mid_run_is_a_clear_error_and_writes_nothing(kind: str, lake: Path | Lake,
                                                                                   tmp_path: Path, request,
                                                                                   spark) -> None:
@@ -281,6 +287,7 @@ def test_a_database_that_disappears_mid_run_is_a_clear_error_and_writes_nothing(
     assert log.manifest() == manifest and log.checkpoint() == checkpoint
 
 
+@ON_EACH_LAKE
 def test_a_bootstrap_killed_mid_table_resumes_and_reads_each_range_at_most_twice(kind: str, lake: Path | Lake,
                                                                                  tmp_path: Path, request,
                                                                                  spark) -> None:

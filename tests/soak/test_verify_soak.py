@@ -1,7 +1,7 @@
 """The rolling verification's soak (``sync.verify``): at least 200 scheduled runs of a mixed workload on each
 source kind report zero differing keys, so verification never cries wolf.
 
-Each run is a sync as the scheduled step runs it (``tests.test_verify.verified_run``: install, the slices read,
+Each run is a sync as the scheduled step runs it (``test_verify.verified_run``: install, the slices read,
 capture, merge on the local engine, the slices settled), with a small rotation (every 5 runs, slices of at least 5
 rows, all of a run's time allowed) so each row is compared many times. Transactions commit before the run, in
 another thread while the slices are read, and between the reads and capture: the shop's own (inserts, updates,
@@ -36,9 +36,9 @@ from dagster_databus.spark.runtime import SparkRuntime
 from dagster_databus.sync.merge import engine_for, sync_source
 from dagster_databus.sync.rotation import VerifyState
 from dagster_databus.sync.verify import RollingVerification, Verified
-from tests.conftest import snapshot_mismatches
-from tests.harness import SourceHarness, Statement, make_config
-from tests.test_verify import SHOP, verified_run
+from tests.integration.common.test_verify import SHOP, verified_run
+from tests.support.checks import snapshot_mismatches
+from tests.support.harness import SourceHarness, Statement, make_config
 
 RUNS = int(os.environ.get("DATABUS_SOAK_RUNS", "200"))
 POLICY = os.environ.get("DATABUS_SOAK_VERIFY", "repair")
@@ -168,7 +168,7 @@ class MixedWorkload:
 
 def soak_run(config: DatabusConfig, spark: SparkRuntime, workload: MixedWorkload, during: list[str],
              meanwhile: Callable[[], object]) -> list[Verified]:
-    """``tests.test_verify.verified_run``, with ``workload``'s transactions committing in another thread while the
+    """``test_verify.verified_run``, with ``workload``'s transactions committing in another thread while the
     slices are read (what they did appended to ``during``), and ``meanwhile`` between the reads and capture."""
     cfg = config.source("shop")
     capture.install(config, "shop")
