@@ -25,8 +25,8 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.sources import open_source, read_rows
 from dagster_databus.sources.mysql import charsets
 from dagster_databus.sources.mysql.wire import tablemap
-from dagster_databus.sources.postgres import bootstrap as pg_bootstrap
 from dagster_databus.sources.postgres import drift, stream
+from dagster_databus.sources.postgres import reads as pg_reads
 from dagster_databus.sources.sqlite import triggers
 from dagster_databus.spark.runtime import SparkRuntime
 from dagster_databus.sync.verify import Verified
@@ -298,8 +298,8 @@ def _read_options_before_fix(**options: Any) -> pacsv.ReadOptions:
     "loses the same U+FEFF, and the wrong value compares equal. The net cannot see damage its own read repeats"))
 def test_copy_page_byte_order_mark_reverted(pg: PostgresHarness, tmp_path: Path, lazy_spark: SparkRuntime,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pg_bootstrap, "_LEAD", b"")
-    monkeypatch.setattr(pg_bootstrap, "pacsv", SimpleNamespace(**{**vars(pacsv),
+    monkeypatch.setattr(pg_reads, "_LEAD", b"")
+    monkeypatch.setattr(pg_reads, "pacsv", SimpleNamespace(**{**vars(pacsv),
                                                                    "ReadOptions": _read_options_before_fix}))
     pg.execute(["CREATE TABLE noted (body TEXT, id INT PRIMARY KEY, qty INT)",
                 *(("INSERT INTO noted VALUES (?, ?, ?)", (BOM * (i == 1) + f"body {i}", i, i))
