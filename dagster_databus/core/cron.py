@@ -3,7 +3,7 @@
 An expression Dagster refuses breaks the whole code location at load time, far from the config
 line that caused it; checking here names the field instead. Five fields (minute, hour, day of
 month, month, day of week) or an ``@`` macro; lists, ranges, steps, month and day names, and
-the ``?``, ``L`` and ``#`` forms Dagster takes. ``tests/test_config.py`` holds this to Dagster's own
+the ``?``, ``L`` and ``#`` forms Dagster takes. ``tests/unit/test_config.py`` holds this to Dagster's own
 check on a table of expressions.
 """
 

@@ -12,7 +12,7 @@ model, ``config.sources``) that knows the list. Every other layer asks the regis
   kernels its capture compiles that the sample's pipeline does not reach.
 
 Code is named as ``module:attribute`` text and imported when first used, so a process imports only the drivers
-of the kinds it meets (no MySQL or Oracle driver where only SQLite is read). ``tests/test_kinds.py`` holds every
+of the kinds it meets (no MySQL or Oracle driver where only SQLite is read). ``tests/unit/test_kinds.py`` holds every
 kind to its entry on every road, and fails where a module elsewhere names a kind.
 """
 
