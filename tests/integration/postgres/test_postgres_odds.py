@@ -90,7 +90,7 @@ def test_a_read_held_back_by_an_open_prepared_transaction_names_it_and_gives_up_
     with ThreadPoolExecutor(1) as pool:  # a read that waited on with no bound fails here, and does not hang
         try:
             started = time.monotonic()
-            read = pool.submit(open_source(config.sources[0], config.lake).snapshot, "items")
+            read = pool.submit(open_source(config.sources[0], config.lake).read_table, "items")
             with pytest.raises(SourceUnavailableError) as gave_up:
                 read.result(timeout=20)
             assert 3 <= time.monotonic() - started < 10
