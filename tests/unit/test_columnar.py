@@ -26,8 +26,8 @@ from dagster_databus.log.avro.encoder import encode_blocks, encode_records
 from dagster_databus.log.avro.fields import Field
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.sources.sqlite import batch as sqlite_batch
-from dagster_databus.sources.sqlite.poll import _decode_json
 from dagster_databus.sources.sqlite.source import SqliteSource
+from dagster_databus.sources.sqlite.stream import _decode_json
 from tests.support.harness import CUT, SqliteHarness, make_config
 
 UTC = dt.UTC

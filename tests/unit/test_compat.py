@@ -10,7 +10,7 @@ from pathlib import Path
 from dagster_databus.core.scn import Scn
 from dagster_databus.log.compat import OLD_FORMS, ddl_records_v0
 from dagster_databus.log.ddl import DdlLog
-from dagster_databus.sources.sqlite.triggers import OLD_FORMS as SQLITE_OLD_FORMS
+from dagster_databus.sources.sqlite.setup import OLD_FORMS as SQLITE_OLD_FORMS
 from dagster_databus.storage.lake import Lake
 from tests.support.paths import REPO
 

@@ -19,9 +19,9 @@ from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import BinlogEventError, UnsupportedTypeError
 from dagster_databus.sources.base import PollStats
-from dagster_databus.sources.mysql.binlog import _Poll
 from dagster_databus.sources.mysql.charsets import ServerCharsets
 from dagster_databus.sources.mysql.source import MysqlSource
+from dagster_databus.sources.mysql.stream import _Poll
 from dagster_databus.sources.mysql.wire.gtid import gtid_text
 from dagster_databus.sources.mysql.wire.json_binary import json_text
 from dagster_databus.sources.mysql.wire.stream import Event, parse_event

@@ -9,11 +9,11 @@ next *era* in their high bits (``failover.py``, docs/ha.md). Rows are
 decoded with the column names and types of the binlog's table map (``binlog_row_metadata=FULL``),
 that is, the table's shape at the time of the event.
 
-``source.MysqlSource`` is a facade over collaborators, one job each, built from the layer below
-and never from each other's insides: ``servers`` (roles, connections, the binlog reader lock),
-``catalog`` (the tables' schemas), ``positions`` (epoch, binlog positions), ``verify`` (server
-settings and privileges), ``binlog`` (polling), ``snapshots`` (consistent reads, key ranges,
-fingerprints) and ``failover`` (switching servers). ``bootstrap`` reads one key range in a task,
+``source.MysqlSource`` is a record of its four parts, each a module named after it: ``catalog`` (the tables'
+schemas), ``setup`` (server settings and privileges), ``stream`` (the binlog polled) and ``reads``
+(consistent reads, key ranges, fingerprints; one key range read in a task). They are built over
+collaborators of the layer below, never from each other's insides: ``servers`` (roles, connections, the
+binlog reader lock), ``positions`` (epoch, binlog positions) and ``failover`` (switching servers).
 ``types`` maps column types and values, ``versions`` picks statements by server version,
 ``connect`` is the one module that imports pymysql (typed cursors, a shared TLS context), and
 ``wire`` decodes the binlog.

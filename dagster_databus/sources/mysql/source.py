@@ -20,13 +20,13 @@ from dagster_databus.core.progress import Progress
 from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SourceUnavailableError
 from dagster_databus.sources.base import SwitchPlan
-from dagster_databus.sources.mysql.binlog import BinlogReader
 from dagster_databus.sources.mysql.catalog import MysqlCatalog
 from dagster_databus.sources.mysql.failover import MysqlFailover
 from dagster_databus.sources.mysql.positions import MysqlPositions
 from dagster_databus.sources.mysql.reads import MysqlReads
 from dagster_databus.sources.mysql.servers import MysqlServers
-from dagster_databus.sources.mysql.verify import MysqlChecks
+from dagster_databus.sources.mysql.setup import MysqlChecks
+from dagster_databus.sources.mysql.stream import BinlogReader
 from dagster_databus.sources.parts import ComposedSource
 
 if TYPE_CHECKING:

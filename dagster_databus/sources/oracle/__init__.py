@@ -1,3 +1,3 @@
-"""Oracle capture with Databus's triggers and ``sy$txlog``: ``source`` (the capture adapter), ``sql``
-(scripts, templates and poll queries), ``bootstrap`` (key-range reads for tasks), ``types`` (column types
-and exact values)."""
+"""Oracle capture with Databus's triggers and ``sy$txlog``: ``source`` (the capture adapter, a record of
+its four parts: ``catalog``, ``setup``, ``stream``, ``reads``), ``sql`` (scripts, templates and poll queries),
+``types`` (column types and exact values)."""

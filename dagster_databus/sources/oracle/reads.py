@@ -20,8 +20,8 @@ from dagster_databus.sources.filters import Filter
 from dagster_databus.sources.generic.reads import KeyedReads, KeyedTable, StreamedFingerprints, page_rows, spec_of
 from dagster_databus.sources.oracle.catalog import OracleCatalog
 from dagster_databus.sources.oracle.dialect import READS
-from dagster_databus.sources.oracle.poll import current_scn
 from dagster_databus.sources.oracle.sql import quote
+from dagster_databus.sources.oracle.stream import current_scn
 from dagster_databus.sources.oracle.types import oracle_value
 
 if TYPE_CHECKING:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dagster_databus.config import OracleSourceConfig
 from dagster_databus.sources.oracle.catalog import OracleCatalog
-from dagster_databus.sources.oracle.install import OracleInstall
-from dagster_databus.sources.oracle.poll import OraclePoller
 from dagster_databus.sources.oracle.reads import OracleReads
+from dagster_databus.sources.oracle.setup import OracleInstall
 from dagster_databus.sources.oracle.sql import Statement
+from dagster_databus.sources.oracle.stream import OraclePoller
 from dagster_databus.sources.parts import ComposedSource
 
 

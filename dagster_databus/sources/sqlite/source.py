@@ -23,9 +23,9 @@ from dagster_databus.config import SqliteSourceConfig
 from dagster_databus.sources.parts import ComposedSource
 from dagster_databus.sources.sqlite.catalog import SqliteCatalog
 from dagster_databus.sources.sqlite.database import SqliteDatabase
-from dagster_databus.sources.sqlite.poll import SqlitePoller
 from dagster_databus.sources.sqlite.reads import SqliteReads
-from dagster_databus.sources.sqlite.triggers import SqliteTriggers
+from dagster_databus.sources.sqlite.setup import SqliteTriggers
+from dagster_databus.sources.sqlite.stream import SqlitePoller
 
 
 class SqliteSource(ComposedSource):

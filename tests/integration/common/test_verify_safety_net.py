@@ -27,7 +27,7 @@ from dagster_databus.sources.mysql import charsets
 from dagster_databus.sources.mysql.wire import tablemap
 from dagster_databus.sources.postgres import drift, stream
 from dagster_databus.sources.postgres import reads as pg_reads
-from dagster_databus.sources.sqlite import triggers
+from dagster_databus.sources.sqlite import setup as sqlite_setup
 from dagster_databus.spark.runtime import SparkRuntime
 from dagster_databus.sync.verify import Verified
 from tests.integration.common.test_verify import verified_run
@@ -155,7 +155,7 @@ def _no_displace_triggers(*_: object) -> tuple[()]:
 
 def replace_workload(tmp_path: Path, ddl: Sequence[str], writes: Sequence[str], key: str, policy: str,
                      spark: SparkRuntime, monkeypatch: pytest.MonkeyPatch) -> tuple[DatabusConfig, dict[Key, str]]:
-    monkeypatch.setattr(triggers, "displacing", _no_displace_triggers)
+    monkeypatch.setattr(sqlite_setup, "displacing", _no_displace_triggers)
     harness = SqliteHarness(tmp_path / "source.db")
     harness.execute(list(ddl))
     config = make_config(tmp_path / "lake", harness.source_config("shop", [("t", [key])], verify=policy),

@@ -1,7 +1,7 @@
 """Polling a SQLite source's txlog: its epoch and positions, whole windows after a checkpoint read in chunks
 and turned into change batches, and the txlog pruned once the change log holds it.
 
-A poll takes the write lock, checks that the triggers are still current (``triggers.require_current``) and
+A poll takes the write lock, checks that the triggers are still current (``setup.require_current``) and
 records the newest SCN as a *cut*: the changes between two cuts are one window. It then reads the changes up
 to the cut in chunks of whole windows, refusing stale changes of tables whose policy is ``stop`` and text
 that is not UTF-8 where it is read as text.
@@ -31,8 +31,8 @@ from dagster_databus.sources.sqlite.catalog import SqliteCatalog
 from dagster_databus.sources.sqlite.database import SqliteDatabase, high_water_mark, settings
 from dagster_databus.sources.sqlite.drift import stale_error
 from dagster_databus.sources.sqlite.render import split
+from dagster_databus.sources.sqlite.setup import SqliteTriggers
 from dagster_databus.sources.sqlite.text import change_error
-from dagster_databus.sources.sqlite.triggers import SqliteTriggers
 from dagster_databus.sources.sqlite.types import carried_as_bytes
 
 # The checkpoint state that holds the change log's id and the token its last poll left in the source

@@ -45,7 +45,7 @@ CAPTURE_VERSION = "4"
 OLD_FORMS = (
     OldForm("a SQLite source's capture objects of capture version 2 (triggers that read the epoch and checked "
             "the columns per row)", "SQLite capture version 2",
-            "dagster_databus.sources.sqlite.triggers:SqliteTriggers",
+            "dagster_databus.sources.sqlite.setup:SqliteTriggers",
             "no deployed SQLite source is still at version 2: install converts it (migrate_v2*.sql)"),
     OldForm("a SQLite source's txlog rows of capture version 3 (JSON row images written by the triggers)",
             "SQLite capture version 3", "dagster_databus.sources.sqlite.render:layout_images",

@@ -19,7 +19,7 @@ from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import PollStats
 from dagster_databus.sources.generic.epoch import require_same_epoch
 from dagster_databus.sources.oracle.catalog import OracleCatalog
-from dagster_databus.sources.oracle.install import epoch_of, settings
+from dagster_databus.sources.oracle.setup import epoch_of, settings
 from dagster_databus.sources.oracle.sql import poll_query
 from dagster_databus.sources.oracle.types import oracle_value
 
