@@ -102,7 +102,7 @@ def mysql_check(rows: int, work: Path) -> None:
 
         count_s, count_mem, _ = timed(count)
         touch_s, touch_mem, _ = timed(touch)
-        ours_s, ours_mem, result = timed(lambda: source.fingerprint("items").fingerprint)  # waits for the query
+        ours_s, ours_mem, result = timed(lambda: source.reads.fingerprint("items").fingerprint)  # waits for the query
         assert result.rows == rows  # type: ignore[attr-defined]
         print(f"\nReconciled check, MariaDB source side: an aggregate query in the database ({rows:,} rows)")
         line("bare SELECT COUNT(*) (first floor)", count_s, count_mem, rows)

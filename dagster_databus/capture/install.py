@@ -21,9 +21,9 @@ def install(config: DatabusConfig, source: str, progress: Progress = lambda _: N
     src = open_source(config.source(source))
     log = ChangeLog(config.lake, source)
     resume(src, log, progress)
-    report = src.install()
+    report = src.setup.install()
     if log.checkpoint() is None:
-        start, state = src.start_position()
+        start, state = src.stream.start_position()
         if not start.is_beginning:
             with log.writer() as writer:
                 writer.start_at(start, report.epoch, state)

@@ -82,14 +82,14 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
     src = open_source(config.source(source))
     log = ChangeLog(config.lake, source)
     resume(src, log, progress)
-    with src.reading():  # a source that serves one reader at a time turns a second run away here
-        src.require_installed()  # checks the database and the config's tables first; writes nothing
-        schemas = src.schemas()
-        epoch = src.epoch()
+    with src.stream.reading():  # a source that serves one reader at a time turns a second run away here
+        src.setup.require_installed()  # checks the database and the config's tables first; writes nothing
+        schemas = src.catalog.schemas()
+        epoch = src.stream.epoch()
         with log.writer() as writer:
             manifest = log.manifest()  # one version: the checkpoint, epoch and lineage read together
             if manifest.checkpoint is None:
-                start, state = src.start_position()
+                start, state = src.stream.start_position()
                 if not start.is_beginning:
                     writer.start_at(start, epoch, state)
                     manifest = log.manifest()
@@ -108,9 +108,9 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
             reread_ms = None if failover.reread_through_s is None else failover.reread_through_s * 1000
             ddl = log.ddl
             poll_epoch = checkpoint.epoch if checkpoint else manifest.epoch
-            for chunk in src.poll(since, poll_epoch, stats, checkpoint.state if checkpoint else {}):
+            for chunk in src.stream.poll(since, poll_epoch, stats, checkpoint.state if checkpoint else {}):
                 # A chunk may follow a schema change: register what its events were written with.
-                versions = writer.register_schemas(src.schemas().values(), guard)
+                versions = writer.register_schemas(src.catalog.schemas().values(), guard)
                 ddl.record(stats.ddl)  # before the checkpoint passes them
                 info = chunk.counted(result.events_by_op).write(writer, epoch, dict(stats.state))
                 window_commits = chunk.window_commits()
@@ -128,7 +128,7 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
                          f"{info.events} events); {result.events:,} events in {elapsed:.1f}s, "
                          f"{result.events / elapsed:,.0f} events/s{ahead}")
             ddl.record(stats.ddl)
-            versions = writer.register_schemas(src.schemas().values(), guard)  # the tables as the poll left them
+            versions = writer.register_schemas(src.catalog.schemas().values(), guard)  # as the poll left them
             current = log.checkpoint()
             if current is None or stats.until > current.scn:
                 # The poll read past its last window (other tables' transactions, DDL): don't read them again.
@@ -139,7 +139,7 @@ def _capture(config: DatabusConfig, source: str, progress: Progress) -> CaptureR
             result.schema_versions = versions
             result.source_hwm = max(stats.source_hwm, stats.until)
             result.chunks = stats.chunks
-        src.release(result.until)
+        src.stream.release(result.until)
     result.duration_s = time.monotonic() - started
     return result
 

@@ -19,7 +19,7 @@ def restart(config: DatabusConfig, source: str) -> str | None:
     """
     src = open_source(config.source(source), config.lake)  # the server the old log was reading
     log = ChangeLog(config.lake, source)
-    src.require_installed()
+    src.setup.require_installed()
     trash = f"trash/{source}-{time.strftime('%Y%m%dT%H%M%S')}"
     objects = config.lake.objects
     with log.writer(refuse_damage=False) as writer:  # a damaged log is exactly what this sets aside
@@ -39,8 +39,8 @@ def restart(config: DatabusConfig, source: str) -> str | None:
                 objects.move(info.key, f"{trash}/{name}/{info.key[len(folder):]}")
                 moved = True
         writer.adopt()
-        start, state = src.start_position()
+        start, state = src.stream.start_position()
         if start.is_beginning:  # a txlog source: start after everything it holds now
-            start, state = src.high_water_mark(), {}
-        writer.start_at(start, src.epoch(), state)
+            start, state = src.stream.high_water_mark(), {}
+        writer.start_at(start, src.stream.epoch(), state)
     return config.lake.where(trash) if moved else None

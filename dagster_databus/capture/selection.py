@@ -22,5 +22,5 @@ def row_selection(config: DatabusConfig, source: str, tables: Sequence[str], aft
     if len(tables) != 1:
         raise ConfigError("snapshot.tables", f"a key range or a filter names rows of one table, but {len(tables)} "
                           f"tables were chosen ({', '.join(tables) or 'all of them'})", "choose exactly one table")
-    schema = open_source(config.source(source)).schemas()[tables[0]]
+    schema = open_source(config.source(source)).catalog.schemas()[tables[0]]
     return selection_for(schema, after, through, where)

@@ -44,20 +44,20 @@ def validate(config: DatabusConfig) -> Validation:
             found += lake_damage(config, source.name, [t.name for t in source.tables])
         try:
             src = open_source(source, config.lake)
-            tables = src.preflight()  # tables exist, keys are the primary keys, every column type is mapped
+            tables = src.catalog.preflight()  # tables exist, keys are the primary keys, every column type is mapped
             notes[source.name] = [f"{source.kind}, tables: {', '.join(tables)}"]
-            if not src.installed():
+            if not src.setup.installed():
                 notes[source.name].append(f"capture is not installed yet: run `databus install --source {source.name}`")
                 continue
             # Capture objects, missing or out of date, are fixed by install; a server's settings and privileges
             # are each stated with their own fix (``Source.install_repairs``).
             install = f". Fix: run `databus install --source {source.name}`" if src.install_repairs else ""
-            found += [f"{problem}{install}" for problem in src.verify()]
+            found += [f"{problem}{install}" for problem in src.setup.verify()]
             checkpoint = ChangeLog(config.lake, source.name).checkpoint() if lake is None else None
             if checkpoint is not None and isinstance(src, Drifting):
                 found += src.drift(checkpoint.scn, checkpoint.state)  # objects replaced since capture last read
-            found += src.null_keys()  # tables whose key holds NULL, which capture refuses
-            notes[source.name] += src.notes()  # what the source says of itself (version, settings, text scanned)
+            found += src.catalog.null_keys()  # tables whose key holds NULL, which capture refuses
+            notes[source.name] += src.setup.notes()  # what the source says of itself (version, settings, text scanned)
         except DatabusError as exc:
             found.append(f"{exc.problem}. Fix: {exc.fix}")
     return Validation(problems, notes)

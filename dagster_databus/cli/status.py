@@ -85,7 +85,7 @@ def _source(config: DatabusConfig, source: SourceConfig) -> list[Line]:
     position: Scn | None = None
     try:
         src = open_source(source, config.lake)
-        position = src.high_water_mark()
+        position = src.stream.high_water_mark()
     except Exception:  # a report: a source that cannot say where it is (not installed, down) shows "?"
         pass
     lines: list[Line] = [Row([source.name, _scn(cp), "", "?" if position is None else str(position),

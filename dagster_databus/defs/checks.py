@@ -72,7 +72,7 @@ def sync_check(config: DatabusConfig, source: SourceConfig, key: dg.AssetCheckKe
     name = source.name
     if key.name == "capture_verified":
         try:
-            problems = open_source(source, config.lake).verify()
+            problems = open_source(source, config.lake).setup.verify()
         except DatabusError as exc:
             problems = [str(exc)]
         return _problems_result(key, problems, kind=source.kind)
@@ -99,7 +99,7 @@ def _capture_lag(config: DatabusConfig, source: SourceConfig) -> dg.AssetCheckRe
     checkpoint = ChangeLog(config.lake, source.name).checkpoint()
     try:
         src = open_source(source, config.lake)
-        position = src.high_water_mark()
+        position = src.stream.high_water_mark()
     except DatabusError as exc:
         return dg.AssetCheckResult(asset_key=key, check_name="capture_lag", passed=False,
                                    metadata={"error": str(exc)})

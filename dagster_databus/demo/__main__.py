@@ -61,7 +61,7 @@ def compare(config_path: Path) -> list[tuple[Comparison, str]]:
         source = open_source(source_cfg)
         for table in source_cfg.tables:
             snap = DeltaSnapshot(config.lake, source_cfg.name, table.name)
-            key = source.schemas()[table.name].primary_key
+            key = source.catalog.schemas()[table.name].primary_key
             result = compare_rows(table.name, key, read_rows(source, table.name), snap.read().to_pylist())
             out.append((result, str(snap.applied_scn())))
     return out

@@ -47,7 +47,7 @@ class DeltaSparkEngine(SparkEngine):
         self._require_delta_spark()
         spark = self.spark
         F = spark.functions()
-        read = source.ranges(table, range_rows(self.config, source))
+        read = source.reads.ranges(table, range_rows(self.config, source))
         rows = (spark.frame("databus_table", read=pack(read))
                 .withColumn("__op", F.lit("r"))
                 .withColumn("__commit_ts", F.timestamp_millis(F.lit(int(time.time() * 1000)))))
@@ -56,7 +56,7 @@ class DeltaSparkEngine(SparkEngine):
             if read.scn is None:  # each range read at its own position: the snapshot's SCN is the lowest
                 rows = rows.persist(StorageLevel.DISK_ONLY)
                 low = rows.agg(F.min("__scn")).collect()[0][0]
-                scn = Scn(low) if low is not None else Scn(source.high_water_mark().value)
+                scn = Scn(low) if low is not None else Scn(source.stream.high_water_mark().value)
             else:
                 scn = read.scn
             count = rows.count()

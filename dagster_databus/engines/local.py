@@ -66,7 +66,7 @@ class LocalEngine:
         self.spill_dir = config.merge.spill_dir
 
     def bootstrap(self, snap: DeltaSnapshot, source: Source, table: str, progress: Progress) -> Bootstrapped:
-        read = source.read_table(table)
+        read = source.reads.read_table(table)
         progress(f"{table}: bootstrapping from the source at SCN {read.scn}, in this process")
         reading = Ticker(progress, f"{table}: bootstrapping", "rows")
         rows = write_snapshot(snap, read.schema, reading.counted(read.batches, lambda b: b.num_rows), read.scn)
@@ -93,7 +93,7 @@ class LocalEngine:
         from dagster_databus.dataplane.refresh import RangeChanges, finds_deletes
 
         snap.bootstrapped()  # refused, naming the fix, before the snapshot's bootstrap
-        read = source.ranges(table, range_rows(self.config, source), rows)
+        read = source.reads.ranges(table, range_rows(self.config, source), rows)
         schema = read.schema
         target = schema.arrow(with_meta=True)
         deletes = finds_deletes(schema, rows)

@@ -35,5 +35,5 @@ def read_range(read: RangeRead, index: int) -> TableRead:
 
 def read_rows(source: Source, table: str) -> list[dict[str, Any]]:
     """Every row of a table as capture would type it, from one consistent read (checks, demo, tests)."""
-    return [row for batch in source.read_table(table).batches
-            for row in batch.select(source.schemas()[table].column_names).to_pylist()]
+    return [row for batch in source.reads.read_table(table).batches
+            for row in batch.select(source.catalog.schemas()[table].column_names).to_pylist()]

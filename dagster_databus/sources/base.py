@@ -1,7 +1,9 @@
-"""The contract every capture source implements (``Source``, and ``Failover`` for a source with servers to
-switch between) and the records it returns. What sources share besides lives beside it: ``catalog`` (checks of
-a configured table), ``keys`` (key ranges, keyset paging), ``fingerprints`` (fingerprints computed here);
-``registry`` names the kinds."""
+"""The contract every capture source implements and the records it returns: ``Source``, a record of its four
+parts (``Catalog``, ``Setup``, ``Stream``, ``Reads``: the protocols of each part's job), and the optional
+capabilities a source may have besides (``Failover`` for a source with servers to switch between, ``Alerting``,
+``Drifting``, ``Uninstallable``, ``Retaining``), checked on the source with ``isinstance``. What sources share
+besides lives beside it: ``generic`` (what the SQL kinds' parts share), ``keys`` (key ranges, keyset paging),
+``fingerprints`` (fingerprints computed here); ``registry`` names the kinds."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ class Verifiable(Protocol):
 
 
 def require_installed(source: Verifiable, error: Callable[[list[str]], CaptureNotInstalledError]) -> None:
-    """Every source's ``require_installed``: raise ``error(problems)`` if ``source.verify()`` finds any."""
+    """Every setup part's ``require_installed``: raise ``error(problems)`` if ``source.verify()`` finds any."""
     problems = source.verify()
     if problems:
         raise error(problems)
@@ -205,27 +207,27 @@ class Sample:
     change: Callable[[], None]
 
 
-@runtime_checkable
-class Source(Protocol):
-    """A capture source: one per configured source, made by its kind's entry in ``registry``. Capture,
-    the engines and the checks hold sources only as this."""
-
-    kind: str
-    name: str
-    sees_ddl: bool  # True when DDL statements reach the poll (recorded in the DDL log)
-    # True when verify's problems are capture objects that install creates or updates (validate gives running
-    # install as their fix); False when each problem states its own fix (a server's settings and privileges).
-    install_repairs: bool
-
-    @property
-    def config(self) -> SourceConfig:
-        """The source's configuration, as validated."""
+class Catalog(Protocol):
+    """A source's ``catalog`` part: the configured tables' schemas, read from the database, and their keys
+    checked."""
 
     def preflight(self) -> Mapping[str, TableSchema]:
         """Check the database and the configured tables; raise before anything is written."""
 
+    def schemas(self) -> Mapping[str, TableSchema]:
+        """Table schemas in effect for the chunk the poll yielded last (before polling: the current ones)."""
+
+    def null_keys(self) -> list[str]:
+        """``validate``'s problem for each configured table whose key columns hold NULL, which capture and the
+        bootstrap refuse (``generic.catalog.null_key_problem``); empty when none does."""
+
+
+class Setup(Protocol):
+    """A source's ``setup`` part: what capture needs in the database, installed and checked, and what
+    ``validate`` says of it."""
+
     def install(self) -> InstallReport:
-        """Create or update the capture objects, idempotently."""
+        """Create or update the capture objects, idempotently (after the catalog's checks)."""
 
     def verify(self) -> list[str]:
         """Problems with the installed capture objects, each naming the object; empty when healthy."""
@@ -234,7 +236,16 @@ class Source(Protocol):
         """Whether install has run here (its capture objects exist, current or not)."""
 
     def require_installed(self) -> None:
-        """Raise ``CaptureNotInstalledError`` listing ``verify()``'s problems; call before ``poll``."""
+        """Raise ``CaptureNotInstalledError`` listing ``verify()``'s problems; call before ``stream.poll``."""
+
+    def notes(self) -> list[str]:
+        """What ``validate`` says of the source beyond its problems (a server's version and settings, a scan
+        for text capture would refuse); empty when there is nothing to say. May raise a ``DatabusError`` that
+        names a problem found."""
+
+
+class Stream(Protocol):
+    """A source's ``stream`` part: its positions, and its changes after a checkpoint in commit order."""
 
     def epoch(self) -> str:
         """The source lineage that positions belong to."""
@@ -244,9 +255,6 @@ class Source(Protocol):
 
     def start_position(self) -> tuple[Scn, dict[str, str]]:
         """Where a brand-new change log starts, with its checkpoint state."""
-
-    def schemas(self) -> Mapping[str, TableSchema]:
-        """Table schemas in effect for the chunk the poll yielded last (before polling: the current ones)."""
 
     def reading(self) -> AbstractContextManager[None]:
         """Held for a whole capture run: where the source itself cannot serve two readers (a binlog per
@@ -258,8 +266,16 @@ class Source(Protocol):
         by column as a ``ChangeBatch``, or, for a transaction too large to hold, as a ``SpooledBatch`` read back
         piece by piece).
 
-        Precondition: ``require_installed()`` passed.
+        Precondition: ``setup.require_installed()`` passed.
         """
+
+    def release(self, through: Scn) -> None:
+        """The change log durably holds everything up to ``through``; the source may drop it."""
+
+
+class Reads(Protocol):
+    """A source's ``reads`` part: consistent reads of a table, in this process or cut into key ranges for
+    tasks."""
 
     def read_table(self, table: str, batch_rows: int | None = None) -> TableRead:
         """A consistent, chunked read of one table at a known SCN, in this process (the local engine's
@@ -283,17 +299,44 @@ class Source(Protocol):
     def rows_in_buckets(self, table: str, buckets: Sequence[int]) -> TableRead:
         """A consistent read of the table's rows in some fingerprint buckets (to compare one by one)."""
 
-    def release(self, through: Scn) -> None:
-        """The change log durably holds everything up to ``through``; the source may drop it."""
 
-    def null_keys(self) -> list[str]:
-        """``validate``'s problem for each configured table whose key columns hold NULL, which capture and the
-        bootstrap refuse (``generic.catalog.null_key_problem``); empty when none does."""
+@runtime_checkable
+class Source(Protocol):
+    """A capture source: one per configured source, made by its kind's entry in ``registry``. Capture,
+    the engines and the checks hold sources only as this.
 
-    def notes(self) -> list[str]:
-        """What ``validate`` says of the source beyond its problems (a server's version and settings, a scan
-        for text capture would refuse); empty when there is nothing to say. May raise a ``DatabusError`` that
-        names a problem found."""
+    A source is a record of its four parts, each a small object with one job that its kind writes in a module
+    named after it (``<kind>/catalog.py``, ``setup.py``, ``stream.py``, ``reads.py``); callers call the part:
+    ``source.catalog.schemas()``, ``source.setup.install()``, ``source.stream.poll(...)``,
+    ``source.reads.read_table(...)``. What only some kinds can do is a capability of the source, one of the
+    protocols below, checked with ``isinstance``."""
+
+    kind: str
+    name: str
+    sees_ddl: bool  # True when DDL statements reach the poll (recorded in the DDL log)
+    # True when verify's problems are capture objects that install creates or updates (validate gives running
+    # install as their fix); False when each problem states its own fix (a server's settings and privileges).
+    install_repairs: bool
+
+    @property
+    def config(self) -> SourceConfig:
+        """The source's configuration, as validated."""
+
+    @property
+    def catalog(self) -> Catalog:
+        """The configured tables' schemas, read from the database, and their keys checked."""
+
+    @property
+    def setup(self) -> Setup:
+        """What capture needs in the database, installed and checked, and what validate says."""
+
+    @property
+    def stream(self) -> Stream:
+        """The source's positions and its changes after a checkpoint, in commit order."""
+
+    @property
+    def reads(self) -> Reads:
+        """Consistent reads of a table, in this process or cut into key ranges for tasks."""
 
 
 @runtime_checkable

@@ -67,7 +67,7 @@ class SnapshotMerging(SparkJobs):
         from dagster_databus.dataplane.refresh import RangeChanges, finds_deletes
 
         current, _ = snap.bootstrapped()
-        read = source.ranges(table, range_rows(self.config, source), rows)
+        read = source.reads.ranges(table, range_rows(self.config, source), rows)
         schema = read.schema
         target = schema.arrow(with_meta=True)
         current = with_columns(snap, current, target, progress)

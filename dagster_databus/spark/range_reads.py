@@ -1,5 +1,5 @@
 """Range reads in Spark tasks, the spark engine's bootstrap: the source's table cut into primary-key ranges
-(``Source.ranges``), one task per range reading it on its own connection and writing its rows as Parquet
+(``Reads.ranges``), one task per range reading it on its own connection and writing its rows as Parquet
 straight into the snapshot's folder, clustered by key (``spark.tables``); the driver commits the files in one
 delta-rs transaction.
 
@@ -36,7 +36,7 @@ class RangeReads(SparkJobs):
         from dagster_databus.dataplane.resume import BootstrapProgress
 
         store = BootstrapProgress(self.config.lake, snap.source, table)
-        read, plan, done = self._plan(snap, store, source.ranges(table, range_rows(self.config, source)))
+        read, plan, done = self._plan(snap, store, source.reads.ranges(table, range_rows(self.config, source)))
         remaining = [i for i in range(len(read.ranges)) if i not in done]
         progress(f"{table}: bootstrapping in {len(read.ranges)} key range(s), one Spark task each"
                  + (f", all as of SCN {read.scn}" if read.scn is not None else "")

@@ -101,8 +101,8 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
     # Opened where the source is read: a refresh (its filter refused before anything is written) or a bootstrap.
     source = open_source(source_cfg, config.lake) if mode == "refresh" else None
     if source is not None:
-        source.require_installed()  # a read of the source needs its capture objects (a position to pin it to)
-        source.check_selection(table, rows)
+        source.setup.require_installed()  # a read of the source needs its capture objects (a position to pin it to)
+        source.reads.check_selection(table, rows)
     lock = snap.lock(f"snapshot {source_cfg.name}.{table}", "wait for the other merge of this table to finish")
     repair = (f"run `databus snapshot --source {source_cfg.name} --tables {table}`: it reads the table afresh from "
               "the source into a new version (the change log is kept)")
@@ -126,7 +126,7 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
         if applied is None:
             if source is None:
                 source = open_source(source_cfg, config.lake)
-                source.require_installed()
+                source.setup.require_installed()
             # The schema changes recorded before the read begins are in what it reads, whatever SCN it is stamped
             # with (a change found with no row events is recorded where capture stood, past the read's stamp).
             recorded = max((r.scn for r in log.ddl.records() if r.table == table), default=None)

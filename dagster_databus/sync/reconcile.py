@@ -134,7 +134,7 @@ def reconcile_table(config: DatabusConfig, source_cfg: SourceConfig, table: str,
     if snap.applied_scn() is None:
         return Reconciliation(table, Scn.BEGINNING, False, "the snapshot has not been bootstrapped yet")
     log = ChangeLog(config.lake, source_cfg.name)
-    src = source.fingerprint(table, progress)  # the SCN now; the source's side goes on in the background
+    src = source.reads.fingerprint(table, progress)  # the SCN now; the source's side goes on in the background
     side = _SnapshotSide(config, log, snap, src.schema, progress)
     with snap.damage_named(f"run `databus snapshot --source {source_cfg.name} --tables {table}`, then reconcile "
                            "again"):
@@ -236,7 +236,7 @@ class _SnapshotSide:
 def _locate(source: Source, side: _SnapshotSide, schema: TableSchema,
             buckets: Sequence[int]) -> tuple[RowDifference, ...]:
     """The first differing rows in ``buckets``: both sides read again at one newer SCN, compared by key."""
-    read = source.rows_in_buckets(schema.table, buckets)
+    read = source.reads.rows_in_buckets(schema.table, buckets)
     source_rows = pa.Table.from_batches(list(read.batches), schema.arrow(with_meta=False))
     if side.bring_to(read.scn) is not None:
         return ()  # the log does not reach the second read; the counts and hashes still stand
@@ -280,7 +280,7 @@ def schema_drift(config: DatabusConfig, source_cfg: SourceConfig, table: str) ->
     from dagster_databus.dataplane.delta import DeltaSnapshot
     from dagster_databus.sources import open_source
 
-    schema = open_source(source_cfg, config.lake).preflight()[table]
+    schema = open_source(source_cfg, config.lake).catalog.preflight()[table]
     snap = DeltaSnapshot(config.lake, source_cfg.name, table)
     if not snap.exists():
         return [f"{table}: no snapshot yet"]

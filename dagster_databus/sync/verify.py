@@ -140,12 +140,12 @@ class RollingVerification:
             return Verified(table, policy, skipped="the snapshot is not bootstrapped yet")
         version = delta.version()
         state = VerifyState.load(self.config, self.source_cfg.name, table)
-        schema = source.schemas()[table]
+        schema = source.catalog.schemas()[table]
         after = decode_key(schema, state.cursor)
         # The files' row counts from the Delta log (no data read): soft-deleted rows too, close enough to size a slice.
         counts = pa.table(delta.get_add_actions(flatten=True)).column("num_records")
         rows = slice_rows(state, int(pc.sum(counts).as_py() or 0), self.source_cfg)
-        read = source.ranges(table, rows, RowSelection(KeyRange(after, None)), first=1)
+        read = source.reads.ranges(table, rows, RowSelection(KeyRange(after, None)), first=1)
         bounds = read.ranges[0]
         got = read_range(read, 0)
         target = schema.arrow(with_meta=False)

@@ -90,7 +90,7 @@ def test_validate_names_every_unmapped_column_of_every_table(tmp_path: Path,
                     "CREATE TABLE b (id INTEGER PRIMARY KEY, fine TEXT, weird NUMERIC(3,4))"])
     config = make_config(tmp_path / "lake", source.source_config("shop", [("a", ["id"]), ("b", ["id"])]))
     with pytest.raises(UnsupportedTypeError) as caught:
-        open_source(config.sources[0]).preflight()
+        open_source(config.sources[0]).catalog.preflight()
     assert "odd DECIMAL(2,5)" in str(caught.value) and "weird NUMERIC(3,4)" in str(caught.value)
     assert main(["--config", _write_config(config), "validate"]) == 2
     err = capsys.readouterr().err

@@ -64,7 +64,7 @@ def snapshot_mismatches(config: DatabusConfig) -> list[str]:
     for source_cfg in config.sources:
         src = open_source(source_cfg)
         for table in source_cfg.tables:
-            key = src.schemas()[table.name].primary_key
+            key = src.catalog.schemas()[table.name].primary_key
             snap = DeltaSnapshot(config.lake, source_cfg.name, table.name)
             result = compare_rows(table.name, key, read_rows(src, table.name), snap.read().to_pylist())
             if not result.equal:

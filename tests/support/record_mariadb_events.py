@@ -122,10 +122,10 @@ def record() -> dict[str, Any]:
         harness.execute(["SET time_zone = '+00:00'", *(f"INSERT INTO {TABLE} VALUES {row}" for row in ROWS)])
         config = make_config(Path(tempfile.mkdtemp()) / "lake", harness.source_config("shop", [(TABLE, ["id"])]))
         source = open_source(config.source("shop"))
-        schema = source.schemas()[TABLE]
+        schema = source.catalog.schemas()[TABLE]
 
         def rows() -> list[dict[str, Any]]:
-            return [{k: encode(v) for k, v in row.items()} for b in source.read_table(TABLE).batches
+            return [{k: encode(v) for k, v in row.items()} for b in source.reads.read_table(TABLE).batches
                     for row in schema.rows_from_arrow(pa.Table.from_batches([b]))]
 
         before = rows()

@@ -254,7 +254,7 @@ def txlog_rows(path: Path) -> list[tuple[object, ...]]:
 def test_sqlite_images_parsed_by_column_equal_the_row_by_row_conversion(fast_table) -> None:
     source, config = fast_table
     src = SqliteSource(config.sources[0])
-    schema = src.schemas()["fast"]
+    schema = src.catalog.schemas()["fast"]
     rows = txlog_rows(source.path)
     texts = pa.array([r[3] for r in rows], pa.string())
     scns = [r[0] for r in rows]
@@ -329,7 +329,7 @@ def typed_images(tmp_path: Path, rows: list[tuple[object, ...]]) -> tuple[TableS
     capture.install(config, "shop")
     source.execute([("INSERT INTO typed VALUES (?, ?, ?, ?, ?, ?)", row) for row in rows])
     logged = txlog_rows(source.path)
-    schema = SqliteSource(config.sources[0]).schemas()["typed"]
+    schema = SqliteSource(config.sources[0]).catalog.schemas()["typed"]
     return schema, pa.array([r[3] for r in logged], pa.string()), [r[0] for r in logged]
 
 

@@ -103,7 +103,7 @@ def poll(source: MysqlSource, events: Iterable[fx.EventFixture], since: Scn = ST
     stats = PollStats(until=since)
     bound = Scn.from_binlog(1, 2**32 - 1, 0)
     batches = list(Fixtures(source.stream, FILE, since, bound, stats, {}, mariadb=mariadb).read())
-    windows = [w for batch in batches for w in batch.to_windows(source.schemas())]
+    windows = [w for batch in batches for w in batch.to_windows(source.catalog.schemas())]
     return [(w.scn, [(e.op.value, e.key, dict(e.row), e.seq) for e in w.events]) for w in windows]
 
 
@@ -117,7 +117,7 @@ def _canonical(row: dict[str, Any] | None, schema: TableSchema) -> dict[str, Any
 
 def test_a_transaction_is_the_same_plain_compressed_or_in_an_uncompressed_payload() -> None:
     source = source_for(fx.ITEMS_PLAIN[2], ["id"])
-    schema = source.schemas()["items"]
+    schema = source.catalog.schemas()["items"]
     write, update, delete = (fx.ITEMS_ROWS[k] for k in ("write", "update", "delete"))
     expected = [("i", (row["id"],), _canonical(row, schema)) for _, row in write]
     (apple, apple_10), (_, pear_priced) = update
@@ -135,7 +135,7 @@ def test_a_transaction_is_the_same_plain_compressed_or_in_an_uncompressed_payloa
 def test_every_column_type_of_a_v2_row_event_decodes_to_its_value() -> None:
     table_map, (rows,) = fx.TABLES[0]
     source = source_for(table_map, ["c_int"])
-    schema = source.schemas()["all_types"]
+    schema = source.catalog.schemas()["all_types"]
     commit = fx.EventFixture("XID", fx.event(fx.XID, fx.xid_body(7), log_pos=3000), True, "built")
     [(_, changes)] = poll(source, [table_map, rows, commit])
     decoded = [row for _, _, row, _ in changes]

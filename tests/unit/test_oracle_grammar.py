@@ -1,7 +1,7 @@
 """The Oracle grammar gate: every statement install renders parses with a real Oracle grammar
 (sqlfluff's ``oracle`` dialect), for a sample table with a column of every type Oracle capture maps.
 
-The statements are the ones ``OracleSource.install`` applies (``oracle.sql.install_scripts``), rendered
+The statements are the ones ``OracleInstall.install`` applies (``oracle.sql.install_scripts``), rendered
 without a server. Where sqlfluff cannot parse valid Oracle, the construct is named in ``NOT_IN_SQLFLUFF``
 and stood in for by something sqlfluff parses, so the rest of the statement is still checked; every
 entry must still be needed and still be used, so the list cannot grow stale. Needs no server: never

@@ -101,7 +101,7 @@ def test_capture_before_install_fails_and_writes_nothing(tmp_path: Path) -> None
 def test_verify_names_a_dropped_trigger(shop) -> None:
     source, config = shop
     source.execute(["DROP TRIGGER _databus_items_delete"])
-    problems = SqliteSource(config.sources[0]).verify()
+    problems = SqliteSource(config.sources[0]).setup.verify()
     assert problems == ["table items: trigger(s) _databus_items_delete missing"]
     with pytest.raises(CaptureNotInstalledError, match="_databus_items_delete"):
         capture.run(config, "shop")
@@ -114,11 +114,12 @@ def test_a_dropped_or_altered_images_view_is_named_by_verify_and_made_again_by_i
                    "DROP VIEW _databus_images; CREATE VIEW _databus_images AS SELECT scn, tbl, op, row, ts "
                    "FROM _databus_txlog"]:
         source.execute(damage.split("; "))
-        assert SqliteSource(config.sources[0]).verify() == ["capture view _databus_images is missing or out of date"]
+        problems = SqliteSource(config.sources[0]).setup.verify()
+        assert problems == ["capture view _databus_images is missing or out of date"]
         with pytest.raises(CaptureNotInstalledError, match="_databus_images"):
             capture.run(config, "shop")
         capture.install(config, "shop")
-        assert SqliteSource(config.sources[0]).verify() == []
+        assert SqliteSource(config.sources[0]).setup.verify() == []
     capture.run(config, "shop")
     assert [e.event.row for e in log_events(config)] == [{"id": 1, "name": "a", "price": 0.5, "qty": 1}]
 
@@ -183,12 +184,12 @@ def test_poll_reads_only_to_the_bound_fixed_at_its_start(shop) -> None:
     from dagster_databus.sources.base import PollStats
 
     stats = PollStats()
-    chunks = src.poll(Scn.BEGINNING, None, stats)
+    chunks = src.stream.poll(Scn.BEGINNING, None, stats)
     first = next(chunks)
     # A transaction committed mid-poll lands in a later epoch: not part of this poll.
     source.execute([("INSERT INTO items VALUES (?, 'late', 1, 1)", (100,))])
-    rest = [w for chunk in chunks for w in chunk.to_windows(src.schemas())]
-    keys = [e.key[0] for w in [*first.to_windows(src.schemas()), *rest] for e in w.events]
+    rest = [w for chunk in chunks for w in chunk.to_windows(src.catalog.schemas())]
+    keys = [e.key[0] for w in [*first.to_windows(src.catalog.schemas()), *rest] for e in w.events]
     assert keys == list(range(1, 8))
 
 
@@ -199,7 +200,7 @@ def test_uninstall_removes_what_install_created_and_nothing_else(shop) -> None:
     objects = source.query("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name")
     assert objects == [("table", "items"), ("table", "tags")]
     assert source.query("SELECT * FROM items") == [(1, "a", 1.0, 1)]
-    assert SqliteSource(config.sources[0]).verify()[0] == "capture table _databus_settings is missing"
+    assert SqliteSource(config.sources[0]).setup.verify()[0] == "capture table _databus_settings is missing"
 
 
 @pytest.mark.parametrize(("rows", "expected"), [
@@ -231,8 +232,8 @@ def test_range_reads_page_through_every_range_by_key(tmp_path: Path, page_rows: 
     source.execute([("INSERT INTO t VALUES (?, ?, ?)", (a, b, f"{a}{b}")) for a in range(1, 8) for b in "xyz"])
     config = make_config(tmp_path / "lake", source.source_config("s", [("t", ["a", "b"])]))
     capture = SqliteSource(config.sources[0])
-    capture.install()
-    read = capture.ranges("t", 4)
+    capture.setup.install()
+    read = capture.reads.ranges("t", 4)
     read = dataclasses.replace(read, spec=dataclasses.replace(read.spec, page_rows=page_rows))
     keys = [(row["a"], row["b"]) for i in range(len(read.ranges))
             for batch in read_range(read, i).batches for row in batch.to_pylist()]

@@ -1,13 +1,14 @@
-"""``MysqlSource``, the capture adapter of a MySQL/MariaDB source (``base.Source`` and ``base.Failover``),
-built from parts (``parts.ComposedSource``) by collaborators of this package, one job each:
+"""``MysqlSource``, the capture adapter of a MySQL/MariaDB source (``base.Source`` and ``base.Failover``): a
+record of its four parts, each in the module named after it, built over collaborators of this package:
 
-- ``servers``: which server capture reads, connections to it, one binlog reader per replica server id;
 - ``catalog`` (``catalog.MysqlCatalog``): the tables' schemas, as the server and then the binlog describe them;
-- ``positions``: the epoch, the binlog end, and the check of a checkpoint's position;
-- ``setup`` (``verify.MysqlChecks``): the server settings and privileges capture needs, and install;
-- ``stream`` (``binlog.BinlogReader``): the binlog, polled into change batches;
+- ``setup`` (``setup.MysqlChecks``): the server settings and privileges capture needs, and install;
+- ``stream`` (``stream.BinlogReader``): the binlog, polled into change batches;
 - ``reads`` (``reads.MysqlReads``): consistent reads, key ranges for tasks, fingerprints;
-- ``failover``: the switch between primary and standby.
+
+and beneath them ``servers`` (which server capture reads, connections to it, one binlog reader per replica
+server id), ``positions`` (the epoch, the binlog end, the check of a checkpoint's position) and ``failover``
+(the switch between primary and standby, which the source itself answers as ``base.Failover``).
 """
 
 from __future__ import annotations
@@ -27,13 +28,12 @@ from dagster_databus.sources.mysql.reads import MysqlReads
 from dagster_databus.sources.mysql.servers import MysqlServers
 from dagster_databus.sources.mysql.setup import MysqlChecks
 from dagster_databus.sources.mysql.stream import BinlogReader
-from dagster_databus.sources.parts import ComposedSource
 
 if TYPE_CHECKING:
     from dagster_databus.log.manifest import Checkpoint
 
 
-class MysqlSource(ComposedSource):
+class MysqlSource:
     kind = "mysql"
     sees_ddl = True  # DDL arrives in the binlog: a changed table is re-bootstrapped, not refused
     install_repairs = False  # verify's problems are server settings and privileges, each with its own fix

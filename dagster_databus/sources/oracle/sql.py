@@ -152,7 +152,8 @@ def poll_query(form: Literal["simple", "chunked"], view: str, bounded: bool = Fa
 def install_scripts(tables: Mapping[str, TableObjects]) -> list[tuple[str, list[Statement]]]:
     """Every script of the install, rendered and split, in order: (script, statements). The core scripts
     come first (``CORE_SCRIPTS``), then each table's (``tables``: config name -> its objects). Needs no
-    server: ``OracleSource.install`` applies these, ``tests/unit/test_oracle_grammar.py`` parses them."""
+    server: ``OracleInstall.install`` (the source's ``setup``) applies these, ``tests/unit/test_oracle_grammar.py``
+    parses them."""
     out = [(name, split_script(sqlfiles.load("oracle", name))) for name in CORE_SCRIPTS]
     for table, objects in tables.items():
         out += [(f"{name} ({table})", split_script(objects.render(name))) for name in TABLE_SCRIPTS]

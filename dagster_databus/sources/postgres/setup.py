@@ -21,6 +21,7 @@ from dagster_databus.config import PostgresSourceConfig
 from dagster_databus.errors import CaptureNotInstalledError, ConcurrentRunError, SourceUnavailableError
 from dagster_databus.sources import sqlfiles
 from dagster_databus.sources.base import InstallReport, not_installed
+from dagster_databus.sources.postgres.catalog import PostgresCatalog
 from dagster_databus.sources.postgres.connect import Connection, PostgresConnector
 from dagster_databus.sources.postgres.slots import is_publication_lost, publication_lost
 
@@ -74,8 +75,9 @@ def _partitions(table: Mapping[str, Any]) -> list[str]:
 class PostgresSetup:
     """The publication, the replica identities and the slot of one source; the checks capture needs."""
 
-    def __init__(self, connector: PostgresConnector, config: PostgresSourceConfig) -> None:
+    def __init__(self, connector: PostgresConnector, config: PostgresSourceConfig, catalog: PostgresCatalog) -> None:
         self.connector = connector
+        self.catalog = catalog
         self.config = config
         self.name = config.name
         self.schema = config.schema_
@@ -301,7 +303,8 @@ class PostgresSetup:
     def install(self) -> InstallReport:
         """Set the tables' replica identity, create or correct the publication, create the slot; each only
         when it is not so already, so a second install changes nothing. Refuses, changing nothing, when
-        something install cannot change is in the way (``verify``'s other problems)."""
+        something install cannot change is in the way (``verify``'s other problems) or the catalog's checks
+        fail (a table with a column no type maps: money, a composite), before the publication and the slot exist."""
         changed: list[str] = []
         unchanged: list[str] = []
         with closing(self.connector.connect()) as conn, _errors(self, "install"):
@@ -312,6 +315,7 @@ class PostgresSetup:
                                     f"({self.connector.describe()}):", blocking,
                                     f"apply each fix above, then run `databus install --source {self.name}` again",
                                     bulleted=True, source=self.name)
+            self.catalog.preflight()
             with conn.cursor() as cur:
                 cur.execute("SELECT set_config('lock_timeout', %s, false)", (LOCK_TIMEOUT,))
             # Replica identity first: publishing a table without one would make the server refuse its updates.

@@ -1,11 +1,14 @@
-"""``PostgresSource``, the capture adapter of a PostgreSQL database (``base.Source``), built from parts
-(``parts.ComposedSource``), one job each:
+"""``PostgresSource``, the capture adapter of a PostgreSQL database (``base.Source``): a record of its four
+parts, each in the module named after it, over one connector:
 
-- ``connect`` (``PostgresConnector``): plain and replication connections, typed connection errors;
-- ``catalog`` (``PostgresCatalog``): the tables' schemas from ``pg_catalog``, moved on by relation messages;
-- ``setup`` (``PostgresSetup``): the publication, the slot, REPLICA IDENTITY; the server's settings and rights;
-- ``stream`` (``PostgresStream``): the slot read with ``pgoutput``, positions as WAL LSNs;
-- ``reads`` (``PostgresReads``): reads at an exported snapshot's LSN, in process or by key range in tasks.
+- ``catalog`` (``catalog.PostgresCatalog``): the tables' schemas from ``pg_catalog``, moved on by relation
+  messages;
+- ``setup`` (``setup.PostgresSetup``): the publication, the slot, REPLICA IDENTITY (installed after the
+  catalog's checks); the server's settings and rights;
+- ``stream`` (``stream.PostgresStream``): the slot read with ``pgoutput``, positions as WAL LSNs;
+- ``reads`` (``reads.PostgresReads``): reads at an exported snapshot's LSN, in process or by key range in tasks;
+
+beneath them ``connect`` (``PostgresConnector``): plain and replication connections, typed connection errors.
 """
 
 from __future__ import annotations
@@ -14,8 +17,7 @@ from collections.abc import Mapping
 
 from dagster_databus.config import PostgresSourceConfig
 from dagster_databus.core.scn import Scn
-from dagster_databus.sources.base import InstallReport, Retention
-from dagster_databus.sources.parts import ComposedSource
+from dagster_databus.sources.base import Retention
 from dagster_databus.sources.postgres.catalog import PostgresCatalog
 from dagster_databus.sources.postgres.connect import PostgresConnector
 from dagster_databus.sources.postgres.reads import PostgresReads
@@ -24,7 +26,7 @@ from dagster_databus.sources.postgres.slots import slot_retention
 from dagster_databus.sources.postgres.stream import PostgresStream
 
 
-class PostgresSource(ComposedSource):
+class PostgresSource:
     kind = "postgres"
     sees_ddl = True  # column changes arrive as relation messages, TRUNCATE as its own message
     install_repairs = False  # verify's problems are server settings and rights, each with its own fix
@@ -34,24 +36,18 @@ class PostgresSource(ComposedSource):
         self.name = config.name
         self.connector = connector = PostgresConnector(config)
         self.catalog = catalog = PostgresCatalog(connector)
-        self.setup = self.objects = PostgresSetup(connector, config)
-        self.stream = self.reader = PostgresStream(connector, catalog)
+        self.setup = PostgresSetup(connector, config, catalog)
+        self.stream = PostgresStream(connector, catalog)
         self.reads = PostgresReads(connector, catalog)
-
-    def install(self) -> InstallReport:
-        """Install after the catalog's checks: a table with a column no type maps (money, a composite) is refused
-        before the publication and the slot exist."""
-        self.catalog.preflight()
-        return self.setup.install()
 
     def retention(self) -> Retention:
         """The WAL the capture slot holds back on the server (``base.Retaining``)."""
-        return slot_retention(self.connector, self.config, self.reader.slot())
+        return slot_retention(self.connector, self.config, self.stream.slot())
 
     def drift(self, since: Scn, state: Mapping[str, str]) -> list[str]:
         """The slot or publication replaced behind capture's back since the checkpoint (``Drifting``)."""
-        return self.reader.drift.problems(since, state)
+        return self.stream.drift.problems(since, state)
 
     def uninstall(self) -> tuple[str, ...]:
         """Drop the slot and the publication install created (``Uninstallable``)."""
-        return self.objects.uninstall()
+        return self.setup.uninstall()

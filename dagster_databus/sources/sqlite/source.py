@@ -10,17 +10,16 @@ triggers were rendered for is checked by install (and, for the moment between, b
 ``_databus_shapes``; the changes a mismatch may have touched are recorded as drift ranges, which the
 table's ``schema_changes`` policy acts on.
 
-``SqliteSource`` (``base.Source``) is built from parts (``parts.ComposedSource``), one module per job, all on
-the ``database`` file: ``catalog`` (the tables' schemas, the database's owner), ``setup`` (``triggers``: the
-capture objects installed, verified and removed; their drift in ``drift``, their SQL in ``render``),
-``stream`` (``poll``: the txlog read into change batches, and pruned) and ``reads`` (``reads.SqliteReads``: consistent
-reads, key ranges, fingerprints).
+``SqliteSource`` (``base.Source``) is a record of its four parts, each in the module named after it, all on
+the ``database`` file: ``catalog`` (the tables' schemas, the database's owner), ``setup``
+(``setup.SqliteTriggers``: the capture objects installed, verified and removed; their drift in ``drift``, their
+SQL in ``render``), ``stream`` (``stream.SqlitePoller``: the txlog read into change batches, and pruned) and
+``reads`` (``reads.SqliteReads``: consistent reads, key ranges, fingerprints).
 """
 
 from __future__ import annotations
 
 from dagster_databus.config import SqliteSourceConfig
-from dagster_databus.sources.parts import ComposedSource
 from dagster_databus.sources.sqlite.catalog import SqliteCatalog
 from dagster_databus.sources.sqlite.database import SqliteDatabase
 from dagster_databus.sources.sqlite.reads import SqliteReads
@@ -28,7 +27,7 @@ from dagster_databus.sources.sqlite.setup import SqliteTriggers
 from dagster_databus.sources.sqlite.stream import SqlitePoller
 
 
-class SqliteSource(ComposedSource):
+class SqliteSource:
     kind = "sqlite"
     # Triggers see rows only, but install compares each table's columns with its triggers' and puts a
     # marker in the stream where they changed; the poll reports it as a DDL record.
@@ -40,10 +39,10 @@ class SqliteSource(ComposedSource):
         self.name = config.name
         self.database = database = SqliteDatabase(config)
         self.catalog = catalog = SqliteCatalog(database)
-        self.triggers = self.setup = SqliteTriggers(database, catalog)
-        self.stream = SqlitePoller(database, catalog, self.triggers)
+        self.setup = setup = SqliteTriggers(database, catalog)
+        self.stream = SqlitePoller(database, catalog, setup)
         self.reads = SqliteReads(database, catalog)
 
     def uninstall(self) -> tuple[str, ...]:
         """Remove the capture objects (the txlog and its tables, every table's triggers; ``Uninstallable``)."""
-        return self.triggers.uninstall()
+        return self.setup.uninstall()

@@ -47,10 +47,10 @@ _TOKENS_KEPT = 100
 class SqlitePoller:
     """The txlog read after a checkpoint, and pruned behind the change log."""
 
-    def __init__(self, database: SqliteDatabase, catalog: SqliteCatalog, triggers: SqliteTriggers) -> None:
+    def __init__(self, database: SqliteDatabase, catalog: SqliteCatalog, setup: SqliteTriggers) -> None:
         self.database = database
         self.catalog = catalog
-        self.triggers = triggers
+        self.setup = setup  # the capture objects: checked where the txlog is missing or stale
         self.config = database.config
         self.name = database.name
 
@@ -59,7 +59,7 @@ class SqlitePoller:
             try:
                 return settings(conn)["epoch_id"]
             except sqlite3.OperationalError:
-                self.triggers.require_installed()
+                self.setup.require_installed()
                 raise
 
     def high_water_mark(self) -> Scn:
@@ -83,7 +83,7 @@ class SqlitePoller:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute(sqlfiles.load("sqlite", "cut.sql"))
-                self.triggers.require_current(conn, schemas)
+                self.setup.require_current(conn, schemas)
                 cut = high_water_mark(conn).value
                 stats.state = self._incarnation(conn, state or {})
                 conn.execute("COMMIT")

@@ -116,7 +116,7 @@ def test_merge_into_a_snapshot_that_was_never_bootstrapped_is_refused(setup, laz
     capture.install(config, "shop")
     capture.run(config, "shop")
     log = ChangeLog(config.lake, "shop")
-    schema = open_source(config.sources[0]).schemas()["items"]
+    schema = open_source(config.sources[0]).catalog.schemas()["items"]
     with pytest.raises(SnapshotMissingError, match="bootstrap"):
         open_engine(config, lazy_spark).merge(snapshot(config), log, schema, Scn.BEGINNING, Scn(5), lambda _: None)
     assert not snapshot(config).exists()

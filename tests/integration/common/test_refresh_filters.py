@@ -274,7 +274,7 @@ def test_the_cli_refuses_a_hostile_filter_with_the_fix(shop: Shop, where: str, p
 
 def test_a_whitespace_filter_is_refused_with_a_key_range(shop: Shop, capsys: pytest.CaptureFixture[str]) -> None:
     version = shop.snap.version()
-    schema = open_source(shop.config.source("shop")).schemas()[TABLE]
+    schema = open_source(shop.config.source("shop")).catalog.schemas()[TABLE]
     for blank in ("", "   ", "\t\n"):
         with pytest.raises(ConfigError, match="is empty"):
             selection_for(schema, None, None, blank)
@@ -328,10 +328,10 @@ def test_a_filter_that_slipped_past_the_check_is_stopped_by_the_authorizer_at_ev
     monkeypatch.setattr(sqlite_reads, "sqlite_filter", lambda *_: slipped)
     rows = RowSelection(where="x")
     with pytest.raises(ConfigError, match=r"access to secrets\.pw is prohibited"):
-        src.check_selection(TABLE, rows)
+        src.reads.check_selection(TABLE, rows)
     with pytest.raises(sqlite3.DatabaseError, match=r"access to secrets\.pw is prohibited"):
-        src.ranges(TABLE, 5, rows)
-    schema = src.schemas()[TABLE]
+        src.reads.ranges(TABLE, 5, rows)
+    schema = src.catalog.schemas()[TABLE]
     spec = sqlite_reads.SqliteRangeSpec(path=str(tmp_path / "s.db"), busy_timeout_s=5, page_rows=5)
     read = RangeRead("sqlite", "shop", schema, spec, (KeyRange(None, None),), None, "x")
     with pytest.raises(sqlite3.DatabaseError, match=r"access to secrets\.pw is prohibited"):

@@ -69,7 +69,7 @@ def each_and_one_on_spark(cases: Any, on_spark: str) -> list[tuple[str, str]]:
 def assert_history_current(config: DatabusConfig, table: str) -> None:
     """The history's open versions are the source's rows."""
     src = open_source(config.source("shop"))
-    schema = src.schemas()[table]
+    schema = src.catalog.schemas()[table]
     versions = HistoryTable(config.lake, "shop", table).read(with_meta=True).to_pylist()
     current = [{k: v[k] for k in schema.column_names} for v in versions if v["__end_scn"] is None]
     result = compare_rows(table, list(schema.primary_key), read_rows(src, table), current)
@@ -484,7 +484,7 @@ def test_a_sqlite_capture_that_dies_after_its_mark_and_before_its_checkpoint_goe
     checkpoint = ChangeLog(config.lake, "shop").checkpoint()
     assert checkpoint is not None
     stats = PollStats(until=checkpoint.scn)
-    next(iter(source.poll(checkpoint.scn, checkpoint.epoch, stats, checkpoint.state)))  # a mark left, no commit
+    next(iter(source.stream.poll(checkpoint.scn, checkpoint.epoch, stats, checkpoint.state)))  # a mark left, no commit
     assert stats.state["incarnation"] != checkpoint.state["incarnation"]
     [result] = cycle(config, lazy_spark)
     assert result.events == 1

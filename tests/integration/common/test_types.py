@@ -163,7 +163,7 @@ def reconciles_every_type(config: DatabusConfig, harness: SourceHarness, names: 
     """The reconciliation fingerprint is the same whether the database computes it (MySQL's aggregate
     query) or this process computes it from the rows, for every type and its edge values."""
     source = open_source(config.source("shop"), config.lake)
-    computed, streamed = source.fingerprint("typed"), streamed_fingerprint(source.read_table("typed"))
+    computed, streamed = source.reads.fingerprint("typed"), streamed_fingerprint(source.reads.read_table("typed"))
     assert computed.pushed_down == (harness.kind == "mysql")
     assert computed.fingerprint.rows == 4 and computed.fingerprint == streamed.fingerprint
     harness.execute([f"INSERT INTO typed (id, {names}) VALUES (5, {examples})", "DELETE FROM typed WHERE id = 3"])

@@ -46,7 +46,7 @@ def damage(config: DatabusConfig, table: str, truth: Truth = None) -> dict[Key, 
     """The snapshot's keys that are not the source's rows (read by capture's source, or ``truth``): 'missing',
     'extra' (ghost rows) or 'differs'."""
     src = open_source(config.source("shop"))
-    key = src.schemas()[table].primary_key
+    key = src.catalog.schemas()[table].primary_key
 
     def index(rows: Any) -> dict[Key, dict[str, Any]]:
         return {tuple(r[k] for k in key): {c: v for c, v in r.items() if not c.startswith("__")} for r in rows}
@@ -292,8 +292,8 @@ def _read_options_before_fix(**options: Any) -> pacsv.ReadOptions:
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "verify.py reads its slices through the source's own read path (source.ranges, read_range: for PostgreSQL the "
-    "same COPY page reader the bootstrap uses), so a defect of that path makes the source side of the comparison "
+    "verify.py reads its slices through the source's own read path (source.reads.ranges, read_range: for PostgreSQL "
+    "the same COPY page reader the bootstrap uses), so a defect of that path makes the source side of the comparison "
     "as wrong as the snapshot: a slice that starts where the bootstrap's page started (a small table: every run) "
     "loses the same U+FEFF, and the wrong value compares equal. The net cannot see damage its own read repeats"))
 def test_copy_page_byte_order_mark_reverted(pg: PostgresHarness, tmp_path: Path, lazy_spark: SparkRuntime,

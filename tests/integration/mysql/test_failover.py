@@ -305,16 +305,16 @@ def test_verify_names_a_standby_that_does_not_log_what_it_replicates(tmp_path: P
         harness = MysqlHarness(primary)
         harness.execute([DDL])
         config = _config(tmp_path / "lake", harness, standby)
-        problems = open_source(config.source(SOURCE)).verify()
+        problems = open_source(config.source(SOURCE)).setup.verify()
         assert any(p.startswith(f"standby 127.0.0.1:{standby.port}: database") for p in problems)
         standby.replicate_from(primary)
         _wait_for_table(standby, harness.database)
-        problems = open_source(config.source(SOURCE)).verify()
+        problems = open_source(config.source(SOURCE)).setup.verify()
         assert [p for p in problems if "log_slave_updates" in p] == [
             p for p in problems if p.startswith(f"standby 127.0.0.1:{standby.port}: log_slave_updates")]
         assert len([p for p in problems if "log_slave_updates" in p]) == 1
         standby.crash()  # a standby that is down is not a reason to stop capturing from the primary
-        assert open_source(config.source(SOURCE)).verify() == []
+        assert open_source(config.source(SOURCE)).setup.verify() == []
     finally:
         standby.close()
         primary.close()

@@ -329,7 +329,7 @@ def test_a_run_of_a_source_whose_binlog_another_run_reads_is_turned_away_up_fron
     harness.workload(seed=9).run(10)
     before = ChangeLog(config.lake, "shop").checkpoint()
     holder = open_source(config.source("shop"))
-    with holder.reading():
+    with holder.stream.reading():
         with pytest.raises(ConcurrentRunError, match=r"the binlog of source 'shop' is locked by another run "
                                                      r"\(lock 'databus\.binlog\.\d+' held by connection \d+") as err:
             capture.run(config, "shop")

@@ -328,7 +328,7 @@ def test_verify_ca_to_mariadb_encrypts_queries_capture_and_bootstrap_reads(tls_m
     harness.execute([("INSERT INTO items VALUES (?, ?)", (i, f"item {i}")) for i in range(1, 6)])
     assert capture.run(config, "shop").events == 5  # the binlog stream, through the same account
 
-    read = source.ranges("items", rows_per_range=2)
+    read = source.reads.ranges("items", rows_per_range=2)
     assert len(read.ranges) > 1 and read.spec.connection["ssl"]["ca"] == str(pki.ca)
     ids = sorted(i for n in range(len(read.ranges)) for batch in read_range(read, n).batches
                  for i in batch.column("id").to_pylist())

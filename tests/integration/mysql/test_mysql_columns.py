@@ -80,7 +80,7 @@ def test_every_type_before_every_numeric_type_reads_the_same_on_both_roads(
 
     assert_snapshots_match(config)  # the source's rows, as pymysql reads them, are the snapshot's
     schema = ChangeLog(config.lake, "shop").schemas.latest("walk")[1]
-    assert schema == open_source(config.source("shop")).schemas()["walk"], "the binlog changed a column's type"
+    assert schema == open_source(config.source("shop")).catalog.schemas()["walk"], "the binlog changed a column's type"
     stored = {r["id"]: r for r in schema.rows_from_arrow(DeltaSnapshot(config.lake, "shop", "walk").read())}
     # The change log holds what the binlog gave (a merge that finds the log's schema changed bootstraps again,
     # which would hide a wrong value in the snapshot).

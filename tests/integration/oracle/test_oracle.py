@@ -34,9 +34,9 @@ def test_install_is_idempotent_and_verify_names_broken_objects(oracle) -> None:
     assert capture.install(config, "crm").changed == ()
     assert harness.query("SELECT object_name, last_ddl_time FROM user_objects ORDER BY 1") == before
     harness.execute(['ALTER TRIGGER "SY$T_ITEMS" DISABLE'])
-    assert "trigger SY$T_ITEMS is DISABLED" in open_source(config.sources[0]).verify()
+    assert "trigger SY$T_ITEMS is DISABLED" in open_source(config.sources[0]).setup.verify()
     capture.install(config, "crm")
-    assert open_source(config.sources[0]).verify() == []
+    assert open_source(config.sources[0]).setup.verify() == []
 
 
 def test_a_long_transaction_committing_after_a_short_one_is_captured(oracle) -> None:

@@ -61,8 +61,8 @@ def test_odd_leading_and_trailing_characters_survive_at_every_position_of_a_page
     source = open_source(config.sources[0], config.lake)
     for table in ("keyed", "noted"):
         want = rows(pg, table)
-        assert bounded(source.read_table(table).batches, len(want) + 2) == want, table
-        read = source.ranges(table, 1)
+        assert bounded(source.reads.read_table(table).batches, len(want) + 2) == want, table
+        read = source.reads.ranges(table, 1)
         ranges = [bounded(source_kind("postgres").read_range(read, i).batches, 3) for i in range(len(read.ranges))]
         assert sorted((r for found in ranges for r in found), key=repr) == want, table
         del read

@@ -48,7 +48,7 @@ def test_a_filter_that_fails_on_a_row_is_a_typed_error_exit_2_naming_the_filter(
     assert "Traceback" not in err and where in err and message in err and "Fix: " in err, err
     # The range reader (what a Spark task runs) names it alike, for a filter that fails only where it reads.
     source = open_source(config.sources[0], config.lake)
-    read = dataclasses.replace(source.ranges("items", 10, RowSelection()), where=where)
+    read = dataclasses.replace(source.reads.ranges("items", 10, RowSelection()), where=where)
     with pytest.raises(ConfigError, match=message) as failed:
         list(source_kind("postgres").read_range(read, 0).batches)
     assert where in str(failed.value) and failed.value.field == "snapshot.where"
@@ -90,7 +90,7 @@ def test_a_read_held_back_by_an_open_prepared_transaction_names_it_and_gives_up_
     with ThreadPoolExecutor(1) as pool:  # a read that waited on with no bound fails here, and does not hang
         try:
             started = time.monotonic()
-            read = pool.submit(open_source(config.sources[0], config.lake).read_table, "items")
+            read = pool.submit(open_source(config.sources[0], config.lake).reads.read_table, "items")
             with pytest.raises(SourceUnavailableError) as gave_up:
                 read.result(timeout=20)
             assert 3 <= time.monotonic() - started < 10

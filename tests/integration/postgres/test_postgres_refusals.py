@@ -87,5 +87,5 @@ def test_a_partitioned_table_with_an_unlogged_partition_is_refused_naming_the_pa
     config = make_config(tmp_path / "lake", pg.source_config("shop", [("parts", ["id"])]))
     with pytest.raises(ConfigError, match=r"(?s)unlogged partitions public\.parts_high:.*"
                                           r"ALTER TABLE public\.parts_high SET LOGGED") as refused:
-        open_source(config.sources[0]).preflight()
+        open_source(config.sources[0]).catalog.preflight()
     assert "parts_low" not in str(refused.value)

@@ -15,6 +15,7 @@ import pytest
 
 from dagster_databus.config import PostgresSourceConfig
 from dagster_databus.errors import CaptureNotInstalledError, ConcurrentRunError, ConfigError, SourceUnavailableError
+from dagster_databus.sources.postgres.catalog import PostgresCatalog
 from dagster_databus.sources.postgres.connect import PostgresConnector, connect_spec
 from dagster_databus.sources.postgres.setup import PostgresSetup, read_epoch
 from dagster_databus.spark.connect_server import free_port
@@ -50,7 +51,8 @@ def config(pg_server: PostgresServer | None, database: str, tables: dict[str, li
 
 
 def setup_of(cfg: PostgresSourceConfig) -> PostgresSetup:
-    return PostgresSetup(PostgresConnector(cfg), cfg)
+    connector = PostgresConnector(cfg)
+    return PostgresSetup(connector, cfg, PostgresCatalog(connector))
 
 
 def shop(pg_server: PostgresServer, db: str) -> PostgresSourceConfig:

@@ -146,7 +146,7 @@ def test_a_bootstrap_reads_at_one_exact_position_while_writes_go_on(pg_items: Po
     before = sorted(pg_items.query("SELECT id, name, price FROM items"))
     config = make_config(tmp_path / "lake", source_doc(pg_items, bootstrap_chunk_rows=37))
     capture.install(config, "shop")
-    read = open_source(config.sources[0], config.lake).ranges("items", 37)
+    read = open_source(config.sources[0], config.lake).reads.ranges("items", 37)
     assert len(read.ranges) >= 10 and read.scn is not None
     pg_items.execute([("UPDATE items SET price = price + 1 WHERE id % 3 = 0", ()),
                       ("DELETE FROM items WHERE id % 7 = 0", ()),
@@ -174,7 +174,7 @@ def test_a_read_keeps_its_snapshot_through_copies_and_ends_it_with_the_last(pg_i
     pg_items.execute([("INSERT INTO items SELECT g, 'n' || g, g FROM generate_series(1, 100) AS g", ())])
     config = make_config(tmp_path / "lake", source_doc(pg_items))
     capture.install(config, "shop")
-    read = open_source(config.sources[0], config.lake).ranges("items", 30)
+    read = open_source(config.sources[0], config.lake).reads.ranges("items", 30)
     copy = dataclasses.replace(read, ranges=read.ranges[1:])
     del read
     gc.collect()
