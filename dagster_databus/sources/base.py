@@ -39,9 +39,9 @@ class Verifiable(Protocol):
     def verify(self) -> list[str]: ...
 
 
-def require_installed(source: Verifiable, error: Callable[[list[str]], CaptureNotInstalledError]) -> None:
-    """Every setup part's ``require_installed``: raise ``error(problems)`` if ``source.verify()`` finds any."""
-    problems = source.verify()
+def require_installed(setup: Verifiable, error: Callable[[list[str]], CaptureNotInstalledError]) -> None:
+    """Every setup part's ``require_installed``: raise ``error(problems)`` if ``setup.verify()`` finds any."""
+    problems = setup.verify()
     if problems:
         raise error(problems)
 
