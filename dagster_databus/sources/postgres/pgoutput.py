@@ -15,7 +15,7 @@ does not know stops capture with ``PgoutputMessageError``: skipping one could lo
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
 from dagster_databus.errors import DatabusError
@@ -86,27 +86,31 @@ class PgoutputMessageError(DatabusError):
 # -- messages ----------------------------------------------------------------------------------------
 
 
+class _CommitTime:
+    """The commit time of a message that carries one (``commit_ts``, as the server sends it) in Unix
+    milliseconds."""
+
+    __slots__ = ()
+    commit_ts: int
+
+    @property
+    def commit_ts_ms(self) -> int:
+        return pg_micros_to_unix_ms(self.commit_ts)
+
+
 @dataclass(frozen=True, slots=True)
-class Begin:
+class Begin(_CommitTime):
     final_lsn: int  # the LSN of the transaction's commit record
     commit_ts: int  # microseconds since 2000-01-01 UTC, as the server sends it
     xid: int
 
-    @property
-    def commit_ts_ms(self) -> int:
-        return pg_micros_to_unix_ms(self.commit_ts)
-
 
 @dataclass(frozen=True, slots=True)
-class Commit:
+class Commit(_CommitTime):
     flags: int
     commit_lsn: int
     end_lsn: int  # the LSN just after the commit record: what a standby status update confirms
     commit_ts: int  # microseconds since 2000-01-01 UTC
-
-    @property
-    def commit_ts_ms(self) -> int:
-        return pg_micros_to_unix_ms(self.commit_ts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,64 +128,65 @@ class RelationColumn:
 
 
 @dataclass(frozen=True, slots=True)
-class Relation:
+class _Streamable:
+    """A message that may come inside a protocol 2 stream block, where it carries the streamed transaction's
+    xid first: ``xid`` is that transaction, None outside a stream block."""
+
+    xid: int | None = field(default=None, kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Relation(_Streamable):
     oid: int
     namespace: str  # "pg_catalog" when the server sends the empty string for it
     name: str
     replica_identity: str  # REPLICA_IDENTITY_DEFAULT / _NOTHING / _FULL / _INDEX
     columns: tuple[RelationColumn, ...]  # live columns only: dropped and generated ones are never sent
-    xid: int | None = None  # the streamed transaction, inside a stream block
 
 
 @dataclass(frozen=True, slots=True)
-class Type:
+class Type(_Streamable):
     oid: int
     namespace: str  # of the base type when ``oid`` is a domain
     name: str
-    xid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Insert:
+class Insert(_Streamable):
     relation_oid: int
     new: Tuple
-    xid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Update:
+class Update(_Streamable):
     relation_oid: int
     new: Tuple  # UNCHANGED where a TOASTed value was not touched
     old_key: Tuple | None = None  # 'K': the old replica identity columns (others None), when the key changed
     old: Tuple | None = None  # 'O': the whole old row, under REPLICA IDENTITY FULL
-    xid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Delete:
+class Delete(_Streamable):
     relation_oid: int
     old_key: Tuple | None = None  # 'K': the replica identity columns, others None
     old: Tuple | None = None  # 'O': the whole row, under REPLICA IDENTITY FULL
-    xid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Truncate:
+class Truncate(_Streamable):
     relation_oids: tuple[int, ...]
     cascade: bool
     restart_identity: bool
-    xid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class LogicalMessage:
+class LogicalMessage(_Streamable):
     """``pg_logical_emit_message``'s message (sent with the ``messages`` option)."""
 
     transactional: bool
     lsn: int
     prefix: str
     content: bytes
-    xid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,16 +201,12 @@ class StreamStop:
 
 
 @dataclass(frozen=True, slots=True)
-class StreamCommit:
+class StreamCommit(_CommitTime):
     xid: int
     flags: int
     commit_lsn: int
     end_lsn: int
     commit_ts: int  # microseconds since 2000-01-01 UTC
-
-    @property
-    def commit_ts_ms(self) -> int:
-        return pg_micros_to_unix_ms(self.commit_ts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +357,13 @@ class PgoutputDecoder:
             return _U32(data, 1)[0], 5
         return None, 1
 
+    def _xid_oid(self, data: bytes) -> tuple[int | None, int, int]:
+        """A row change's leading xid (inside a stream block), its relation, and where its tuples start."""
+        if self.in_stream:
+            xid, oid = _XID_OID(data, 1)
+            return xid, oid, 9
+        return None, _U32(data, 1)[0], 5
+
     def _relation(self, data: bytes) -> tuple[Message, int]:
         xid, pos = self._xid(data)
         (oid,) = _U32(data, pos)
@@ -371,34 +379,24 @@ class PgoutputDecoder:
             type_oid, typmod = _ATTR(data, pos)
             pos += 8
             columns.append(RelationColumn(column, type_oid, typmod, bool(flags & 1)))
-        return Relation(oid, namespace or "pg_catalog", name, identity, tuple(columns), xid), pos
+        return Relation(oid, namespace or "pg_catalog", name, identity, tuple(columns), xid=xid), pos
 
     def _type(self, data: bytes) -> tuple[Message, int]:
         xid, pos = self._xid(data)
         (oid,) = _U32(data, pos)
         namespace, pos = _string(data, pos + 4)
         name, pos = _string(data, pos)
-        return Type(oid, namespace or "pg_catalog", name, xid), pos
+        return Type(oid, namespace or "pg_catalog", name, xid=xid), pos
 
     def _insert(self, data: bytes) -> tuple[Message, int]:
-        if self.in_stream:
-            xid, oid = _XID_OID(data, 1)
-            pos = 9
-        else:
-            (oid,) = _U32(data, 1)
-            xid, pos = None, 5
+        xid, oid, pos = self._xid_oid(data)
         if data[pos] != _NEW:
             raise _Malformed(f"expected 'N' before the new tuple, got {chr(data[pos])!r}")
         new, pos = _tuple(data, pos + 1)
-        return Insert(oid, new, xid), pos
+        return Insert(oid, new, xid=xid), pos
 
     def _update(self, data: bytes) -> tuple[Message, int]:
-        if self.in_stream:
-            xid, oid = _XID_OID(data, 1)
-            pos = 9
-        else:
-            (oid,) = _U32(data, 1)
-            xid, pos = None, 5
+        xid, oid, pos = self._xid_oid(data)
         marker = data[pos]
         old_key = old = None
         if marker == _KEY:
@@ -410,22 +408,17 @@ class PgoutputDecoder:
         if marker != _NEW:
             raise _Malformed(f"expected 'K', 'O' or 'N' in an update, got {chr(marker)!r}")
         new, pos = _tuple(data, pos + 1)
-        return Update(oid, new, old_key, old, xid), pos
+        return Update(oid, new, old_key, old, xid=xid), pos
 
     def _delete(self, data: bytes) -> tuple[Message, int]:
-        if self.in_stream:
-            xid, oid = _XID_OID(data, 1)
-            pos = 9
-        else:
-            (oid,) = _U32(data, 1)
-            xid, pos = None, 5
+        xid, oid, pos = self._xid_oid(data)
         marker = data[pos]
         if marker == _KEY:
             key, pos = _tuple(data, pos + 1)
-            return Delete(oid, key, None, xid), pos
+            return Delete(oid, key, None, xid=xid), pos
         if marker == _OLD:
             old, pos = _tuple(data, pos + 1)
-            return Delete(oid, None, old, xid), pos
+            return Delete(oid, None, old, xid=xid), pos
         raise _Malformed(f"expected 'K' or 'O' in a delete, got {chr(marker)!r}")
 
     def _truncate(self, data: bytes) -> tuple[Message, int]:
@@ -434,7 +427,7 @@ class PgoutputDecoder:
         options = data[pos + 4]
         pos += 5
         oids = struct.unpack_from(f">{count}I", data, pos)
-        return Truncate(oids, bool(options & 1), bool(options & 2), xid), pos + 4 * count
+        return Truncate(oids, bool(options & 1), bool(options & 2), xid=xid), pos + 4 * count
 
     def _message(self, data: bytes) -> tuple[Message, int]:
         xid, pos = self._xid(data)
@@ -446,7 +439,7 @@ class PgoutputDecoder:
         content = data[pos:pos + length]
         if len(content) != length:
             raise _Malformed(f"the content is {len(content)} bytes, not the {length} it declares")
-        return LogicalMessage(bool(flags & 1), lsn, prefix, content, xid), pos + length
+        return LogicalMessage(bool(flags & 1), lsn, prefix, content, xid=xid), pos + length
 
     def _stream_start(self, data: bytes) -> tuple[Message, int]:
         (xid,) = _U32(data, 1)
