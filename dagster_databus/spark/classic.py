@@ -11,13 +11,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from dagster_databus.config import SparkConfig
 from dagster_databus.core.progress import Progress
 from dagster_databus.spark.classdata import driver_java_options
 from dagster_databus.spark.delta_jars import delta_jar_dir
+from dagster_databus.spark.runtime import KindModules
 from dagster_databus.spark.settings import SESSION_CONF
 
 if TYPE_CHECKING:
@@ -60,9 +60,12 @@ def open_classic(config: SparkConfig) -> SparkSession:
     return session
 
 
-class ClassicSpark:
+class ClassicSpark(KindModules):
     """A classic session's answers to what differs from a Connect one (``spark.connect.ConnectSpark``)."""
 
+    FUNCTIONS = "pyspark.sql.functions"
+    WINDOW = "pyspark.sql"
+    DELTA_TABLES = "delta.tables"
     connect = False
 
     def __init__(self, session: SparkSession) -> None:
@@ -71,21 +74,6 @@ class ClassicSpark:
     def parallelism(self) -> int:
         """The cores Spark schedules on (``SparkContext.defaultParallelism``)."""
         return self.session.sparkContext.defaultParallelism
-
-    def functions(self) -> ModuleType:
-        from pyspark.sql import functions
-
-        return functions
-
-    def window(self) -> Any:
-        from pyspark.sql import Window
-
-        return Window
-
-    def delta_table(self) -> Any:
-        from delta.tables import DeltaTable
-
-        return DeltaTable
 
     def delta_spark_available(self) -> bool:
         """Whether delta-spark's classes load in the session's JVM. Only "no such class" means absent: any other

@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
 
@@ -22,6 +21,7 @@ from dagster_databus.config import SparkConfig
 from dagster_databus.core.progress import Progress
 from dagster_databus.errors import ConfigError, SparkUnavailableError
 from dagster_databus.spark.errors import condition
+from dagster_databus.spark.runtime import KindModules
 from dagster_databus.spark.settings import SESSION_CONF
 from dagster_databus.spark.shipping import package_digest, ship_package
 from dagster_databus.storage.durable import write_json_atomic
@@ -139,9 +139,12 @@ def _require_reachable(url: str) -> None:
             "or correct spark.remote", remote=f"{host}:{port}") from None
 
 
-class ConnectSpark:
+class ConnectSpark(KindModules):
     """A Spark Connect session's answers to what differs from a classic one (``spark.classic.ClassicSpark``)."""
 
+    FUNCTIONS = "pyspark.sql.connect.functions"
+    WINDOW = "pyspark.sql.connect.window"
+    DELTA_TABLES = "delta.connect.tables"
     connect = True
 
     def __init__(self, session: ConnectSession) -> None:
@@ -156,21 +159,6 @@ class ConnectSpark:
                                    "range(65536))").first()
             self._parallelism = max(int(row[0]) if row and row[0] is not None else 1, 1)
         return self._parallelism
-
-    def functions(self) -> ModuleType:
-        from pyspark.sql.connect import functions
-
-        return functions
-
-    def window(self) -> Any:
-        from pyspark.sql.connect.window import Window
-
-        return Window
-
-    def delta_table(self) -> Any:
-        from delta.connect.tables import DeltaTable
-
-        return DeltaTable
 
     def delta_spark_available(self) -> bool:
         """Whether the server's session names Delta's SQL extension (the client cannot load classes there)."""
