@@ -17,7 +17,7 @@ from dagster_databus.config import SparkConfig
 from dagster_databus.core.progress import Progress
 from dagster_databus.spark.classdata import driver_java_options
 from dagster_databus.spark.delta_jars import delta_jar_dir
-from dagster_databus.spark.runtime import KindModules
+from dagster_databus.spark.kinds import KindModules
 from dagster_databus.spark.settings import SESSION_CONF
 
 if TYPE_CHECKING:

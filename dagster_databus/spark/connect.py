@@ -21,7 +21,7 @@ from dagster_databus.config import SparkConfig
 from dagster_databus.core.progress import Progress
 from dagster_databus.errors import ConfigError, SparkUnavailableError
 from dagster_databus.spark.errors import condition
-from dagster_databus.spark.runtime import KindModules
+from dagster_databus.spark.kinds import KindModules
 from dagster_databus.spark.settings import SESSION_CONF
 from dagster_databus.spark.shipping import package_digest, ship_package
 from dagster_databus.storage.durable import write_json_atomic

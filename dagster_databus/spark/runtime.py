@@ -12,12 +12,11 @@ is watched, and whether and how delta-spark's classes load.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from dagster_databus.config import SparkConfig
 from dagster_databus.core.progress import Progress
@@ -33,24 +32,6 @@ if TYPE_CHECKING:
 
 # A classic session or a Connect client: the two share no base class, only most of their methods.
 Session: TypeAlias = "ClassicSession | ConnectSession"
-
-
-class KindModules:
-    """A session kind's PySpark functions and Window and delta-spark's ``DeltaTable``: the same names in other
-    modules for classic Spark and Spark Connect, which each kind names."""
-
-    FUNCTIONS: ClassVar[str]  # the kind's ``pyspark.sql.functions``
-    WINDOW: ClassVar[str]  # the module of the kind's ``Window``
-    DELTA_TABLES: ClassVar[str]  # the module of the kind's ``DeltaTable``
-
-    def functions(self) -> ModuleType:
-        return importlib.import_module(self.FUNCTIONS)
-
-    def window(self) -> Any:
-        return importlib.import_module(self.WINDOW).Window
-
-    def delta_table(self) -> Any:
-        return importlib.import_module(self.DELTA_TABLES).DeltaTable
 
 
 class SparkRuntime:
