@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dagster_databus.config import DatabusConfig, LogicalPartConfig, LogicalTableConfig
+from dagster_databus.config import DatabusConfig, LogicalTableConfig
 from dagster_databus.consumer.checkpoints import (
     CheckpointStore,
     ConsumerCheckpoint,
@@ -75,6 +75,7 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.errors import ConsumerError, LogicalCheckpointError, SubscriptionMismatchError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.manifest import Manifest
+from dagster_databus.log.parts import PartLog
 from dagster_databus.storage.lake import Lake, as_lake
 
 FORMAT = 1
@@ -174,14 +175,8 @@ class LogicalRunStats(DeliveryStats):  # windows: part windows delivered
 
 
 @dataclass(frozen=True, slots=True)
-class _Part:
+class _Part(PartLog):
     index: int  # config order: breaks commit-time ties between parts, stably
-    config: LogicalPartConfig
-    log: ChangeLog
-
-    @property
-    def label(self) -> str:
-        return self.config.label
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +198,7 @@ class LogicalTableClient:
                  bootstrap_batch_rows: int = 10_000) -> None:
         self.lake = as_lake(lake)
         self.table = table
-        self.parts = [_Part(i, p, ChangeLog(self.lake, p.source)) for i, p in enumerate(table.parts)]
+        self.parts = [_Part(p, ChangeLog(self.lake, p.source), i) for i, p in enumerate(table.parts)]
         self.checkpoints = checkpoints or MemoryLogicalCheckpointStore()
         self.group = GroupMember.parse(group) if isinstance(group, str) else group
         self.member = f"{self.group.index}/{self.group.size}" if self.group is not None else None  # as recorded

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from dagster_databus.config import LogicalPartConfig, LogicalTableConfig
+from dagster_databus.config import LogicalTableConfig
 from dagster_databus.core.schema import META_COLUMNS, Column, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.delta import (
@@ -19,7 +19,7 @@ from dagster_databus.dataplane.delta import (
     DeltaSnapshot,
 )
 from dagster_databus.errors import SchemaDriftError, ShardCollisionError, SnapshotMissingError
-from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.log.parts import PartLog
 from dagster_databus.storage.lake import Lake
 from dagster_databus.storage.location import LakeLocation
 
@@ -116,14 +116,8 @@ class LogicalSnapshot(DeltaFolder):
 
 
 @dataclass(frozen=True, slots=True)
-class LogicalPart:
-    config: LogicalPartConfig
-    log: ChangeLog
+class LogicalPart(PartLog):
     snap: DeltaSnapshot
-
-    @property
-    def label(self) -> str:
-        return self.config.label
 
     @property
     def asset(self) -> str:
