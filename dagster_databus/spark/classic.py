@@ -63,9 +63,6 @@ def open_classic(config: SparkConfig) -> SparkSession:
 class ClassicSpark(KindModules):
     """A classic session's answers to what differs from a Connect one (``spark.connect.ConnectSpark``)."""
 
-    FUNCTIONS = "pyspark.sql.functions"
-    WINDOW = "pyspark.sql"
-    DELTA_TABLES = "delta.tables"
     connect = False
 
     def __init__(self, session: SparkSession) -> None:

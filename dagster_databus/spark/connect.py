@@ -142,9 +142,6 @@ def _require_reachable(url: str) -> None:
 class ConnectSpark(KindModules):
     """A Spark Connect session's answers to what differs from a classic one (``spark.classic.ClassicSpark``)."""
 
-    FUNCTIONS = "pyspark.sql.connect.functions"
-    WINDOW = "pyspark.sql.connect.window"
-    DELTA_TABLES = "delta.connect.tables"
     connect = True
 
     def __init__(self, session: ConnectSession) -> None:
