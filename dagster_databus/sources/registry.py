@@ -11,9 +11,12 @@ model, ``config.sources``) that knows the list. Every other layer asks the regis
 - what ``databus warm`` runs for it: a sample database that needs no server (the embedded kind's), and the
   kernels its capture compiles that the sample's pipeline does not reach.
 
-Code is named as ``module:attribute`` text and imported when first used, so a process imports only the drivers
-of the kinds it meets (no MySQL or Oracle driver where only SQLite is read). ``tests/unit/test_kinds.py`` holds every
-kind to its entry on every road, and fails where a module elsewhere names a kind.
+A kind's code lives in its package, ``sources.<kind>``, laid out alike: the adapter class in ``source``, the range
+reader ``reads.read_range``, the filter dialect ``dialect.FILTERS``; an entry names its adapter class and its
+optional code as ``module:attribute`` text in that package. Code is imported when first used, so a process
+imports only the drivers of the kinds it meets (no MySQL or Oracle driver where only SQLite is read).
+``tests/unit/test_kinds.py`` holds every kind to its entry on every road, and fails where a module elsewhere
+names a kind.
 """
 
 from __future__ import annotations
@@ -48,11 +51,10 @@ class SourceKind:
     label: str  # as messages name it ("MySQL/MariaDB")
     installs: str  # what install and verify do in the database, ``{name}`` the source's (the capture asset)
     positions: str  # what its SCNs count (lag is their difference)
-    adapter: str  # "module:Class": the Source, called with the source's config
-    range_reader: str  # "module:function": a RangeReader
-    filters: str  # "module:attribute": its FilterDialect (refresh filters)
+    adapter: str  # the Source class of the kind's ``source`` module, called with the source's config
     # A source's settings beside name, kind and tables, for a user to edit: where its database is, who connects.
     example: Mapping[str, Any] = field(default_factory=dict)
+    # The optional code below is "module:attribute" within the kind's package.
     sample: str | None = None  # "module:function": (folder, rows) -> Sample, for a kind that needs no server
     warm: str | None = None  # "module:function": () -> str, compiles its capture's kernels the sample misses
     # "module:function": (old, new declared type) -> bool, a column type change proven to keep every stored value
@@ -63,45 +65,50 @@ class SourceKind:
     def name(self) -> str:
         return str(get_args(self.config.model_fields["kind"].annotation)[0])
 
+    def _code(self, reference: str) -> object:
+        """``module:attribute`` of the kind's package (``sources.<name>``), imported when first asked for."""
+        return _load(f"{_PACKAGE}.{self.name}.{reference}")
+
     def open(self, config: SourceConfig) -> Source:
         """The adapter of a source of this kind."""
-        source = cast(Callable[["SourceConfig"], object], _load(self.adapter))(config)
+        source = cast(Callable[["SourceConfig"], object], self._code(f"source:{self.adapter}"))(config)
         if not isinstance(source, Source):
-            raise TypeError(f"{self.adapter} does not implement the Source protocol (sources.base.Source)")
+            raise TypeError(f"{self.name}.source:{self.adapter} does not implement the Source protocol "
+                            "(sources.base.Source)")
         return source
 
     def read_range(self, read: RangeRead, index: int) -> TableRead:
         """Range ``index`` of ``read``, on a connection of its own, at the SCN it reports."""
-        return cast(RangeReader, _load(self.range_reader))(read, index)
+        return cast(RangeReader, self._code("reads:read_range"))(read, index)
 
     def supports(self, capability: type) -> bool:
         """Whether the kind's adapter implements ``capability``, a runtime-checkable protocol of ``base``
         (``Failover``, ``Retaining``, ``Alerting``, ``Uninstallable``): known without a database."""
-        return issubclass(cast(type, _load(self.adapter)), capability)
+        return issubclass(cast(type, self._code(f"source:{self.adapter}")), capability)
 
     def filter_dialect(self) -> FilterDialect:
         """What a refresh filter may hold in the kind's SQL, and how it is written (``sources.filters``)."""
         from dagster_databus.sources.filters import FilterDialect
 
-        dialect = _load(self.filters)
+        dialect = self._code("dialect:FILTERS")
         if not isinstance(dialect, FilterDialect):
-            raise TypeError(f"{self.filters} is not a FilterDialect (sources.filters)")
+            raise TypeError(f"{self.name}.dialect:FILTERS is not a FilterDialect (sources.filters)")
         return dialect
 
     def keeps_values(self) -> Callable[[str, str], bool] | None:
         """The kind's proof that a column's declared type change keeps every value, if it has one (``retypes``)."""
-        return None if self.retypes is None else cast(Callable[[str, str], bool], _load(self.retypes))
+        return None if self.retypes is None else cast(Callable[[str, str], bool], self._code(self.retypes))
 
     def make_sample(self, folder: Path, rows: int) -> Sample:
         """A sample database of ``rows`` rows in ``folder`` (a kind with ``sample`` only)."""
         if self.sample is None:
             raise ValueError(f"{self.label} sources have no sample database: it needs a server")
-        return cast(Callable[[Path, int], Sample], _load(self.sample))(folder, rows)
+        return cast(Callable[[Path, int], Sample], self._code(self.sample))(folder, rows)
 
     def warm_kernels(self) -> str | None:
         """Compile (or load from the cache) the kernels its capture runs that the sample's pipeline does not
         reach; what was warmed, or None when there is nothing of its own."""
-        return None if self.warm is None else cast(Callable[[], str], _load(self.warm))()
+        return None if self.warm is None else cast(Callable[[], str], self._code(self.warm))()
 
 
 @cache
@@ -117,17 +124,13 @@ KINDS: Mapping[str, SourceKind] = {kind.name: kind for kind in (
         installs="Installs and verifies change capture in SQLite source `{name}`: the txlog, epoch counter and "
                  "per-table triggers. Re-running changes nothing.",
         positions="txlog sequence numbers",
-        adapter=f"{_PACKAGE}.sqlite.source:SqliteSource", range_reader=f"{_PACKAGE}.sqlite.reads:read_range",
-        filters=f"{_PACKAGE}.sqlite.dialect:FILTERS", example={"path": "app.db"},
-        sample=f"{_PACKAGE}.sqlite.sample:make_sample"),
+        adapter="SqliteSource", example={"path": "app.db"}, sample="sample:make_sample"),
     SourceKind(
         MysqlSourceConfig, "MySQL/MariaDB",
         installs="Verifies that MySQL source `{name}` is ready for binlog capture (log_bin, ROW format, FULL row "
                  "image and metadata, replica id, privileges) and records where capture starts.",
         positions="binlog bytes",
-        adapter=f"{_PACKAGE}.mysql.source:MysqlSource", range_reader=f"{_PACKAGE}.mysql.reads:read_range",
-        filters=f"{_PACKAGE}.mysql.dialect:FILTERS", warm=f"{_PACKAGE}.mysql.wire.warm:warm",
-        retypes=f"{_PACKAGE}.mysql.retypes:keeps_values",
+        adapter="MysqlSource", warm="wire.warm:warm", retypes="retypes:keeps_values",
         example={"host": "127.0.0.1", "port": 3306, "database": "app", "user": "databus",
                  "password_env": "DATABUS_MYSQL_PASSWORD"}),
     SourceKind(
@@ -136,8 +139,7 @@ KINDS: Mapping[str, SourceKind] = {kind.name: kind for kind in (
                  "sy$sources, sync_core, sync_alert, J_COALESCE_LOG, J_CALL_SIGNAL, and per table the txn column, "
                  "triggers, delete shadow table and sy$ view. Reports missing or INVALID objects by name.",
         positions="txlog sequence numbers",
-        adapter=f"{_PACKAGE}.oracle.source:OracleSource", range_reader=f"{_PACKAGE}.oracle.reads:read_range",
-        filters=f"{_PACKAGE}.oracle.dialect:FILTERS",
+        adapter="OracleSource",
         example={"dsn": "127.0.0.1:1521/FREEPDB1", "user": "databus", "password_env": "DATABUS_ORACLE_PASSWORD"}),
     SourceKind(
         PostgresSourceConfig, "PostgreSQL",
@@ -146,8 +148,7 @@ KINDS: Mapping[str, SourceKind] = {kind.name: kind for kind in (
                  "it, and the server's settings and rights (wal_level, slots, senders). Re-running changes "
                  "nothing.",
         positions="WAL bytes",
-        adapter=f"{_PACKAGE}.postgres.source:PostgresSource",
-        range_reader=f"{_PACKAGE}.postgres.reads:read_range", filters=f"{_PACKAGE}.postgres.dialect:FILTERS",
+        adapter="PostgresSource",
         example={"host": "127.0.0.1", "port": 5432, "database": "app", "user": "databus",
                  "password_env": "DATABUS_POSTGRES_PASSWORD"}),
 )}

@@ -64,8 +64,7 @@ def test_a_kind_left_out_of_the_configs_union_fails_the_check(tmp_path: Path) ->
 
 
 def test_a_kinds_code_gone_from_its_entry_fails_the_check(tmp_path: Path) -> None:
-    run = _check_copy(tmp_path, "sources/registry.py", 'filters=f"{_PACKAGE}.postgres.dialect:FILTERS"',
-                      'filters=f"{_PACKAGE}.postgres.dialect:GONE"')
+    run = _check_copy(tmp_path, "sources/postgres/dialect.py", "\nFILTERS = ", "\nGONE = ")
     assert run.returncode == 1, run.stdout + run.stderr
     assert "postgres: its registry entry names code that does not load" in run.stdout
 
