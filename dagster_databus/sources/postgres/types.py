@@ -234,34 +234,6 @@ def text_converter(column: Column) -> Callable[[str], Any]:
     return converter
 
 
-def _text_converter(column: Column) -> Callable[[str], Any]:
-    """The converter of ``column``'s text (never NULL) into the canonical value of ``column.type``; it raises
-    ``TypeValueError`` for text the type cannot hold (``TableSchema.converter`` adds source, table and column).
-    ``column.source_type`` is the type as ``format_type`` prints it (the base type's, for a domain)."""
-    kind = column.type.kind
-    if kind in ("short", "integer", "long"):
-        return int
-    if kind in ("float", "double"):
-        return float  # 'NaN', 'Infinity', '-Infinity', '-0' included; float32 rounding is the type's check
-    if kind in ("decimal", "number"):
-        return numeric_value
-    if kind == "boolean":
-        return boolean_value
-    if kind == "binary":
-        return bytea_value
-    if kind == "date":
-        return date_value
-    if kind == "timestamp_ntz":
-        return timestamp_value
-    if kind == "timestamp":
-        return timestamptz_value
-    if kind == "time":
-        return time_value
-    if kind == "string" and _INTERVAL_TYPE.fullmatch(column.source_type.strip()):
-        return interval_value
-    return same  # text, char(n) with its padding, json, uuid, enums, arrays...
-
-
 def numeric_value(text: str) -> decimal.Decimal:
     value = decimal.Decimal(text)
     if not value.is_finite():
@@ -455,3 +427,24 @@ def _iso_interval(match: re.Match[str]) -> str:
         if seconds_n or fraction:
             text += f"{negative}{seconds_n}{'.' + fraction if fraction else ''}S"
     return "PT0S" if text == "P" else text
+
+
+# The converter of each kind's text but a string's (``_text_converter``, below); 'NaN', 'Infinity', '-Infinity'
+# and '-0' are float text too (float32 rounding is the type's check).
+_CONVERTERS: dict[str, Callable[[str], Any]] = {
+    "short": int, "integer": int, "long": int, "float": float, "double": float, "decimal": numeric_value,
+    "number": numeric_value, "boolean": boolean_value, "binary": bytea_value, "date": date_value,
+    "timestamp_ntz": timestamp_value, "timestamp": timestamptz_value, "time": time_value,
+}
+
+
+def _text_converter(column: Column) -> Callable[[str], Any]:
+    """The converter of ``column``'s text (never NULL) into the canonical value of ``column.type``; it raises
+    ``TypeValueError`` for text the type cannot hold (``TableSchema.converter`` adds source, table and column).
+    ``column.source_type`` is the type as ``format_type`` prints it (the base type's, for a domain)."""
+    converter = _CONVERTERS.get(column.type.kind)
+    if converter is not None:
+        return converter
+    if column.type.kind == "string" and _INTERVAL_TYPE.fullmatch(column.source_type.strip()):
+        return interval_value
+    return same  # text, char(n) with its padding, json, uuid, enums, arrays...
