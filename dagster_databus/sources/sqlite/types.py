@@ -81,30 +81,6 @@ def read_expression(column: Column) -> str:
     return f"CASE typeof({name}) WHEN 'text' THEN CAST({name} AS BLOB) ELSE {name} END"
 
 
-def sqlite_value(column: Column) -> Callable[[Any], Any]:
-    """Stored value (int, float, str or bytes, never None) → the canonical value of ``column.type``."""
-    kind = column.type.kind
-    if carried_as_bytes(column):
-        return _text_bytes
-    if kind == "string":
-        return _text
-    if kind == "double":
-        return _double
-    if kind == "boolean":
-        return _boolean
-    if kind == "decimal":
-        return _decimal
-    if kind == "date":
-        return _date
-    if kind == "timestamp_ntz":
-        return lambda v: _datetime(v, zoned=False)
-    if kind == "timestamp":
-        return lambda v: _datetime(v, zoned=True)
-    if kind == "time":
-        return _time
-    return same  # long, binary: the type's check refuses anything else
-
-
 @passes_through(str)
 def _text(value: Any) -> Any:
     # Only an untyped column (or a JSON one) stores numbers beside text; their text is exact.
@@ -211,3 +187,26 @@ def _time(value: Any) -> Any:
     span = dt.timedelta(hours=int(hours), minutes=int(minutes), seconds=int(seconds or 0),
                         microseconds=int((fraction or "0").ljust(6, "0")))
     return -span if negative else span
+
+
+def _naive_datetime(value: Any) -> Any:
+    return _datetime(value, zoned=False)
+
+
+def _zoned_datetime(value: Any) -> Any:
+    return _datetime(value, zoned=True)
+
+
+# The converter of each kind's stored value; a kind not here (long, binary) keeps it as it is, the type's check
+# refusing anything else.
+_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    "string": _text, "double": _double, "boolean": _boolean, "decimal": _decimal, "date": _date,
+    "timestamp_ntz": _naive_datetime, "timestamp": _zoned_datetime, "time": _time,
+}
+
+
+def sqlite_value(column: Column) -> Callable[[Any], Any]:
+    """Stored value (int, float, str or bytes, never None) → the canonical value of ``column.type``."""
+    if carried_as_bytes(column):
+        return _text_bytes
+    return _CONVERTERS.get(column.type.kind, same)
