@@ -36,12 +36,16 @@ class MariaDBServer(DatabaseServer):
         self.root = Path(tempfile.mkdtemp(prefix="databus-mariadb-"))
         self.datadir = self.root / "data"
         self.port = free_port()
+        # A temp folder of its own: a starting server deletes the `#sql*` files it finds in its tmpdir, which in a
+        # shared /tmp are the temporary tables of another server running (or installing) beside it.
+        tmpdir = self.root / "tmp"
+        tmpdir.mkdir()
         subprocess.run(
-            [find_binary("mariadb-install-db"), "--no-defaults", f"--datadir={self.datadir}",
+            [find_binary("mariadb-install-db"), "--no-defaults", f"--datadir={self.datadir}", f"--tmpdir={tmpdir}",
              "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root"],
             check=True, capture_output=True,
         )
-        args = [find_binary("mariadbd"), "--no-defaults", f"--datadir={self.datadir}",
+        args = [find_binary("mariadbd"), "--no-defaults", f"--datadir={self.datadir}", f"--tmpdir={tmpdir}",
                 f"--socket={self.root / 'sock'}", f"--port={self.port}", "--bind-address=127.0.0.1", "--user=root",
                 f"--pid-file={self.root / 'pid'}", f"--log-error={self.root / 'error.log'}", f"--server-id={server_id}",
                 "--innodb-buffer-pool-size=64M", "--max-connections=200"]
