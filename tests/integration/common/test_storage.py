@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import queue
 from pathlib import Path
 
 import pytest
@@ -56,32 +57,43 @@ def test_create_writes_only_a_free_name(objects: LakeObjects) -> None:
     assert [o.key for o in objects.list("log/shop/_manifest/")] == ["log/shop/_manifest/00000000000000000001.json"]
 
 
-def _race(location: tuple[str, dict[str, str]], key: str, me: int, start: multiprocessing.synchronize.Event,
+ROUNDS, WRITERS = 3, 4
+
+
+def _race(location: tuple[str, dict[str, str]], me: int, start: multiprocessing.synchronize.Barrier,
           won: multiprocessing.Queue) -> None:
+    """One writer, racing the others for a fresh name each round: all start a round together (the barrier)."""
     objects = open_objects(parse_lake(location[0], options=location[1]))
-    start.wait()
-    if objects.create(key, f"writer {me}".encode()):
-        won.put(me)
+    for round_ in range(ROUNDS):
+        start.wait(60)
+        if objects.create(f"log/shop/_manifest/{round_:020d}.json", f"writer {me}".encode()):
+            won.put((round_, me))
 
 
 def test_of_writers_racing_for_one_name_exactly_one_wins(tmp_path: Path, s3: S3Server) -> None:
+    # The writers are started once per location and race round after round: a process start costs more than
+    # a race, and every round is a race of all four for a name none has written.
     for location in ((str(tmp_path / "lake"), {}), (bucket_uri(s3), s3.referenced_options)):
-        for round_ in range(3):
-            key = f"log/shop/_manifest/{round_:020d}.json"
-            context = multiprocessing.get_context("spawn")
-            start, won = context.Event(), context.Queue()
-            writers = [context.Process(target=_race, args=(location, key, me, start, won)) for me in range(4)]
-            for w in writers:
-                w.start()
-            start.set()
-            for w in writers:
-                w.join(60)
-            winners = []
-            while not won.empty():
-                winners.append(won.get())
-            assert len(winners) == 1, (location[0], winners)
-            stored = open_objects(parse_lake(location[0], options=location[1])).read(key)
-            assert stored == f"writer {winners[0]}".encode()
+        context = multiprocessing.get_context("spawn")
+        start, won = context.Barrier(WRITERS), context.Queue()
+        writers = [context.Process(target=_race, args=(location, me, start, won)) for me in range(WRITERS)]
+        for w in writers:
+            w.start()
+        for w in writers:
+            w.join(120)
+        assert [w.exitcode for w in writers] == [0] * WRITERS, location[0]
+        winners: dict[int, list[int]] = {}
+        while True:  # the writers have exited: what they put is in the queue's pipe
+            try:
+                round_, me = won.get(timeout=2)
+            except queue.Empty:
+                break
+            winners.setdefault(round_, []).append(me)
+        assert sorted(winners) == list(range(ROUNDS)) and all(len(w) == 1 for w in winners.values()), (
+            location[0], winners)
+        objects = open_objects(parse_lake(location[0], options=location[1]))
+        for round_, (me,) in winners.items():
+            assert objects.read(f"log/shop/_manifest/{round_:020d}.json") == f"writer {me}".encode()
 
 
 def test_lake_locations_and_their_options(tmp_path: Path) -> None:
