@@ -18,7 +18,9 @@ from dagster_databus.defs.logs import LOG_LEVEL_ENV, default_level
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.errors import ConfigError
+from dagster_databus.storage.lake import Lake
 from tests.support.checks import assert_snapshots_match
+from tests.support.fixtures import ON_EACH_LAKE
 from tests.support.paths import REPO
 
 
@@ -160,12 +162,17 @@ def step_pids(events: list) -> dict[str, int]:
             if e.dagster_event.event_type == dg.DagsterEventType.STEP_START}
 
 
-def test_a_run_over_two_sources_runs_their_steps_in_parallel_processes(tmp_path: Path) -> None:
+@ON_EACH_LAKE
+def test_a_run_over_two_sources_runs_their_steps_in_parallel_processes(tmp_path: Path, lake: Path | Lake) -> None:
+    """Each source's steps in a process of their own, sharing nothing but the lake: on a bucket too, where nothing
+    of the lake is on the local disk (docs/deployment.md)."""
     for name in ("east", "west"):
         create_shop(tmp_path / f"{name}.db")
         ShopWorkload(tmp_path / f"{name}.db", seed=5).run(10)
     path = tmp_path / "databus.yaml"
-    path.write_text(json.dumps({"lake": "lake", "merge": {"engine": "local"}, "sources": [
+    where = {"lake": "lake"} if isinstance(lake, Path) else {"lake": lake.location.uri,
+                                                             "storage_options": dict(lake.templates)}
+    path.write_text(json.dumps({**where, "merge": {"engine": "local"}, "sources": [
         {"name": name, "kind": "sqlite", "path": f"{name}.db", "tables": [{"name": "orders", "primary_key": ["id"]}]}
         for name in ("east", "west")]}))
     home = tmp_path / "dagster_home"
@@ -184,6 +191,7 @@ def test_a_run_over_two_sources_runs_their_steps_in_parallel_processes(tmp_path:
     started = step_pids(events)
     assert set(started) == {"east_sync_step", "west_sync_step", "east_reconciliation", "west_reconciliation"}
     assert started["east_sync_step"] != started["west_sync_step"], "each source's step ran in a process of its own"
+    assert isinstance(lake, Path) or not (tmp_path / "lake").exists(), "nothing of a bucket's lake on the local disk"
 
 
 @pytest.mark.spark  # started in the test

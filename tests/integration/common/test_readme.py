@@ -37,24 +37,6 @@ def test_the_demo_prints_the_table_the_readme_shows(tmp_path: Path) -> None:
                                       for c in commands), commands
 
 
-def test_the_demo_runs_the_same_on_an_object_store_lake(tmp_path: Path, s3) -> None:
-    """The demo with ``lake: s3://...``: every Dagster step in its own process, sharing only the bucket."""
-    import yaml
-
-    (tmp_path / "config").mkdir()
-    doc = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
-    doc["lake"] = f"s3://{s3.bucket()}/demo/lake"
-    doc["storage_options"] = s3.referenced_options
-    config = tmp_path / "config" / "demo.yaml"
-    config.write_text(yaml.safe_dump(doc))
-    run = subprocess.run([sys.executable, "-m", "dagster_databus.demo"], cwd=tmp_path, capture_output=True, text=True,
-                         env={**os.environ, "DATABUS_CONFIG": str(config)}, timeout=900)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "source == snapshot for every table" in run.stdout, run.stdout[-2000:]
-    assert f"lake:   {doc['lake']} (storage options: " in run.stdout
-    assert not (tmp_path / ".demo" / "lake").exists(), "nothing of the lake on the local disk"
-
-
 def test_docs_tail_command_is_accepted_as_written(tmp_path: Path) -> None:
     """docs/consumers.md's `databus tail --config ...` parses as written (its optional [parts] left out):
     the missing config file is the only complaint, on one line, with exit 2."""
