@@ -23,18 +23,23 @@ $(STAMP): pyproject.toml | prereqs
 demo: prereqs $(STAMP)
 	$(PY) -m dagster_databus.demo
 
+# Two pytest-xdist workers: the suite waits on servers, child processes and polls half its time, so two share the
+# two cores of the CI machine. tests/conftest.py keeps the tests on the Spark cluster (and Connect server) in one
+# worker and those on the built wheel in one, so each starts or is built once a run. WORKERS= runs in one process.
+WORKERS ?= -n 2 --dist loadgroup
+
 # The suite but the fault scenarios and the soaks: every folder of tests/ (unit, integration, spark, ui, package;
 # README's "Tests and checks"). Its system packages are checked before it starts (.ci/prereqs names the install
 # command), and DATABUS_REQUIRE_ALL=1 turns a test's skip for a missing tool into a failure, so a passing
 # `make test` (and CI, which runs it) has run the UI test, not skipped it.
 test: prereqs test-prereqs $(STAMP)
-	DATABUS_REQUIRE_ALL=1 $(PY) -m pytest -q -m 'not fault' --durations=25 tests
+	DATABUS_REQUIRE_ALL=1 $(PY) -m pytest -q $(WORKERS) -m 'not fault' --durations=25 tests
 
 # The fault scenarios (marked `fault`: tests/faults/ by its conftest.py, and the kills and lost servers elsewhere
 # by their own mark), long runs of their own, which CI runs after `make test`; the clock-jump test's libfaketime
 # is required as make test requires Chromium.
 test-faults: prereqs test-prereqs $(STAMP)
-	DATABUS_REQUIRE_ALL=1 $(PY) -m pytest -q -m fault --durations=10 tests
+	DATABUS_REQUIRE_ALL=1 $(PY) -m pytest -q $(WORKERS) -m fault --durations=10 tests
 
 # The soaks (tests/soak/): the rolling verification over 200 runs of a mixed workload on each source kind
 # (SQLite, MariaDB, PostgreSQL) must find no difference. Long, so no part of `make test` or CI: tests/conftest.py

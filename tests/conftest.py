@@ -37,12 +37,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         params = set(map(str, getattr(getattr(item, "callspec", None), "params", {}).values()))
-        if fixtures & SPARK_FIXTURES or ("lazy_spark" in fixtures and SPARK_ENGINES & params):
+        spark = bool(fixtures & SPARK_FIXTURES or ("lazy_spark" in fixtures and SPARK_ENGINES & params))
+        wheel = bool(fixtures & WHEEL_FIXTURES or "wheel" in params)
+        if spark:
             item.add_marker(pytest.mark.spark)
         if fixtures & SERVER_FIXTURES or SERVER_PARAMS & params:
             item.add_marker(pytest.mark.server)
-        if fixtures & WHEEL_FIXTURES or "wheel" in params:
+        if wheel:
             item.add_marker(pytest.mark.wheel)
+        # Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`): the tests on the session's Spark
+        # cluster and Connect server run in one worker, and so do those on the built wheel, so each is started or
+        # built once a run, as without workers; the rest go to whichever worker is free.
+        if spark or wheel:
+            item.add_marker(pytest.mark.xdist_group("spark" if spark else "wheel"))
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
