@@ -58,7 +58,7 @@ _DML = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(INSERT|REPLACE|UPDATE|DELETE|LOAD\s+DA
 # The server dropped the connection (CR_SERVER_GONE_ERROR, CR_SERVER_LOST), and how often to resume.
 _LOST = (2006, 2013)
 _RECONNECTS = 3
-_GTIDS = (codes.GTID, codes.ANONYMOUS_GTID, codes.GTID_TAGGED, codes.MARIADB_GTID)
+_GTIDS = frozenset((codes.GTID, codes.ANONYMOUS_GTID, codes.GTID_TAGGED, codes.MARIADB_GTID))
 
 
 class BinlogReader:
@@ -226,55 +226,76 @@ class BinlogReader:
 
 
 class _Poll:
-    """One poll's reading of the stream: events in, whole transactions out, in batches."""
+    """One poll's reading of the stream: events in, whole transactions out, in batches.
+
+    Most transactions change one row: four events. Their path does per event only what the event needs:
+    positions are integers until a transaction ends, the checkpoint state is built only for a batch and
+    the poll's end, and a table map's bytes find their shape in one lookup."""
 
     def __init__(self, source: BinlogReader, file: str, since: Scn, bound: Scn, stats: PollStats,
                  state: Mapping[str, str], mariadb: bool) -> None:
         self.source, self.since, self.bound, self.stats = source, since, bound, stats
+        self.since_value = since.value
+        self.until = since.value  # the SCN where the last transaction read ended, as an integer until the end
         self.mariadb = mariadb
-        self.file = file
         self.resume = (file, since.binlog_parts()[2])  # the last transaction boundary read
+        self.at_file(file)
         self.conn: Connection | None = None
         self.created = state.get("binlog_created", "")
-        # The last transaction read: its GTID and commit time find the position again on a standby.
-        self.done = {k: v for k, v in state.items() if k in ("gtid", "commit_ts")}
-        self.gtid = ""
+        self.gtid: Event | None = None  # the event that opened the transaction being read
+        # Where the last transaction read ended, the event that opened it and its commit time (they find the
+        # position again on a standby): the checkpoint state's parts, made the state only where it is read.
+        self.end: tuple[str, str, Event | None, int] | None = None
+        self.batch_end: tuple[str, str, Event | None, int] | None = None  # the same for the last committed window
         self.tables = source.names.index(t.name for t in source.config.tables)  # the server's form → the config's
         self.maps: dict[int, Shape | None] = {}
-        self.map_cache: dict[bytes, TableMap] = {}
+        self.map_shapes: dict[bytes, Shape | None] = {}  # a table map's bytes → its shape (None: not captured)
         self.tx = Transactions(source.refuse_value)
-        self.batch_state: dict[str, str] = {}  # the checkpoint state of the last committed window
+
+    def at_file(self, file: str) -> None:
+        """Read on in ``file``: an event's SCN is the file's base plus the event's end position."""
+        self.file = file
+        self.base = self.source.servers.scn(file, 0).value
 
     def read(self) -> Iterator[ChangeBatch]:
         chunk_rows = self.source.config.poll.chunk_rows
+        bound = self.bound.value
+        tx = self.tx
         for e, log_pos, where in self._events():
-            position = self.source.servers.scn(self.file, log_pos) if log_pos else None
-            if not self._handle(e, position, where):
+            if not self._handle(e, log_pos, where):
                 continue
-            assert position is not None
             self.resume = (self.file, log_pos)
-            if self.tx.pending:
-                if self.tx.reshapes() and self.tx.rows:
+            if tx.pending:
+                if tx.reshapes() and tx.rows:
                     yield from self._batch()
-                self.tx.commit(position)
-                self.batch_state = dict(self.stats.state)
-                if self.tx.rows >= chunk_rows:
+                tx.commit(self.until)
+                self.batch_end = self.end
+                if tx.rows >= chunk_rows:
                     yield from self._batch()
-            if position >= self.bound:
+            if self.base + log_pos >= bound:
                 break
-        self.tx.discard()  # a transaction the stream ended inside is read again by the next poll
+        tx.discard()  # a transaction the stream ended inside is read again by the next poll
         yield from self._batch()
+        if self.end is not None:
+            self.stats.until, self.stats.state = Scn(self.until), self._state(self.end)
 
-    def _events(self) -> Iterator[tuple[Event, int, str]]:
+    def _state(self, end: tuple[str, str, Event | None, int]) -> dict[str, str]:
+        file, created, opened, commit_ts = end
+        gtid = "" if opened is None else gtid_text(opened.type, opened)
+        done = {"gtid": gtid, "commit_ts": str(commit_ts)} if gtid else {"commit_ts": str(commit_ts)}
+        return {**self.source.servers.base_state(file, created), **done}
+
+    def _events(self) -> Iterator[tuple[Event, int, str | None]]:
         """Each event with the position it ends at (a transaction payload's events end where it ends, so a
-        resumed read never starts inside one) and where it is, for messages.
+        resumed read never starts inside one) and, for an event inside a payload, where it is (for messages;
+        None: at its position in the file).
 
         A dump connection the server drops (killed, timed out) is opened again at the last transaction
         boundary read, a few times; the transaction it was inside is read again whole."""
         lost: Exception | None = None
         for attempt in range(_RECONNECTS + 1):
             self.close()
-            self.file = self.resume[0]
+            self.at_file(self.resume[0])
             try:
                 stream = self.open_stream(*self.resume)
             except SourceUnavailableError:
@@ -284,13 +305,12 @@ class _Poll:
             self.tx.discard()
             try:
                 for event in stream:
-                    where = f"{self.file}:{event.log_pos}"
                     if event.type == codes.TRANSACTION_PAYLOAD:
-                        inside = f"{where} (inside its transaction payload)"
+                        inside = f"{self.file}:{event.log_pos} (inside its transaction payload)"
                         for inner in payload_events(event, inside):
                             yield inner, event.log_pos, inside
                     else:
-                        yield event, event.log_pos, where
+                        yield event, event.log_pos, None
                 return
             except OperationalError as exc:
                 if attempt == _RECONNECTS or not exc.args or exc.args[0] not in _LOST:
@@ -313,55 +333,66 @@ class _Poll:
         if batch is None:
             return
         # The checkpoint moves to the batch's last window, with that window's state.
-        until, state = self.stats.until, self.stats.state
-        self.stats.state = self.batch_state
+        if self.batch_end is not None:
+            self.stats.state = self._state(self.batch_end)
         self.source.catalog.adopt({table: shape.schema for table, shape in shapes.items()})
         self.stats.chunks += 1
         yield batch
-        self.stats.until, self.stats.state = until, state
 
-    def _handle(self, e: Event, position: Scn | None, where: str) -> bool:
-        """Take one event; whether it ended a transaction (or was a statement of its own) at ``position``."""
+    def _handle(self, e: Event, log_pos: int, where: str | None) -> bool:
+        """Take one event; whether it ended a transaction (or was a statement of its own) at ``log_pos``. The
+        events of every transaction come first, the rest go to ``_other``."""
+        code = e.type
+        if code == codes.TABLE_MAP:
+            self._table_map(e, log_pos, where)
+            return False
+        if code in codes.ROWS:
+            self._rows(e, log_pos, where)
+            return False
+        if code in _GTIDS:
+            self.tx.discard()
+            self.gtid = e
+            return False
+        if code != codes.XID and not self._other(e, log_pos, where):
+            return False
+        if not log_pos:
+            return False
+        position = self.base + log_pos
+        if position <= self.since_value:
+            self.tx.discard()
+            return False
+        self.end = (self.file, self.created, self.gtid, e.timestamp)
+        self.until = position
+        return True
+
+    def _other(self, e: Event, log_pos: int, where: str | None) -> bool:
+        """An event other than a transaction's own: whether it ends one (or is a statement of its own)."""
         code = e.type
         if code == codes.ROTATE:
-            self.file = bytes(e.body[8:]).decode()
+            self.at_file(bytes(e.body[8:]).decode())
             return False
         if code == codes.FORMAT_DESCRIPTION:
             self.created = str(e.timestamp)
             return False
-        if code in _GTIDS:
-            self.tx.discard()
-            self.gtid = gtid_text(code, e)
-            return False
-        if code == codes.TABLE_MAP:
-            self._table_map(e, where)
-            return False
-        if code in codes.ROWS or code == codes.PARTIAL_UPDATE_ROWS:
-            self._rows(e, position, where)
+        if code == codes.PARTIAL_UPDATE_ROWS:
+            self._rows(e, log_pos, where)
             return False
         entry = event_type(code, e.flags)
         if code in (codes.QUERY, codes.QUERY_COMPRESSED):
-            if not self._query(e, position, where):
-                return False
-        elif code == codes.XA_PREPARE and (e.body[0] == 1 or not self.tx.pending):
+            return self._query(e, log_pos, where)
+        if code == codes.XA_PREPARE and (e.body[0] == 1 or not self.tx.pending):
             # XA COMMIT ... ONE PHASE commits here; a prepared XA transaction of other tables leaves nothing
             # of ours waiting on its outcome.
-            if e.body[0] != 1:
-                return False
-        elif entry.disposition is Disposition.IGNORE:
+            return e.body[0] == 1
+        if entry.disposition is Disposition.IGNORE:
             return False
-        elif entry.disposition is Disposition.STOP:
-            self._stop(entry, where)
-        if position is None:
-            return False
-        if position <= self.since:
-            self.tx.discard()
-            return False
-        self.done = {"gtid": self.gtid, "commit_ts": str(e.timestamp)} if self.gtid else {
-            "commit_ts": str(e.timestamp)}
-        self.stats.until = position
-        self.stats.state = {**self.source.servers.base_state(self.file, self.created), **self.done}
+        if entry.disposition is Disposition.STOP:
+            self._stop(entry, self._where(log_pos, where))
         return True
+
+    def _where(self, log_pos: int, where: str | None) -> str:
+        """Where an event is, for messages."""
+        return where or f"{self.file}:{log_pos}"
 
     def _stop(self, entry: codes.EventType, where: str) -> NoReturn:
         raise BinlogEventError(
@@ -369,41 +400,48 @@ class _Poll:
             "after it is committed to the change log", entry.why.format(source=self.source.name),
             source=self.source.name, event=entry.name, position=where)
 
-    def _table_map(self, e: Event, where: str) -> None:
+    def _table_map(self, e: Event, log_pos: int, where: str | None) -> None:
         body = e.body
         table_id = int.from_bytes(body[:6], "little")
         shape_bytes = bytes(body[6:])
-        table_map = self.map_cache.get(shape_bytes)
-        if table_map is None:
-            table_map = self.map_cache[shape_bytes] = parse_table_map(body, self.mariadb, where)
+        try:
+            self.maps[table_id] = self.map_shapes[shape_bytes]
+        except KeyError:
+            self.maps[table_id] = self.map_shapes[shape_bytes] = self._map_shape(
+                parse_table_map(body, self.mariadb, self._where(log_pos, where)))
+
+    def _map_shape(self, table_map: TableMap) -> Shape | None:
+        """The shape of a table map's rows, None for a table capture does not follow."""
         names, table = self.source.names, self.tables.get(self.source.names.key(table_map.table))
         if table is None or not names.same(table_map.database, self.source.config.database):
-            self.maps[table_id] = None
-            return
+            return None
         if table != table_map.table:  # the server's form of a name the config writes otherwise
             table_map = replace(table_map, table=table)
-        self.maps[table_id] = self.source.shape(table_map)
+        return self.source.shape(table_map)
 
-    def _rows(self, e: Event, position: Scn | None, where: str) -> None:
+    def _rows(self, e: Event, log_pos: int, inside: str | None) -> None:
         table_id = int.from_bytes(e.body[:6], "little")
-        if table_id not in self.maps:
+        try:
+            shape = self.maps[table_id]
+        except KeyError:
             raise BinlogEventError(
-                f"{event_type(e.type)} at {where} names table id {table_id}, which no table map before it defined",
-                "the stream began inside a transaction or the binlog is damaged there: run capture again",
-                source=self.source.name, position=where)
-        shape = self.maps[table_id]
+                f"{event_type(e.type)} at {self._where(log_pos, inside)} names table id {table_id}, which no "
+                "table map before it defined", "the stream began inside a transaction or the binlog is damaged "
+                "there: run capture again", source=self.source.name, position=self._where(log_pos, inside)) from None
         if shape is None:
             return  # a table capture does not follow
+        where = self._where(log_pos, inside)
         if e.type == codes.PARTIAL_UPDATE_ROWS:
             self._stop(event_type(e.type), where)
-        if position is not None and position <= self.since:
+        if log_pos and self.base + log_pos <= self.since_value:
             return
         body = plain_rows(e.type, e.body, where)
         self.tx.add(shape, parse_rows(e.type, body, len(shape.widths), where, self.source.name), e.timestamp * 1000,
                     where)
 
-    def _query(self, e: Event, position: Scn | None, where: str) -> bool:
+    def _query(self, e: Event, log_pos: int, inside: str | None) -> bool:
         """A query event: whether it ends a transaction (COMMIT, a DDL statement)."""
+        where = self._where(log_pos, inside)
         query = query_text(e.body, e.type == codes.QUERY_COMPRESSED, where).strip()
         upper = query.upper()
         if upper == "BEGIN":
@@ -427,6 +465,6 @@ class _Poll:
                 "set binlog_format=ROW globally and in every session that writes captured tables (a session's "
                 f"SET binlog_format overrides the server's), then run `databus bootstrap --source {self.source.name}`",
                 source=self.source.name, position=where)
-        if position is not None:
-            self.source.note_ddl(database, query, position, self.stats)
+        if log_pos:
+            self.source.note_ddl(database, query, Scn(self.base + log_pos), self.stats)
         return True  # DDL: a transaction of its own

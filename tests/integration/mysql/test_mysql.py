@@ -450,3 +450,38 @@ def test_a_change_that_leaves_the_columns_alone_holds_nothing(mariadb: MariaDBSe
     assert [r.table for r in ChangeLog(config.lake, "shop").ddl.records()] == ["customers"]
     assert results["customers"].bootstrapped_at is None and results["customers"].evolved is None
     assert_snapshots_match(config)
+
+
+def test_row_events_longer_than_a_packet_are_joined_from_their_packets(mariadb: MariaDBServer,
+                                                                        tmp_path: Path) -> None:
+    """The protocol carries at most 16 MiB - 1 in a packet: a longer event goes on in the packets after it,
+    and one of exactly that length is followed by an empty packet. Capture joins both and reads on."""
+    harness = MysqlHarness(mariadb)
+    limit = 0xFFFFFF
+    before = mariadb.query("SELECT @@GLOBAL.max_allowed_packet")[0][0]
+    mariadb.execute("SET GLOBAL max_allowed_packet = 67108864")  # the blobs below: new connections take it
+    try:
+        mariadb.execute("CREATE TABLE blobs (id INT PRIMARY KEY, b LONGBLOB)", database=harness.database)
+        config = make_config(tmp_path / "lake", harness.source_config("s", [("blobs", ["id"])]))
+        capture.install(config, "s")
+
+        def insert(key: int, length: int) -> int:
+            """A row of ``length`` bytes; the size of its row event's packet (an OK byte and the event)."""
+            mariadb.execute(f"INSERT INTO blobs VALUES ({key}, REPEAT('x', {length}))", database=harness.database)
+            log, _ = mariadb.query("SHOW BINLOG STATUS")[0][:2]
+            events = mariadb.query(f"SHOW BINLOG EVENTS IN '{log}'")
+            rows = [e for e in events if e[2].endswith("_rows_v1") or e[2].startswith("Write_rows")]
+            return 1 + rows[-1][4] - rows[-1][1]  # End_log_pos - Pos
+
+        packet = insert(1, limit + 1_000)  # two packets
+        lengths = {1: limit + 1_000, 2: limit + 1_000 + (limit - packet)}
+        assert insert(2, lengths[2]) == limit  # exactly one packet's worth: an empty packet follows
+        mariadb.execute("INSERT INTO blobs VALUES (3, 'after')", database=harness.database)
+
+        result = capture.run(config, "s")
+
+        assert result.events == 3
+        rows = {e.event.row["id"]: e.event.row["b"] for e in ChangeLog(config.lake, "s").read(tables=["blobs"])}
+        assert rows == {1: b"x" * lengths[1], 2: b"x" * lengths[2], 3: b"after"}
+    finally:
+        mariadb.execute(f"SET GLOBAL max_allowed_packet = {before}")

@@ -39,40 +39,55 @@ def scan(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, images: np.ndar
     """Walk the row images of each event (bytes ``starts[e]:ends[e]``, ``images[e]`` images a row: 2 for
     an update's before and after) and, with ``fill``, note every value's offset and length (``NULL`` for
     a NULL). Returns (status, images walked, the event that failed)."""
-    ncols = len(widths)
-    nullbytes = (ncols + 7) // 8
     n = 0
     for e in range(len(starts)):
-        pos, end = starts[e], ends[e]
-        while pos < end:
-            for _ in range(images[e]):
-                nulls = pos
-                pos += nullbytes
-                if pos > end:
-                    return TRUNCATED, n, e
-                for c in range(ncols):
-                    if (data[nulls + (c >> 3)] >> (c & 7)) & 1:
-                        if fill:
-                            ln[n, c] = NULL
-                        continue
-                    w = widths[c]
-                    if w < 0:
-                        if pos - w > end:
-                            return TRUNCATED, n, e
-                        size = _le(data, pos, -w)
-                        pos -= w
-                    else:
-                        size = w
-                    if pos + size > end:
-                        return TRUNCATED, n, e
-                    if fill:
-                        off[n, c] = pos
-                        ln[n, c] = size
-                    pos += size
-                n += 1
-        if pos != end:
-            return TRAILING, n, e
+        status, n = _walk(data, starts[e], ends[e], images[e], widths, off, ln, n, fill)
+        if status != OK:
+            return status, n, e
     return OK, n, -1
+
+
+@kernel
+def count(data: np.ndarray, images: int, widths: np.ndarray) -> tuple[int, int]:  # pragma: no cover - compiled
+    """Walk one event's row images (all of ``data``) only to count them: (status, images walked). One event
+    a call, so its few arguments are what the call costs: a one-row event is walked as it arrives."""
+    none = np.empty((0, 0), np.int64)
+    return _walk(data, 0, len(data), images, widths, none, none, 0, False)
+
+
+@kernel
+def _walk(data: np.ndarray, pos: int, end: int, images: int, widths: np.ndarray, off: np.ndarray, ln: np.ndarray,
+          n: int, fill: bool) -> tuple[int, int]:  # pragma: no cover - compiled
+    """One event's row images, bytes ``pos:end``, numbered on from ``n``: (status, images walked so far)."""
+    ncols = len(widths)
+    nullbytes = (ncols + 7) // 8
+    while pos < end:
+        for _ in range(images):
+            nulls = pos
+            pos += nullbytes
+            if pos > end:
+                return TRUNCATED, n
+            for c in range(ncols):
+                if (data[nulls + (c >> 3)] >> (c & 7)) & 1:
+                    if fill:
+                        ln[n, c] = NULL
+                    continue
+                w = widths[c]
+                if w < 0:
+                    if pos - w > end:
+                        return TRUNCATED, n
+                    size = _le(data, pos, -w)
+                    pos -= w
+                else:
+                    size = w
+                if pos + size > end:
+                    return TRUNCATED, n
+                if fill:
+                    off[n, c] = pos
+                    ln[n, c] = size
+                pos += size
+            n += 1
+    return (OK if pos == end else TRAILING), n
 
 
 @kernel

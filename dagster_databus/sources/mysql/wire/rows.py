@@ -10,17 +10,17 @@ so memory holds its columns, not its row images.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 import numpy as np
 import pyarrow as pa
 
 from dagster_databus.core.batch import ChangeBatch, table_rows
 from dagster_databus.core.schema import TableSchema
-from dagster_databus.core.scn import Scn
 from dagster_databus.errors import BinlogEventError
 from dagster_databus.sources.mysql.wire import kernels as k
 from dagster_databus.sources.mysql.wire.codes import DELETE_ROWS, UPDATE_ROWS, event_type
@@ -36,8 +36,7 @@ SLICE_IMAGES = 1 << 16
 _NUMBERED = np.zeros(0, np.int32)  # in place of per-change arrays already used up
 
 
-@dataclass(frozen=True, slots=True)
-class RowsEvent:
+class RowsEvent(NamedTuple):
     """A row event's table id, what it does, and its row images (the bytes after the column bitmaps)."""
 
     table_id: int
@@ -51,13 +50,14 @@ def parse_rows(code: int, body: memoryview, columns: int | None, where: str, sou
     table_id = int.from_bytes(body[:6], "little")
     count, pos, images = rows_layout(code, body)
     kind = UPDATE if code in UPDATE_ROWS else DELETE if code in DELETE_ROWS else WRITE
-    width = (count + 7) // 8
-    bitmaps = body[pos:images]
     if columns is not None:
         # Every column present; the bits past the last column are whatever the server left (MySQL sets them).
-        last = (1 << (count % 8 or 8)) - 1
-        whole = all(all(b == 0xFF for b in bitmaps[i:i + width - 1]) and bitmaps[i + width - 1] & last == last
-                    for i in range(0, len(bitmaps), width)) if width else True
+        # One bitmap, or an update's two (of its before and after images).
+        every = (1 << count) - 1
+        middle = (pos + images) // 2 if kind == UPDATE else images
+        whole = int.from_bytes(body[pos:middle], "little") & every == every
+        if kind == UPDATE:
+            whole = whole and int.from_bytes(body[middle:images], "little") & every == every
         if count != columns or not whole:
             raise BinlogEventError(
                 f"{event_type(code)} ending at {where} carries {'only some' if count == columns else count} of the "
@@ -78,19 +78,20 @@ class Shape:
     cutters: tuple[Cutter, ...]
 
 
+# A run's row for each event: where its images are in the run's bytes, what it does, how many images it holds,
+# its number in its transaction, its window, and its commit time in ms. Rows of machine integers, one after
+# the other: a million one-row events are 56 MB, not a million tuples the garbage collector walks.
+START, END, KIND, IMAGES, EVENT, WINDOW, STAMP = range(7)
+_META = len(range(7))
+
+
 @dataclass(slots=True)
 class _Run:
-    """Undecoded row events of one shape, in binlog order."""
+    """Undecoded row events of one shape, in binlog order: their row images' bytes, and a meta row each."""
 
     shape: Shape
     data: bytearray = field(default_factory=bytearray)
-    starts: list[int] = field(default_factory=list)
-    ends: list[int] = field(default_factory=list)
-    kinds: list[int] = field(default_factory=list)
-    images: list[int] = field(default_factory=list)  # row images of each event
-    events: list[int] = field(default_factory=list)  # the event's number in its transaction
-    windows: list[int] = field(default_factory=list)
-    stamps: list[int] = field(default_factory=list)
+    meta: array[int] = field(default_factory=lambda: array("q"))
 
 
 @dataclass(slots=True)
@@ -115,41 +116,47 @@ class Transactions:
     """The changes of whole transactions, gathered until a batch is built, and of the one being read.
 
     ``add`` a row event to the open transaction, ``commit`` it at its SCN (or ``discard`` it), ``build``
-    the committed ones into a ``ChangeBatch``."""
+    the committed ones into a ``ChangeBatch``. The open transaction's events go straight into the runs of
+    their shapes, behind a mark of where each run stood before it: committing forgets the marks, discarding
+    cuts the runs back to them. A one-row transaction costs one row of a list, not a run of its own."""
 
     def __init__(self, refuse: Callable[[TableSchema, int, object, str, str], NoReturn]) -> None:
         self._refuse = refuse
-        self._runs: dict[tuple[str, int], _Run] = {}  # committed, undecoded: by (table, id(shape))
+        self._runs: dict[int, _Run] = {}  # by id(shape): the committed events, then the open transaction's
+        self._marks: dict[int, tuple[int, int]] = {}  # the runs the open transaction added to: (bytes, events) before
         self._decoded: list[_Changes] = []  # committed and decoded (large transactions)
-        self._open: dict[tuple[str, int], _Run] = {}
         self._open_decoded: list[_Changes] = []
         self._open_bytes = 0
         self._open_events = 0
         self._open_seq = 0  # the next __seq of the open transaction, once part of it is decoded
-        self._scns: list[Scn] = []  # each committed window's SCN
+        self._scns: list[int] = []  # each committed window's SCN
         self._shapes: dict[str, Shape] = {}  # the shape each table has in the committed windows
         self.rows = 0  # row images committed so far (a batch's size)
         self._open_rows = 0
+        self._reshaped = False  # whether the open transaction gives a table another shape than _shapes holds
 
     # -- reading ------------------------------------------------------------------------
 
     def add(self, shape: Shape, event: RowsEvent, stamp_ms: int, where: str) -> None:
-        images = count_images(event.images, shape.widths, 2 if event.kind == UPDATE else 1, where)
-        run = self._open.get((shape.schema.table, id(shape)))
+        status, images = k.count(np.frombuffer(event.images, np.uint8), 2 if event.kind == UPDATE else 1,
+                                 shape.widths)
+        if status != k.OK:
+            _refuse_images(status, where)
+        key = id(shape)
+        run = self._runs.get(key)
         if run is None:
-            run = self._open[(shape.schema.table, id(shape))] = _Run(shape)
-        start = len(run.data)
-        run.data += event.images
-        run.starts.append(start)
-        run.ends.append(len(run.data))
-        run.kinds.append(event.kind)
-        run.images.append(images)
-        run.events.append(self._open_events)
-        run.windows.append(len(self._scns))
-        run.stamps.append(stamp_ms)
+            run = self._runs[key] = _Run(shape)
+        data = run.data
+        start = len(data)
+        if key not in self._marks:
+            self._marks[key] = (start, len(run.meta))  # in meta's items, not rows
+            if self._shapes.get(shape.schema.table, shape) is not shape:
+                self._reshaped = True
+        data += event.images
+        run.meta.extend((start, len(data), event.kind, images, self._open_events, len(self._scns), stamp_ms))
         self._open_events += 1
         self._open_rows += images
-        self._open_bytes += len(event.images)
+        self._open_bytes += len(data) - start
         if self._open_bytes > FLUSH_BYTES:
             self._decode_open()
 
@@ -161,58 +168,72 @@ class Transactions:
     @property
     def pending(self) -> bool:
         """Whether the open transaction has row changes."""
-        return bool(self._open or self._open_decoded)
+        return bool(self._marks or self._open_decoded)
 
     def reshapes(self) -> bool:
         """Whether the open transaction gives a table a shape other than the committed windows' (the batch
         before it must be built first: a batch holds one shape per table)."""
-        shapes = {run.shape.schema.table: run.shape for run in self._open.values()}
-        shapes.update({c.shape.schema.table: c.shape for c in self._open_decoded})
-        return any(table in self._shapes and self._shapes[table] is not shape for table, shape in shapes.items())
+        return self._reshaped and bool(self._shapes)  # noted as the transaction's events came: _shapes holds then
 
-    def commit(self, scn: Scn) -> None:
+    def commit(self, scn: int) -> None:
         """Close the open transaction as the window at ``scn``."""
         if not self.pending:
             return
         if self._open_decoded:
             self._decode_open()
             self._decoded += self._open_decoded
-        for key, run in self._open.items():
-            into = self._runs.get(key)
-            if into is None:
-                self._runs[key] = run
-            else:
-                offset = len(into.data)
-                into.data += run.data
-                into.starts += [s + offset for s in run.starts]
-                into.ends += [e + offset for e in run.ends]
-                for name in ("kinds", "images", "events", "windows", "stamps"):
-                    getattr(into, name).extend(getattr(run, name))
-        for changes in self._open_decoded:
-            self._shapes[changes.shape.schema.table] = changes.shape
-        for run in self._open.values():
-            self._shapes[run.shape.schema.table] = run.shape
+            for changes in self._open_decoded:
+                self._shapes[changes.shape.schema.table] = changes.shape
+        for key in self._marks:
+            shape = self._runs[key].shape
+            self._shapes[shape.schema.table] = shape
         self._scns.append(scn)
         self.rows += self._open_rows
-        self.discard()
+        self._marks = {}
+        self._forget_open()
 
     def discard(self) -> None:
         """Forget the open transaction (rolled back, or read only in part)."""
-        self._open, self._open_decoded = {}, []
+        if self._marks:
+            self._take_open()
+        self._forget_open()
+
+    def _forget_open(self) -> None:
+        self._open_decoded = []
+        self._reshaped = False
         self._open_bytes = self._open_events = self._open_seq = self._open_rows = 0
+
+    def _take_open(self) -> list[_Run]:
+        """The open transaction's undecoded events, cut out of the runs into runs of their own."""
+        taken = []
+        for key, (at, events) in self._marks.items():
+            run = self._runs[key]
+            if not events:  # the run holds nothing else
+                del self._runs[key]
+                taken.append(run)
+                continue
+            part = _Run(run.shape, run.data[at:], run.meta[events:])
+            _rows(part)[:, [START, END]] -= at
+            taken.append(part)
+            del run.data[at:], run.meta[events:]
+        self._marks = {}
+        return taken
 
     # -- building -----------------------------------------------------------------------
 
     def build(self) -> ChangeBatch | None:
         """The committed windows as one batch (None when they hold no change); the open one stays."""
+        open_runs = self._take_open()
         decoded = [part for run in self._runs.values() for part in self._decode(run, "committed")]
         _number(decoded, continue_from=None)
         parts = self._decoded + decoded
-        scns = np.array([s.value for s in self._scns], np.int64)
+        scns = np.array(self._scns, np.int64)
         self._runs, self._decoded, self._scns, self._shapes, self.rows = {}, [], [], {}, 0
         # The open transaction's windows count from 0 again in the next batch.
-        for run in self._open.values():
-            run.windows = [0] * len(run.windows)
+        for run in open_runs:
+            _rows(run)[:, WINDOW] = 0
+            self._runs[id(run.shape)] = run
+            self._marks[id(run.shape)] = (0, 0)
         for changes in self._open_decoded:
             changes.windows[:] = 0
         by_table: dict[str, list[_Changes]] = {}
@@ -229,26 +250,26 @@ class Transactions:
 
     def _decode_open(self) -> None:
         """Decode the open transaction's row images so far, numbering its changes on from before."""
-        decoded = [part for run in self._open.values() for part in self._decode(run, "open")]
+        decoded = [part for run in self._take_open() for part in self._decode(run, "open")]
         self._open_seq = _number(decoded, continue_from=self._open_seq)
         self._open_decoded += decoded
-        self._open = {}
         self._open_bytes = 0
         pa.default_memory_pool().release_unused()
 
     def _decode(self, run: _Run, state: str) -> list[_Changes]:
         """A run's changes, decoded a slice of its events at a time: the scan's offsets of a slice, not of
         the whole run, are held at once."""
-        counts = np.array(run.images, np.int64)
-        bounds = _slices(counts, SLICE_IMAGES)
-        return [self._decode_slice(run, state, a, b, counts[a:b]) for a, b in pairwise(bounds)]
+        meta = _rows(run)
+        bounds = _slices(meta[:, IMAGES], SLICE_IMAGES)
+        return [self._decode_slice(run, state, meta[a:b]) for a, b in pairwise(bounds)]
 
-    def _decode_slice(self, run: _Run, state: str, first: int, last: int, counts: np.ndarray) -> _Changes:
-        """The changes of events ``first:last`` of ``run``."""
+    def _decode_slice(self, run: _Run, state: str, meta: np.ndarray) -> _Changes:
+        """The changes of the events of ``run`` whose meta rows are ``meta``."""
         shape = run.shape
         data = np.frombuffer(run.data, np.uint8) if run.data else np.zeros(0, np.uint8)
-        starts, ends = np.array(run.starts[first:last], np.int64), np.array(run.ends[first:last], np.int64)
-        kinds_of_events = np.array(run.kinds[first:last], np.int8)
+        counts = meta[:, IMAGES]
+        starts, ends = np.ascontiguousarray(meta[:, START]), np.ascontiguousarray(meta[:, END])
+        kinds_of_events = meta[:, KIND].astype(np.int8)
         per_row = np.where(kinds_of_events == UPDATE, 2, 1).astype(np.int64)
         total = int(counts.sum())
         ncols = len(shape.widths)
@@ -256,7 +277,7 @@ class Transactions:
         ln = np.zeros((total, ncols), np.int64)
         status, _, _ = k.scan(data, starts, ends, per_row, shape.widths, off, ln, True)
         assert status == k.OK  # each event was walked when it arrived
-        image_event = np.repeat(np.arange(last - first, dtype=np.int32), counts)
+        image_event = np.repeat(np.arange(len(meta), dtype=np.int32), counts)
         kinds = kinds_of_events[image_event]
         local = _local_index(image_event)
         update = kinds == UPDATE
@@ -271,7 +292,7 @@ class Transactions:
         ops[before] = 2
         ops[before + 1] = np.where(changed, 0, 1)  # the new key comes, or the row changes
         chosen = np.flatnonzero(keep)
-        windows = np.array(run.windows[first:last], np.int32)
+        windows = meta[:, WINDOW].astype(np.int32)
         scns = self._scns
 
         def where(image: int) -> str:
@@ -290,8 +311,13 @@ class Transactions:
         del off, ln
         change_event = image_event[chosen]
         return _Changes(shape, columns, ops[chosen], windows[change_event],
-                        np.array(run.events[first:last], np.int32)[change_event], _local_index(change_event),
-                        np.array(run.stamps[first:last], np.int64)[change_event])
+                        meta[:, EVENT].astype(np.int32)[change_event], _local_index(change_event),
+                        meta[:, STAMP][change_event])
+
+
+def _rows(run: _Run) -> np.ndarray:
+    """A run's meta rows as a matrix over the same memory (writes go through to the run)."""
+    return np.frombuffer(run.meta, np.int64).reshape(-1, _META)
 
 
 def _slices(counts: np.ndarray, most: int) -> list[int]:
@@ -307,21 +333,13 @@ def _slices(counts: np.ndarray, most: int) -> list[int]:
     return bounds
 
 
-def count_images(images: memoryview, widths: np.ndarray, per_row: int, where: str) -> int:
-    """Row images in an event's bytes, walked once to check they are whole."""
-    data = np.frombuffer(images, np.uint8)
-    status, count, _ = k.scan(data, np.zeros(1, np.int64), np.array([len(data)], np.int64),
-                              np.array([per_row], np.int64), widths, _NO_CELLS, _NO_CELLS, False)
-    if status != k.OK:
-        what = "ends inside a row" if status == k.TRUNCATED else "has bytes after its last row"
-        raise BinlogEventError(
-            f"the row event ending at {where} {what}: its rows do not match the columns of its table map",
-            "the binlog is damaged there, or the server writes a column layout this version does not read; "
-            "report the server version and the column types", position=where)
-    return count
-
-
-_NO_CELLS = np.zeros((0, 0), np.int64)
+def _refuse_images(status: int, where: str) -> NoReturn:
+    """An event's row images, walked as it arrived, do not fill its bytes exactly."""
+    what = "ends inside a row" if status == k.TRUNCATED else "has bytes after its last row"
+    raise BinlogEventError(
+        f"the row event ending at {where} {what}: its rows do not match the columns of its table map",
+        "the binlog is damaged there, or the server writes a column layout this version does not read; "
+        "report the server version and the column types", position=where)
 
 
 def _local_index(events: np.ndarray) -> np.ndarray:

@@ -15,7 +15,6 @@ from dagster_databus.core.types import ColumnType
 from dagster_databus.sources.mysql.charsets import ServerCharsets
 from dagster_databus.sources.mysql.wire import kernels as k
 from dagster_databus.sources.mysql.wire import tablemap as t
-from dagster_databus.sources.mysql.wire.rows import count_images
 from dagster_databus.sources.mysql.wire.values import column_type, cutter, source_type
 
 _CHARSETS = ServerCharsets({45: "utf8mb4", t.BINARY_COLLATION: "binary"}, {})  # the ids of the columns below
@@ -47,8 +46,8 @@ def _refuse(index: int, value: object, reason: str) -> NoReturn:
 def warm_binlog_kernels() -> int:
     """Run every binlog row kernel once with no rows; how many column layouts were cut."""
     empty = np.zeros(0, np.int64)
-    # An event's bytes as they arrive are read-only (``rows.count_images``); a transaction's gathered bytes are not.
-    count_images(memoryview(b""), np.zeros(0, np.int64), 1, "warm")
+    # An event's bytes as they arrive are read-only (``Transactions.add``); a transaction's gathered bytes are not.
+    k.count(np.frombuffer(memoryview(b""), np.uint8), 1, np.zeros(0, np.int64))
     data, cells = np.zeros(0, np.uint8), np.zeros((0, len(_COLUMNS)), np.int64)
     k.scan(data, empty, empty, empty, np.array([c.width for c in _COLUMNS], np.int64), cells, cells, True)
     k.keys_changed(data, cells, cells, np.flatnonzero(np.zeros(0, np.bool_)), np.zeros(1, np.int64),
