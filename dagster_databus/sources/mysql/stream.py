@@ -59,6 +59,10 @@ _DML = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(INSERT|REPLACE|UPDATE|DELETE|LOAD\s+DA
 _LOST = (2006, 2013)
 _RECONNECTS = 3
 _GTIDS = frozenset((codes.GTID, codes.ANONYMOUS_GTID, codes.GTID_TAGGED, codes.MARIADB_GTID))
+# Events the table says to skip, which the reader has no use for either (MariaDB's ANNOTATE_ROWS: one a statement).
+_SKIPPED = frozenset(code for code, entry in codes.EVENT_TYPES.items() if entry.disposition is Disposition.IGNORE) - {
+    codes.ROTATE, codes.FORMAT_DESCRIPTION, codes.QUERY, codes.QUERY_COMPRESSED, codes.XA_PREPARE,
+    codes.PARTIAL_UPDATE_ROWS}
 
 
 class BinlogReader:
@@ -249,8 +253,10 @@ class _Poll:
         self.batch_end: tuple[str, str, Event | None, int] | None = None  # the same for the last committed window
         self.tables = source.names.index(t.name for t in source.config.tables)  # the server's form → the config's
         self.maps: dict[int, Shape | None] = {}
-        self.map_shapes: dict[bytes, Shape | None] = {}  # a table map's bytes → its shape (None: not captured)
+        # A table map's bytes → its shape (None: a table capture does not follow).
+        self.map_shapes: dict[bytes | memoryview, Shape | None] = {}
         self.tx = Transactions(source.refuse_value)
+        self.inside: str | None = None  # where the events being read are, inside a transaction payload
 
     def at_file(self, file: str) -> None:
         """Read on in ``file``: an event's SCN is the file's base plus the event's end position."""
@@ -261,9 +267,10 @@ class _Poll:
         chunk_rows = self.source.config.poll.chunk_rows
         bound = self.bound.value
         tx = self.tx
-        for e, log_pos, where in self._events():
-            if not self._handle(e, log_pos, where):
+        for e in self._events():
+            if not self._handle(e):
                 continue
+            log_pos = e.log_pos
             self.resume = (self.file, log_pos)
             if tx.pending:
                 if tx.reshapes() and tx.rows:
@@ -285,10 +292,10 @@ class _Poll:
         done = {"gtid": gtid, "commit_ts": str(commit_ts)} if gtid else {"commit_ts": str(commit_ts)}
         return {**self.source.servers.base_state(file, created), **done}
 
-    def _events(self) -> Iterator[tuple[Event, int, str | None]]:
-        """Each event with the position it ends at (a transaction payload's events end where it ends, so a
-        resumed read never starts inside one) and, for an event inside a payload, where it is (for messages;
-        None: at its position in the file).
+    def _events(self) -> Iterator[Event]:
+        """Each event, ending where its ``log_pos`` says: a transaction payload's events end where it ends, so
+        a resumed read never starts inside one. While they are read, ``inside`` says where they are, for
+        messages (None: an event is at its position in the file).
 
         A dump connection the server drops (killed, timed out) is opened again at the last transaction
         boundary read, a few times; the transaction it was inside is read again whole."""
@@ -303,14 +310,16 @@ class _Poll:
                     raise
                 raise lost from None  # the server is gone, not only the connection
             self.tx.discard()
+            self.inside = None
             try:
                 for event in stream:
                     if event.type == codes.TRANSACTION_PAYLOAD:
-                        inside = f"{self.file}:{event.log_pos} (inside its transaction payload)"
-                        for inner in payload_events(event, inside):
-                            yield inner, event.log_pos, inside
+                        self.inside = f"{self.file}:{event.log_pos} (inside its transaction payload)"
+                        for inner in payload_events(event, self.inside):
+                            yield inner._replace(log_pos=event.log_pos)
+                        self.inside = None
                     else:
-                        yield event, event.log_pos, None
+                        yield event
                 return
             except OperationalError as exc:
                 if attempt == _RECONNECTS or not exc.args or exc.args[0] not in _LOST:
@@ -339,22 +348,23 @@ class _Poll:
         self.stats.chunks += 1
         yield batch
 
-    def _handle(self, e: Event, log_pos: int, where: str | None) -> bool:
-        """Take one event; whether it ended a transaction (or was a statement of its own) at ``log_pos``. The
-        events of every transaction come first, the rest go to ``_other``."""
+    def _handle(self, e: Event) -> bool:
+        """Take one event; whether it ended a transaction (or was a statement of its own) at its ``log_pos``.
+        The events of every transaction come first, the rest go to ``_other``."""
         code = e.type
         if code == codes.TABLE_MAP:
-            self._table_map(e, log_pos, where)
+            self._table_map(e)
             return False
         if code in codes.ROWS:
-            self._rows(e, log_pos, where)
+            self._rows(e)
             return False
         if code in _GTIDS:
             self.tx.discard()
             self.gtid = e
             return False
-        if code != codes.XID and not self._other(e, log_pos, where):
+        if code in _SKIPPED or (code != codes.XID and not self._other(e)):
             return False
+        log_pos = e.log_pos
         if not log_pos:
             return False
         position = self.base + log_pos
@@ -365,7 +375,7 @@ class _Poll:
         self.until = position
         return True
 
-    def _other(self, e: Event, log_pos: int, where: str | None) -> bool:
+    def _other(self, e: Event) -> bool:
         """An event other than a transaction's own: whether it ends one (or is a statement of its own)."""
         code = e.type
         if code == codes.ROTATE:
@@ -375,11 +385,11 @@ class _Poll:
             self.created = str(e.timestamp)
             return False
         if code == codes.PARTIAL_UPDATE_ROWS:
-            self._rows(e, log_pos, where)
+            self._rows(e)
             return False
         entry = event_type(code, e.flags)
         if code in (codes.QUERY, codes.QUERY_COMPRESSED):
-            return self._query(e, log_pos, where)
+            return self._query(e)
         if code == codes.XA_PREPARE and (e.body[0] == 1 or not self.tx.pending):
             # XA COMMIT ... ONE PHASE commits here; a prepared XA transaction of other tables leaves nothing
             # of ours waiting on its outcome.
@@ -387,12 +397,12 @@ class _Poll:
         if entry.disposition is Disposition.IGNORE:
             return False
         if entry.disposition is Disposition.STOP:
-            self._stop(entry, self._where(log_pos, where))
+            self._stop(entry, self._where(e))
         return True
 
-    def _where(self, log_pos: int, where: str | None) -> str:
+    def _where(self, e: Event) -> str:
         """Where an event is, for messages."""
-        return where or f"{self.file}:{log_pos}"
+        return self.inside or f"{self.file}:{e.log_pos}"
 
     def _stop(self, entry: codes.EventType, where: str) -> NoReturn:
         raise BinlogEventError(
@@ -400,15 +410,15 @@ class _Poll:
             "after it is committed to the change log", entry.why.format(source=self.source.name),
             source=self.source.name, event=entry.name, position=where)
 
-    def _table_map(self, e: Event, log_pos: int, where: str | None) -> None:
+    def _table_map(self, e: Event) -> None:
         body = e.body
         table_id = int.from_bytes(body[:6], "little")
-        shape_bytes = bytes(body[6:])
+        shape_bytes = body[6:]  # (a read-only view hashes and compares as its bytes)
         try:
             self.maps[table_id] = self.map_shapes[shape_bytes]
         except KeyError:
-            self.maps[table_id] = self.map_shapes[shape_bytes] = self._map_shape(
-                parse_table_map(body, self.mariadb, self._where(log_pos, where)))
+            self.maps[table_id] = self.map_shapes[bytes(shape_bytes)] = self._map_shape(
+                parse_table_map(body, self.mariadb, self._where(e)))
 
     def _map_shape(self, table_map: TableMap) -> Shape | None:
         """The shape of a table map's rows, None for a table capture does not follow."""
@@ -419,18 +429,19 @@ class _Poll:
             table_map = replace(table_map, table=table)
         return self.source.shape(table_map)
 
-    def _rows(self, e: Event, log_pos: int, inside: str | None) -> None:
+    def _rows(self, e: Event) -> None:
         table_id = int.from_bytes(e.body[:6], "little")
         try:
             shape = self.maps[table_id]
         except KeyError:
             raise BinlogEventError(
-                f"{event_type(e.type)} at {self._where(log_pos, inside)} names table id {table_id}, which no "
-                "table map before it defined", "the stream began inside a transaction or the binlog is damaged "
-                "there: run capture again", source=self.source.name, position=self._where(log_pos, inside)) from None
+                f"{event_type(e.type)} at {self._where(e)} names table id {table_id}, which no table map before it "
+                "defined", "the stream began inside a transaction or the binlog is damaged there: run capture again",
+                source=self.source.name, position=self._where(e)) from None
         if shape is None:
             return  # a table capture does not follow
-        where = self._where(log_pos, inside)
+        where = self._where(e)
+        log_pos = e.log_pos
         if e.type == codes.PARTIAL_UPDATE_ROWS:
             self._stop(event_type(e.type), where)
         if log_pos and self.base + log_pos <= self.since_value:
@@ -439,9 +450,9 @@ class _Poll:
         self.tx.add(shape, parse_rows(e.type, body, len(shape.widths), where, self.source.name), e.timestamp * 1000,
                     where)
 
-    def _query(self, e: Event, log_pos: int, inside: str | None) -> bool:
+    def _query(self, e: Event) -> bool:
         """A query event: whether it ends a transaction (COMMIT, a DDL statement)."""
-        where = self._where(log_pos, inside)
+        where = self._where(e)
         query = query_text(e.body, e.type == codes.QUERY_COMPRESSED, where).strip()
         upper = query.upper()
         if upper == "BEGIN":
@@ -465,6 +476,6 @@ class _Poll:
                 "set binlog_format=ROW globally and in every session that writes captured tables (a session's "
                 f"SET binlog_format overrides the server's), then run `databus bootstrap --source {self.source.name}`",
                 source=self.source.name, position=where)
-        if log_pos:
-            self.source.note_ddl(database, query, Scn(self.base + log_pos), self.stats)
+        if e.log_pos:
+            self.source.note_ddl(database, query, Scn(self.base + e.log_pos), self.stats)
         return True  # DDL: a transaction of its own
