@@ -15,12 +15,25 @@ EXIT_INTERRUPTED = 130
 
 def main(argv: list[str] | None = None) -> int:
     """``databus``: the command ``argv`` names, run by ``cli.commands``."""
+    interrupted = False
+
+    def on_sigint(signum: int, frame: object) -> None:
+        nonlocal interrupted
+        interrupted = True
+        raise KeyboardInterrupt
+
+    # Noted as well as raised: a library may turn the KeyboardInterrupt into an error of its own (pydantic-core,
+    # interrupted while it builds a model's serializer, raises a SchemaError that only names it).
+    signal.signal(signal.SIGINT, on_sigint)
     try:
         from dagster_databus.cli import commands
 
         return commands.main(argv)
-    except KeyboardInterrupt:  # Ctrl-C: stop quietly; every checkpoint written so far is whole
-        # A second Ctrl-C, from here to the interpreter's exit, ends the process as SIGINT does, with no traceback.
+    except BaseException as exc:
+        if not (interrupted or isinstance(exc, KeyboardInterrupt)):
+            raise
+        # Ctrl-C: stop quietly; every checkpoint written so far is whole. A second Ctrl-C, from here to the
+        # interpreter's exit, ends the process as SIGINT does, with no traceback.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
