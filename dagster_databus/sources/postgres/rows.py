@@ -4,7 +4,8 @@ an open transaction's rows taken out whole when they are too many to hold (``str
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from operator import itemgetter
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +29,8 @@ class TableRows:
         assert list(names) == schema.column_names, f"{schema.table}: tuples hold {names}"  # as catalog.build keeps
         self.schema = schema
         self.key = tuple(schema.column_names.index(k) for k in schema.primary_key)
+        # A row's key, as one value or a tuple of them: compared in C, for each update.
+        self.key_of: Callable[[Tuple], object] = itemgetter(*self.key) if self.key else lambda row: ()
         self.width = len(names)
         self.columns: list[list[pa.Array]] = [[] for _ in range(self.width + 2)]  # the table's, __op, __seq
         self.rows: list[Tuple] = []
@@ -138,3 +141,11 @@ def change_rows(schema: TableSchema, rows: Sequence[pa.Array], window: pa.Array,
     columns, (op, seq) = list(rows[:width]), rows[width:]
     return table_rows(schema, columns, scn=window, window_scn=window, seq=seq, op=op, commit_ts_ms=commit,
                       where=where)
+
+
+def two_shapes(source: str, table: str, lsn: int) -> SchemaDriftError:
+    """A transaction changed a table's columns between its row changes: one window cannot hold both shapes."""
+    return SchemaDriftError(
+        f"a transaction of source {source!r} changed table {table!r}'s columns between its row changes (at "
+        f"{lsn_text(lsn)}): its window cannot hold both shapes", f"run `databus bootstrap --source {source}`",
+        source=source, table=table)

@@ -50,8 +50,8 @@ from dagster_databus.sources.postgres.drift import (
     identity_change,
     saved_identities,
 )
-from dagster_databus.sources.postgres.pgoutput import UNCHANGED, Tuple, lsn_of, lsn_text
-from dagster_databus.sources.postgres.rows import TableRows
+from dagster_databus.sources.postgres.pgoutput import UNCHANGED, Tuple, lsn_of
+from dagster_databus.sources.postgres.rows import TableRows, two_shapes
 from dagster_databus.sources.postgres.setup import read_epoch
 from dagster_databus.sources.postgres.shapes import (
     SHAPES,
@@ -244,7 +244,7 @@ class _Reader:
                 self.feedback.send_feedback(force=True)
                 asked_at = settled_at
             decoded = self.decoder.decode(message.payload, message.data_start)
-            if isinstance(decoded, pg.Insert | pg.Update | pg.Delete):
+            if isinstance(decoded, pg.ROW_CHANGES):
                 if decoded.xid is None:
                     self._change(decoded)
                 else:
@@ -252,8 +252,12 @@ class _Reader:
             elif isinstance(decoded, pg.Begin):
                 self.begin, self.seq = decoded, 0
                 self.skip = decoded.final_lsn < self.since.value
-            elif isinstance(decoded, pg.Commit | pg.StreamCommit):
-                yield from self._commit(decoded)
+            elif isinstance(decoded, pg.COMMITS):
+                if type(decoded) is pg.Commit and self.spool is None:  # most commits: no generator made for them
+                    if self._held(decoded):
+                        yield self._chunk()
+                else:
+                    yield from self._commit(decoded)
                 if self.last_end >= self.bound.value and self.begin is None:
                     break
             elif isinstance(decoded, pg.Relation):
@@ -297,8 +301,8 @@ class _Reader:
         return ChangeBatch(tables)
 
     def _commit(self, commit: pg.Commit | pg.StreamCommit) -> Iterator[ChangeBatch | SpooledBatch]:
-        """The committed transaction's rows are a window: held with the windows before it (yielded once they are
-        ``chunk_rows`` events), or, when spooled, yielded after them as a ``SpooledBatch`` of their own."""
+        """A commit of a transaction streamed before it, or of one spooled: its rows, yielded after the windows held
+        before it as a ``SpooledBatch`` of their own (the others are ``_held``)."""
         window, commit_ms = commit.end_lsn, commit.commit_ts_ms
         if isinstance(commit, pg.StreamCommit):
             streamed = self.streams.pop(commit.xid, None)
@@ -310,12 +314,7 @@ class _Reader:
             return
         self.begin = None
         spool, self.spool = self.spool, None
-        if spool is None:
-            self.last_end = max(self.last_end, window)
-            self.events += sum(t.commit(window, commit_ms) for t in self.by_name.values())
-            if self.events >= self.chunk_rows:
-                yield self._chunk()
-            return
+        assert spool is not None
         try:
             spill(self.by_name, spool)
             if self.events:
@@ -325,6 +324,13 @@ class _Reader:
         finally:
             spool.close()
 
+    def _held(self, commit: pg.Commit) -> bool:
+        """A transaction's rows, all in memory, held as a window: whether the windows held fill a chunk now."""
+        self.begin, window, commit_ms = None, commit.end_lsn, commit.commit_ts_ms
+        self.last_end = max(self.last_end, window)
+        self.events += sum(t.commit(window, commit_ms) for t in self.by_name.values())
+        return self.events >= self.chunk_rows
+
     def _streamed_commit(self, streamed: Streamed, commit: pg.StreamCommit) -> Iterator[ChangeBatch | SpooledBatch]:
         try:
             if streamed.refused is not None:  # it counts: what refused one of its changes stops capture now
@@ -332,7 +338,7 @@ class _Reader:
             current = self.stream.catalog.schemas()
             for name, table in streamed.tables.items():
                 if current.get(name) != table.schema:  # its rows, held or spooled, are of another shape
-                    raise self._two_shapes(name, commit.commit_lsn)
+                    raise two_shapes(self.name, name, commit.commit_lsn)
             for name, statement in streamed.ddl:
                 self.stats.ddl.append((Scn(commit.commit_lsn), name, statement))
             if not streamed.kept:
@@ -380,12 +386,6 @@ class _Reader:
         elif streamed is not None:
             streamed.aborted.add(abort.subxid)
 
-    def _two_shapes(self, name: str, lsn: int) -> SchemaDriftError:
-        return SchemaDriftError(
-            f"a transaction of source {self.name!r} changed table {name!r}'s columns between its row changes (at "
-            f"{lsn_text(lsn)}): its window cannot hold both shapes", f"run `databus bootstrap --source {self.name}`",
-            source=self.name, table=name)
-
     def _add(self, table: TableRows | None, op: str, row: Tuple | None, xid: int | None) -> None:
         if table is None or (self.skip and xid is None):
             return
@@ -397,7 +397,7 @@ class _Reader:
             own = streamed.tables.get(name)
             if own is None or own.schema != table.schema:
                 if own is not None:  # it holds rows (in memory or spooled) of the table's other shape
-                    raise self._two_shapes(name, self.last_end)
+                    raise two_shapes(self.name, name, self.last_end)
                 own = streamed.tables[name] = TableRows(table.schema, table.schema.column_names)
             streamed.add(own, op, image, xid)
             return
@@ -417,7 +417,7 @@ class _Reader:
         if UNCHANGED in new:
             new = table.untoasted(new, message.old, self.name)
         old = message.old if message.old is not None else message.old_key
-        if old is not None and any(old[i] != new[i] for i in table.key):
+        if old is not None and table.key_of(old) != table.key_of(new):
             self._add(table, "d", old, message.xid)  # the key changed: the old row goes
             self._add(table, "i", new, message.xid)
         else:
@@ -467,7 +467,7 @@ class _Reader:
         table = self.by_name.get(name)
         if table is None or table.schema != schema:
             if table is not None and (table.open or (self.spool is not None and name in self.spool.tables)):
-                raise self._two_shapes(name, self.begin.final_lsn if self.begin else 0)
+                raise two_shapes(self.name, name, self.begin.final_lsn if self.begin else 0)
             if self.events and (table is not None or schema != current):
                 yield self._chunk()
             if schema != current:
