@@ -2,7 +2,9 @@
 JSON row images capture reads (the view ``_databus_images`` makes them from the stored values), and as stored.
 
 Two tables: one of the affinity types (INTEGER, TEXT, REAL), and one of the declared types whose
-values are converted from their stored text (DECIMAL, DATETIME, DATE).
+values are converted from their stored text (DECIMAL, DATETIME, DATE); the rows in windows of 10,000. Then
+100,000 one-row transactions, each a window of its own (as when capture polls as often as the application
+commits): what capture pays a window shows there.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def _typed(i: int) -> tuple[object, ...]:
             None if i % 3 else "x")
 
 
-def measure(label: str, ddl: str, row: Callable[[int], tuple[object, ...]], rows: int) -> None:
+def measure(label: str, ddl: str, row: Callable[[int], tuple[object, ...]], rows: int, window: int = 10_000) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-capture-"))
     db = work / "src.db"
     with sqlite3.connect(db) as conn:
@@ -46,6 +48,11 @@ def measure(label: str, ddl: str, row: Callable[[int], tuple[object, ...]], rows
     capture.install(config, "b")
     with sqlite3.connect(db) as conn:
         for start in range(0, rows, 10_000):
+            if window == 1:  # a cut after each row: to capture, each is a transaction of its own
+                for i in range(start, min(rows, start + 10_000)):
+                    conn.execute("INSERT INTO items VALUES (?, ?, ?, ?, ?)", row(i))
+                    conn.execute(SQLITE_CUT)
+                continue
             conn.execute(SQLITE_CUT)  # windows of 10k rows
             conn.executemany("INSERT INTO items VALUES (?, ?, ?, ?, ?)",
                              [row(i) for i in range(start, min(rows, start + 10_000))])
@@ -74,6 +81,8 @@ def measure(label: str, ddl: str, row: Callable[[int], tuple[object, ...]], rows
 def main(rows: int = 200_000) -> None:
     measure("SQLite capture (INTEGER, TEXT, REAL)", _PLAIN, _plain, rows)
     measure("SQLite capture (DECIMAL, DATETIME, DATE)", _TYPED, _typed, rows)
+    measure("SQLite capture, one-row transactions (INTEGER, TEXT, REAL; asked: <= 2x the row images' SELECT)",
+            _PLAIN, _plain, rows // 2, window=1)
 
 
 if __name__ == "__main__":
