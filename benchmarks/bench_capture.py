@@ -47,15 +47,10 @@ def measure(label: str, ddl: str, row: Callable[[int], tuple[object, ...]], rows
          "tables": [{"name": "items", "primary_key": ["id"]}]}]}, base=work)
     capture.install(config, "b")
     with sqlite3.connect(db) as conn:
-        for start in range(0, rows, 10_000):
-            if window == 1:  # a cut after each row: to capture, each is a transaction of its own
-                for i in range(start, min(rows, start + 10_000)):
-                    conn.execute("INSERT INTO items VALUES (?, ?, ?, ?, ?)", row(i))
-                    conn.execute(SQLITE_CUT)
-                continue
-            conn.execute(SQLITE_CUT)  # windows of 10k rows
+        for start in range(0, rows, window):
+            conn.execute(SQLITE_CUT)  # windows of ``window`` rows (of 1: each a transaction of its own, to capture)
             conn.executemany("INSERT INTO items VALUES (?, ?, ?, ?, ?)",
-                             [row(i) for i in range(start, min(rows, start + 10_000))])
+                             [row(i) for i in range(start, min(rows, start + window))])
 
     def bare() -> None:
         with sqlite3.connect(db) as conn:

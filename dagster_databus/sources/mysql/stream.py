@@ -238,7 +238,7 @@ class _Poll:
 
     def __init__(self, source: BinlogReader, file: str, since: Scn, bound: Scn, stats: PollStats,
                  state: Mapping[str, str], mariadb: bool) -> None:
-        self.source, self.since, self.bound, self.stats = source, since, bound, stats
+        self.source, self.bound, self.stats = source, bound, stats
         self.since_value = since.value
         self.until = since.value  # the SCN where the last transaction read ended, as an integer until the end
         self.mariadb = mariadb

@@ -28,9 +28,9 @@ class TableRows:
     def __init__(self, schema: TableSchema, names: Sequence[str]) -> None:
         assert list(names) == schema.column_names, f"{schema.table}: tuples hold {names}"  # as catalog.build keeps
         self.schema = schema
-        self.key = tuple(schema.column_names.index(k) for k in schema.primary_key)
+        key = [schema.column_names.index(k) for k in schema.primary_key]
         # A row's key, as one value or a tuple of them: compared in C, for each update.
-        self.key_of: Callable[[Tuple], object] = itemgetter(*self.key) if self.key else lambda row: ()
+        self.key_of: Callable[[Tuple], object] = itemgetter(*key) if key else lambda row: ()
         self.width = len(names)
         self.columns: list[list[pa.Array]] = [[] for _ in range(self.width + 2)]  # the table's, __op, __seq
         self.rows: list[Tuple] = []

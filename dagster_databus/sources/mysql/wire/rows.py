@@ -82,7 +82,7 @@ class Shape:
 # its number in its transaction, its window, and its commit time in ms. Rows of machine integers, one after
 # the other: a million one-row events are 56 MB, not a million tuples the garbage collector walks.
 START, END, KIND, IMAGES, EVENT, WINDOW, STAMP = range(7)
-_META = len(range(7))
+_META = 7  # items a row
 
 
 @dataclass(slots=True)
@@ -118,7 +118,7 @@ class Transactions:
     ``add`` a row event to the open transaction, ``commit`` it at its SCN (or ``discard`` it), ``build``
     the committed ones into a ``ChangeBatch``. The open transaction's events go straight into the runs of
     their shapes, behind a mark of where each run stood before it: committing forgets the marks, discarding
-    cuts the runs back to them. A one-row transaction costs one row of a list, not a run of its own."""
+    cuts the runs back to them. A one-row transaction costs one meta row, not a run of its own."""
 
     def __init__(self, refuse: Callable[[TableSchema, int, object, str, str], NoReturn]) -> None:
         self._refuse = refuse
