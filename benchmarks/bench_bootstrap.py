@@ -22,7 +22,7 @@ from benchmarks.common import best_of, jvm_rss_growth, report
 from dagster_databus import capture
 from dagster_databus.config import DatabusConfig, parse_config
 from dagster_databus.spark.runtime import SparkRuntime
-from dagster_databus.sync.merge import engine_for, sync_table
+from dagster_databus.sync.merge import TableSyncResult, engine_for, sync_table
 from tests.support.mariadb import MariaDBServer
 
 COLUMNS = ["id", "name", "price", "qty", "note"]
@@ -38,11 +38,11 @@ def bare_to_parquet(fetch: Callable[[], list], out: Path) -> None:
     pq.write_table(pa.table(dict(zip(COLUMNS, [list(c) for c in data], strict=True))), out)
 
 
-def bootstrap(config: DatabusConfig, engine: str = "spark") -> None:
+def bootstrap(config: DatabusConfig, engine: str = "spark") -> TableSyncResult:
     cfg = config if engine == "spark" else config.model_copy(update={"merge": config.merge.model_copy(
         update={"engine": engine})})
     shutil.rmtree(cfg.lake.path / "snapshot", ignore_errors=True)
-    sync_table(cfg, cfg.sources[0], "items", engine_for(SparkRuntime(cfg.spark), cfg))
+    return sync_table(cfg, cfg.sources[0], "items", engine_for(SparkRuntime(cfg.spark), cfg))
 
 
 def sqlite_case(work: Path, n: int) -> None:

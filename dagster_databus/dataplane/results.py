@@ -5,7 +5,7 @@ counts reports show, and the two settings every engine reads the same way. Below
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -20,18 +20,28 @@ if TYPE_CHECKING:
     from dagster_databus.sources.base import Source
 
 
+# Where a bootstrap in key ranges spent its time, in seconds: on the driver, ``planning`` (the read's snapshot and
+# its ranges' boundary keys), ``starting`` (the job's submission to its first task) and ``committing``; ``tasks``,
+# the first task's start to the last one's end; and summed over the ranges this run read, ``opening`` (each
+# range's connection and snapshot), ``reading`` (its rows: the source's query, parsing and converting) and
+# ``writing`` (its Parquet files). Tasks run side by side, so the sums exceed ``tasks``.
+BOOTSTRAP_PHASES = ("planning", "starting", "tasks", "opening", "reading", "writing", "committing")
+
+
 @dataclass(frozen=True, slots=True)
 class RangeCounts:
     """A bootstrap's key ranges (chunks): how many, how many an earlier killed run had finished, and the most
-    times any one was read (a resumed bootstrap: at most 2)."""
+    times any one was read (a resumed bootstrap: at most 2); and where its time went (``BOOTSTRAP_PHASES``)."""
 
     ranges: int
     resumed: int
     most_reads: int
+    seconds: Mapping[str, float] = field(default_factory=dict)
 
-    def named(self) -> Mapping[str, int]:
+    def named(self) -> Mapping[str, float]:
         """The counts under the names reports give them (Dagster metadata: ``bootstrap_<name>``)."""
-        return MappingProxyType({"ranges": self.ranges, "resumed": self.resumed, "most_reads": self.most_reads})
+        return MappingProxyType({"ranges": self.ranges, "resumed": self.resumed, "most_reads": self.most_reads,
+                                 **{f"{phase}_s": round(s, 3) for phase, s in self.seconds.items()}})
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dagster_databus.core.pickle_text import pack
 from dagster_databus.core.scn import Scn
@@ -35,6 +35,7 @@ class RangeReads(SparkJobs):
         from dagster_databus.dataplane.reads import FilesSink
         from dagster_databus.dataplane.resume import BootstrapProgress
 
+        planning = time.monotonic()
         store = BootstrapProgress(self.config.lake, snap.source, table)
         read, plan, done = self._plan(snap, store, source.reads.ranges(table, range_rows(self.config, source)))
         remaining = [i for i in range(len(read.ranges)) if i not in done]
@@ -45,6 +46,8 @@ class RangeReads(SparkJobs):
                          int(time.time() * 1000), store.spec)
         committed = False
         report = None
+        submitted = time.time()
+        planning = time.monotonic() - planning
         try:
             if remaining:
                 with task_errors(), self.spark.job_progress(progress, f"{table}: bootstrapping"):
@@ -59,10 +62,12 @@ class RangeReads(SparkJobs):
             report = TaskReport(tuple(f for i in sorted(done) for f in done[i].added), (),
                                 tuple(f for i in sorted(done) for f in done[i].facts))
             scn = Scn(min(int(f["scn"]) for f in report.facts))
+            committing = time.monotonic()
             crash_point("delta_commit")
             with disk_errors(f"bootstrapping {snap.source}.{table} into Delta", snap.path):
                 commit_bootstrap(snap, sink.schema, report.added, scn, ENGINE)
             committed = True
+            committing = time.monotonic() - committing
             crash_point("delta_committed")
             starts = store.starts()
             store.clear()
@@ -74,7 +79,9 @@ class RangeReads(SparkJobs):
         rows = report.total("rows")
         progress(f"{table}: bootstrapped {rows:,} rows in {len(report.added)} file(s) at SCN {scn}")
         ranges = RangeCounts(ranges=len(read.ranges), resumed=len(read.ranges) - len(remaining),
-                             most_reads=max(starts.values(), default=0))
+                             most_reads=max(starts.values(), default=0),
+                             seconds=_phases(planning, submitted, [f for f in report.facts if f["range"] in remaining],
+                                             committing))
         return Bootstrapped(scn, read.schema, rows, len(report.added), ranges)
 
     def _plan(self, snap: DeltaSnapshot, store: BootstrapProgress, read: RangeRead
@@ -95,6 +102,15 @@ class RangeReads(SparkJobs):
         if plan is None:
             return read, store.start(read.ranges, read.schema.fingerprint(), manifest.epoch), done
         return replace(read, ranges=plan.ranges), plan, done
+
+
+def _phases(planning: float, submitted: float, facts: list[dict[str, Any]], committing: float) -> dict[str, float]:
+    """Where the bootstrap's time went (``BOOTSTRAP_PHASES``), from the facts of the ranges this run read."""
+    first = min((f["started_at"] for f in facts), default=submitted)
+    last = max((f["started_at"] + f["seconds"] for f in facts), default=first)
+    return {"planning": planning, "starting": max(0.0, first - submitted), "tasks": last - first,
+            **{phase: sum(f[phase] for f in facts) for phase in ("opening", "reading", "writing")},
+            "committing": committing}
 
 
 def _committed(snap: DeltaSnapshot, prefix: str) -> bool:

@@ -97,19 +97,45 @@ class _FilesReader(_RangesReader):
         from dagster_databus.spark.faults import task_fault
 
         sink: FilesSink = unpack(self.options["sink"])
-        started = time.monotonic()
+        started_at, started = time.time(), time.monotonic()
         if sink.progress is not None:
             sink.progress.started(index)
         got = read_range(read, index)
+        opened = time.monotonic()
+        reading = _Timed(iter(got.batches))
         writer = FileWriter(sink.location, sink.schema, sink.file_rows, f"{sink.prefix}-r{index:05d}")
-        files = writer.write(with_meta(b, got.scn, "r", sink.read_at_ms) for b in got.batches)
+        files = writer.write(with_meta(b, got.scn, "r", sink.read_at_ms) for b in reading)
         task_fault("bootstrap_files_written")
+        ended = time.monotonic()
+        # Where the task's time went (``dataplane.results.BootstrapTimes``): the range's connection and snapshot,
+        # its rows read and converted (the source's query included), and its files written.
         actions = actions_batch(files, facts=[{"range": index, "scn": got.scn.value,
                                                "rows": sum(f.rows for f in files),
-                                               "seconds": round(time.monotonic() - started, 3)}])
+                                               "seconds": round(ended - started, 3), "started_at": started_at,
+                                               "opening": opened - started, "reading": reading.seconds,
+                                               "writing": ended - opened - reading.seconds}])
         if sink.progress is not None:
             sink.progress.done(index, actions)
         yield actions
+
+
+class _Timed:
+    """An iterator's items, with the time spent making them (``seconds``)."""
+
+    def __init__(self, items: Iterator[Any]) -> None:
+        self.items, self.seconds = items, 0.0
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            started = time.monotonic()
+            item = next(self.items, _END)
+            self.seconds += time.monotonic() - started
+            if item is _END:
+                return
+            yield item
+
+
+_END = object()
 
 
 class TableRefreshSource(DataSource):

@@ -16,10 +16,13 @@ from pathlib import Path
 import pytest
 
 from dagster_databus import capture
+from dagster_databus.dataplane.results import BOOTSTRAP_PHASES
 from dagster_databus.sync.merge import sync_source
 from dagster_databus.sync.reconcile import reconcile_table
 from tests.support.harness import MysqlHarness, PostgresHarness, SourceHarness, SqliteHarness, make_config
 from tests.support.sources import harness_of
+
+SERIAL = ("planning", "starting", "tasks", "committing")  # a bootstrap's phases that do not overlap
 
 ROWS = 1_000_000
 RANGE_ROWS = 50_000
@@ -151,6 +154,11 @@ def test_a_large_table_read_under_steady_writes_ends_equal_without_locks_or_long
     assert writer.error is None, writer.error
     assert result.bootstrapped_at is not None and result.key_ranges is not None
     assert result.key_ranges.ranges >= ROWS // RANGE_ROWS
+    # Where the time went, in phases that fit inside the run: tasks read and wrote, and no phase outlasts it.
+    seconds = result.key_ranges.seconds
+    assert tuple(seconds) == BOOTSTRAP_PHASES and all(0 <= s < took for k, s in seconds.items() if k in SERIAL)
+    assert seconds["reading"] > 0 and seconds["writing"] > 0 and seconds["tasks"] > 0
+    assert result.key_ranges.named()["reading_s"] == round(seconds["reading"], 3)
     # The writer aims at 500/s; on two cores shared with Spark's tasks it reaches less, but it never stops.
     during = [t for t in writer.commits if started <= t <= started + took]
     assert len(during) >= 50 * took, f"only {len(during)} writes in {took:.1f}s"
