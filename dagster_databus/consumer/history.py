@@ -44,7 +44,7 @@ def as_of(lake: Lake | LakeLocation | Path | str, source: str, table: str, scn: 
             "sync the table to bring its history further, or ask for an SCN it covers")
     if at is not None and at.tzinfo is None:
         raise ValueError("at= must be timezone-aware (source commit times are UTC)")
-    dataset = delta.to_pyarrow_dataset()
+    dataset = hist.dataset(delta)
     if scn is not None:
         value: pa.Scalar = pa.scalar(scn.value, pa.int64())
         start_col, end_col = ds.field("__start_scn"), ds.field("__end_scn")

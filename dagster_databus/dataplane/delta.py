@@ -27,6 +27,7 @@ from dagster_databus.dataplane.files import delta_writer
 from dagster_databus.dataplane.reduce import HELD_ONLY
 from dagster_databus.errors import DatabusError, SnapshotDamagedError, SnapshotMissingError
 from dagster_databus.log.columns import missing
+from dagster_databus.storage.arrowfs import arrow_filesystem
 from dagster_databus.storage.durable import exclusive_lock
 from dagster_databus.storage.lake import Lake, as_lake
 from dagster_databus.storage.location import LakeLocation
@@ -62,6 +63,13 @@ class DeltaFolder:
     def delta(self, version: int | None = None) -> DeltaTable:
         return DeltaTable(self.uri, version=version, storage_options=self.storage_options)
 
+    def dataset(self, table: DeltaTable | None = None) -> ds.Dataset:
+        """The files of ``table`` (a version of this one; its newest by default) as a pyarrow dataset, read
+        through a native file system (``storage.arrowfs``: delta-rs's default one can abort the process at exit).
+        Every Arrow read of the lake's Delta tables goes through here."""
+        table = self.delta() if table is None else table
+        return table.to_pyarrow_dataset(filesystem=arrow_filesystem(self.lake.location, self.key))
+
     def prepare(self) -> None:
         """Make the table's parent folder on a local lake (an object store needs none)."""
         if self.lake.is_local:
@@ -96,7 +104,7 @@ class DeltaFolder:
         table = self._table()
         if table is None:
             raise FileNotFoundError(self.uri)
-        data = live(table.to_pyarrow_table())
+        data = live(self.dataset(table).to_table())
         if not with_meta:
             data = data.select([n for n in data.column_names if not n.startswith("__")])
         return data
@@ -121,7 +129,7 @@ class DeltaFolder:
 
     def row_count(self) -> int:
         table = self._table()
-        return 0 if table is None else live_dataset(table.to_pyarrow_dataset()).count_rows()
+        return 0 if table is None else live_dataset(self.dataset(table)).count_rows()
 
     def damage(self) -> list[str]:
         """Data files the table's current version names that are missing, or not the size it recorded (a
@@ -245,7 +253,7 @@ class DeltaSnapshot(DeltaFolder):
         if table is None or applied is None:
             raise FileNotFoundError(self.uri)
         absorbed = self.absorbed_in(table)
-        data = live(table.to_pyarrow_table())
+        data = live(self.dataset(table).to_table())
         if not with_meta:
             data = data.select([n for n in data.column_names if not n.startswith("__")])
         return data, Scn(applied), absorbed
@@ -257,7 +265,7 @@ class DeltaSnapshot(DeltaFolder):
         applied = table.transaction_version(self.app_id) if table is not None else None
         if table is None or applied is None:
             return None
-        return Scn(applied), live_dataset(table.to_pyarrow_dataset())
+        return Scn(applied), live_dataset(self.dataset(table))
 
 
 def live(rows: pa.Table) -> pa.Table:
@@ -354,7 +362,7 @@ def soft_deleted(target: DeltaFolder, counts: MergeCounts, since: int) -> MergeC
     from the updates to the deletes."""
     import pyarrow.dataset as pds
 
-    marked = target.delta().to_pyarrow_dataset().count_rows(filter=(pds.field("__op").cast(pa.string()) == "d")
+    marked = target.dataset().count_rows(filter=(pds.field("__op").cast(pa.string()) == "d")
                                                            & (pds.field("__scn") > since))
     return MergeCounts(counts.inserted, max(0, counts.updated - marked), counts.deleted + marked)
 

@@ -84,12 +84,19 @@ class TableLocation:
 
     def read(self, path: str, columns: Sequence[str] | None = None) -> pa.Table:
         """One data file (``path`` as the Delta log names it), only ``columns`` if given."""
-        with self.lake.objects.reader(self.object_key(path)) as f:
-            return pq.read_table(f, columns=list(columns) if columns is not None else None)
+        wanted = list(columns) if columns is not None else None
+        lake = self.lake
+        if lake.path is not None:  # by name: no Python file object for Arrow's threads to free (storage.arrowfs)
+            return pq.read_table(str(lake.path / self.object_key(path)), columns=wanted, partitioning=None)
+        with lake.objects.reader(self.object_key(path)) as f:
+            return pq.read_table(f, columns=wanted)
 
     def schema(self, path: str) -> pa.Schema:
         """One data file's physical columns (its footer only)."""
-        with self.lake.objects.reader(self.object_key(path)) as f:
+        lake = self.lake
+        if lake.path is not None:
+            return pq.read_schema(str(lake.path / self.object_key(path)))
+        with lake.objects.reader(self.object_key(path)) as f:
             return pq.read_schema(f)
 
 

@@ -112,7 +112,7 @@ class LogicalSnapshot(DeltaFolder):
                 raise SnapshotMissingError(f"logical table {self.name} holds no rows of part {label} yet",
                                            f"materialize the logical/{self.name} asset")
             scns[label] = Scn(version)
-        return table.to_pyarrow_table(), scns
+        return self.dataset(table).to_table(), scns
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,7 +149,7 @@ class LocalEngine:
                fills: Mapping[str, pa.Scalar] | None = None) -> int:
         """The table read whole, conformed and overwritten in this process (the engine for small tables)."""
         table = snap.delta()
-        rows = conform_rows(table.to_pyarrow_table(), schema.arrow(with_meta=True), fills)
+        rows = conform_rows(snap.dataset(table).to_table(), schema.arrow(with_meta=True), fills)
         crash_point("delta_commit")
         with disk_errors(f"evolving {snap.source}.{schema.table} in Delta", snap.path):
             write_deltalake(table, rows, mode="overwrite", schema_mode="overwrite", writer_properties=delta_writer(),
@@ -163,7 +163,7 @@ class LocalEngine:
         """The snapshot's rows at ``version`` read in this process and written as the history's first versions."""
         from dagster_databus.dataplane.history import from_snapshot
 
-        rows = conform_rows(from_snapshot(live(snap.delta(version).to_pyarrow_table())), target)
+        rows = conform_rows(from_snapshot(live(snap.dataset(snap.delta(version)).to_table())), target)
         hist.prepare()
         crash_point("history_commit")
         with disk_errors(f"starting the history of {hist.source}.{hist.table} in Delta", hist.path):
@@ -204,8 +204,8 @@ class LocalEngine:
         from dagster_databus.dataplane.history import Restated, open_versions
 
         key = list(schema.primary_key)
-        rows = live(snap.delta(version).to_pyarrow_table())
-        held = open_versions(hist.delta().to_pyarrow_table(columns=[*key, "__end_scn"]))
+        rows = live(snap.dataset(snap.delta(version)).to_table())
+        held = open_versions(hist.dataset().to_table(columns=[*key, "__end_scn"]))
         gone = held.select(key).join(rows.select(key), keys=key, join_type="left anti")
         read_ms = snap.bootstrapped_ms() or int(time.time() * 1000)
         changes = pa.concat_tables([Restated(change_schema(schema)).of(rows),
@@ -244,7 +244,7 @@ def fold_into_history(hist: HistoryTable, changes: pa.Table, key: Sequence[str],
     # Keys of one column are looked up by value; a float's -0 is not its 0 to that lookup, though the same key.
     if len(key) == 1 and changes.num_rows and not pa.types.is_floating(target.field(key[0]).type):
         wanted = wanted & pc.field(key[0]).isin(pc.unique(changes[key[0]]).cast(target.field(key[0]).type))
-    open_rows = conform_rows(open_versions(table.to_pyarrow_dataset().to_table(filter=wanted)), target)
+    open_rows = conform_rows(open_versions(hist.dataset(table).to_table(filter=wanted)), target)
     folded = fold(open_rows, changes, key, tracked, target)
     rows = pa.concat_tables([folded.replaced, folded.opened])
     predicate, columns, _, _ = merge_clauses([*key, "__start_scn"], target.names)

@@ -158,7 +158,7 @@ def _refuse_held_elsewhere(target: LogicalSnapshot, layout: LogicalLayout, batch
     clashes: list[dict[str, Any]] = []
     # Filtered after the scan: pushing the filter into the Delta dataset trips over string vs
     # string_view statistics in pyarrow. Only the key columns are read.
-    for scanned in target.delta().to_pyarrow_dataset().to_batches(columns=columns):
+    for scanned in target.dataset().to_batches(columns=columns):
         held = pa.Table.from_batches([scanned]).cast(held_schema)
         held = held.filter(pc.is_in(held[layout.shard_column], value_set=shards))
         joined = incoming.join(held.rename_columns([*layout.key, "__held"]), keys=layout.key, join_type="inner")

@@ -293,7 +293,7 @@ class _SnapshotSlice:
         target = self.schema.arrow(with_meta=False)
         if not wanted:
             return target.empty_table()
-        dataset = self.snap.delta(self.piece.version).to_pyarrow_dataset()
+        dataset = self.snap.dataset(self.snap.delta(self.piece.version))
         try:
             first = self.schema.primary_key[0]
             values = self.piece.rows.column(first).combine_chunks()

@@ -49,7 +49,7 @@ def compare_parts(config: DatabusConfig, name: str) -> list[PartComparison]:
     if table is None:
         raise SnapshotMissingError(f"logical table {name} has not been written yet ({target.uri})",
                                    f"materialize the logical/{name} asset")
-    data = table.to_pyarrow_table()  # rows and SCNs from one version
+    data = target.dataset(table).to_table()  # rows and SCNs from one version
     out = []
     for part in logical.parts:
         version = table.transaction_version(target.app_id(part.label))
