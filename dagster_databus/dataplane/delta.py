@@ -363,7 +363,7 @@ def soft_deleted(target: DeltaFolder, counts: MergeCounts, since: int) -> MergeC
     import pyarrow.dataset as pds
 
     marked = target.dataset().count_rows(filter=(pds.field("__op").cast(pa.string()) == "d")
-                                                           & (pds.field("__scn") > since))
+                                         & (pds.field("__scn") > since))
     return MergeCounts(counts.inserted, max(0, counts.updated - marked), counts.deleted + marked)
 
 

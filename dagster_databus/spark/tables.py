@@ -107,7 +107,7 @@ class _FilesReader(_RangesReader):
         files = writer.write(with_meta(b, got.scn, "r", sink.read_at_ms) for b in reading)
         task_fault("bootstrap_files_written")
         ended = time.monotonic()
-        # Where the task's time went (``dataplane.results.BootstrapTimes``): the range's connection and snapshot,
+        # Where the task's time went (``dataplane.results.BOOTSTRAP_PHASES``): the range's connection and snapshot,
         # its rows read and converted (the source's query included), and its files written.
         actions = actions_batch(files, facts=[{"range": index, "scn": got.scn.value,
                                                "rows": sum(f.rows for f in files),
