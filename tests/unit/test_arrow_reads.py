@@ -59,3 +59,9 @@ def test_s3_storage_options_become_pyarrows_own_settings(endpoint: str, override
     settings = fs.__reduce__()[1][0]  # what pyarrow pickles it with: its own settings
     assert (settings["endpoint_override"], settings["scheme"], settings["region"]) == (override, scheme, "eu-west-1")
     assert (settings["access_key"], settings["secret_key"]) == ("k", "s")
+
+
+def test_a_gcs_lake_with_credentials_in_its_options_keeps_delta_rss_file_system() -> None:
+    """pyarrow's GCS client cannot take delta-rs's option names: a native one would read without the credentials."""
+    location = parse_lake("gs://bucket/lake", options={"GOOGLE_SERVICE_ACCOUNT": "/etc/key.json"})
+    assert arrow_filesystem(location, "snapshot/s/t") is None
