@@ -19,6 +19,20 @@ from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
 from dagster_databus.errors import DatabusError
+from dagster_databus.sources.postgres.tuples import (
+    DECODE_ERRORS,
+    U16,
+    U32,
+    Malformed,
+    Tuple,
+    begin_fields,
+    commit_fields,
+    deleted,
+    ended,
+    inserted,
+    updated,
+)
+from dagster_databus.sources.postgres.tuples import UNCHANGED as UNCHANGED  # re-exported: a value a message holds
 
 PG_EPOCH_UNIX_MICROS: Final = 946_684_800_000_000  # 2000-01-01T00:00:00Z, PostgreSQL's timestamp epoch
 
@@ -28,18 +42,9 @@ REPLICA_IDENTITY_NOTHING: Final = "n"
 REPLICA_IDENTITY_FULL: Final = "f"
 REPLICA_IDENTITY_INDEX: Final = "i"
 
-_U8 = struct.Struct(">B").unpack_from
-_U16 = struct.Struct(">H").unpack_from
-_U32 = struct.Struct(">I").unpack_from
-_I32 = struct.Struct(">i").unpack_from
-_BEGIN = struct.Struct(">QqI").unpack_from  # final LSN, commit time, xid
-_COMMIT = struct.Struct(">BQQq").unpack_from  # flags, commit LSN, end LSN, commit time
 _STREAM_COMMIT = struct.Struct(">IBQQq").unpack_from  # xid, flags, commit LSN, end LSN, commit time
 _ATTR = struct.Struct(">Ii").unpack_from  # type oid, type modifier
 _XID_OID = struct.Struct(">II").unpack_from  # a streamed change's xid, then its relation
-
-_T, _N, _U, _B = ord("t"), ord("n"), ord("u"), ord("b")  # tuple value kinds
-_NEW, _KEY, _OLD = ord("N"), ord("K"), ord("O")  # tuple markers in Insert / Update / Delete
 
 
 def lsn_of(text: str) -> int:
@@ -56,25 +61,6 @@ def lsn_text(lsn: int) -> str:
 def pg_micros_to_unix_ms(micros: int) -> int:
     """A pgoutput timestamp (microseconds since 2000-01-01 UTC) as milliseconds since the Unix epoch."""
     return (micros + PG_EPOCH_UNIX_MICROS) // 1000
-
-
-class Unchanged:
-    """The type of ``UNCHANGED``: a TOASTed value the change left as it was, whose bytes the server did
-    not send. Only ``UNCHANGED`` exists (it survives pickling as itself)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "UNCHANGED"
-
-    def __reduce__(self) -> str:
-        return "UNCHANGED"
-
-
-UNCHANGED: Final = Unchanged()
-
-Value: TypeAlias = str | bytes | Unchanged | None
-Tuple: TypeAlias = tuple[Value, ...]
 
 
 class PgoutputMessageError(DatabusError):
@@ -228,7 +214,6 @@ _STREAM_STOP: Final = StreamStop()
 # The messages of a row change, and of a commit: tuples for isinstance (a union written at the call is built
 # again at each call, once a message in a reader's loop).
 ROW_CHANGES: Final = (Insert, Update, Delete)
-COMMITS: Final = (Commit, StreamCommit)
 
 # Types capture does not ask for, named so the error says what to change rather than "unknown".
 _NOT_REQUESTED = {
@@ -237,40 +222,9 @@ _NOT_REQUESTED = {
 }
 
 
-def _tuple(data: bytes, pos: int) -> tuple[Tuple, int]:
-    """TupleData at ``pos``: the values, and the offset after them."""
-    (count,) = _U16(data, pos)
-    pos += 2
-    values: list[Value] = [None] * count  # NULLs need no store
-    for i in range(count):
-        kind = data[pos]
-        if kind == _T:
-            start = pos + 5
-            pos = start + _U32(data, pos + 1)[0]
-            values[i] = data[start:pos].decode()
-        elif kind == _N:
-            pos += 1
-        elif kind == _U:
-            values[i] = UNCHANGED
-            pos += 1
-        elif kind == _B:
-            start = pos + 5
-            pos = start + _U32(data, pos + 1)[0]
-            values[i] = data[start:pos]
-        else:
-            raise _Malformed(f"tuple value kind {chr(kind)!r} (0x{kind:02x}) is none of 'n', 'u', 't', 'b'")
-    if pos > len(data):  # a slice past the end is silently short: say the message is truncated
-        raise _Malformed(f"the tuple's values end {pos - len(data)} byte(s) past the message")
-    return tuple(values), pos
-
-
 def _string(data: bytes, pos: int) -> tuple[str, int]:
     end = data.index(0, pos)
     return data[pos:end].decode(), end + 1
-
-
-class _Malformed(Exception):
-    """Inside the decoder: a message that does not parse (turned into ``PgoutputMessageError``)."""
 
 
 class PgoutputDecoder:
@@ -302,17 +256,19 @@ class PgoutputDecoder:
             if handler is None:
                 raise self._unknown(kind, lsn)
             message, end = handler(data)
-            if end != len(data):
-                raise _Malformed(f"{len(data) - end} byte(s) past the end of the message" if end < len(data)
-                                 else f"the message ends {end - len(data)} byte(s) early")
+            ended(data, end)
             return message
-        except (_Malformed, struct.error, IndexError, ValueError) as exc:
-            if isinstance(exc, UnicodeDecodeError):
-                raise self._error(
-                    data, lsn, f"holds text that is not UTF-8 ({exc})",
-                    "read the slot with client_encoding UTF8 (options '-c client_encoding=UTF8'); a database whose "
-                    "encoding is SQL_ASCII may hold bytes that are not UTF-8: correct those values") from None
-            raise self._error(data, lsn, f"does not parse: {exc}", _BUG_FIX) from None
+        except DECODE_ERRORS as exc:
+            raise self.failure(data, lsn, exc) from None
+
+    def failure(self, data: bytes, lsn: int | None, exc: Exception) -> PgoutputMessageError:
+        """The error for a message that raised ``exc`` (one of ``DECODE_ERRORS``) as it was decoded."""
+        if isinstance(exc, UnicodeDecodeError):
+            return self._error(
+                data, lsn, f"holds text that is not UTF-8 ({exc})",
+                "read the slot with client_encoding UTF8 (options '-c client_encoding=UTF8'); a database whose "
+                "encoding is SQL_ASCII may hold bytes that are not UTF-8: correct those values")
+        return self._error(data, lsn, f"does not parse: {exc}", _BUG_FIX)
 
     # -- errors ------------------------------------------------------------------------------------------
 
@@ -347,12 +303,10 @@ class PgoutputDecoder:
     # -- messages ----------------------------------------------------------------------------------------
 
     def _begin(self, data: bytes) -> tuple[Message, int]:
-        final_lsn, commit_ts, xid = _BEGIN(data, 1)
-        return Begin(final_lsn, commit_ts, xid), 21
+        return Begin(*begin_fields(data)), 21
 
     def _commit(self, data: bytes) -> tuple[Message, int]:
-        flags, commit_lsn, end_lsn, commit_ts = _COMMIT(data, 1)
-        return Commit(flags, commit_lsn, end_lsn, commit_ts), 26
+        return Commit(*commit_fields(data)), 26
 
     def _origin(self, data: bytes) -> tuple[Message, int]:
         (commit_lsn,) = struct.unpack_from(">Q", data, 1)
@@ -362,7 +316,7 @@ class PgoutputDecoder:
     def _xid(self, data: bytes) -> tuple[int | None, int]:
         """The leading xid of a change inside a stream block, and where the message's own fields start."""
         if self.in_stream:
-            return _U32(data, 1)[0], 5
+            return U32(data, 1)[0], 5
         return None, 1
 
     def _xid_oid(self, data: bytes) -> tuple[int | None, int, int]:
@@ -370,15 +324,15 @@ class PgoutputDecoder:
         if self.in_stream:
             xid, oid = _XID_OID(data, 1)
             return xid, oid, 9
-        return None, _U32(data, 1)[0], 5
+        return None, U32(data, 1)[0], 5
 
     def _relation(self, data: bytes) -> tuple[Message, int]:
         xid, pos = self._xid(data)
-        (oid,) = _U32(data, pos)
+        (oid,) = U32(data, pos)
         namespace, pos = _string(data, pos + 4)
         name, pos = _string(data, pos)
         identity = chr(data[pos])
-        (count,) = _U16(data, pos + 1)
+        (count,) = U16(data, pos + 1)
         pos += 3
         columns = []
         for _ in range(count):
@@ -391,47 +345,29 @@ class PgoutputDecoder:
 
     def _type(self, data: bytes) -> tuple[Message, int]:
         xid, pos = self._xid(data)
-        (oid,) = _U32(data, pos)
+        (oid,) = U32(data, pos)
         namespace, pos = _string(data, pos + 4)
         name, pos = _string(data, pos)
         return Type(oid, namespace or "pg_catalog", name, xid=xid), pos
 
     def _insert(self, data: bytes) -> tuple[Message, int]:
         xid, oid, pos = self._xid_oid(data)
-        if data[pos] != _NEW:
-            raise _Malformed(f"expected 'N' before the new tuple, got {chr(data[pos])!r}")
-        new, pos = _tuple(data, pos + 1)
+        new, pos = inserted(data, pos)
         return Insert(oid, new, xid=xid), pos
 
     def _update(self, data: bytes) -> tuple[Message, int]:
         xid, oid, pos = self._xid_oid(data)
-        marker = data[pos]
-        old_key = old = None
-        if marker == _KEY:
-            old_key, pos = _tuple(data, pos + 1)
-            marker = data[pos]
-        elif marker == _OLD:
-            old, pos = _tuple(data, pos + 1)
-            marker = data[pos]
-        if marker != _NEW:
-            raise _Malformed(f"expected 'K', 'O' or 'N' in an update, got {chr(marker)!r}")
-        new, pos = _tuple(data, pos + 1)
+        new, old_key, old, pos = updated(data, pos)
         return Update(oid, new, old_key, old, xid=xid), pos
 
     def _delete(self, data: bytes) -> tuple[Message, int]:
         xid, oid, pos = self._xid_oid(data)
-        marker = data[pos]
-        if marker == _KEY:
-            key, pos = _tuple(data, pos + 1)
-            return Delete(oid, key, None, xid=xid), pos
-        if marker == _OLD:
-            old, pos = _tuple(data, pos + 1)
-            return Delete(oid, None, old, xid=xid), pos
-        raise _Malformed(f"expected 'K' or 'O' in a delete, got {chr(marker)!r}")
+        old_key, old, pos = deleted(data, pos)
+        return Delete(oid, old_key, old, xid=xid), pos
 
     def _truncate(self, data: bytes) -> tuple[Message, int]:
         xid, pos = self._xid(data)
-        (count,) = _U32(data, pos)
+        (count,) = U32(data, pos)
         options = data[pos + 4]
         pos += 5
         oids = struct.unpack_from(f">{count}I", data, pos)
@@ -442,22 +378,22 @@ class PgoutputDecoder:
         flags = data[pos]
         (lsn,) = struct.unpack_from(">Q", data, pos + 1)
         prefix, pos = _string(data, pos + 9)
-        (length,) = _U32(data, pos)
+        (length,) = U32(data, pos)
         pos += 4
         content = data[pos:pos + length]
         if len(content) != length:
-            raise _Malformed(f"the content is {len(content)} bytes, not the {length} it declares")
+            raise Malformed(f"the content is {len(content)} bytes, not the {length} it declares")
         return LogicalMessage(bool(flags & 1), lsn, prefix, content, xid=xid), pos + length
 
     def _stream_start(self, data: bytes) -> tuple[Message, int]:
-        (xid,) = _U32(data, 1)
+        (xid,) = U32(data, 1)
         first = data[5] == 1
         self.in_stream, self.stream_xid = True, xid
         return StreamStart(xid, first), 6
 
     def _stream_stop(self, data: bytes) -> tuple[Message, int]:
         if not self.in_stream:
-            raise _Malformed("Stream Stop without a Stream Start")
+            raise Malformed("Stream Stop without a Stream Start")
         self.in_stream, self.stream_xid = False, None
         return _STREAM_STOP, 1
 

@@ -13,7 +13,8 @@ import pyarrow as pa
 from dagster_databus.core.batch import table_rows
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.errors import SchemaDriftError
-from dagster_databus.sources.postgres.pgoutput import UNCHANGED, Tuple, lsn_text
+from dagster_databus.sources.postgres.pgoutput import lsn_text
+from dagster_databus.sources.postgres.tuples import UNCHANGED, Tuple
 from dagster_databus.sources.postgres.types import text_converter
 
 # Rows of a table held as decoded tuples before they are converted into Arrow columns.

@@ -25,7 +25,7 @@ from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.sources import open_source, read_rows
 from dagster_databus.sources.mysql import charsets
 from dagster_databus.sources.mysql.wire import tablemap
-from dagster_databus.sources.postgres import drift, stream
+from dagster_databus.sources.postgres import drift, reader
 from dagster_databus.sources.postgres import reads as pg_reads
 from dagster_databus.sources.sqlite import setup as sqlite_setup
 from dagster_databus.spark.runtime import SparkRuntime
@@ -216,7 +216,7 @@ def _identity_change_before_fix(table: str, before: drift.Identity, now: drift.I
 @pytest.mark.parametrize("policy", POLICIES)
 def test_postgres_rewrite_keeping_the_type_reverted(pg: PostgresHarness, tmp_path: Path, lazy_spark: SparkRuntime,
                                                     monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
-    monkeypatch.setattr(stream, "identity_change", _identity_change_before_fix)
+    monkeypatch.setattr(reader, "identity_change", _identity_change_before_fix)
     pg.execute(["CREATE TYPE status AS ENUM ('new', 'paid')",
                 "CREATE TABLE items (id INT PRIMARY KEY, note TEXT, st status, qty INT)",
                 *(f"INSERT INTO items VALUES ({i}, 'note {i}', '{'new' if i < 3 else 'paid'}', {i})"

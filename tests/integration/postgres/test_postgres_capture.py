@@ -10,6 +10,7 @@ import os
 import random
 import re
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -39,8 +40,8 @@ from dagster_databus.errors import (
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.columns import table_changes
 from dagster_databus.sources.postgres.pgoutput import lsn_of, lsn_text
+from dagster_databus.sources.postgres.reader import IDLE_ADVANCE_BYTES
 from dagster_databus.sources.postgres.slots import let_go
-from dagster_databus.sources.postgres.stream import IDLE_ADVANCE_BYTES
 from dagster_databus.sync.merge import sync_source
 from dagster_databus.sync.reconcile import reconcile_table
 from tests.support.checks import assert_snapshots_match, cycle
@@ -562,3 +563,62 @@ def test_a_read_while_a_finished_capture_still_holds_the_slot_is_stamped_as_any_
     assert_snapshots_match(config)
     check = reconcile_table(config, config.source("shop"), "a")
     assert check.reconciled and check.equal and check.scn == stamped, check
+
+
+class _Sent:
+    """A message as psycopg2's replication cursor returns it."""
+
+    def __init__(self, payload: bytes, data_start: int) -> None:
+        self.payload, self.data_start = payload, data_start
+
+
+class _Socket:
+    """The replication cursor, at the one seam capture's reader has: messages a server cannot be made to send."""
+
+    wal_end = 0
+
+    def __init__(self, *messages: _Sent) -> None:
+        self.messages = list(messages)
+
+    def read_message(self) -> _Sent | None:
+        return self.messages.pop(0) if self.messages else None
+
+    def send_feedback(self, **_: Any) -> None:
+        pass
+
+
+BEGIN = b"B" + struct.pack(">QqI", 10, 0, 1)  # final LSN, commit time, xid
+
+
+def relation(oid: int) -> bytes:
+    """A Relation message for table public.t (one int column, id, the key)."""
+    return (b"R" + struct.pack(">I", oid) + b"public\0t\0d" + struct.pack(">H", 1) + b"\1id\0"
+            + struct.pack(">Ii", 23, -1))
+
+
+@pytest.mark.parametrize(("messages", "problem"), [
+    ([b"B" + struct.pack(">Qq", 1, 2)], "ends 4 byte\\(s\\) early"),  # a Begin without its xid
+    ([BEGIN, b"C" + struct.pack(">BQQq", 0, 1, 2, 3) + b"!"], "1 byte\\(s\\) past the end"),
+    ([BEGIN, b"I" + struct.pack(">I", 0) + b"X"], "expected 'N' before the new tuple"),
+    ([BEGIN, b"U" + struct.pack(">I", 0) + b"N" + struct.pack(">H", 1) + b"t" + struct.pack(">I", 9) + b"1"],
+     "past the message"),
+    ([BEGIN, b"D" + struct.pack(">I", 0) + b"Q"], "expected 'K' or 'O' in a delete"),
+])
+def test_a_malformed_message_read_by_its_fields_is_refused_as_the_decoder_refuses_it(
+        pg: PostgresHarness, tmp_path: Path, messages: list[bytes], problem: str) -> None:
+    """The reader takes Begin, row changes and Commit by their fields, past ``PgoutputDecoder.decode``: a message
+    that does not parse still stops capture with the decoder's error, naming its type and LSN."""
+    from dagster_databus.sources import open_source
+    from dagster_databus.sources.base import PollStats
+    from dagster_databus.sources.postgres.pgoutput import PgoutputMessageError
+    from dagster_databus.sources.postgres.reader import PollReader
+
+    config = configured(pg, tmp_path / "lake", [("t", ["id"])], "CREATE TABLE t (id int PRIMARY KEY)")
+    stream = open_source(config.sources[0]).stream
+    (oid,) = pg.query("SELECT 't'::regclass::oid")[0]
+    sent = [relation(oid)] + [m[:1] + struct.pack(">I", oid) + m[5:] if m[:1] in b"IUD" else m for m in messages]
+    socket = _Socket(*(_Sent(m, 0xB374D848) for m in sent))
+    reader = PollReader(stream, socket, socket, Scn(0), Scn(1 << 40), PollStats(), {}, None)  # type: ignore[arg-type]
+    with pytest.raises(PgoutputMessageError, match=problem) as caught:
+        list(reader.read())
+    assert "at LSN 0/B374D848" in caught.value.problem

@@ -17,7 +17,7 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SchemaDriftError
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.log.columns import table_changes
-from dagster_databus.sources.postgres import spool, stream
+from dagster_databus.sources.postgres import reader, spool, stream
 from dagster_databus.sync.merge import sync_source
 from tests.support.checks import assert_snapshots_match
 from tests.support.harness import PostgresHarness, make_config
@@ -77,7 +77,7 @@ def big_transaction(first: int, rows: int) -> list[str]:
 def test_a_transaction_past_spool_rows_is_spooled_and_written_whole_in_commit_order(
         pg: PostgresHarness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lazy_spark: Any) -> None:
     monkeypatch.setattr(spool, "SPOOL_ROWS", 700)  # the same path a transaction of millions takes, with thousands
-    monkeypatch.setattr(stream, "SPOOL_ROWS", 700)
+    monkeypatch.setattr(reader, "SPOOL_ROWS", 700)
     config = configured(pg, tmp_path / "lake", None)
     pg.execute(["INSERT INTO a VALUES (1, 1, 'small before', 1)"])
     pg.execute(big_transaction(100, 3000))
@@ -101,7 +101,7 @@ def test_a_transaction_past_spool_rows_is_spooled_and_written_whole_in_commit_or
 def test_streamed_transactions_keep_only_what_committed_in_commit_order(
         pg: PostgresHarness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lazy_spark: Any, protocol: int) -> None:
     monkeypatch.setattr(spool, "SPOOL_ROWS", 1000)  # pieces on disk and rows in memory, both
-    monkeypatch.setattr(stream, "SPOOL_ROWS", 1000)
+    monkeypatch.setattr(reader, "SPOOL_ROWS", 1000)
     if protocol == 1:  # as a PostgreSQL 13 server is read: the same transactions, held by the server to their commit
         monkeypatch.setattr(stream, "STREAMING_SINCE", 10**9)
     config = configured(pg, tmp_path / "lake", 64)
