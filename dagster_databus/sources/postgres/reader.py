@@ -58,7 +58,10 @@ _ASK_S = 0.1
 _STATUS_S = 1.0  # how often a status goes to the server while messages stream (it asks after wal_sender_timeout/2)
 # One WAL segment: the WAL an idle slot may hold back before a poll moves it on regardless.
 IDLE_ADVANCE_BYTES = 16 << 20
-_PLAIN = frozenset((tp.BEGIN, tp.COMMIT, tp.INSERT, tp.UPDATE, tp.DELETE))  # read by their fields (``tuples``)
+# The messages read by their fields (``tuples``), outside a stream block.
+_FIELDS: dict[int, Callable[[bytes], Any]] = {tp.BEGIN: tp.begin_fields, tp.COMMIT: tp.commit_fields,
+                                              tp.INSERT: tp.insert_fields, tp.UPDATE: tp.update_fields,
+                                              tp.DELETE: tp.delete_fields}
 
 
 class Polled(Protocol):
@@ -137,28 +140,30 @@ class PollReader:
                 asked_at = settled_at
             payload = message.payload
             kind = payload[0]
-            if kind in _PLAIN and not decoder.in_stream:  # most messages: their fields, no message object made
+            if kind in _FIELDS and not decoder.in_stream:  # most messages: their fields, no message object made
                 try:
-                    if kind == tp.UPDATE:
-                        self._update(self._table(tp.relation_of(payload)), *tp.update_fields(payload), None)
-                    elif kind == tp.BEGIN:
-                        self._begin(tp.begin_fields(payload)[0])
-                    elif kind == tp.COMMIT:
-                        _, commit_lsn, end_lsn, commit_ts = tp.commit_fields(payload)
-                        if self.spool is None:  # a transaction held in memory: no generator made for it
-                            if self._held(end_lsn, pg.pg_micros_to_unix_ms(commit_ts)):
-                                yield self._chunk()
-                        else:
-                            yield from self._commit(pg.Commit(0, commit_lsn, end_lsn, commit_ts))
-                        if self.last_end >= self.bound.value and self.begin is None:
-                            break
-                    elif kind == tp.INSERT:
-                        self._add(self._table(tp.relation_of(payload)), "i", tp.insert_fields(payload), None)
-                    else:
-                        old_key, old = tp.delete_fields(payload)
-                        self._add(self._table(tp.relation_of(payload)), "d", old if old is not None else old_key, None)
+                    fields: Any = _FIELDS[kind](payload)
                 except tp.DECODE_ERRORS as exc:
                     raise decoder.failure(payload, message.data_start, exc) from None
+                if kind == tp.UPDATE:
+                    new, old_key, old = fields
+                    self._update(self._table(tp.relation_of(payload)), new, old_key, old, None)
+                elif kind == tp.BEGIN:
+                    self._begin(fields[0])
+                elif kind == tp.COMMIT:
+                    _, commit_lsn, end_lsn, commit_ts = fields
+                    if self.spool is None:  # a transaction held in memory: no generator made for it
+                        if self._held(end_lsn, pg.pg_micros_to_unix_ms(commit_ts)):
+                            yield self._chunk()
+                    else:
+                        yield from self._commit(pg.Commit(0, commit_lsn, end_lsn, commit_ts))
+                    if self.last_end >= self.bound.value and self.begin is None:
+                        break
+                elif kind == tp.INSERT:
+                    self._add(self._table(tp.relation_of(payload)), "i", fields, None)
+                else:
+                    old_key, old = fields
+                    self._add(self._table(tp.relation_of(payload)), "d", old if old is not None else old_key, None)
                 continue
             # The rest, and every message of a stream block (where a Begin or a Commit is refused as out of place).
             decoded = decoder.decode(payload, message.data_start)
