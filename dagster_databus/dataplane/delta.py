@@ -131,10 +131,10 @@ class DeltaFolder:
         table = self._table()
         return 0 if table is None else live_dataset(self.dataset(table)).count_rows()
 
-    def damage(self) -> list[str]:
-        """Data files the table's current version names that are missing, or not the size it recorded (a
-        file deleted or truncated behind Delta's back): one listing of the table's folder."""
-        table = self._table()
+    def damage(self, version: int | None = None) -> list[str]:
+        """Data files the table's current version (or ``version``) names that are missing, or not the size it recorded
+        (a file deleted or truncated behind Delta's back, or removed by VACUUM): one listing of the table's folder."""
+        table = self._table() if version is None else self.delta(version)
         if table is None:
             return []
         actions = table.get_add_actions(flatten=True)

@@ -366,13 +366,19 @@ def rebuild_from_bootstrap(snap: DeltaSnapshot, log: ChangeLog, progress: Progre
             f"snapshot's last bootstrap was at SCN {boot}, so the changes in between are gone",
             "run a bootstrap of the table instead (mode: bootstrap)")
     current = snap.delta()
+    if current.version() == lo:  # nothing committed since the bootstrap: the table is what a restore would make it
+        progress(f"{snap.table}: already at version {lo}, its bootstrap's (SCN {boot}); replaying the log")
+        return boot
     txns = [Transaction(app_id=snap.app_id, version=boot.value),
             Transaction(app_id=snap.bootstrap_app_id, version=boot.value)]
     try:
         current.restore(lo, commit_properties=CommitProperties(app_transactions=txns))
     except Exception as exc:
+        gone = snap.damage(lo)  # why, when it is that the version's files are no longer there
         raise SnapshotMissingError(
             f"version {lo} of {snap.source}.{snap.table} (its last bootstrap) cannot be restored: {exc}",
-            "run a bootstrap of the table instead (mode: bootstrap); VACUUM removed the old files") from exc
+            "run a bootstrap of the table instead (mode: bootstrap)"
+            + (f"; {len(gone)} of the bootstrap's data files are gone (VACUUM or upkeep removed them)" if gone
+               else "")) from exc
     progress(f"{snap.table}: restored version {lo} ({snap.row_count()} rows, bootstrap SCN {boot}); replaying the log")
     return boot

@@ -255,6 +255,11 @@ def test_bootstrap_and_rebuild_runs_with_typed_run_config(tmp_path: Path, spark)
         assert set(meta) == {"shop/orders"} and meta["shop/orders"]["bootstrap_rows"].value > 0
         assert orders.bootstrap_scn() > boot_orders and customers.bootstrap_scn() == boot_customers
         assert_snapshots_match(load_config(path))
+        # Straight after the bootstrap, orders is at its bootstrap's version: restoring it is nothing to do.
+        assert orders.version() == orders.bootstrap_version()
+        assert run(defs, instance, "shop_rebuild").success  # the default config: every table
+        assert orders.bootstrap_scn() == orders.applied_scn()
+        assert_snapshots_match(load_config(path))
 
         DeltaTable(str(customers.path)).delete("id % 2 = 0")  # damage, then rebuild from the log
         rebuilt = run(defs, instance, "shop_rebuild",
@@ -286,6 +291,25 @@ def test_rebuild_is_refused_when_the_log_no_longer_reaches_the_bootstrap(tmp_pat
     message = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE
                    ).step_failure_data.error.message
     assert "cannot rebuild shop.orders" in message and "mode: bootstrap" in message
+
+
+def test_rebuild_whose_bootstrap_files_were_vacuumed_says_so(tmp_path: Path, spark) -> None:
+    _, defs, workload = setup(tmp_path)
+    workload.run(10)
+    with dg.instance_for_test() as instance:
+        run(defs, instance)
+        workload.run(20)
+        run(defs, instance)  # merges rewrite the bootstrap's files
+        orders = DeltaSnapshot(tmp_path / "lake", "shop", "orders")
+        assert orders.version() != orders.bootstrap_version()
+        DeltaTable(str(orders.path)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+        result = run(defs, instance, "shop_rebuild", raise_on_error=False,
+                     run_config={"ops": {"shop_sync_step": {"config": {"mode": "rebuild", "tables": ["orders"]}}}})
+    assert not result.success
+    message = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE
+                   ).step_failure_data.error.message
+    assert "cannot be restored" in message and "mode: bootstrap" in message
+    assert "of the bootstrap's data files are gone (VACUUM or upkeep removed them)" in message, message
 
 
 def test_lag_in_seconds_and_the_freshness_checks(tmp_path: Path, spark) -> None:
