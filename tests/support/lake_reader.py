@@ -39,6 +39,7 @@ def rows_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def deltalake_reads(request: dict[str, Any]) -> dict[str, Any]:
+    import pyarrow as pa
     import pyarrow.fs as pafs
     from deltalake import DeltaTable
 
@@ -49,13 +50,9 @@ def deltalake_reads(request: dict[str, Any]) -> dict[str, Any]:
     for name, read in request["reads"].items():
         table = DeltaTable(read["path"], version=read.get("version"))
         if read.get("feed_from") is not None:
-            feed = table.load_cdf(starting_version=read["feed_from"]).read_all()
-            import pyarrow as pa
-
-            data = pa.table(feed)
-            out[name] = {"rows": rows_of(data.to_pylist()), "types": {f.name: str(f.type) for f in data.schema}}
-            continue
-        data = table.to_pyarrow_table(filesystem=native(read["path"]), filters=arrow_filter(read))
+            data = pa.table(table.load_cdf(starting_version=read["feed_from"]).read_all())
+        else:
+            data = table.to_pyarrow_table(filesystem=native(read["path"]), filters=arrow_filter(read))
         out[name] = {"rows": rows_of(data.to_pylist()), "types": {f.name: str(f.type) for f in data.schema}}
         if read.get("pandas"):
             frame = table.to_pandas(filesystem=native(read["path"]), filters=arrow_filter(read))

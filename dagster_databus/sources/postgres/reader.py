@@ -234,6 +234,7 @@ class PollReader:
         assert spool is not None
         try:
             spill(self.by_name, spool)
+            self.touched.clear()  # their open rows are the spool's now
             if self.events:
                 yield self._chunk()
             self.last_end = max(self.last_end, window)

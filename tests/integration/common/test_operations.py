@@ -42,6 +42,15 @@ def run(defs: dg.Definitions, instance: dg.DagsterInstance, job: str | None = No
     return target.execute_in_process(instance=instance, **kwargs)
 
 
+def failed_rebuild(defs: dg.Definitions, instance: dg.DagsterInstance, table: str) -> str:
+    """The step failure of a ``shop_rebuild`` run of ``table``, which must fail."""
+    result = run(defs, instance, "shop_rebuild", raise_on_error=False,
+                 run_config={"ops": {"shop_sync_step": {"config": {"mode": "rebuild", "tables": [table]}}}})
+    assert not result.success
+    return next(e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE
+                ).step_failure_data.error.message
+
+
 def checks(result) -> dict[tuple[str, str], dg.AssetCheckEvaluation]:
     return {(e.asset_key.to_user_string(), e.check_name): e for e in result.get_asset_check_evaluations()}
 
@@ -285,11 +294,7 @@ def test_rebuild_is_refused_when_the_log_no_longer_reaches_the_bootstrap(tmp_pat
         for _ in range(3):
             workload.run(10)
             run(defs, instance)
-        result = run(defs, instance, "shop_rebuild", raise_on_error=False,
-                     run_config={"ops": {"shop_sync_step": {"config": {"mode": "rebuild", "tables": ["orders"]}}}})
-    assert not result.success
-    message = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE
-                   ).step_failure_data.error.message
+        message = failed_rebuild(defs, instance, "orders")
     assert "cannot rebuild shop.orders" in message and "mode: bootstrap" in message
 
 
@@ -303,11 +308,7 @@ def test_rebuild_whose_bootstrap_files_were_vacuumed_says_so(tmp_path: Path, spa
         orders = DeltaSnapshot(tmp_path / "lake", "shop", "orders")
         assert orders.version() != orders.bootstrap_version()
         DeltaTable(str(orders.path)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
-        result = run(defs, instance, "shop_rebuild", raise_on_error=False,
-                     run_config={"ops": {"shop_sync_step": {"config": {"mode": "rebuild", "tables": ["orders"]}}}})
-    assert not result.success
-    message = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE
-                   ).step_failure_data.error.message
+        message = failed_rebuild(defs, instance, "orders")
     assert "cannot be restored" in message and "mode: bootstrap" in message
     assert "of the bootstrap's data files are gone (VACUUM or upkeep removed them)" in message, message
 
