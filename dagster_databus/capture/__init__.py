@@ -8,7 +8,8 @@ The Dagster assets, the CLI and the tests all call these:
   source's config says;
 - ``restart``: the log and snapshots started afresh at the source's current position (``databus bootstrap``);
 - ``figures``: a run's figures; ``enforce_retention``: the log's retention limits applied;
-- ``row_selection``: the rows an on-demand snapshot reads again, from what a user typed.
+- ``row_selection``: the rows an on-demand snapshot reads again, from what a user typed (``check_row_choice``: the
+  same checks without a database, at a run's launch).
 """
 
 from dagster_databus.capture.figures import figures, lag_seconds
@@ -16,8 +17,8 @@ from dagster_databus.capture.install import install
 from dagster_databus.capture.loop import CaptureResult, run
 from dagster_databus.capture.restart import restart
 from dagster_databus.capture.retention import enforce_retention
-from dagster_databus.capture.selection import row_selection
+from dagster_databus.capture.selection import check_row_choice, row_selection
 from dagster_databus.capture.validate import Validation, lake_damage, validate
 
-__all__ = ["CaptureResult", "Validation", "enforce_retention", "figures", "install", "lag_seconds", "lake_damage",
-           "restart", "row_selection", "run", "validate"]
+__all__ = ["CaptureResult", "Validation", "check_row_choice", "enforce_retention", "figures", "install", "lag_seconds",
+           "lake_damage", "restart", "row_selection", "run", "validate"]

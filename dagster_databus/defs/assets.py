@@ -28,6 +28,10 @@ from dagster_databus.sync.figures import Figures, sync_figures
 from dagster_databus.sync.merge import TableSyncResult, engine_for, sync_tables
 from dagster_databus.sync.verify import RollingVerification
 
+KEY_AFTER = "only keys after this one (one value per key column, in key order); one table"
+KEY_THROUGH = "only keys up to and including this one; one table"
+WHERE = "only rows matching this condition, in the source's SQL; one table"
+
 
 class SyncRunConfig(dg.Config):
     """Run config of a source's sync step (typed in the launchpad); it applies to the snapshots."""
@@ -38,13 +42,9 @@ class SyncRunConfig(dg.Config):
                                      "refresh: merge, then read chosen rows (key_after, key_through, where) again "
                                      "and fold them into the kept snapshot")
     tables: list[str] = Field(default_factory=list, description="limit to these tables (default: all selected)")
-    key_after: list[str] | None = Field(
-        default=None, description="refresh: only keys after this one (one value per key column, in key order); "
-                                  "one table")
-    key_through: list[str] | None = Field(
-        default=None, description="refresh: only keys up to and including this one; one table")
-    where: str | None = Field(
-        default=None, description="refresh: only rows matching this condition, in the source's SQL; one table")
+    key_after: list[str] | None = Field(default=None, description=f"refresh: {KEY_AFTER}")
+    key_through: list[str] | None = Field(default=None, description=f"refresh: {KEY_THROUGH}")
+    where: str | None = Field(default=None, description=f"refresh: {WHERE}")
 
 
 def sync_op_name(source: str) -> str:
@@ -121,8 +121,10 @@ def build_source_assets(source: SourceConfig, engine: str) -> list[dg.AssetsDefi
                     outcome = next(synced)[1]
                     if isinstance(outcome, Exception):  # reported once the other tables are done
                         failed = failed or outcome
-                        continue
-                    yield _snapshot_result(lake_config, name, table, outcome)
+                    else:
+                        yield _snapshot_result(lake_config, name, table, outcome)
+                # A table whose merge failed still has its checks evaluated: each says how the snapshot stands,
+                # on its own page, rather than Dagster's bare "Execution failed".
                 yield from checks_of(snapshot_key(name, table))
             if verification is not None:
                 if failed is None:

@@ -27,8 +27,42 @@ from dagster_databus.sync.verify import Verified
 
 
 def _problems_result(key: dg.AssetCheckKey, problems: list[str], **metadata: Any) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(asset_key=key.asset_key, check_name=key.name, passed=not problems,
-                               metadata={"problems": dg.MetadataValue.json(problems), **metadata})
+    """Passed without problems; else failed, its description and metadata naming the problems and the fix."""
+    if not problems:
+        return dg.AssetCheckResult(asset_key=key.asset_key, check_name=key.name, passed=True,
+                                   metadata={"problems": dg.MetadataValue.json(problems), **metadata})
+    fix = FIXES[key.name].format(source=key.asset_key.path[0], table=key.asset_key.path[-1])
+    shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+    return _failed(key, f"{len(problems)} problem(s): {shown}", fix, problems=dg.MetadataValue.json(problems),
+                   **metadata)
+
+
+def _failed(key: dg.AssetCheckKey, problem: str, fix: str, **metadata: Any) -> dg.AssetCheckResult:
+    """A failed check whose own page says what is wrong and what to do: in its description and its metadata."""
+    return dg.AssetCheckResult(asset_key=key.asset_key, check_name=key.name, passed=False,
+                               description=f"{problem}. Fix: {fix}",
+                               metadata={"problem": dg.MetadataValue.text(problem),
+                                         "fix": dg.MetadataValue.text(fix), **metadata})
+
+
+def _error_result(key: dg.AssetCheckKey, exc: DatabusError) -> dg.AssetCheckResult:
+    """A check that could not be evaluated (a source away, a lake it cannot read): failed with the error's own
+    problem and fix, rather than Dagster's bare "Execution failed"."""
+    return _failed(key, f"could not be evaluated: {exc.problem}", exc.fix, error=type(exc).__name__)
+
+
+# The fix each problems-list check's failure names ({source}, {table}: the check's asset).
+FIXES = {
+    "capture_verified": "repair capture with `databus install --source {source}` (or materialize {source}/capture); "
+                        "each problem names the object or setting, docs/operations.md says what capture needs",
+    "log_continuity": "run `databus validate --source {source}`, which names the damage and its repair "
+                      "(docs/operations.md, 'Lake damage')",
+    "consumers_within_retention": "those consumers must bootstrap from the snapshots before they read on; to keep "
+                                  "more of the log for them, raise sources[].retention",
+    "schema_drift": "the next sync brings the snapshot to the source's columns; if a column's type changed in a "
+                    "way it cannot follow, it names the fix, such as a bootstrap of {table} (the {source}_bootstrap "
+                    "job)",
+}
 
 
 CAPTURE_CHECKS = {
@@ -68,14 +102,18 @@ def sync_check_specs(source: SourceConfig) -> list[dg.AssetCheckSpec]:
 
 
 def sync_check(config: DatabusConfig, source: SourceConfig, key: dg.AssetCheckKey) -> dg.AssetCheckResult:
-    """The result of one of ``sync_check_specs``; the logic lives in the core packages."""
+    """The result of one of ``sync_check_specs``; the logic lives in the core packages. A check that cannot be
+    evaluated fails with the error's problem and fix."""
+    try:
+        return _sync_check(config, source, key)
+    except DatabusError as exc:
+        return _error_result(key, exc)
+
+
+def _sync_check(config: DatabusConfig, source: SourceConfig, key: dg.AssetCheckKey) -> dg.AssetCheckResult:
     name = source.name
     if key.name == "capture_verified":
-        try:
-            problems = open_source(source, config.lake).setup.verify()
-        except DatabusError as exc:
-            problems = [str(exc)]
-        return _problems_result(key, problems, kind=source.kind)
+        return _problems_result(key, open_source(source, config.lake).setup.verify(), kind=source.kind)
     if key.name == "capture_lag":
         return _capture_lag(config, source)
     if key.name == "log_continuity":
@@ -101,8 +139,7 @@ def _capture_lag(config: DatabusConfig, source: SourceConfig) -> dg.AssetCheckRe
         src = open_source(source, config.lake)
         position = src.stream.high_water_mark()
     except DatabusError as exc:
-        return dg.AssetCheckResult(asset_key=key, check_name="capture_lag", passed=False,
-                                   metadata={"error": str(exc)})
+        return _error_result(dg.AssetCheckKey(key, "capture_lag"), exc)
     captured = checkpoint.scn if checkpoint else Scn.BEGINNING
     behind = scn_lag(position, captured)
     limit, limit_s = source.poll.max_lag_scn, source.poll.max_lag_seconds
@@ -131,8 +168,16 @@ def _capture_lag(config: DatabusConfig, source: SourceConfig) -> dg.AssetCheckRe
         metadata["max_lag_scn"] = limit
     if limit_s is not None:
         metadata["max_lag_seconds"] = limit_s
-    passed = (limit is None or behind <= limit) and (limit_s is None or lag_s is None or lag_s <= limit_s)
-    return dg.AssetCheckResult(asset_key=key, check_name="capture_lag", passed=passed, metadata=metadata)
+    over = []
+    if limit is not None and behind > limit:
+        over.append(f"{behind} SCNs behind the source (limit sources[].poll.max_lag_scn: {limit})")
+    if limit_s is not None and lag_s is not None and lag_s > limit_s:
+        over.append(f"{lag_s:.1f} s of source commits behind (limit sources[].poll.max_lag_seconds: {limit_s})")
+    if over:
+        return _failed(dg.AssetCheckKey(key, "capture_lag"), f"the change log is {' and '.join(over)}",
+                       f"sync {source.name} more often (sources[].poll.cron, or its poll schedule turned on), find "
+                       "what holds its runs back (their durations on the job's page), or raise the limit", **metadata)
+    return dg.AssetCheckResult(asset_key=key, check_name="capture_lag", passed=True, metadata=metadata)
 
 
 def build_reconcile_checks(source: SourceConfig) -> dg.AssetChecksDefinition:
@@ -146,14 +191,36 @@ def build_reconcile_checks(source: SourceConfig) -> dg.AssetChecksDefinition:
                           op_tags={"databus/source": name})
     def reconciliation(context: AssetCheckExecutionContext, databus: DatabusResource
                        ) -> Iterator[dg.AssetCheckResult]:
+        materialized = _materialized_here(context, name)
+        if materialized:
+            # Dagster's "Materialize all" selects every check of the assets it materializes; the everyday button
+            # must cost what a sync costs, so the comparison that reads every row waits for its own job.
+            context.log.info(
+                f"{name}: the full comparison with the source (the reconciled checks) does not run in a run that "
+                f"materializes {', '.join(sorted(k.to_user_string() for k in materialized))}: it reads every row "
+                f"of the source. Run the {name}_reconcile job (or its schedule, sources[].reconcile), or execute "
+                "the checks from their asset's Checks tab.")
+            return
         config = databus.config()
         for check_key in context.selected_asset_check_keys:
             # Its two fingerprints' progress at DEBUG; one line per table says how it came out.
-            r = reconcile_table(config, source, check_key.asset_key.path[-1], context.log.debug)
+            try:
+                r = reconcile_table(config, source, check_key.asset_key.path[-1], context.log.debug)
+            except DatabusError as exc:
+                context.log.error(f"{check_key.asset_key.path[-1]}: not reconciled: {exc}")
+                yield _error_result(check_key, exc)
+                continue
             (context.log.info if r.equal else context.log.warning)(_reconciled_line(r))
             yield _reconciled_result(check_key.asset_key, r)
 
     return reconciliation
+
+
+def _materialized_here(context: AssetCheckExecutionContext, source: str) -> list[dg.AssetKey]:
+    """The source's assets the check's run materializes: those the run selected, or, for a run of a whole job
+    (no selection), the job's."""
+    selected = context.run.asset_selection or context.job_def.asset_layer.selected_asset_keys
+    return [key for key in selected if key.path[0] == source]
 
 
 def _reconciled_line(r: Reconciliation) -> str:
@@ -179,8 +246,14 @@ def _reconciled_result(key: dg.AssetKey, r: Reconciliation) -> dg.AssetCheckResu
             ", ".join(dict.fromkeys(c for d in r.differences for c in d.columns)) or "(whole rows)")
     description = r.reason if not r.reconciled else None
     if r.reconciled and not r.equal:
-        description = "; ".join(d.describe() for d in r.differences[:3]) or (
-            f"{r.differing_buckets} key buckets differ (the rows moved on before they could be compared)")
+        source, table = key.path[0], key.path[-1]
+        fix = (f"read the differing keys again with the {source}_refresh job (tables: [{table}], key_after/"
+               f"key_through around them), or bootstrap {table} (the {source}_bootstrap job); a difference points "
+               "at a capture defect or a change capture cannot see: docs/operations.md, 'Reconciliation'")
+        metadata["fix"] = dg.MetadataValue.text(fix)
+        description = ("; ".join(d.describe() for d in r.differences[:3]) or (
+            f"{r.differing_buckets} key buckets differ (the rows moved on before they could be compared)")) + \
+            f". Fix: {fix}"
     return dg.AssetCheckResult(asset_key=key, check_name="reconciled", passed=r.equal, metadata=metadata,
                                severity=dg.AssetCheckSeverity.ERROR if r.reconciled else dg.AssetCheckSeverity.WARN,
                                description=description)
@@ -226,8 +299,8 @@ def _freshness(config: DatabusConfig, source: str, table: str, limit_s: float | 
     applied = DeltaSnapshot(config.lake, source, table).applied_scn()
     key = snapshot_key(source, table)
     if applied is None:
-        return dg.AssetCheckResult(asset_key=key, check_name="freshness", passed=False,
-                                   description="the snapshot has not been bootstrapped yet")
+        return _failed(dg.AssetCheckKey(key, "freshness"), "the snapshot has not been bootstrapped yet",
+                       f"materialize {source}/{table} (the first sync bootstraps it)")
     head = log.committed_scn()
     applied_ms = applied_commit_ms(DeltaSnapshot(config.lake, source, table), log, applied)
     head_ms = log.commit_ms_through(head)
@@ -238,6 +311,12 @@ def _freshness(config: DatabusConfig, source: str, table: str, limit_s: float | 
         metadata["lag_seconds"] = lag_s
     if limit_s is not None:
         metadata["max_lag_seconds"] = limit_s
-    return dg.AssetCheckResult(asset_key=key, check_name="freshness", metadata=metadata,
-                               passed=limit_s is None or (lag_s is not None and lag_s <= limit_s))
+        if lag_s is None or lag_s > limit_s:
+            lag = "of unknown age" if lag_s is None else f"{lag_s:.1f} s"
+            return _failed(dg.AssetCheckKey(key, "freshness"),
+                           f"the snapshot's newest change is {lag} behind the change log's (limit "
+                           f"sources[].poll.max_lag_seconds: {limit_s})",
+                           f"merge it (a sync of {source}); if syncs run and it stays behind, the sync's failures "
+                           "on the run page name why", **metadata)
+    return dg.AssetCheckResult(asset_key=key, check_name="freshness", metadata=metadata, passed=True)
 

@@ -4,7 +4,8 @@ can run side by side.
 Dagster's default starts a process per step (about 3 s of Python and imports each) even when the steps
 must run one after another; a source's sync is one step (``assets.build_source_assets``), so a run of one
 source, with or without its reconciliation or logical tables downstream, runs in the run's own process and
-starts Spark once. A run over several sources still runs their steps in parallel processes.
+starts Spark once. A run over several sources still runs their steps in parallel processes, and when several
+fail, the run's failure names each one's error.
 """
 
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from dagster._core.definitions.reconstruct import ReconstructableJob
 from dagster._core.execution.retries import RetryMode
 from dagster._core.executor.in_process import InProcessExecutor
 from dagster._core.executor.multiprocess import MultiprocessExecutor
+from dagster._utils.error import SerializableErrorInfo
 
 if TYPE_CHECKING:
     from dagster._core.events import DagsterEvent
@@ -41,7 +43,31 @@ class ChainInProcessExecutor(dg.Executor):
         can_fork = isinstance(plan_context.reconstructable_job, ReconstructableJob) and \
             not plan_context.instance.is_ephemeral
         chosen = self._multiprocess if parallel and can_fork else self._in_process
-        yield from chosen.execute(plan_context, execution_plan)
+        # Dagster's RUN_FAILURE carries the error of the first STEP_FAILURE handed up: when several sources'
+        # steps fail, it would name one. Failures are held until the steps are done and handed up, the first naming
+        # them all (each step's own event is in the event log already, as it happened; these feed the run's end).
+        failures: list[DagsterEvent] = []
+        for event in chosen.execute(plan_context, execution_plan):
+            if event.is_step_failure:
+                failures.append(event)
+            else:
+                yield event
+        if len(failures) > 1:
+            failures[0] = naming_all(failures)
+        yield from failures
+
+
+def naming_all(failures: "list[DagsterEvent]") -> "DagsterEvent":
+    """The first of ``failures`` (STEP_FAILURE events) with an error that names every step's problem."""
+    first = failures[0]
+    lines = []
+    for event in failures:
+        data = event.step_failure_data
+        said = data.user_failure_data.description if data.user_failure_data is not None else None
+        lines.append(f"- {event.step_key}: {(said or (data.error.message if data.error else 'failed')).strip()}")
+    error = SerializableErrorInfo(message=f"{len(failures)} steps failed:\n" + "\n".join(lines), stack=[],
+                                  cls_name="StepFailures", cause=first.step_failure_data.error)
+    return first._replace(event_specific_data=first.step_failure_data._replace(error=error))
 
 
 @dg.executor(

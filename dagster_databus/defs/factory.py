@@ -38,7 +38,7 @@ def build_definitions(config: DatabusConfig, resource: DatabusResource, executor
         job = build_source_job(source)
         reconcile = build_reconcile_job(source)
         upkeep = build_upkeep_job(source)
-        jobs += [job, reconcile, upkeep, *build_snapshot_jobs(source)]
+        jobs += [job, reconcile, upkeep, *build_snapshot_jobs(config, source)]
         schedules.append(build_poll_schedule(source, job))
         schedules += build_upkeep_schedule(source.name, source.upkeep, upkeep, "sources[]")
         sensors.append(build_automation_sensor(source))

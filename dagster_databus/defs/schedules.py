@@ -4,12 +4,16 @@ every sync)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import dagster as dg
 
-from dagster_databus.config import SourceConfig
-from dagster_databus.defs.assets import sync_op_name
+from dagster_databus import capture
+from dagster_databus.config import DatabusConfig, SourceConfig
+from dagster_databus.defs.assets import KEY_AFTER, KEY_THROUGH, WHERE, sync_op_name
 from dagster_databus.defs.executor import databus_executor
-from dagster_databus.defs.logs import job_config
+from dagster_databus.defs.logs import LOG_LEVEL_ENV, default_level, job_config
+from dagster_databus.errors import ConfigError
 
 
 def sync_job_name(source: str) -> str:
@@ -18,6 +22,11 @@ def sync_job_name(source: str) -> str:
 
 def reconciled_checks(source: SourceConfig) -> dg.AssetSelection:
     return dg.AssetSelection.checks(*[dg.AssetCheckKey(dg.AssetKey([source.name, t.name]), "reconciled")
+                                      for t in source.tables])
+
+
+def verified_checks(source: SourceConfig) -> dg.AssetSelection:
+    return dg.AssetSelection.checks(*[dg.AssetCheckKey(dg.AssetKey([source.name, t.name]), "verified")
                                       for t in source.tables])
 
 
@@ -38,25 +47,72 @@ def build_poll_schedule(source: SourceConfig, job: dg.UnresolvedAssetJobDefiniti
     )
 
 
-def build_snapshot_jobs(source: SourceConfig) -> list[dg.UnresolvedAssetJobDefinition]:
-    """Ad-hoc bootstrap, rebuild and refresh runs of a source's snapshots, launched with typed run config."""
-    selection = dg.AssetSelection.assets(*[dg.AssetKey([source.name, t.name]) for t in source.tables])
+def build_snapshot_jobs(config: DatabusConfig, source: SourceConfig) -> list[dg.UnresolvedAssetJobDefinition]:
+    """Ad-hoc bootstrap, rebuild and refresh runs of a source's snapshots, launched with typed run config
+    (``snapshot_config``). They select the snapshots and the checks their step runs; not the full comparison
+    (the ``<source>_reconcile`` job) nor the rolling verification (a merge's), which would only be planned and
+    then skipped for the tables a run leaves alone."""
+    selection = dg.AssetSelection.assets(*[dg.AssetKey([source.name, t.name]) for t in source.tables]) \
+        - reconciled_checks(source) - verified_checks(source)
     descriptions = {
-        "bootstrap": f"Re-read chosen tables of `{source.name}` from the source (run config `tables`; empty = "
-                     "all) into fresh snapshots; capture continues from its own checkpoint.",
+        "bootstrap": f"Re-read the tables named in run config `tables` (at least one) of `{source.name}` from the "
+                     "source into fresh snapshots; capture continues from its own checkpoint.",
         "rebuild": f"Rebuild snapshots of `{source.name}` from their last bootstrap by replaying the retained "
-                   "change log (refused when the log no longer reaches back that far).",
-        "refresh": f"Read chosen rows of one table of `{source.name}` again (run config `tables`, and `key_after`, "
-                   "`key_through` (one value per key column) and/or `where` (a condition in the source's SQL)) and "
-                   "fold them into the kept snapshot: repairs those rows; the log and the rest are untouched.",
+                   "change log (run config `tables`; empty = all); refused when the log no longer reaches back "
+                   "that far.",
+        "refresh": f"Read chosen rows of tables of `{source.name}` again (run config `tables`, at least one; for one "
+                   "table also `key_after`, `key_through` (one value per key column) and/or `where` (a condition "
+                   "in the source's SQL)) and fold them into the kept snapshot: repairs those rows; the log and "
+                   "the rest are untouched.",
     }
     return [
         dg.define_asset_job(
             name=f"{source.name}_{mode}", selection=selection, description=description,
-            config=job_config({"ops": {sync_op_name(source.name): {"config": {"mode": mode, "tables": []}}}}),
+            config=snapshot_config(config, source, mode),
             tags={"databus/source": source.name, "databus/run": mode}, executor_def=databus_executor)
         for mode, description in descriptions.items()
     ]
+
+
+def snapshot_config(config: DatabusConfig, source: SourceConfig, mode: str) -> dg.ConfigMapping:
+    """The run config of an ad-hoc snapshot job, as the Launchpad shows and checks it before launch: `tables`
+    from the source's tables (an enum), required where the run re-reads the source (bootstrap, refresh), so no
+    default click reads every row of every table; the refresh's key bounds and filter checked at launch by the
+    run's own checks (``capture.check_row_choice``), so a bad one never starts a run."""
+    table = dg.Enum(f"{source.name}_table", [dg.EnumValue(t.name) for t in source.tables])
+    rereads = mode != "rebuild"
+    fields: dict[str, dg.Field] = {
+        "tables": dg.Field([table], is_required=True, description="the tables to read again (at least one)")
+        if rereads else dg.Field([table], default_value=[], description="limit to these tables (empty: all)"),
+        "log_level": dg.Field(str, default_value=default_level(),
+                              description=f"the console's log level (default: {LOG_LEVEL_ENV}, else INFO)"),
+    }
+    if mode == "refresh":
+        fields |= {
+            "key_after": dg.Field([str], is_required=False, description=KEY_AFTER),
+            "key_through": dg.Field([str], is_required=False, description=KEY_THROUGH),
+            "where": dg.Field(str, is_required=False, description=WHERE),
+        }
+
+    def run_config(values: dict[str, Any]) -> dict[str, Any]:
+        tables = list(values["tables"])
+        op = {"mode": mode, "tables": tables}
+        try:
+            if rereads and not tables:
+                raise ConfigError("tables", "no table is named, and this job reads every row of the tables it "
+                                  "names from the source", f"name the tables to read again, e.g. tables: "
+                                  f"[{source.tables[0].name}]")
+            if mode == "refresh":
+                chosen = {k: values[k] for k in ("key_after", "key_through", "where") if k in values}
+                capture.check_row_choice(config, source.name, tables, chosen.get("key_after"),
+                                         chosen.get("key_through"), chosen.get("where"))
+                op |= chosen
+        except ConfigError as exc:  # Dagster's own config error, so the launch shows this message and no trace
+            raise dg.DagsterInvalidConfigError(f"run config of {source.name}_{mode}: {exc}", [], values) from exc
+        return {"ops": {sync_op_name(source.name): {"config": op}},
+                "loggers": {"console": {"config": {"log_level": values["log_level"]}}}}
+
+    return dg.ConfigMapping(config_fn=run_config, config_schema=fields)
 
 
 def build_automation_sensor(source: SourceConfig) -> dg.AutomationConditionSensorDefinition:

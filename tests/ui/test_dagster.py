@@ -120,8 +120,9 @@ def test_runs_print_what_their_steps_did_and_dagsters_debug_events_only_when_ask
     dagster = str(Path(sys.executable).parent / "dagster")
     job = [dagster, "job", "execute", "-m", "dagster_databus.definitions", "-j", "shop_sync"]
 
-    def run(command: list[str], seed: int, **extra: str) -> list[str]:
-        ShopWorkload(tmp_path / "shop.db", seed=seed).run(10)
+    def run(command: list[str], seed: int | None, **extra: str) -> list[str]:
+        if seed is not None:  # new changes first
+            ShopWorkload(tmp_path / "shop.db", seed=seed).run(10)
         proc = subprocess.run(command, env={**env, **extra}, cwd=REPO, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-5000:]
         return proc.stderr.splitlines()
@@ -144,8 +145,14 @@ def test_runs_print_what_their_steps_did_and_dagsters_debug_events_only_when_ask
     (home / "dagster.yaml").write_text("python_logs:\n  python_log_level: INFO\n")
     quiet = run(materialize_all, 5)
     assert not debug(quiet)
+    # "Materialize all" costs a sync: the full comparison says where it runs instead.
+    assert sum("shop: the full comparison with the source (the reconciled checks) does not run" in line
+               for line in quiet) == 1, "\n".join(quiet)
+    assert not any(": reconciled at SCN " in line for line in quiet)
+    quiet = run([*job[:-1], "shop_reconcile"], None)  # the log holds every change: the comparison can run
     for table in ("customers", "orders", "order_items"):  # the reconciliation: one line per table
-        assert sum(f" - {table}: reconciled at SCN " in line and ": equal (" in line for line in quiet) == 1
+        assert sum(f" - {table}: reconciled at SCN " in line and ": equal (" in line for line in quiet) == 1, \
+            "\n".join(quiet)
 
 
 def test_an_unknown_console_log_level_is_refused_at_load_naming_the_levels(monkeypatch) -> None:
@@ -192,6 +199,30 @@ def test_a_run_over_two_sources_runs_their_steps_in_parallel_processes(tmp_path:
     assert set(started) == {"east_sync_step", "west_sync_step", "east_reconciliation", "west_reconciliation"}
     assert started["east_sync_step"] != started["west_sync_step"], "each source's step ran in a process of its own"
     assert isinstance(lake, Path) or not (tmp_path / "lake").exists(), "nothing of a bucket's lake on the local disk"
+
+
+def test_a_run_where_two_sources_fail_names_both_errors_in_its_failure(tmp_path: Path) -> None:
+    """Issue 54, item 6: the RUN_FAILURE of a run over two sources names each source's problem, not the first's."""
+    for name in ("east", "west"):
+        create_shop(tmp_path / f"{name}.db")
+    path = tmp_path / "databus.yaml"
+    path.write_text(json.dumps({"lake": "lake", "merge": {"engine": "local"}, "sources": [
+        {"name": name, "kind": "sqlite", "path": f"{name}.db", "tables": [{"name": table, "primary_key": ["id"]}]}
+        for name, table in (("east", "invoices"), ("west", "receipts"))]}))
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m", "dagster_databus.definitions",
+         "--select", "*"], env={**os.environ, "DATABUS_CONFIG": str(path), "DAGSTER_HOME": str(home)}, cwd=REPO,
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        [run] = instance.get_runs()
+        [failure] = [e.dagster_event for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)]
+    said = failure.event_specific_data.error.message
+    assert said.startswith("2 steps failed:"), said
+    for step, table in (("east_sync_step", "invoices"), ("west_sync_step", "receipts")):
+        assert any(line.startswith(f"- {step}: ") and table in line for line in said.splitlines()), said
 
 
 @pytest.mark.spark  # started in the test
@@ -305,9 +336,7 @@ def test_the_refresh_job_reads_a_key_range_again_with_typed_run_config(tmp_path:
         DeltaTable(snap.uri).update(updates={"total": "-1"})
         defs = build_definitions(config, DatabusResource.for_file(config_path))
         job = defs.resolve_job_def("shop_refresh")
-        run_config = {"ops": {"shop_sync_step": {"config": {"mode": "refresh", "tables": ["orders"],
-                                                            "key_through": ["5"]}}}}
-        result = job.execute_in_process(instance=instance, run_config=run_config)
+        result = job.execute_in_process(instance=instance, run_config={"tables": ["orders"], "key_through": ["5"]})
         assert result.success
         orders = metadata(result, ["shop", "orders"])
         held = sum(1 for k in snap.read().column("id").to_pylist() if k <= 5)
@@ -316,9 +345,11 @@ def test_the_refresh_job_reads_a_key_range_again_with_typed_run_config(tmp_path:
         totals = {r["id"]: r["total"] for r in snap.read().to_pylist()}
         assert all(t != -1 for k, t in totals.items() if k <= 5)
         assert all(t == -1 for k, t in totals.items() if k > 5)
-        # Rows chosen for any other mode are refused with the fix.
+        # Rows chosen for any other mode (the step's own config, as "Materialize" with config sets it) are refused
+        # with the fix.
         bad = {"ops": {"shop_sync_step": {"config": {"mode": "merge", "where": "id = 1"}}}}
-        failed = job.execute_in_process(instance=instance, run_config=bad, raise_on_error=False)
+        failed = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+            instance=instance, run_config=bad, raise_on_error=False, asset_selection=[dg.AssetKey(["shop", "orders"])])
         assert not failed.success
         assert "set mode: refresh" in str(failed.get_step_failure_events()[0].event_specific_data.error)
 

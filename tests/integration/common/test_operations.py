@@ -44,8 +44,7 @@ def run(defs: dg.Definitions, instance: dg.DagsterInstance, job: str | None = No
 
 def failed_rebuild(defs: dg.Definitions, instance: dg.DagsterInstance, table: str) -> str:
     """The step failure of a ``shop_rebuild`` run of ``table``, which must fail."""
-    result = run(defs, instance, "shop_rebuild", raise_on_error=False,
-                 run_config={"ops": {"shop_sync_step": {"config": {"mode": "rebuild", "tables": [table]}}}})
+    result = run(defs, instance, "shop_rebuild", raise_on_error=False, run_config={"tables": [table]})
     assert not result.success
     return next(e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE
                 ).step_failure_data.error.message
@@ -148,7 +147,12 @@ def test_checks_pass_on_a_healthy_source_and_fail_on_a_diverged_snapshot(tmp_pat
     _, defs, workload = setup(tmp_path)
     workload.run(15)
     with dg.instance_for_test() as instance:
-        healthy = checks(run(defs, instance))
+        materialized = run(defs, instance)  # "Materialize all": the sync's checks, not the full comparison
+        healthy = checks(materialized)
+        assert not [k for k in healthy if k[1] == "reconciled"]
+        assert any("does not run in a run that materializes" in e.user_message
+                   for e in instance.all_logs(materialized.run_id) if e.step_key == "shop_reconciliation")
+        healthy |= checks(run(defs, instance, "shop_reconcile"))
         assert healthy and all(e.passed for e in healthy.values()), {k: e.metadata for k, e in healthy.items()
                                                                      if not e.passed}
         assert set(healthy) >= {("shop/capture", "capture_verified"), ("shop/changelog", "capture_lag"),
@@ -216,6 +220,33 @@ def test_lag_continuity_drift_and_consumer_checks_each_fail_for_their_reason(tmp
         f"billing at SCN {billing}, the log starts after")
     assert found[("shop/orders", "schema_drift")].metadata["problems"].value == [
         "orders.channel: in the source, not in the snapshot"]
+    for failed in found.values():  # issue 54, item 5: the check's own page says what is wrong and the fix
+        assert not failed.passed
+        assert failed.description and ". Fix: " in failed.description, failed
+        assert failed.metadata["fix"].value and failed.metadata["problem"].value in failed.description
+    assert "run `databus validate --source shop`" in found[("shop/changelog", "log_continuity")].description
+
+
+def test_checks_that_cannot_be_evaluated_fail_with_the_problem_and_fix(tmp_path: Path, spark) -> None:
+    """A source that is gone: every check that asks it fails with the source's own problem and fix on the check's
+    page, rather than Dagster's bare "Execution failed", the full comparison too."""
+    _, defs, workload = setup(tmp_path)
+    workload.run(5)
+    with dg.instance_for_test() as instance:
+        run(defs, instance)
+        (tmp_path / "shop.db").rename(tmp_path / "moved.db")
+        names = [(["shop", "capture"], "capture_verified"), (["shop", "changelog"], "capture_lag"),
+                 (["shop", "orders"], "schema_drift"), (["shop", "orders"], "reconciled")]
+        job = defs.resolve_implicit_global_asset_job_def().get_subset(
+            asset_selection=set(), asset_check_selection={dg.AssetCheckKey(dg.AssetKey(a), n) for a, n in names})
+        result = job.execute_in_process(instance=instance, raise_on_error=False)
+        found = checks(result)
+    assert set(found) == {("/".join(a), n) for a, n in names}
+    for evaluation in found.values():
+        assert not evaluation.passed
+        assert evaluation.description.startswith("could not be evaluated: "), evaluation
+        assert "shop.db" in evaluation.description and ". Fix: " in evaluation.description
+        assert evaluation.metadata["error"].value and evaluation.metadata["fix"].value
 
 
 def test_status_prints_positions_lag_and_consumers(tmp_path: Path, spark, capsys) -> None:
@@ -257,11 +288,15 @@ def test_bootstrap_and_rebuild_runs_with_typed_run_config(tmp_path: Path, spark)
         orders = DeltaSnapshot(tmp_path / "lake", "shop", "orders")
         customers = DeltaSnapshot(tmp_path / "lake", "shop", "customers")
         boot_orders, boot_customers = orders.bootstrap_scn(), customers.bootstrap_scn()
-        config = {"ops": {"shop_sync_step": {"config": {"mode": "bootstrap", "tables": ["orders"]}}}}
-        result = run(defs, instance, "shop_bootstrap", run_config=config)
+        result = run(defs, instance, "shop_bootstrap", run_config={"tables": ["orders"]})
         meta = {e.asset_key.to_user_string(): e.materialization.metadata for e in
                 result.get_asset_materialization_events()}
         assert set(meta) == {"shop/orders"} and meta["shop/orders"]["bootstrap_rows"].value > 0
+        # Every check the run planned has its result: none is left skipped for the tables it did not read.
+        planned = {(e.dagster_event.event_specific_data.asset_key.to_user_string(),
+                    e.dagster_event.event_specific_data.check_name) for e in instance.all_logs(
+                        result.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED)}
+        assert planned == set(checks(result)) and ("shop/customers", "freshness") in planned
         assert orders.bootstrap_scn() > boot_orders and customers.bootstrap_scn() == boot_customers
         assert_snapshots_match(load_config(path))
         # Straight after the bootstrap, orders is at its bootstrap's version: restoring it is nothing to do.
@@ -271,19 +306,54 @@ def test_bootstrap_and_rebuild_runs_with_typed_run_config(tmp_path: Path, spark)
         assert_snapshots_match(load_config(path))
 
         DeltaTable(str(customers.path)).delete("id % 2 = 0")  # damage, then rebuild from the log
-        rebuilt = run(defs, instance, "shop_rebuild",
-                      run_config={"ops": {"shop_sync_step": {"config": {"mode": "rebuild", "tables": ["customers"]}}}})
+        rebuilt = run(defs, instance, "shop_rebuild", run_config={"tables": ["customers"]})
         assert rebuilt.success
         assert_snapshots_match(load_config(path))
         workload.run(10)
         run(defs, instance)  # capture continues from the right position after both
         assert_snapshots_match(load_config(path))
 
-        bad = run(defs, instance, "shop_bootstrap", raise_on_error=False,
-                  run_config={"ops": {"shop_sync_step": {"config": {"mode": "bootstrap", "tables": ["invoices"]}}}})
-    assert not bad.success
-    failure = next(e for e in bad.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE)
-    assert "invoices" in failure.step_failure_data.error.message
+
+def synced(tmp_path: Path) -> dg.Definitions:
+    """The shop's definitions once a sync (the local engine) has registered its tables' schemas in the log."""
+    path, defs, _ = setup(tmp_path)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "merge": {"engine": "local"}}))
+    assert cli(["--config", str(path), "sync", "--source", "shop"]) == 0
+    return defs
+
+
+@pytest.mark.parametrize(("job", "config", "refusal"), [
+    ("shop_refresh", {}, 'Missing required config entry "tables"'),  # the Launchpad's prefill is no config
+    ("shop_bootstrap", {}, 'Missing required config entry "tables"'),
+    ("shop_refresh", {"tables": []}, "no table is named, and this job reads every row"),
+    ("shop_bootstrap", {"tables": []}, "Fix: name the tables to read again, e.g. tables: [customers]"),
+    ("shop_bootstrap", {"tables": ["invoices"]}, "not in enum type shop_table got invoices"),
+    ("shop_rebuild", {"tables": ["invoices"]}, "not in enum type shop_table got invoices"),
+    ("shop_refresh", {"tables": ["orders"], "where": "id = 1; DROP TABLE orders"}, "';'"),
+    ("shop_refresh", {"tables": ["orders"], "where": "no_such_column = 1"}, "no_such_column"),
+    ("shop_refresh", {"tables": ["orders"], "where": "  "}, "is empty"),
+    ("shop_refresh", {"tables": ["orders"], "key_after": ["1", "2"]}, "whose key is (id)"),
+    ("shop_refresh", {"tables": ["orders", "customers"], "where": "id = 1"}, "choose exactly one table"),
+])
+def test_ad_hoc_jobs_refuse_a_config_that_would_reread_everything_or_fail_in_the_run(
+        tmp_path: Path, job: str, config: dict, refusal: str) -> None:
+    """Issue 54, items 2 and 4: what the Launchpad shows before launch (the config schema: required tables from
+    an enum of the source's), and what a launch refuses before any run starts (the job's config mapping, by the
+    run's own checks of key bounds and filters, against the schema the change log registered)."""
+    defs = synced(tmp_path)
+    with pytest.raises(dg.DagsterInvalidConfigError) as refused:
+        dg.validate_run_config(defs.resolve_job_def(job), config)
+    assert refusal in str(refused.value)
+
+
+def test_ad_hoc_jobs_accept_what_they_document(tmp_path: Path) -> None:
+    defs = synced(tmp_path)
+    op = dg.validate_run_config(defs.resolve_job_def("shop_refresh"), {
+        "tables": ["orders"], "key_after": ["3"], "where": "status = 'new' AND id < 10"})["ops"]["shop_sync_step"]
+    assert op["config"] == {"mode": "refresh", "tables": ["orders"], "key_after": ["3"], "key_through": None,
+                            "where": "status = 'new' AND id < 10"}
+    assert dg.validate_run_config(defs.resolve_job_def("shop_rebuild"), {})["ops"]["shop_sync_step"]["config"] == {
+        "mode": "rebuild", "tables": [], "key_after": None, "key_through": None, "where": None}
 
 
 def test_rebuild_is_refused_when_the_log_no_longer_reaches_the_bootstrap(tmp_path: Path, spark) -> None:
