@@ -7,6 +7,7 @@ and check still shows and can be selected on its own (the step runs only what is
 sources' steps run in parallel processes.
 """
 
+import importlib.metadata
 from collections.abc import Iterator
 from typing import Literal
 
@@ -28,6 +29,8 @@ from dagster_databus.sync.figures import Figures, sync_figures
 from dagster_databus.sync.merge import TableSyncResult, engine_for, sync_tables
 from dagster_databus.sync.verify import RollingVerification
 
+# What Dagster's "Compute details" show as the code that made a materialization: the installed package's version.
+CODE_VERSION = importlib.metadata.version("dagster-databus")
 KEY_AFTER = "only keys after this one (one value per key column, in key order); one table"
 KEY_THROUGH = "only keys up to and including this one; one table"
 WHERE = "only rows matching this condition, in the source's SQL; one table"
@@ -60,16 +63,18 @@ def build_source_assets(source: SourceConfig, engine: str) -> list[dg.AssetsDefi
     tags = {"databus/source": name, "databus/kind": source.kind, **source.tags}
     table_keys = {snapshot_key(name, t.name): t.name for t in source.tables}
     specs = [
-        dg.AssetSpec(capture_key(name), group_name=name, kinds=kinds,
+        dg.AssetSpec(capture_key(name), group_name=name, kinds=kinds, code_version=CODE_VERSION,
                      description=source_kind(source.kind).installs.format(name=name),
                      tags={**tags, "databus/role": "install"}, owners=owners),
         dg.AssetSpec(changelog_key(name), group_name=name, kinds={"avro"}, deps=[capture_key(name)],
+                     code_version=CODE_VERSION,
                      description=f"The durable change log of `{name}`: whole transaction windows since the last "
-                                 "checkpoint, as Avro segments under <lake>/log/. Each run polls up to the source's "
-                                 "position at its start.",
+                                 f"checkpoint, as Avro segments in the lake's `log/{name}/` folder. Each run polls up "
+                                 "to the source's position at its start.",
                      tags={**tags, "databus/role": "capture"}, owners=owners),
         *[dg.AssetSpec(
             key, group_name=name, kinds={"delta"} if engine == "local" else {"delta", "spark"},
+            code_version=CODE_VERSION,
             deps=[changelog_key(name)],
             description=f"Delta snapshot of `{name}.{table}` (key {', '.join(source.table(table).primary_key)}): "
                         "the latest row per key with `__scn`, `__op`, `__commit_ts`; the bootstrap store for "

@@ -6,7 +6,7 @@ from dagster import AssetExecutionContext
 
 from dagster_databus.config import LogicalTableConfig
 from dagster_databus.dataplane.logical import LogicalSnapshot
-from dagster_databus.defs.assets import column_schema
+from dagster_databus.defs.assets import CODE_VERSION, column_schema
 from dagster_databus.defs.common import Metadata, clear_errors, pool, snapshot_key
 from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.sync.logical.compare import compare_parts
@@ -24,7 +24,7 @@ def build_logical_asset(logical: LogicalTableConfig) -> dg.AssetsDefinition:
     parts = ", ".join(f"`{p.source}.{p.table}` ({p.label})" for p in logical.parts)
 
     @dg.asset(
-        key=logical_key(name), group_name=GROUP, kinds={"delta"},
+        key=logical_key(name), group_name=GROUP, kinds={"delta"}, code_version=CODE_VERSION,
         deps=[snapshot_key(p.source, p.table) for p in logical.parts],
         description=f"Logical Delta table `{name}` merged from the shards {parts}; key (`{logical.shard_column}`, "
                     "primary key), `__part` names each row's shard. Each shard's applied SCN is kept apart, as "

@@ -43,7 +43,7 @@ def build_poll_schedule(source: SourceConfig, job: dg.UnresolvedAssetJobDefiniti
     return dg.ScheduleDefinition(
         name=f"{source.name}_poll", job=job, cron_schedule=source.poll.cron,
         default_status=dg.DefaultScheduleStatus.STOPPED,
-        description=f"Polls `{source.name}` on `{source.poll.cron}` (sources[].poll.cron). Off by default.",
+        description=f"Polls {source.name} on {source.poll.cron} (sources[].poll.cron). Off by default.",
     )
 
 
@@ -120,7 +120,7 @@ def build_automation_sensor(source: SourceConfig) -> dg.AutomationConditionSenso
     return dg.AutomationConditionSensorDefinition(
         name=f"{source.name}_merge_automation", target=dg.AssetSelection.groups(source.name),
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description=f"Merges `{source.name}` snapshots whenever its change log is materialized.")
+        description=f"Merges {source.name} snapshots whenever its change log is materialized.")
 
 
 def build_reconcile_job(source: SourceConfig) -> dg.UnresolvedAssetJobDefinition:
@@ -139,7 +139,7 @@ def build_reconcile_triggers(source: SourceConfig, job: dg.UnresolvedAssetJobDef
     schedules = [dg.ScheduleDefinition(
         name=f"{source.name}_reconcile", job=job, cron_schedule=source.reconcile.cron,
         default_status=dg.DefaultScheduleStatus.STOPPED,
-        description=f"Reconciles `{source.name}` on `{source.reconcile.cron}` (sources[].reconcile.cron).",
+        description=f"Reconciles {source.name} on {source.reconcile.cron} (sources[].reconcile.cron).",
     )] if source.reconcile.cron else []
     every = source.reconcile.every_syncs
     if every is None:
@@ -148,7 +148,7 @@ def build_reconcile_triggers(source: SourceConfig, job: dg.UnresolvedAssetJobDef
 
     @dg.sensor(name=f"{source.name}_reconcile_every_syncs", job=job, minimum_interval_seconds=60,
                default_status=dg.DefaultSensorStatus.RUNNING,
-               description=f"Reconciles `{source.name}` after every {every} successful `{sync}` runs "
+               description=f"Reconciles {source.name} after every {every} successful {sync} runs "
                            "(sources[].reconcile.every_syncs).")
     def every_syncs(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         done = context.instance.get_runs_count(dg.RunsFilter(job_name=sync, statuses=[dg.DagsterRunStatus.SUCCESS]))

@@ -32,7 +32,7 @@ def build_alert_sensor(source: SourceConfig, job: dg.UnresolvedAssetJobDefinitio
 
     @dg.sensor(name=f"{source.name}_alerts", job=job, minimum_interval_seconds=1,
                default_status=dg.DefaultSensorStatus.STOPPED,
-               description=f"Requests a `{source.name}` sync when the database signals new transactions "
+               description=f"Requests a {source.name} sync when the database signals new transactions "
                            f"(waits up to {wait_s}s per evaluation).")
     def alerts(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         try:

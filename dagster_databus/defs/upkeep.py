@@ -90,4 +90,4 @@ def build_upkeep_schedule(name: str, upkeep: UpkeepConfig, job: dg.JobDefinition
         return []
     return [dg.ScheduleDefinition(
         name=job.name, job=job, cron_schedule=upkeep.cron, default_status=dg.DefaultScheduleStatus.STOPPED,
-        description=f"Keeps `{name}`'s tables up on `{upkeep.cron}` ({where}.upkeep.cron).")]
+        description=f"Keeps {name}'s tables up on {upkeep.cron} ({where}.upkeep.cron).")]

@@ -22,8 +22,9 @@ def sync_figures(r: TableSyncResult) -> Figures:
         **({"lag_seconds": r.lag_seconds} if r.lag_seconds is not None else {}),
         "windows": r.windows, "events": r.events,
         "rows_inserted": r.counts.inserted, "rows_updated": r.counts.updated, "rows_deleted": r.counts.deleted,
-        "bootstrapped_at_scn": str(r.bootstrapped_at) if r.bootstrapped_at else "-",
-        "bootstrap_rows": r.bootstrap_rows,
+        # Only from a run that bootstrapped: a 0 every other run would plot as the table emptying.
+        **({"bootstrapped_at_scn": str(r.bootstrapped_at), "bootstrap_rows": r.bootstrap_rows}
+           if r.bootstrapped_at else {}),
         **({"schema_evolved": r.evolved} if r.evolved else {}),
         **({f"bootstrap_{name}": n for name, n in r.key_ranges.named().items()} if r.key_ranges else {}),
         **(_refreshed(r.refreshed) if r.refreshed is not None else {}),

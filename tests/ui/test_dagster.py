@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -74,6 +75,8 @@ def test_materialize_everything_twice_reports_metadata(tmp_path: Path, spark) ->
         assert log["scn_range"] == f"{log['scn_from']}..{log['scn_to']}"
         orders = metadata(second, ["shop", "orders"])
         assert orders["applied_scn"] == log["scn_to"] and orders["lag_scn"] == 0
+        # A merge reports no bootstrap figures: a bootstrap_rows of 0 would plot as the table emptying.
+        assert "bootstrap_rows" not in orders and "bootstrapped_at_scn" not in orders
         assert orders["events"] == log["events_by_table"]["orders"]
         assert orders["engine"] == "spark"
         assert instance.get_latest_materialization_event(dg.AssetKey(["shop", "order_items"])) is not None
@@ -261,6 +264,14 @@ def test_schedules_jobs_and_graph_shape(tmp_path: Path) -> None:
     local = load_config(config_path).model_copy(update={"merge": MergeConfig(engine="local")})
     assert build_definitions(local, DatabusResource.for_file(config_path)).resolve_asset_graph().get(
         dg.AssetKey(["shop", "orders"])).kinds == {"delta"}  # runs that start no Spark say so
+    # Issue 54, item 8. Schedules and sensors show their descriptions as plain text: no Markdown marks.
+    for definition in [*(defs.schedules or []), *(defs.sensors or [])]:
+        assert "`" not in (definition.description or ""), definition.description
+    # Asset descriptions are Markdown: no <...> that a page would take for an HTML tag and hide.
+    assert "log/shop/" in graph.get(dg.AssetKey(["shop", "changelog"])).description
+    for node in graph.asset_nodes:
+        assert "<" not in (node.description or ""), node.description
+        assert node.code_version == importlib.metadata.version("dagster-databus")  # in "Compute details"
 
 
 @pytest.mark.parametrize("subset", [["shop/orders"], ["shop/customers", "shop/order_items"]])
