@@ -108,7 +108,7 @@ def snapshot_config(config: DatabusConfig, source: SourceConfig, mode: str) -> d
                                          chosen.get("key_through"), chosen.get("where"))
                 op |= chosen
         except ConfigError as exc:  # Dagster's own config error, so the launch shows this message and no trace
-            raise dg.DagsterInvalidConfigError(f"run config of {source.name}_{mode}: {exc}", [], values) from exc
+            raise dg.DagsterInvalidConfigError(f"run config of {source.name}_{mode}: {exc}", [], values) from None
         return {"ops": {sync_op_name(source.name): {"config": op}},
                 "loggers": {"console": {"config": {"log_level": values["log_level"]}}}}
 
