@@ -20,6 +20,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,6 +102,16 @@ def dagster_ui(tmp_path: Path, mariadb: MariaDBServer, pg: PostgresHarness):
         yield url
 
 
+def open_page(playwright: Any) -> tuple[Any, Any]:
+    """Headless Chromium and a page that dismisses Dagster's first-visit dialog: Dagster opens its "join the
+    community" dialog at a moment of its own choosing, sometimes after the graph has drawn, so it is dismissed
+    whenever it covers what a test clicks."""
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    page.add_locator_handler(page.get_by_role("button", name="Skip"), lambda skip: skip.click())
+    return browser, page
+
+
 def _last_run(url: str, runs_before: int) -> dict:
     """The run launched after ``runs_before`` runs, once it has ended."""
     deadline = time.monotonic() + 300
@@ -120,11 +131,7 @@ def test_one_location_holds_every_kind_and_a_group_materializes_from_the_ui(dags
     shots = tmp_path / "screenshots"
     shots.mkdir()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        # Dagster opens a first-visit "join the community" dialog at a moment of its own choosing,
-        # sometimes after the graph has drawn; dismiss it whenever it covers what the test clicks.
-        page.add_locator_handler(page.get_by_role("button", name="Skip"), lambda skip: skip.click())
+        browser, page = open_page(p)
         for n, source in enumerate(SOURCES, 1):  # every kind's graph: capture, change log, snapshots
             page.goto(f"{dagster_ui}{GROUP_PAGE.format(source)}", wait_until="networkidle")
             page.get_by_text("changelog", exact=True).first.wait_for(timeout=60_000)
@@ -203,9 +210,7 @@ def test_the_buttons_users_click_cost_what_they_say_and_errors_show_where_users_
     shots = tmp_path / "screenshots"
     shots.mkdir()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        page.add_locator_handler(page.get_by_role("button", name="Skip"), lambda skip: skip.click())
+        browser, page = open_page(p)
 
         def launchpad(job: str, config: str) -> str:
             """The job's Launchpad holding ``config``; what its ERRORS panel says once it has checked it."""
