@@ -21,6 +21,7 @@ from dagster_databus.defs.resources import DatabusResource
 from dagster_databus.demo.workload import ShopWorkload, create_shop
 from dagster_databus.errors import ConfigError, SourceUnavailableError
 from dagster_databus.log.changelog import ChangeLog
+from dagster_databus.sync.reconcile import schema_drift
 from tests.support.checks import assert_snapshots_match
 
 TABLES = [{"name": "customers", "primary_key": ["id"]}, {"name": "orders", "primary_key": ["id"]},
@@ -225,6 +226,15 @@ def test_lag_continuity_drift_and_consumer_checks_each_fail_for_their_reason(tmp
         assert failed.description and ". Fix: " in failed.description, failed
         assert failed.metadata["fix"].value and failed.metadata["problem"].value in failed.description
     assert "run `databus validate --source shop`" in found[("shop/changelog", "log_continuity")].description
+    # The drift check reads the snapshot's schema, not its rows: with every data file gone it still answers.
+    orders = DeltaSnapshot(lake, "shop", "orders")
+    files = list(orders.path.rglob("*.parquet"))
+    assert files
+    for data in files:
+        data.unlink()
+    config = load_config(tmp_path / "databus.yaml")
+    assert schema_drift(config, config.source("shop"), "orders") == [
+        "orders.channel: in the source, not in the snapshot"]
 
 
 def test_checks_that_cannot_be_evaluated_fail_with_the_problem_and_fix(tmp_path: Path, spark) -> None:
