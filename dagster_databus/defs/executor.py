@@ -16,7 +16,7 @@ from dagster._core.definitions.reconstruct import ReconstructableJob
 from dagster._core.execution.retries import RetryMode
 from dagster._core.executor.in_process import InProcessExecutor
 from dagster._core.executor.multiprocess import MultiprocessExecutor
-from dagster._utils.error import SerializableErrorInfo
+from dagster_shared.error import SerializableErrorInfo
 
 if TYPE_CHECKING:
     from dagster._core.events import DagsterEvent

@@ -96,19 +96,20 @@ def snapshot_config(config: DatabusConfig, source: SourceConfig, mode: str) -> d
 
     def run_config(values: dict[str, Any]) -> dict[str, Any]:
         tables = list(values["tables"])
-        op = {"mode": mode, "tables": tables}
+        op: dict[str, Any] = {"mode": mode, "tables": tables}
         try:
             if rereads and not tables:
                 raise ConfigError("tables", "no table is named, and this job reads every row of the tables it "
                                   "names from the source", f"name the tables to read again, e.g. tables: "
                                   f"[{source.tables[0].name}]")
             if mode == "refresh":
-                chosen = {k: values[k] for k in ("key_after", "key_through", "where") if k in values}
+                chosen: dict[str, Any] = {k: values[k] for k in ("key_after", "key_through", "where") if k in values}
                 capture.check_row_choice(config, source.name, tables, chosen.get("key_after"),
                                          chosen.get("key_through"), chosen.get("where"))
                 op |= chosen
         except ConfigError as exc:  # Dagster's own config error, so the launch shows this message and no trace
-            raise dg.DagsterInvalidConfigError(f"run config of {source.name}_{mode}: {exc}", [], values) from None
+            raise dg.DagsterInvalidConfigError(  # type: ignore[no-untyped-call]
+                f"run config of {source.name}_{mode}: {exc}", [], values) from None
         return {"ops": {sync_op_name(source.name): {"config": op}},
                 "loggers": {"console": {"config": {"log_level": values["log_level"]}}}}
 
