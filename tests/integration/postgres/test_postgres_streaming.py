@@ -105,7 +105,10 @@ def test_streamed_transactions_keep_only_what_committed_in_commit_order(
     if protocol == 1:  # as a PostgreSQL 13 server is read: the same transactions, held by the server to their commit
         monkeypatch.setattr(stream, "STREAMING_SINCE", 10**9)
     config = configured(pg, tmp_path / "lake", 64)
-    spools = Path(spool.tempfile.gettempdir())
+    # Spools in a folder of this test's own: another worker's capture may spool in the system's meanwhile.
+    spools = tmp_path / "spools"
+    spools.mkdir()
+    monkeypatch.setattr(spool.tempfile, "tempdir", str(spools))
     before = set(spools.glob("databus-spool-*"))
     long, other = pg.connect(), pg.connect()
     try:
