@@ -134,12 +134,13 @@ def _sync_check(config: DatabusConfig, source: SourceConfig, key: dg.AssetCheckK
 
 def _capture_lag(config: DatabusConfig, source: SourceConfig) -> dg.AssetCheckResult:
     key = changelog_key(source.name)
+    check = dg.AssetCheckKey(key, "capture_lag")
     checkpoint = ChangeLog(config.lake, source.name).checkpoint()
     try:
         src = open_source(source, config.lake)
         position = src.stream.high_water_mark()
     except DatabusError as exc:
-        return _error_result(dg.AssetCheckKey(key, "capture_lag"), exc)
+        return _error_result(check, exc)
     captured = checkpoint.scn if checkpoint else Scn.BEGINNING
     behind = scn_lag(position, captured)
     limit, limit_s = source.poll.max_lag_scn, source.poll.max_lag_seconds
@@ -174,10 +175,10 @@ def _capture_lag(config: DatabusConfig, source: SourceConfig) -> dg.AssetCheckRe
     if limit_s is not None and lag_s is not None and lag_s > limit_s:
         over.append(f"{lag_s:.1f} s of source commits behind (limit sources[].poll.max_lag_seconds: {limit_s})")
     if over:
-        return _failed(dg.AssetCheckKey(key, "capture_lag"), f"the change log is {' and '.join(over)}",
+        return _failed(check, f"the change log is {' and '.join(over)}",
                        f"sync {source.name} more often (sources[].poll.cron, or its poll schedule turned on), find "
                        "what holds its runs back (their durations on the job's page), or raise the limit", **metadata)
-    return dg.AssetCheckResult(asset_key=key, check_name="capture_lag", passed=True, metadata=metadata)
+    return dg.AssetCheckResult(asset_key=key, check_name=check.name, passed=True, metadata=metadata)
 
 
 def build_reconcile_checks(source: SourceConfig) -> dg.AssetChecksDefinition:
@@ -298,8 +299,9 @@ def _freshness(config: DatabusConfig, source: str, table: str, limit_s: float | 
     log = ChangeLog(config.lake, source)
     applied = DeltaSnapshot(config.lake, source, table).applied_scn()
     key = snapshot_key(source, table)
+    check = dg.AssetCheckKey(key, "freshness")
     if applied is None:
-        return _failed(dg.AssetCheckKey(key, "freshness"), "the snapshot has not been bootstrapped yet",
+        return _failed(check, "the snapshot has not been bootstrapped yet",
                        f"materialize {source}/{table} (the first sync bootstraps it)")
     head = log.committed_scn()
     applied_ms = applied_commit_ms(DeltaSnapshot(config.lake, source, table), log, applied)
@@ -313,10 +315,10 @@ def _freshness(config: DatabusConfig, source: str, table: str, limit_s: float | 
         metadata["max_lag_seconds"] = limit_s
         if lag_s is None or lag_s > limit_s:
             lag = "of unknown age" if lag_s is None else f"{lag_s:.1f} s"
-            return _failed(dg.AssetCheckKey(key, "freshness"),
+            return _failed(check,
                            f"the snapshot's newest change is {lag} behind the change log's (limit "
                            f"sources[].poll.max_lag_seconds: {limit_s})",
                            f"merge it (a sync of {source}); if syncs run and it stays behind, the sync's failures "
                            "on the run page name why", **metadata)
-    return dg.AssetCheckResult(asset_key=key, check_name="freshness", metadata=metadata, passed=True)
+    return dg.AssetCheckResult(asset_key=key, check_name=check.name, metadata=metadata, passed=True)
 

@@ -32,6 +32,6 @@ def default_level() -> str:
     return level
 
 
-def job_config(config: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A job's default run config: ``config`` with Dagster's console logger at ``default_level``."""
-    return {**(config or {}), "loggers": {"console": {"config": {"log_level": default_level()}}}}
+def job_config(config: Mapping[str, Any] | None = None, level: str | None = None) -> dict[str, Any]:
+    """A job's run config: ``config`` with Dagster's console logger at ``level`` (default: ``default_level``)."""
+    return {**(config or {}), "loggers": {"console": {"config": {"log_level": level or default_level()}}}}

@@ -20,20 +20,16 @@ def sync_job_name(source: str) -> str:
     return f"{source}_sync"
 
 
-def reconciled_checks(source: SourceConfig) -> dg.AssetSelection:
-    return dg.AssetSelection.checks(*[dg.AssetCheckKey(dg.AssetKey([source.name, t.name]), "reconciled")
-                                      for t in source.tables])
-
-
-def verified_checks(source: SourceConfig) -> dg.AssetSelection:
-    return dg.AssetSelection.checks(*[dg.AssetCheckKey(dg.AssetKey([source.name, t.name]), "verified")
+def table_checks(source: SourceConfig, name: str) -> dg.AssetSelection:
+    """The check called ``name`` of every snapshot of ``source``."""
+    return dg.AssetSelection.checks(*[dg.AssetCheckKey(dg.AssetKey([source.name, t.name]), name)
                                       for t in source.tables])
 
 
 def build_source_job(source: SourceConfig) -> dg.UnresolvedAssetJobDefinition:
     return dg.define_asset_job(
         name=sync_job_name(source.name),
-        selection=dg.AssetSelection.groups(source.name) - reconciled_checks(source),
+        selection=dg.AssetSelection.groups(source.name) - table_checks(source, "reconciled"),
         description=f"Install/verify capture, poll the change log and merge the snapshots of `{source.name}`.",
         tags={"databus/source": source.name}, config=job_config(), executor_def=databus_executor,
     )
@@ -53,7 +49,7 @@ def build_snapshot_jobs(config: DatabusConfig, source: SourceConfig) -> list[dg.
     (the ``<source>_reconcile`` job) nor the rolling verification (a merge's), which would only be planned and
     then skipped for the tables a run leaves alone."""
     selection = dg.AssetSelection.assets(*[dg.AssetKey([source.name, t.name]) for t in source.tables]) \
-        - reconciled_checks(source) - verified_checks(source)
+        - table_checks(source, "reconciled") - table_checks(source, "verified")
     descriptions = {
         "bootstrap": f"Re-read the tables named in run config `tables` (at least one) of `{source.name}` from the "
                      "source into fresh snapshots; capture continues from its own checkpoint.",
@@ -110,8 +106,7 @@ def snapshot_config(config: DatabusConfig, source: SourceConfig, mode: str) -> d
         except ConfigError as exc:  # Dagster's own config error, so the launch shows this message and no trace
             raise dg.DagsterInvalidConfigError(  # type: ignore[no-untyped-call]
                 f"run config of {source.name}_{mode}: {exc}", [], values) from None
-        return {"ops": {sync_op_name(source.name): {"config": op}},
-                "loggers": {"console": {"config": {"log_level": values["log_level"]}}}}
+        return job_config({"ops": {sync_op_name(source.name): {"config": op}}}, values["log_level"])
 
     return dg.ConfigMapping(config_fn=run_config, config_schema=fields)
 
@@ -126,7 +121,7 @@ def build_automation_sensor(source: SourceConfig) -> dg.AutomationConditionSenso
 
 def build_reconcile_job(source: SourceConfig) -> dg.UnresolvedAssetJobDefinition:
     return dg.define_asset_job(
-        name=f"{source.name}_reconcile", selection=reconciled_checks(source),
+        name=f"{source.name}_reconcile", selection=table_checks(source, "reconciled"),
         description=f"Compare every snapshot of `{source.name}` with the source at one SCN (the `reconciled` "
                     "checks): fingerprints computed where the data lives, differing keys named.",
         tags={"databus/source": source.name, "databus/run": "reconcile"}, config=job_config(),
