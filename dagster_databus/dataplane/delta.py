@@ -128,8 +128,21 @@ class DeltaFolder:
                 if c.name in held and held[c.name] != c.type.delta()]
 
     def row_count(self) -> int:
+        """The live rows (not soft-deleted): the Delta log's per-file counts when no file's ``__op`` statistics
+        allow a soft delete or a null there (no data read, whatever the table's size); else the files scanned."""
         table = self._table()
-        return 0 if table is None else live_dataset(self.dataset(table)).count_rows()
+        if table is None:
+            return 0
+        actions = pa.table(table.get_add_actions(flatten=True))
+        if not actions.num_rows:
+            return 0
+        if {"num_records", "min.__op", "max.__op", "null_count.__op"} <= set(actions.column_names):
+            lo, hi = actions["min.__op"].cast(pa.string()), actions["max.__op"].cast(pa.string())
+            certain = pc.and_(pc.and_(pc.is_valid(actions["num_records"]), pc.equal(actions["null_count.__op"], 0)),
+                              pc.or_(pc.greater(lo, "d"), pc.less(hi, "d")))
+            if pc.all(pc.fill_null(certain, False)).as_py():
+                return int(pc.sum(actions["num_records"]).as_py() or 0)
+        return int(live_dataset(self.dataset(table)).count_rows())
 
     def damage(self, version: int | None = None) -> list[str]:
         """Data files the table's current version (or ``version``) names that are missing, or not the size it recorded

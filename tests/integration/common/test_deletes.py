@@ -56,3 +56,25 @@ def test_soft_deletes_keep_the_row_marked_and_readers_pass_over_it(source: Sourc
     feed = pa.table(delta.load_cdf(starting_version=delta.version() - 1).read_all()).to_pylist()
     marked = [r for r in feed if r["id"] == 25]
     assert {r["_change_type"] for r in marked} == {"update_preimage", "update_postimage"}
+
+
+def test_a_snapshots_row_count_is_read_from_the_delta_log_unless_a_file_may_hold_a_soft_delete(tmp_path: Path) -> None:
+    """``row_count`` (the snapshot_rows of every sync) sums the files' counts from the Delta log when no file's
+    ``__op`` bounds allow a 'd': it stays right with the data files gone, so it read none. A file whose bounds
+    allow one is scanned, and its marked rows are not counted."""
+    from deltalake import write_deltalake
+
+    def rows(ops: str, first: int) -> pa.Table:
+        return pa.table({"id": pa.array(range(first, first + len(ops)), pa.int64()),
+                         "__scn": pa.array([7] * len(ops), pa.int64()), "__op": pa.array(list(ops))})
+
+    snap = DeltaSnapshot(tmp_path / "lake", "shop", "items")
+    write_deltalake(snap.uri, rows("iiu", 0))
+    write_deltalake(snap.uri, rows("uuiu", 10), mode="append")
+    for data in Path(snap.uri).glob("*.parquet"):
+        data.unlink()
+    assert snap.row_count() == 7
+    soft = DeltaSnapshot(tmp_path / "lake", "shop", "soft")
+    write_deltalake(soft.uri, rows("iiu", 0))
+    write_deltalake(soft.uri, rows("udid", 10), mode="append")
+    assert soft.row_count() == 5
