@@ -19,7 +19,7 @@ from dagster_databus.config import DatabusConfig
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.spark.runtime import SparkRuntime
 from dagster_databus.sync.figures import sync_figures
-from dagster_databus.sync.merge import engine_for, sync_source
+from dagster_databus.sync.merge import engine_for, spark_ahead, sync_source
 from dagster_databus.sync.verify import RollingVerification, verified_lines, verify_figures
 
 
@@ -52,9 +52,9 @@ def merge(config: DatabusConfig, args: argparse.Namespace) -> int:
 
 def sync(config: DatabusConfig, args: argparse.Namespace) -> int:
     spark = SparkRuntime(config.spark)
-    if config.merge.engine != "local":
-        spark.start_in_background()  # meanwhile, install and capture
     source = config.source(args.source)
+    if spark_ahead(config, source.name, source.chosen_tables(args.tables or None)):
+        spark.start_in_background()  # meanwhile, install and capture
     # As the scheduled run does: each table's slice read before capture, compared once the merge is done.
     verification = RollingVerification(config, source, source.chosen_tables(args.tables or None),
                                        engine_for(spark, config), _say)

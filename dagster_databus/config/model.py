@@ -75,6 +75,10 @@ class MergeConfig(Strict):
     # Tables of a source the Spark engines sync at once (each a driver thread that mostly waits on its
     # jobs, which share the cluster); the local engine syncs one at a time, on this machine's cores.
     parallel_tables: int = Field(default=4, ge=1)
+    # The spark engine merges in this process, not as a Spark job, when the change log's range and the data
+    # files it rewrites come to at most this many MiB: a job's fixed cost (a second over Spark Connect) is then
+    # more than its work. The same code runs either way. 0: always a Spark job.
+    in_driver_mib: int = Field(default=16, ge=0)
 
 
 class LogicalPartConfig(Strict):

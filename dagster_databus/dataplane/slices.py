@@ -56,6 +56,7 @@ class SliceRows:
     source_keys: frozenset[bytes] | None = None  # None: by key order
     location: TableLocation | None = None
     paths: tuple[str, ...] = ()
+    bytes: int = 0  # the files'
 
     @classmethod
     def of(cls, schema: TableSchema, bounds: KeyRange, source: pa.Table) -> SliceRows:
@@ -74,8 +75,9 @@ class SliceRows:
 
     def in_files(self, location: TableLocation, files: TableFiles) -> SliceRows:
         """This slice with the files that may hold it (by their first key column's bounds, where ordered)."""
-        chosen = [f.path for f in files.files if self.whole or not self.by_order or self._may_hold(f)]
-        return replace(self, location=location, paths=tuple(chosen))
+        chosen = [f for f in files.files if self.whole or not self.by_order or self._may_hold(f)]
+        return replace(self, location=location, paths=tuple(f.path for f in chosen),
+                       bytes=sum(f.size for f in chosen))
 
     def _may_hold(self, f: TableFile) -> bool:
         return _may_hold(f.low, f.high, self.bounds)

@@ -99,8 +99,7 @@ def build_source_assets(source: SourceConfig, engine: str) -> list[dg.AssetsDefi
 
         tables = _tables(config, source, [table_keys[k] for k in table_keys if k in selected])
         with clear_errors(context):
-            if tables:
-                databus.start_spark()  # meanwhile, install and capture
+            databus.start_spark(name, tables, config.mode)  # if it will be needed, meanwhile install and capture
             if capture_key(name) in selected:
                 yield _install(context, lake_config, name)
             yield from checks_of(capture_key(name))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ from pydantic import PrivateAttr
 
 from dagster_databus.config import DatabusConfig, load_config, parse_config
 from dagster_databus.spark.runtime import SparkRuntime
+from dagster_databus.sync.merge import SyncMode, spark_ahead
 
 
 class DatabusResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # generic in the value it gives: itself
@@ -51,7 +52,8 @@ class DatabusResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # gen
             self._spark = SparkRuntime(self.config().spark)
         return self._spark
 
-    def start_spark(self) -> None:
-        """Start Spark in the background while the step does other work, when the merge engine will use it."""
-        if self.config().merge.engine != "local":
+    def start_spark(self, source: str, tables: Sequence[str], mode: SyncMode) -> None:
+        """Start Spark in the background while the step does other work, when the sync will run Spark jobs
+        (``sync.merge.spark_ahead``)."""
+        if spark_ahead(self.config(), source, tables, mode):
             self.spark.start_in_background()

@@ -7,7 +7,8 @@ and a killed bootstrap resumes with the ranges it lacks. Merge (``spark.merge``,
 the change log segment by segment, route every change to the group of files that may hold its key, and rewrite
 only the files that do (``dataplane.merging``). History tables (``spark.history``) and logical tables
 (``spark.logical``) are built by the same two kinds of job (``spark.jobs``); a verification slice's digests
-(``spark.verify``) are computed by a task per file. Either way only file descriptions
+(``spark.verify``) are computed by a task per file. Work within ``merge.in_driver_mib`` (a scheduled run's merges,
+a small slice) runs the same code in the driver, with no Spark job. Either way only file descriptions
 reach the driver, which commits them in one delta-rs transaction with the transaction ids
 (``dataplane.commit``); the delta-spark jars are never needed.
 """

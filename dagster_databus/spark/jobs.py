@@ -5,7 +5,7 @@ rewriting the files that hold their keys (``rewrite``, ``spark.rewrite``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,7 +15,7 @@ from dagster_databus.core.pickle_text import pack
 from dagster_databus.dataplane.commit import location, remove_uncommitted
 from dagster_databus.dataplane.files import DataFile, TaskReport, run_prefix
 from dagster_databus.spark.errors import task_errors
-from dagster_databus.spark.logread import read_changes
+from dagster_databus.spark.logread import log_read, read_changes
 from dagster_databus.spark.rewrite import Changes, RewriteCommit, RewriteTarget, Rewritten, rewrite
 from dagster_databus.storage.durable import crash_point, disk_errors
 
@@ -49,6 +49,31 @@ class FileCopy:
     what: str  # how progress and errors name the table ("shop.orders")
     doing: str  # and the job ("compacting")
     crash: str  # fault tests stop at ``<crash>_commit`` and ``<crash>_committed``
+
+
+@dataclass(frozen=True, slots=True)
+class LogRange:
+    """A table's changes in a log range, for a rewrite (``Changes``): ``routed_by(plan)`` the frame of Spark tasks
+    that read, reduce and route them; ``in_driver(plan)`` the same tasks' batches, run one after another here."""
+
+    spark: SparkRuntime
+    config: DatabusConfig
+    source: str
+    table: str
+    since: Scn
+    until: Scn
+    bytes: int  # the segments' that hold the table
+
+    def routed_by(self, plan: MergePlan) -> DataFrame:
+        # Read a segment in pieces of this size, so that even one large segment keeps every core busy.
+        split = max(SPLIT_MIN_BYTES, -(-self.bytes // (2 * self.spark.parallelism())))
+        return read_changes(self.spark, self.config, self.source, self.table, self.since, self.until, plan=plan,
+                            split_bytes=split)
+
+    def in_driver(self, plan: MergePlan) -> Iterator[pa.RecordBatch]:
+        read = log_read(self.config, self.source, self.table, self.since, self.until, plan, SPLIT_MIN_BYTES)
+        for spec in read.tasks:
+            yield from read.task(spec)
 
 
 class SparkJobs:
@@ -87,13 +112,11 @@ class SparkJobs:
         """``changes`` applied to ``target`` by rewriting the files that hold their keys (``spark.rewrite``)."""
         return rewrite(self.spark, self.config.merge, target, changes, commit, progress)
 
-    def log_routed(self, log: ChangeLog, table: str, since: Scn, until: Scn) -> Callable[[MergePlan], DataFrame]:
-        """The frame of ``table``'s changes in (since, until], reduced and routed by a merge plan."""
-        total = sum(s.bytes for s in log.manifest().between(since, until))
-        # Read a segment in pieces of this size, so that even one large segment keeps every core busy.
-        split = max(SPLIT_MIN_BYTES, -(-total // (2 * self.spark.parallelism())))
-        return lambda plan: read_changes(self.spark, self.config, log.source, table, since, until, plan=plan,
-                                         split_bytes=split)
+    def log_routed(self, log: ChangeLog, table: str, since: Scn, until: Scn) -> LogRange:
+        """``table``'s changes in (since, until], reduced and routed by a merge plan: by Spark tasks, or in this
+        process."""
+        read = sum(s.bytes for s in log.manifest().between(since, until) if table in s.tables)
+        return LogRange(self.spark, self.config, log.source, table, since, until, read)
 
     def file_frame(self, reads: Sequence[FileRead], schema: pa.Schema) -> DataFrame:
         """The rows of ``reads`` in ``schema``'s columns, one task per file (``spark.deltafiles``)."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dagster_databus.core.event_columns import CHANGE_META, EVENT_TYPES
+from dagster_databus.core.types import ColumnType
 from dagster_databus.errors import DatabusError, for_task
 
 if TYPE_CHECKING:
@@ -69,6 +70,21 @@ def read_changes(spark: SparkRuntime, config: DatabusConfig, source: str, table:
     """The table's changes in (since, until], one task per log segment (segments over ``split_bytes`` in
     pieces, smaller ones together up to that size); with a merge ``plan``, reduced per task and tagged with their
     file groups (``MergePlan.route``)."""
+    read = log_read(config, source, table, since, until, plan, split_bytes)
+    if plan is not None:
+        from dagster_databus.dataplane.merging import ROUTED_SPARK
+
+        schema = ROUTED_SPARK
+    else:
+        schema = ", ".join(f"`{name}` {ColumnType.parse(kind).spark()}" for name, kind in read.columns) \
+            + f", {META_SPARK}"
+    # One row, so one task, per spec: a range cut in as many slices as it has numbers.
+    return spark.session.range(0, len(read.tasks), 1, max(1, len(read.tasks))).mapInArrow(read, schema)
+
+
+def log_read(config: DatabusConfig, source: str, table: str, since: Scn, until: Scn, plan: MergePlan | None = None,
+             split_bytes: int = 0) -> LogTasks:
+    """What the tasks of ``read_changes`` run, planned: its specs in the table's latest registered columns."""
     from dagster_databus.log.changelog import ChangeLog
 
     log = ChangeLog(config.lake, source)
@@ -77,15 +93,7 @@ def read_changes(spark: SparkRuntime, config: DatabusConfig, source: str, table:
         raise ValueError(f"no schema registered for table {table!r}")
     columns = tuple((c.name, str(c.type)) for c in latest[1].columns)
     tasks = tuple(log_tasks(log, table, since, until, split_bytes))
-    if plan is not None:
-        from dagster_databus.dataplane.merging import ROUTED_SPARK
-
-        schema = ROUTED_SPARK
-    else:
-        schema = ", ".join(f"`{c.name}` {c.type.spark()}" for c in latest[1].columns) + f", {META_SPARK}"
-    read = LogTasks(config.lake.spec(), source, table, str(since), str(until), columns, tasks, plan)
-    # One row, so one task, per spec: a range cut in as many slices as it has numbers.
-    return spark.session.range(0, len(tasks), 1, max(1, len(tasks))).mapInArrow(read, schema)
+    return LogTasks(config.lake.spec(), source, table, str(since), str(until), columns, tasks, plan)
 
 
 @dataclass(frozen=True, slots=True)

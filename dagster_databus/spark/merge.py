@@ -45,11 +45,12 @@ class SnapshotMerging(SparkJobs):
         target = schema.arrow(with_meta=True)
         table = with_columns(snap, table, target, progress)
         since = Scn(max(since.value, applied))
-        progress(f"{schema.table}: merging SCN {since}..{until} in Spark")
+        progress(f"{schema.table}: merging SCN {since}..{until}")
+        logged = self.log_routed(log, schema.table, since, until)
         done = self.rewrite(
             RewriteTarget(snap, table, target, schema.primary_key, schema.table),
-            Changes(change_schema(schema), self.log_routed(log, schema.table, since, until), applied,
-                    soft=soft_deletes(self.config, snap)),
+            Changes(change_schema(schema), logged.routed_by, applied, soft=soft_deletes(self.config, snap),
+                    in_driver=logged.in_driver, read_bytes=logged.bytes),
             RewriteCommit([Transaction(app_id=snap.app_id, version=until.value)],
                           {OPERATION_KEY: "merge", "engine": ENGINE, "databus.scn_range": f"{since}..{until}"}),
             progress)

@@ -4,12 +4,13 @@ keys (copy-on-write), by Spark tasks, and committed by the driver in one delta-r
 A rewrite is described by three values: the table and the version it was read at (``RewriteTarget``), the
 changes and how they apply (``Changes``: a Spark frame of them routed by a merge plan, ``dataplane.merging``),
 and what the commit records (``RewriteCommit``). The snapshot merge, a refresh, a history's merge and
-restatement and a logical table's merge are all rewrites (``SparkJobs.rewrite``).
+restatement and a logical table's merge are all rewrites (``SparkJobs.rewrite``). One whose changes and files
+are within ``merge.in_driver_mib`` runs the same route and apply steps in the driver instead (``in_driver``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,6 +65,9 @@ class Changes:
     reads: bool = False  # a source read again (refresh): a row replaces one of the same or an older SCN
     history: tuple[str, ...] | None = None  # folded into a history table, whose versions these columns end
     soft: bool = False  # deletes mark rows deleted rather than drop them
+    # The same routed batches made in this process (None: only tasks can read them), and the bytes that reads.
+    in_driver: Callable[[MergePlan], Iterator[pa.RecordBatch]] | None = None
+    read_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,18 +100,25 @@ def rewrite(spark: SparkRuntime, merge: MergeConfig, target: RewriteTarget, chan
     folder, table = target.folder, target.table
     files = TableFiles.of(table, target.key, target.schema)
     prefix = run_prefix()
-    partitions, slots = balanced_slots(files, spark.parallelism())
     spill_dir = str(merge.spill_dir) if merge.spill_dir else None
-    plan = MergePlan(location(folder), target.schema, changes.schema, target.key, changes.applied, files,
-                     merge.file_rows, prefix, merge.memory_mb * 2**20, spill_dir, changes.part_column, partitions,
-                     slots, changes.reads, changes.history, change_feed_on(table) and changes.history is None,
-                     changes.soft, task_fault)
-    routed = changes.routed_by(plan)
+
+    def planned(parallelism: int, fault: Callable[[str], None] | None = task_fault) -> MergePlan:
+        partitions, slots = balanced_slots(files, parallelism)
+        return MergePlan(location(folder), target.schema, changes.schema, target.key, changes.applied, files,
+                         merge.file_rows, prefix, merge.memory_mb * 2**20, spill_dir, changes.part_column,
+                         partitions, slots, changes.reads, changes.history,
+                         change_feed_on(table) and changes.history is None, changes.soft, fault)
+
     committed = False
     report = None
     try:
-        with task_errors(), spark.job_progress(progress, f"{target.what}: merging"):
-            actions = routed.repartition(partitions, "__slot").mapInArrow(plan.apply, APPLIED).toArrow()
+        plan = planned(1, fault=None)  # the fault seam is in Spark's tasks
+        actions = in_driver(plan, changes, merge.in_driver_mib * 2**20, target.what, progress)
+        if actions is None:
+            plan = planned(spark.parallelism())
+            with task_errors(), spark.job_progress(progress, f"{target.what}: merging"):
+                actions = changes.routed_by(plan).repartition(plan.partitions, "__slot") \
+                    .mapInArrow(plan.apply, APPLIED).toArrow()
         report = TaskReport.of(actions)
         removed = {f.path: f for f in files.files}
         crash_point(f"{commit.crash}_commit")
@@ -129,6 +140,25 @@ def rewrite(spark: SparkRuntime, merge: MergeConfig, target: RewriteTarget, chan
                                 rewritten=report.total("files_rewritten"), added=len(report.added),
                                 bytes_rewritten=report.total("bytes_rewritten"),
                                 rows_rewritten=report.total("rows_rewritten")))
+
+
+def in_driver(plan: MergePlan, changes: Changes, budget: int, what: str, progress: Progress) -> pa.Table | None:
+    """The rewrite's task rows, from its route and apply steps run here one after another, when the changes read
+    and the files they rewrite come to at most ``budget`` bytes; else None (nothing written), for a Spark job.
+    Below that size a job's fixed cost (planning, scheduling, its tasks' Python workers) is more than its work."""
+    from dagster_databus.dataplane.files import ACTION_SCHEMA
+    from dagster_databus.dataplane.merging import GROUP
+
+    if changes.in_driver is None or changes.read_bytes > budget:
+        return None
+    routed = list(changes.in_driver(plan))
+    groups = {g for batch in routed for g in batch.column(GROUP).to_pylist() if g >= 0}
+    rewritten = sum(f.size for f, g in zip(plan.files.files, plan.files.group_of, strict=True) if g in groups)
+    if changes.read_bytes + rewritten > budget:
+        return None
+    progress(f"{what}: merging in this process ({changes.read_bytes / 2**10:,.0f} KiB of changes, "
+             f"{rewritten / 2**10:,.0f} KiB of files to rewrite: less than a Spark job costs)")
+    return pa.Table.from_batches(list(plan.apply(iter(routed))), ACTION_SCHEMA)
 
 
 def events_read(report: TaskReport) -> Mapping[str, Mapping[str, int]]:

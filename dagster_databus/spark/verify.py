@@ -19,10 +19,13 @@ if TYPE_CHECKING:
 
 class SliceVerifying(SparkJobs):
     def slice_digests(self, rows: SliceRows, progress: Progress) -> pa.Table:
-        """One task per file; the digests collected as Arrow."""
+        """One task per file, the digests collected as Arrow; files within ``merge.in_driver_mib`` are read here,
+        as the local engine reads them, for less than a Spark job costs."""
         files = len(rows.paths)
         if not files:
             return DIGESTS.empty_table()
+        if rows.bytes <= self.config.merge.in_driver_mib * 2**20:
+            return rows.digests_of(rows.paths)
         with task_errors(), self.spark.job_progress(progress, f"{rows.schema.table}: verifying a slice"):
             got = self.spark.session.range(0, files, 1, files).mapInArrow(rows, DIGESTS_SPARK).toArrow()
         return unsigned(got)

@@ -83,6 +83,25 @@ def engine_for(spark: SparkRuntime, config: DatabusConfig) -> MergeEngine:
 SyncMode = Literal["merge", "bootstrap", "rebuild", "refresh"]
 
 
+def spark_ahead(config: DatabusConfig, source: str, tables: Sequence[str], mode: SyncMode = "merge") -> bool:
+    """Whether a sync of ``tables`` will run Spark jobs as far as can be told before capture: so whether to start
+    Spark now, while capture runs. Not for the local engine, nor for a merge that ``merge.in_driver_mib`` keeps in
+    this process: every table bootstrapped and no table with more of the log to merge than that. A merge larger
+    than it turns out (capture brought more) starts Spark at its first job."""
+    if config.merge.engine == "local" or not tables:
+        return False
+    if mode != "merge" or config.merge.in_driver_mib == 0:
+        return True
+    budget = config.merge.in_driver_mib * 2**20
+    segments = ChangeLog(config.lake, source).manifest().segments
+    for table in tables:
+        applied = DeltaSnapshot(config.lake, source, table).applied_scn()
+        if applied is None or sum(s.bytes for s in segments
+                                  if s.last_scn > applied.value and table in s.tables) > budget:
+            return True
+    return False
+
+
 def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engine: MergeEngine,
                progress: Progress = lambda _: None, mode: SyncMode = "merge",
                rows: RowSelection = ALL_ROWS) -> TableSyncResult:

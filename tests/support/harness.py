@@ -287,7 +287,10 @@ class PostgresHarness(DatabaseHarness):
 
 
 def make_config(lake: Path | Lake, *sources: dict[str, Any], **settings: Any) -> DatabusConfig:
-    """A config of ``sources`` on ``lake`` (a folder, or a ``Lake`` as a config parsed it)."""
+    """A config of ``sources`` on ``lake`` (a folder, or a ``Lake`` as a config parsed it). The spark engine runs
+    every merge as a Spark job unless ``merge.in_driver_mib`` says otherwise: these tests' tables are small, and
+    would otherwise all merge in the driver (tests/spark/test_in_driver.py tests that)."""
+    settings = {**settings, "merge": {"in_driver_mib": 0, **settings.get("merge", {})}}
     if isinstance(lake, Lake):
         if lake.path is None:
             return parse_config({"lake": lake.location.uri, "storage_options": dict(lake.templates),
