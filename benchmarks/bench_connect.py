@@ -5,8 +5,9 @@ Each side has its own copy of the demo (database, lake, Dagster instance); befor
 workload commits the same transactions (same seed), so both capture and merge the same changes. Runs are
 launched as a user launches them, ``dagster asset materialize --select '*'`` (a cold Python process each; the
 Connect server stays up between runs, as a deployment's does), and, over Connect, as ``databus sync`` too (the
-same steps without Dagster, or its checks). A last run comes after two minutes idle, longer than the server
-keeps idle Python workers, as a schedule's next run does.
+same steps without Dagster, or its checks), and with every merge a Spark job (``merge.in_driver_mib: 0``). A
+last run comes after two minutes idle, longer than the server keeps idle Python workers, as a schedule's next
+run does; Dagster's floor is timed after a gap as long.
 
 Run alone: ``python -m benchmarks.bench_connect [rounds] [transactions]``.
 """
@@ -55,8 +56,10 @@ def main(rounds: int = 3, transactions: int = 200, idle_s: float = 130) -> dict[
         remote = remote_config(base, server.url)
         local = yaml.safe_load(base.read_text())
         local["merge"] = {"engine": "local"}
+        # Every merge a Spark job, as before merge.in_driver_mib: what the server's side costs such a run.
+        jobs = {**remote, "merge": {**remote.get("merge", {}), "in_driver_mib": 0}}
         demos = {}
-        for name, config in (("connect", remote), ("local", local)):
+        for name, config in (("connect", remote), ("connect_jobs", jobs), ("local", local)):
             # Paths relative to each copy's own folder.
             config = {**config, "lake": "lake",
                       "sources": [{**s, "path": "shop.db"} for s in config["sources"]]}
@@ -74,15 +77,21 @@ def main(rounds: int = 3, transactions: int = 200, idle_s: float = 130) -> dict[
             demos["connect"].workload.run(transactions, rollback_every=10)
             runs["cli"].append(demos["connect"].sync(SYNC_CLI))
             runs["floor"].append(demos["local"].sync(noop))
-        # A schedule's gap: the server's Python workers exit after a minute without tasks.
+        # A schedule's gap: the server's Python workers exit after a minute without tasks, and this machine
+        # pages out memory left idle (DAMON's proactive reclaim), the floor's as much as ours: each is timed
+        # after a gap of its own.
         time.sleep(idle_s)
         demos["connect"].workload.run(transactions, rollback_every=10)
         after_idle = demos["connect"].sync()
+        time.sleep(idle_s)
+        floor_after_idle = demos["local"].sync(noop)
         ours, peer, cli, floor = min(runs["connect"]), min(runs["local"]), min(runs["cli"]), min(runs["floor"])
         print(f"\nThe demo's sync run after its bootstrap ({transactions} transactions each, best of {rounds}, "
               "dagster asset materialize --select '*')")
         print(f"  spark.remote (Spark merge on a running server)    {ours:6.1f}s   "
-              f"{runs_text(runs['connect'])}   target <= 3 s")
+              f"{runs_text(runs['connect'])}")
+        print(f"  spark.remote, every merge a Spark job (merge.in_driver_mib: 0) {min(runs['connect_jobs']):6.1f}s   "
+              f"{runs_text(runs['connect_jobs'])}")
         print(f"  spark.remote, databus sync (no Dagster, no checks) {cli:6.1f}s   "
               f"{runs_text(runs['cli'])}")
         print(f"  merge.engine local (no Spark)                     {peer:6.1f}s   "
@@ -90,11 +99,12 @@ def main(rounds: int = 3, transactions: int = 200, idle_s: float = 130) -> dict[
         print(f"  Dagster's floor: the same command on one asset that does nothing {floor:6.1f}s   "
               f"{runs_text(runs['floor'])}")
         print(f"  over Spark Connect the run takes {ours / peer:4.2f}x the local engine's time (target <= 1.5x); "
-              f"{ours - floor:.1f}s above Dagster's floor, databus sync {cli:.1f}s in all")
-        print(f"  spark.remote, {idle_s:.0f} s after the last run (its Python workers started again) "
-              f"{after_idle:6.1f}s   target <= 3.5 s")
-        return {"connect": ours, "local": peer, "connect_cli": cli, "connect_after_idle": after_idle,
-                "dagster_floor": floor}
+              f"{ours - floor:.1f}s above Dagster's floor (target <= 1 s), databus sync {cli:.1f}s in all")
+        print(f"  spark.remote, {idle_s:.0f} s after the last run {after_idle:6.1f}s; Dagster's floor {idle_s:.0f} s "
+              f"after its last run {floor_after_idle:6.1f}s: {after_idle - floor_after_idle:.1f}s above it "
+              "(target <= 1.5 s)")
+        return {"connect": ours, "connect_jobs": min(runs["connect_jobs"]), "local": peer, "connect_cli": cli,
+                "connect_after_idle": after_idle, "dagster_floor": floor, "dagster_floor_after_idle": floor_after_idle}
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
