@@ -77,7 +77,7 @@ class HistoryTables(SparkJobs):
         stats = ChangeStats(done.events(), count_windows(list(done.report.facts)))
         progress(f"{schema.table}: history: {done.counts.inserted:,} versions opened, {done.counts.updated:,} "
                  f"ended ({done.counts.deleted:,} by deletes); rewrote {done.files.rewritten} of "
-                 f"{done.files.before} file(s)")
+                 f"{done.files.before} file(s), {done.where}")
         return Merged(done.counts, stats, done.files)
 
     def restate_history(self, hist: HistoryTable, snap: DeltaSnapshot, version: int, schema: TableSchema,

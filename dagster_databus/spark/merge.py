@@ -58,7 +58,7 @@ class SnapshotMerging(SparkJobs):
         progress(f"{schema.table}: merged {stats.events:,} events in {stats.windows:,} windows: "
                  f"{done.counts.inserted:,} inserted, {done.counts.updated:,} updated, {done.counts.deleted:,} "
                  f"deleted; rewrote {done.files.rewritten} of {done.files.before} file(s), added "
-                 f"{done.files.added}")
+                 f"{done.files.added}, {done.where}")
         return Merged(done.counts, stats, done.files)
 
     def refresh(self, snap: DeltaSnapshot, source: Source, table: str, rows: RowSelection,

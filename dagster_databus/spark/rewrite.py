@@ -85,6 +85,7 @@ class Rewritten:
     read: Mapping[str, Mapping[str, int]]  # events read, by part ("" when the rows have no part) and operation
     counts: MergeCounts
     files: FileCounts
+    where: str  # "in Spark", or "in this process" (``in_driver``): what the merge's closing line says
 
     def events(self, part: str = "") -> dict[str, int]:
         """Events read of ``part``, by operation."""
@@ -113,7 +114,8 @@ def rewrite(spark: SparkRuntime, merge: MergeConfig, target: RewriteTarget, chan
     report = None
     try:
         plan = planned(1, fault=None)  # the fault seam is in Spark's tasks
-        actions = in_driver(plan, changes, merge.in_driver_mib * 2**20, target.what, progress)
+        actions = in_driver(plan, changes, merge.in_driver_mib * 2**20)
+        where = "in this process" if actions is not None else "in Spark"
         if actions is None:
             plan = planned(spark.parallelism())
             with task_errors(), spark.job_progress(progress, f"{target.what}: merging"):
@@ -139,10 +141,10 @@ def rewrite(spark: SparkRuntime, merge: MergeConfig, target: RewriteTarget, chan
                      FileCounts(before=len(files.files), read=report.total("files_read"),
                                 rewritten=report.total("files_rewritten"), added=len(report.added),
                                 bytes_rewritten=report.total("bytes_rewritten"),
-                                rows_rewritten=report.total("rows_rewritten")))
+                                rows_rewritten=report.total("rows_rewritten")), where)
 
 
-def in_driver(plan: MergePlan, changes: Changes, budget: int, what: str, progress: Progress) -> pa.Table | None:
+def in_driver(plan: MergePlan, changes: Changes, budget: int) -> pa.Table | None:
     """The rewrite's task rows, from its route and apply steps run here one after another, when the changes read
     and the files they rewrite come to at most ``budget`` bytes; else None (nothing written), for a Spark job.
     Below that size a job's fixed cost (planning, scheduling, its tasks' Python workers) is more than its work."""
@@ -156,8 +158,6 @@ def in_driver(plan: MergePlan, changes: Changes, budget: int, what: str, progres
     rewritten = sum(f.size for f, g in zip(plan.files.files, plan.files.group_of, strict=True) if g in groups)
     if changes.read_bytes + rewritten > budget:
         return None
-    progress(f"{what}: merging in this process ({changes.read_bytes / 2**10:,.0f} KiB of changes, "
-             f"{rewritten / 2**10:,.0f} KiB of files to rewrite: less than a Spark job costs)")
     return pa.Table.from_batches(list(plan.apply(iter(routed))), ACTION_SCHEMA)
 
 
