@@ -1,8 +1,9 @@
 """``databus warm``: compile the package's numba kernels now and cache them on disk, so that no run pays their
 compile later: a Dockerfile's build step, a deploy hook, a CI runner's setup.
 
-A change set of fewer than 2,000 records needs no kernel (fastavro and zlib encode, decode and sum it), so a new
-machine's small scheduled runs cost what warm ones do without this; a larger one compiles the kernels its path
+A change set of fewer than 2,000 records needs no kernel (fastavro, zlib and hashlib encode, decode, sum and hash
+it; 10,000 in a process where no kernel has run yet, ``core.kernels.few``), so a new machine's small scheduled runs
+cost what warm ones do without this; a larger one compiles the kernels its path
 uses, seconds each, once per cache. ``warm`` runs a small pipeline of its own, in a temporary folder, large enough
 to take every kernel path: a sample source of several column types, of the kind that needs no server
 (``registry.embedded_kind``), captured (its row scan, the Avro encoder, CRC-32), merged by the local engine (the Avro
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from dagster_databus import capture
 from dagster_databus.config import SparkConfig, parse_config
+from dagster_databus.core.kernels import prefer_kernels
 from dagster_databus.core.progress import Progress
 from dagster_databus.log.changelog import ChangeLog
 from dagster_databus.sources.registry import KINDS, embedded_kind
@@ -43,6 +45,7 @@ def warm(progress: Progress, spark: bool = True) -> float:
     """Run the kernels' paths once (compiling and caching what the cache lacks) and, with ``spark`` and Java
     here, write the Spark driver's class-data archive (``spark.classdata``); the seconds it took."""
     started = time.monotonic()
+    prefer_kernels()  # past each path's own crossover: a cold process would take the fallbacks for this few rows
     run_pipeline(progress)
     for kind in KINDS.values():
         begun = time.monotonic()

@@ -14,7 +14,7 @@ import zlib
 import numpy as np
 import pyarrow as pa
 
-from dagster_databus.core.kernels import kernel
+from dagster_databus.core.kernels import few, kernel
 
 # Fewer values than this are summed by zlib one at a time, not the kernel (which costs a compile on a new machine).
 SMALL_VALUES = 4_096
@@ -55,7 +55,7 @@ def crc32_each(values: pa.Array) -> np.ndarray:
     offsets = np.frombuffer(values.buffers()[1], np.int32, n + 1, values.offset * 4)
     data_buffer = values.buffers()[2]
     data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
-    if n < SMALL_VALUES:  # zlib's, a value at a time: a few keys need no kernel compiled on a new machine
+    if few(n, SMALL_VALUES):  # zlib's, a value at a time: a few keys need no kernel compiled on a new machine
         view, bounds = data.data, offsets.tolist()
         out[:] = [zlib.crc32(view[bounds[i]:bounds[i + 1]]) for i in range(n)]
         return out

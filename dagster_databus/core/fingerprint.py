@@ -21,6 +21,7 @@ The canonical text is defined per column type so that SQL can produce it byte fo
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -28,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dagster_databus.core.kernels import kernel
+from dagster_databus.core.kernels import few, kernel
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.core.types import ColumnType
 
@@ -132,10 +133,18 @@ def _flat(array: pa.Array | pa.ChunkedArray) -> pa.Array:
     return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
 
 
+SMALL_DIGESTS = 256  # fewer texts than this are hashed by hashlib, a text at a time (``kernels.few``)
+
+
 def digests(texts: pa.Array) -> np.ndarray:
     """The first 64 bits of each text's MD5, big-endian (as ``CONV(LEFT(MD5(x), 16), 16, 10)``)."""
     data, offsets = _buffers(texts)
-    out = np.empty(len(offsets) - 1, np.uint64)
+    n = len(offsets) - 1
+    if few(n, SMALL_DIGESTS):
+        view, bounds = data.data, offsets.tolist()
+        prefixes = (hashlib.md5(view[bounds[i]:bounds[i + 1]], usedforsecurity=False).digest()[:8] for i in range(n))
+        return np.fromiter((int.from_bytes(p, "big") for p in prefixes), np.uint64, count=n)
+    out = np.empty(n, np.uint64)
     _md5_prefixes(data, offsets, out)
     return out
 

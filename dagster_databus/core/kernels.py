@@ -20,6 +20,13 @@ from numba.core.dispatcher import Dispatcher
 
 F = TypeVar("F", bound=Callable[..., Any])
 _warned = threading.Event()
+_KERNELS: list[Dispatcher[Any]] = []
+_warm = threading.Event()
+# A process's first kernel costs numba's set-up of its compiler target (a quarter of a second here) whatever its
+# size, and each later one only its own load from the cache. So until one has run, a path with a per-item fallback
+# (fastavro, zlib, hashlib) takes it for this many items: about where fastavro's 17 to 30 us a record meets that
+# set-up, and above a scheduled run's few thousand changes, which then never wake numba.
+COLD_ITEMS = 10_000
 
 
 @overload
@@ -41,9 +48,27 @@ def kernel(fn: F | None = None, *, nogil: bool = True) -> Dispatcher[F] | Callab
                 raise
             _warn_uncached(f)
             compiled = numba.njit(nogil=nogil)(f)
+        _KERNELS.append(compiled)
         return compiled
 
     return compile_(fn) if fn is not None else compile_
+
+
+def few(items: int, small: int) -> bool:
+    """Whether ``items`` are better served by a path's per-item fallback than by its kernel: fewer than ``small``
+    (its own crossover; 0: the path always runs its kernel) once a kernel has run in this process, else fewer than
+    ``COLD_ITEMS``."""
+    if small <= 0:
+        return False
+    if not _warm.is_set() and any(k.signatures for k in _KERNELS):
+        _warm.set()
+    return items < (small if _warm.is_set() else max(small, COLD_ITEMS))
+
+
+def prefer_kernels() -> None:
+    """From now on in this process, ``few`` holds each path to its own crossover: for a caller that runs the paths
+    in order to compile their kernels (``databus warm``)."""
+    _warm.set()
 
 
 def _warn_uncached(f: Callable[..., Any]) -> None:

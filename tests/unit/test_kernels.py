@@ -68,3 +68,34 @@ def test_kernels_compile_where_no_cache_folder_can_be_written_and_one_warning_na
     assert "NUMBA_CACHE_DIR=/dev/null/numba" in out[3] and "Fix: set NUMBA_CACHE_DIR to a folder" in out[3]
     assert not list((folder / "__pycache__").iterdir())
 
+
+
+COLD = '''
+import hashlib, zlib
+import numpy as np
+import pyarrow as pa
+from dagster_databus.core import crc32, fingerprint, kernels
+
+texts = pa.array([f"key {i}".encode() * (i % 9) for i in range(5_000)], pa.binary())
+print("cold:", kernels.few(5_000, 2_000), kernels.few(kernels.COLD_ITEMS, 2_000), kernels.few(10, 0))
+hashed = fingerprint.digests(texts)  # 5,000 texts in a cold process: hashlib's
+assert not any(k.signatures for k in kernels._KERNELS), "a kernel ran for 5,000 texts in a cold process"
+assert hashed.tolist() == [int(hashlib.md5(t.as_py()).hexdigest()[:16], 16) for t in texts]
+assert crc32.crc32_each(texts).tolist() == [zlib.crc32(t.as_py()) for t in texts]
+data, offsets = fingerprint._buffers(texts)
+out = np.empty(len(texts), np.uint64)
+fingerprint._md5_prefixes(data, offsets, out)  # the kernel: numba is set up now
+assert out.tolist() == hashed.tolist()
+print("warm:", kernels.few(5_000, 2_000), kernels.few(1_999, 2_000))
+assert fingerprint.digests(texts).tolist() == hashed.tolist()  # the kernel's, from here on
+'''
+
+
+def test_a_process_whose_kernels_have_not_run_takes_the_fallbacks_for_a_few_thousand_items() -> None:
+    """numba's set-up costs a process's first kernel a fifth of a second: until one has run, 5,000 texts are hashed
+    and summed by hashlib and zlib (the same digests as the kernel's), and ``few`` says so; after, the kernels'
+    own crossovers hold. A path whose crossover is 0 always runs its kernel."""
+    done = subprocess.run([sys.executable, "-c", COLD], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["cold: True False False", "warm: False True"], done.stdout

@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from dagster_databus.core.kernels import few
 from dagster_databus.core.types import ColumnType
 from dagster_databus.log.avro.container import Block, read_container
 from dagster_databus.log.avro.decode_columns import branch_column
@@ -59,7 +60,8 @@ from dagster_databus.log.avro.fields import Field, fields_of, short
 # Records decoded per kernel call: big enough that the per-column numpy and Arrow calls are noise,
 # small enough that the (slots x records) matrices stay a few tens of MB.
 GROUP_ROWS = 65_536
-# Fewer records than this in a group are decoded by fastavro, not the kernel (see ``Decoder._decode_small``).
+# Fewer records than this in a group are decoded by fastavro, not the kernel (see ``Decoder._decode_small``); more
+# in a process whose kernels have not run yet (``core.kernels.few``).
 SMALL_RECORDS = 2_000
 
 Branches = Mapping[str, Sequence[Field]]
@@ -140,7 +142,7 @@ class Decoder:
     def decode_blocks(self, blocks: Sequence[Block], first: int = 0) -> list[Decoded]:
         """The records of ``blocks`` (consecutive, or not: each holds whole records), positions from ``first``."""
         n = sum(b.count for b in blocks)
-        if n < SMALL_RECORDS:
+        if few(n, SMALL_RECORDS):
             try:
                 return self._decode_small(blocks, first)
             except Exception:  # bytes fastavro or Arrow refuse: the kernel decodes them again and names the fault

@@ -33,6 +33,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from dagster_databus.core.kernels import few
 from dagster_databus.core.types import ColumnType
 from dagster_databus.log.avro.container import on_cores
 from dagster_databus.log.avro.encode_kernels import (
@@ -65,7 +66,8 @@ from dagster_databus.log.avro.fields import Field
 
 _BIN = pa.large_binary()  # 64-bit offsets: one segment may exceed 2 GiB of encoded rows
 BLOCK_RECORDS = 16_000  # fastavro's default block size: readers see the blocks they are used to
-# Fewer records than this in one call are encoded by fastavro, not the kernels (see ``_small_blocks``).
+# Fewer records than this in one call are encoded by fastavro, not the kernels (see ``_small_blocks``); more in a
+# process whose kernels have not run yet (``core.kernels.few``).
 SMALL_RECORDS = 2_000
 _Table = tuple[pa.RecordBatch, Sequence[Field], int | None]
 
@@ -91,7 +93,7 @@ def iter_blocks(tables: Sequence[_Table], order: np.ndarray | None = None,
     """``encode_blocks``, a few blocks at a time: each wave is encoded on every core at once (the kernel
     lets go of the GIL), and only the waves not yet consumed are held, not the whole segment. Fewer than
     ``SMALL_RECORDS`` records are encoded by fastavro instead (``_small_blocks``)."""
-    if sum(len(batch) for batch, _, _ in tables) < SMALL_RECORDS:
+    if few(sum(len(batch) for batch, _, _ in tables), SMALL_RECORDS):
         yield from _small_blocks(tables, order, block_records)
         return
     program = _Program(tables)

@@ -14,7 +14,16 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from dagster_databus import capture
-from dagster_databus.core.fingerprint import BUCKET_BITS, buckets, digests, fingerprint_batches, value_text
+from dagster_databus.core.crc32 import _TABLE, _crc32
+from dagster_databus.core.fingerprint import (
+    BUCKET_BITS,
+    _buffers,
+    _md5_prefixes,
+    buckets,
+    digests,
+    fingerprint_batches,
+    value_text,
+)
 from dagster_databus.core.schema import Column, TableSchema
 from dagster_databus.core.types import ColumnType
 from dagster_databus.dataplane.delta import DeltaSnapshot
@@ -48,8 +57,13 @@ def test_digests_are_md5_prefixes_for_every_length_and_slice() -> None:
     texts = [t[:n] for n, t in zip(range(0, 300, 7), texts, strict=False)] + [texts[-1]]
     array = pa.array(texts, pa.binary())
     expected = [int(hashlib.md5(t).hexdigest()[:16], 16) for t in texts]
-    assert digests(array).tolist() == expected
+    assert digests(array).tolist() == expected  # a few texts: hashlib's, a text at a time
     assert digests(array.slice(5, 10)).tolist() == expected[5:15]
+    for sliced, want in ((array, expected), (array.slice(5, 10), expected[5:15])):  # the kernel, on the same texts
+        data, offsets = _buffers(sliced)
+        out = np.empty(len(sliced), np.uint64)
+        _md5_prefixes(data, offsets, out)
+        assert out.tolist() == want
 
 
 def test_buckets_are_the_top_bits_of_crc32() -> None:
@@ -57,6 +71,11 @@ def test_buckets_are_the_top_bits_of_crc32() -> None:
     expected = [zlib.crc32(t) >> (32 - BUCKET_BITS) for t in texts]
     assert buckets(pa.array(texts, pa.binary())).tolist() == expected
     assert buckets(pa.array(texts, pa.binary()).slice(1, 2)).tolist() == expected[1:3]
+    values = pa.array([t.decode("latin-1") for t in texts])  # the kernel, on texts of the same bytes' lengths
+    data = np.frombuffer(values.buffers()[2], np.uint8)
+    out = np.empty(len(values), np.uint32)
+    _crc32(data, np.frombuffer(values.buffers()[1], np.int32, len(values) + 1), _TABLE, out)
+    assert out.tolist() == [zlib.crc32(v.encode()) for v in values.to_pylist()]
 
 
 def test_float_text_is_exact_and_free_of_formatting() -> None:
