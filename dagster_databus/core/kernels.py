@@ -24,9 +24,13 @@ _KERNELS: list[Dispatcher[Any]] = []
 _warm = threading.Event()
 # A process's first kernel costs numba's set-up of its compiler target (a quarter of a second here) whatever its
 # size, and each later one only its own load from the cache. So until one has run, a path with a per-item fallback
-# (fastavro, zlib, hashlib) takes it for this many items: about where fastavro's 17 to 30 us a record meets that
-# set-up, and above a scheduled run's few thousand changes, which then never wake numba.
+# (fastavro, zlib, hashlib) takes it for calls of up to COLD_ITEMS items (about where fastavro's 17 to 30 us a
+# record meets that set-up), and for up to COLD_BUDGET items in all: a scheduled run's few thousand changes, read
+# by a few merges, never wake numba, while a long capture process pays the set-up once and runs the kernels.
 COLD_ITEMS = 10_000
+COLD_BUDGET = 50_000
+_cold = [0]  # items the fallbacks took past their own crossovers before any kernel ran here
+_lock = threading.Lock()
 
 
 @overload
@@ -56,13 +60,20 @@ def kernel(fn: F | None = None, *, nogil: bool = True) -> Dispatcher[F] | Callab
 
 def few(items: int, small: int) -> bool:
     """Whether ``items`` are better served by a path's per-item fallback than by its kernel: fewer than ``small``
-    (its own crossover; 0: the path always runs its kernel) once a kernel has run in this process, else fewer than
-    ``COLD_ITEMS``."""
+    (its own crossover; 0: the path always runs its kernel); until a kernel has run in this process, fewer than
+    ``COLD_ITEMS`` while the fallbacks' total stays within ``COLD_BUDGET``."""
     if small <= 0:
         return False
-    if not _warm.is_set() and any(k.signatures for k in _KERNELS):
-        _warm.set()
-    return items < (small if _warm.is_set() else max(small, COLD_ITEMS))
+    if items < small:
+        return True
+    if _warm.is_set() or items >= COLD_ITEMS:
+        return False
+    with _lock:
+        if any(k.signatures for k in _KERNELS) or _cold[0] + items > COLD_BUDGET:
+            _warm.set()
+            return False
+        _cold[0] += items
+        return True
 
 
 def prefer_kernels() -> None:

@@ -99,3 +99,16 @@ def test_a_process_whose_kernels_have_not_run_takes_the_fallbacks_for_a_few_thou
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["cold: True False False", "warm: False True"], done.stdout
+
+
+def test_the_fallbacks_cold_budget_is_spent_once_per_process() -> None:
+    """A long process that only ever sees calls of a few thousand items (a capture's chunks) takes the fallbacks for
+    ``COLD_BUDGET`` items in all, then the kernels from there on: numba's set-up is paid once, not avoided forever."""
+    code = ("from dagster_databus.core import kernels\n"
+            "calls = [kernels.few(9_000, 2_000) for _ in range(8)]\n"
+            "print(calls.index(False), kernels.COLD_BUDGET // 9_000, calls[calls.index(False):].count(True))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    first_kernel, budgeted, after = map(int, done.stdout.split())
+    assert first_kernel == budgeted == 5 and after == 0, done.stdout
