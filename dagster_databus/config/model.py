@@ -80,6 +80,10 @@ class MergeConfig(Strict):
     # more than its work. The same code runs either way. 0: always a Spark job.
     in_driver_mib: int = Field(default=16, ge=0)
 
+    @property
+    def in_driver_bytes(self) -> int:
+        return self.in_driver_mib * 2**20
+
 
 class LogicalPartConfig(Strict):
     """One physical table of a logical table: a configured table of a configured source."""

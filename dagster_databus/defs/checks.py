@@ -297,14 +297,15 @@ def verified_result(source: str, v: Verified) -> dg.AssetCheckResult:
 
 def _freshness(config: DatabusConfig, source: str, table: str, limit_s: float | None) -> dg.AssetCheckResult:
     log = ChangeLog(config.lake, source)
-    applied = DeltaSnapshot(config.lake, source, table).applied_scn()
+    snap = DeltaSnapshot(config.lake, source, table)
+    applied = snap.applied_scn()
     key = snapshot_key(source, table)
     check = dg.AssetCheckKey(key, "freshness")
     if applied is None:
         return _failed(check, "the snapshot has not been bootstrapped yet",
                        f"materialize {source}/{table} (the first sync bootstraps it)")
     head = log.committed_scn()
-    applied_ms = applied_commit_ms(DeltaSnapshot(config.lake, source, table), log, applied)
+    applied_ms = applied_commit_ms(snap, log, applied)
     head_ms = log.commit_ms_through(head)
     lag_s = time_lag(head, applied, head_ms, applied_ms)
     metadata: Metadata = {"applied_scn": dg.MetadataValue.text(str(applied)),

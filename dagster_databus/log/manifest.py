@@ -178,6 +178,10 @@ class Manifest:
             if s.last_scn > since.value and (until is None or s.first_scn <= until.value)
         ]
 
+    def table_bytes(self, table: str, since: Scn, until: Scn | None = None) -> int:
+        """The bytes of the segments in (since, until] that hold ``table``'s changes: what a read of them costs."""
+        return sum(s.bytes for s in self.between(since, until) if table in s.tables)
+
 
 def read_manifest(layout: LogLayout) -> Manifest:
     """The newest committed version of ``log``'s manifest (an empty one before any commit)."""

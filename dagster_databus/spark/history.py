@@ -65,11 +65,9 @@ class HistoryTables(SparkJobs):
             return None
         table = with_columns(hist, table, target, progress)
         since = Scn(max(since.value, applied))
-        logged = self.log_routed(log, schema.table, since, until)
         done = self.rewrite(
             RewriteTarget(hist, table, target, schema.primary_key, f"history {schema.table}"),
-            Changes(change_schema(schema), logged.routed_by, applied, history=tuple(tracked),
-                    in_driver=logged.in_driver, read_bytes=logged.bytes),
+            self.log_changes(log, schema, since, until, applied, history=tuple(tracked)),
             RewriteCommit([Transaction(app_id=hist.app_id, version=until.value)],
                           {OPERATION_KEY: "history", "engine": ENGINE, "databus.scn_range": f"{since}..{until}"},
                           crash="history"),

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from dagster_databus.core.pickle_text import pack
 from dagster_databus.dataplane.commit import location, remove_uncommitted
 from dagster_databus.dataplane.files import DataFile, TaskReport, run_prefix
+from dagster_databus.log.columns import change_schema
 from dagster_databus.spark.errors import task_errors
 from dagster_databus.spark.logread import log_read, read_changes
 from dagster_databus.spark.rewrite import Changes, RewriteCommit, RewriteTarget, Rewritten, rewrite
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
     from dagster_databus.config import DatabusConfig
     from dagster_databus.core.progress import Progress
+    from dagster_databus.core.schema import TableSchema
     from dagster_databus.core.scn import Scn
     from dagster_databus.dataplane.delta import DeltaFolder
     from dagster_databus.dataplane.merging import MergePlan
@@ -112,11 +114,14 @@ class SparkJobs:
         """``changes`` applied to ``target`` by rewriting the files that hold their keys (``spark.rewrite``)."""
         return rewrite(self.spark, self.config.merge, target, changes, commit, progress)
 
-    def log_routed(self, log: ChangeLog, table: str, since: Scn, until: Scn) -> LogRange:
-        """``table``'s changes in (since, until], reduced and routed by a merge plan: by Spark tasks, or in this
-        process."""
-        read = sum(s.bytes for s in log.manifest().between(since, until) if table in s.tables)
-        return LogRange(self.spark, self.config, log.source, table, since, until, read)
+    def log_changes(self, log: ChangeLog, schema: TableSchema, since: Scn, until: Scn, applied: int,
+                    **how: Any) -> Changes:
+        """``schema``'s table's changes in (since, until], over ``applied``, for a rewrite (``how``: the rest of
+        ``Changes``): reduced and routed by Spark tasks, or in this process."""
+        logged = LogRange(self.spark, self.config, log.source, schema.table, since, until,
+                          log.manifest().table_bytes(schema.table, since, until))
+        return Changes(change_schema(schema), logged.routed_by, applied, in_driver=logged.in_driver,
+                       read_bytes=logged.bytes, **how)
 
     def file_frame(self, reads: Sequence[FileRead], schema: pa.Schema) -> DataFrame:
         """The rows of ``reads`` in ``schema``'s columns, one task per file (``spark.deltafiles``)."""

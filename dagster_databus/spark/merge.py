@@ -46,11 +46,9 @@ class SnapshotMerging(SparkJobs):
         table = with_columns(snap, table, target, progress)
         since = Scn(max(since.value, applied))
         progress(f"{schema.table}: merging SCN {since}..{until}")
-        logged = self.log_routed(log, schema.table, since, until)
         done = self.rewrite(
             RewriteTarget(snap, table, target, schema.primary_key, schema.table),
-            Changes(change_schema(schema), logged.routed_by, applied, soft=soft_deletes(self.config, snap),
-                    in_driver=logged.in_driver, read_bytes=logged.bytes),
+            self.log_changes(log, schema, since, until, applied, soft=soft_deletes(self.config, snap)),
             RewriteCommit([Transaction(app_id=snap.app_id, version=until.value)],
                           {OPERATION_KEY: "merge", "engine": ENGINE, "databus.scn_range": f"{since}..{until}"}),
             progress)

@@ -114,7 +114,7 @@ def rewrite(spark: SparkRuntime, merge: MergeConfig, target: RewriteTarget, chan
     report = None
     try:
         plan = planned(1, fault=None)  # the fault seam is in Spark's tasks
-        actions = in_driver(plan, changes, merge.in_driver_mib * 2**20)
+        actions = in_driver(plan, changes, merge.in_driver_bytes)
         where = "in this process" if actions is not None else "in Spark"
         if actions is None:
             plan = planned(spark.parallelism())

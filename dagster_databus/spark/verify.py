@@ -24,7 +24,7 @@ class SliceVerifying(SparkJobs):
         files = len(rows.paths)
         if not files:
             return DIGESTS.empty_table()
-        if rows.bytes <= self.config.merge.in_driver_mib * 2**20:
+        if rows.bytes <= self.config.merge.in_driver_bytes:
             return rows.digests_of(rows.paths)
         with task_errors(), self.spark.job_progress(progress, f"{rows.schema.table}: verifying a slice"):
             got = self.spark.session.range(0, files, 1, files).mapInArrow(rows, DIGESTS_SPARK).toArrow()

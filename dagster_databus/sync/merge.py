@@ -92,12 +92,10 @@ def spark_ahead(config: DatabusConfig, source: str, tables: Sequence[str], mode:
         return False
     if mode != "merge" or config.merge.in_driver_mib == 0:
         return True
-    budget = config.merge.in_driver_mib * 2**20
-    segments = ChangeLog(config.lake, source).manifest().segments
+    manifest = ChangeLog(config.lake, source).manifest()
     for table in tables:
         applied = DeltaSnapshot(config.lake, source, table).applied_scn()
-        if applied is None or sum(s.bytes for s in segments
-                                  if s.last_scn > applied.value and table in s.tables) > budget:
+        if applied is None or manifest.table_bytes(table, applied) > config.merge.in_driver_bytes:
             return True
     return False
 
