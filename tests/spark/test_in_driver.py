@@ -17,7 +17,7 @@ from dagster_databus.sync.merge import TableSyncResult, engine_for, sync_source
 from dagster_databus.sync.verify import RollingVerification
 from tests.integration.common.test_verify import plant
 from tests.support.checks import assert_snapshots_match, cycle
-from tests.support.harness import SqliteHarness, make_config
+from tests.support.harness import SourceHarness, make_config
 
 SHOP = [("customers", ["id"]), ("orders", ["id"]), ("order_items", ["order_id", "line_no"])]
 
@@ -29,14 +29,15 @@ def outcome(results: list[TableSyncResult]) -> list[tuple[object, ...]]:
                   for r in results)
 
 
-def test_a_small_merge_runs_in_the_driver_and_commits_what_the_tasks_commit(tmp_path: Path, spark) -> None:
+def test_a_small_merge_runs_in_the_driver_and_commits_what_the_tasks_commit(source: SourceHarness, tmp_path: Path,
+                                                                           spark) -> None:
     """One captured range merged twice from copies of one lake: by Spark's tasks, and within the budget by the
     driver alone, on a runtime that never starts. Snapshots, history tables and reports are the same, row for row
-    and meta column for meta column; then a verification slice is digested there too, and finds planted damage."""
-    source = SqliteHarness(tmp_path / "shop.db")
+    and meta column for meta column; then a verification slice is digested there too, and finds planted damage.
+    Every source kind: the log's events, not the source, are what the two paths read."""
     source.create_shop()
     source.workload(seed=3).run(60)
-    cfg = source.source_config("shop", SHOP, prune_txlog=False)
+    cfg = source.source_config("shop", SHOP)
     cfg["tables"][1]["history"] = True  # orders
     tasks = make_config(tmp_path / "tasks" / "lake", cfg, merge={"file_rows": 20})
     cycle(tasks, spark)  # the bootstrap, in files of 20 rows: the changes below fall into several file groups
@@ -64,17 +65,19 @@ def test_a_small_merge_runs_in_the_driver_and_commits_what_the_tasks_commit(tmp_
     assert ours.num_rows > 60 and ours.equals(theirs)
     assert_snapshots_match(driver)
 
-    planted = plant(driver, "customers", ["id"], "city", "'Atlantis'")
-    verification = RollingVerification(driver, driver.source("shop"), ["customers"], engine_for(idle, driver))
+    # On the first lake, whose capture (a PostgreSQL slot is named for its lake) is the source's, now with the budget.
+    within = make_config(tmp_path / "tasks" / "lake", cfg, merge={"file_rows": 20, "in_driver_mib": 16})
+    planted = plant(within, "customers", ["id"], "city", "'Atlantis'")
+    verification = RollingVerification(within, within.source("shop"), ["customers"], engine_for(idle, within))
     verification.read()
-    capture.run(driver, "shop")
-    sync_source(idle, driver, "shop")
+    capture.run(within, "shop")
+    sync_source(idle, within, "shop")
     (verified,) = verification.settle()
     verification.close()
     assert (verified.different, verified.repaired) == (3, 3) and set(planted) <= {tuple(d.key)
                                                                                  for d in verified.differences}
     assert not idle.started, "a verification slice within merge.in_driver_mib started Spark"
-    assert_snapshots_match(driver)
+    assert_snapshots_match(within)
 
 
 def test_a_merge_that_rewrites_more_than_the_budget_is_a_spark_job(tmp_path: Path, spark) -> None:
