@@ -112,6 +112,8 @@ def test_relative_spill_folder_resolves_against_the_config_folder(tmp_path: Path
         (lambda db: minimal(db) + "    poll: {chunk_rows: many}\n", "sources[0].poll.chunk_rows",
          "valid integer"),
         (lambda db: minimal(db) + "merge: {memory_mb: 1}\n", "merge.memory_mb", "greater than or equal to 16"),
+        (lambda db: minimal(db) + "merge: {in_driver_mib: -1}\n", "merge.in_driver_mib", "greater than or equal to 0"),
+        (lambda db: minimal(db) + "merge: {in_driver_mib: 2.5}\n", "merge.in_driver_mib", "valid integer"),
         (lambda db: "lake: [unclosed", "databus.yaml", "not valid YAML"),
         (lambda db: minimal(db) + "lake: /\n", "databus.yaml",
          "key 'lake' is given twice in one mapping (lines 2 and 10)"),
