@@ -55,12 +55,20 @@ class ProgressSpec:
 
         Lake.from_spec(self.lake_spec).objects.write(f"{self.key}started/{index:05d}-{uuid.uuid4().hex[:8]}", b"")
 
+    def recorded(self, index: int) -> bool:
+        """Whether the range's files are recorded (``done``)."""
+        from dagster_databus.storage.lake import Lake
+
+        return Lake.from_spec(self.lake_spec).objects.read(self._done(index)) is not None
+
     def done(self, index: int, actions: pa.RecordBatch) -> None:
         """Record the range's files; written after they are, so a record always names complete files."""
         from dagster_databus.storage.lake import Lake
 
-        Lake.from_spec(self.lake_spec).objects.write(f"{self.key}done/{index:05d}.json",
-                                                     json.dumps(actions.to_pylist()).encode())
+        Lake.from_spec(self.lake_spec).objects.write(self._done(index), json.dumps(actions.to_pylist()).encode())
+
+    def _done(self, index: int) -> str:
+        return f"{self.key}done/{index:05d}.json"
 
 
 class BootstrapProgress:

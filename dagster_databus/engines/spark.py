@@ -1,15 +1,15 @@
 """The spark engine, assembled from the Spark jobs of ``spark/``: Spark tasks read, reduce and write the data
 files; the driver commits them.
 
-Bootstrap (``spark.range_reads``): the source's table is cut into primary-key ranges; one task per range reads it
-on its own connection and writes its rows as Parquet straight into the snapshot's folder, clustered by key,
-and a killed bootstrap resumes with the ranges it lacks. Merge (``spark.merge``, ``spark.rewrite``): tasks read
-the change log segment by segment, route every change to the group of files that may hold its key, and rewrite
-only the files that do (``dataplane.merging``). History tables (``spark.history``) and logical tables
-(``spark.logical``) are built by the same two kinds of job (``spark.jobs``); a verification slice's digests
-(``spark.verify``) are computed by a task per file. Work within ``merge.in_driver_mib`` (a scheduled run's merges,
-a small slice) runs the same code in the driver, with no Spark job. Either way only file descriptions
-reach the driver, which commits them in one delta-rs transaction with the transaction ids
+Bootstrap (``spark.range_reads``): the source's table is cut into primary-key ranges; Spark's tasks read a few each
+(``spark.jobs.range_tasks``), each range on its own connection, and write its rows as Parquet straight into the
+snapshot's folder, clustered by key; a killed bootstrap resumes with the ranges it lacks. Merge (``spark.merge``,
+``spark.rewrite``): tasks read the change log segment by segment, route every change to the group of files that
+may hold its key, and rewrite only the files that do (``dataplane.merging``). History tables (``spark.history``)
+and logical tables (``spark.logical``) are built by the same two kinds of job (``spark.jobs``); a verification
+slice's digests (``spark.verify``) are computed by a task per file. Work within ``merge.in_driver_mib`` (a
+scheduled run's merges, a small slice) runs the same code in the driver, with no Spark job. Either way only file
+descriptions reach the driver, which commits them in one delta-rs transaction with the transaction ids
 (``dataplane.commit``); the delta-spark jars are never needed.
 """
 

@@ -1,7 +1,7 @@
 """Range reads in Spark tasks, the spark engine's bootstrap: the source's table cut into primary-key ranges
-(``Reads.ranges``), one task per range reading it on its own connection and writing its rows as Parquet
-straight into the snapshot's folder, clustered by key (``spark.tables``); the driver commits the files in one
-delta-rs transaction.
+(``Reads.ranges``), Spark's tasks each reading one or more of them (``spark.jobs.range_tasks``), each range on
+its own connection, and writing its rows as Parquet straight into the snapshot's folder, clustered by key; the
+driver commits the files in one delta-rs transaction.
 
 It resumes: each range records its files once written (``dataplane.resume``), and a run after a killed one
 reads only the ranges without a record, keeping the others' files."""
@@ -18,7 +18,7 @@ from dagster_databus.dataplane.commit import commit_bootstrap, location, remove_
 from dagster_databus.dataplane.files import TaskReport
 from dagster_databus.dataplane.results import Bootstrapped, RangeCounts, range_rows
 from dagster_databus.spark.errors import task_errors
-from dagster_databus.spark.jobs import ENGINE, SparkJobs, paths
+from dagster_databus.spark.jobs import ENGINE, SparkJobs, paths, range_tasks
 from dagster_databus.storage.durable import crash_point, disk_errors
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 class RangeReads(SparkJobs):
-    """A table read in key ranges, one Spark task each, into a snapshot's files that the driver commits."""
+    """A table read in key ranges by Spark tasks, into a snapshot's files that the driver commits."""
 
     def bootstrap(self, snap: DeltaSnapshot, source: Source, table: str, progress: Progress) -> Bootstrapped:
         from dagster_databus.dataplane.reads import FilesSink
@@ -39,7 +39,8 @@ class RangeReads(SparkJobs):
         store = BootstrapProgress(self.config.lake, snap.source, table)
         read, plan, done = self._plan(snap, store, source.reads.ranges(table, range_rows(self.config, source)))
         remaining = [i for i in range(len(read.ranges)) if i not in done]
-        progress(f"{table}: bootstrapping in {len(read.ranges)} key range(s), one Spark task each"
+        tasks = range_tasks(remaining, self.spark.parallelism())
+        progress(f"{table}: bootstrapping in {len(read.ranges)} key range(s), read by {len(tasks)} Spark task(s)"
                  + (f", all as of SCN {read.scn}" if read.scn is not None else "")
                  + (f"; resuming: {len(done)} already read" if done else ""))
         sink = FilesSink(location(snap), read.schema.arrow(with_meta=True), self.config.merge.file_rows, plan.prefix,
@@ -52,7 +53,7 @@ class RangeReads(SparkJobs):
             if remaining:
                 with task_errors(), self.spark.job_progress(progress, f"{table}: bootstrapping"):
                     self.spark.frame("databus_table_files", read=pack(read), sink=pack(sink),
-                                     only=pack(remaining)).toArrow()
+                                     tasks=pack(tasks)).toArrow()
             # The ranges' own records are the bootstrap's account, this run's and any earlier one's alike.
             done = store.done()
             missing = [i for i in range(len(read.ranges)) if i not in done]

@@ -1,5 +1,5 @@
-"""Python data sources over a source table's primary-key ranges (``sources.base.RangeRead``): one input
-partition, so one Spark task, per range; each task opens its own connection to the source.
+"""Python data sources over a source table's primary-key ranges (``sources.base.RangeRead``). A Spark task reads
+one or more ranges, one after another (``spark.jobs.range_tasks``), each on a connection of its own.
 
 ``databus_table_files`` is the spark engine's bootstrap: each task writes its range's rows as Parquet
 straight into the snapshot's folder and yields only what the driver commits, the files it wrote and
@@ -34,14 +34,17 @@ class _RangesReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[InputPartition]:
-        # ``only``: the ranges still to read (a resumed bootstrap), by their index in the whole plan.
-        if "only" in self.options:
-            return [InputPartition(i) for i in unpack(self.options["only"])]
-        return [InputPartition(i) for i in range(len(unpack(self.options["read"]).ranges))]
+        # ``tasks``: each task's ranges by their index in the whole plan (``spark.jobs.range_tasks``; a resumed
+        # bootstrap leaves out the ranges already read). Without it, a task per range.
+        if "tasks" in self.options:
+            return [InputPartition(tuple(t)) for t in unpack(self.options["tasks"])]
+        return [InputPartition((i,)) for i in range(len(unpack(self.options["read"]).ranges))]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        read = unpack(self.options["read"])
         try:
-            yield from self._read(unpack(self.options["read"]), int(partition.value))
+            for index in partition.value:
+                yield from self._read(read, int(index))
         except DatabusError as exc:
             raise for_task(exc) from None
 
@@ -97,6 +100,8 @@ class _FilesReader(_RangesReader):
         from dagster_databus.spark.faults import task_fault
 
         sink: FilesSink = unpack(self.options["sink"])
+        if sink.progress is not None and _retried() and sink.progress.recorded(index):
+            return  # an earlier attempt of this task read the range and recorded its files: they stand
         started_at, started = time.time(), time.monotonic()
         if sink.progress is not None:
             sink.progress.started(index)
@@ -116,7 +121,16 @@ class _FilesReader(_RangesReader):
                                                "writing": ended - opened - reading.seconds}])
         if sink.progress is not None:
             sink.progress.done(index, actions)
+        task_fault("bootstrap_range_recorded")
         yield actions
+
+
+def _retried() -> bool:
+    """Whether this task is Spark's retry of one that failed (its worker lost, an error)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context is not None and context.attemptNumber() > 0
 
 
 class _Timed:

@@ -145,3 +145,37 @@ def test_losing_workers_mid_merge_never_leaves_a_partial_commit(tmp_path: Path, 
     on_disk, current, ever = files_on_disk_and_in_log(snap)
     assert on_disk <= ever, f"files no commit names were left: {sorted(on_disk - ever)}"
     assert current <= on_disk
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize(("point", "most_reads"), [("bootstrap_files_written", 2), ("bootstrap_range_recorded", 1)])
+def test_a_worker_lost_mid_bootstrap_costs_only_its_unrecorded_range(tmp_path: Path, spark,
+                                                                    spark_cluster: SparkCluster, point: str,
+                                                                    most_reads: int) -> None:
+    """A task reads several ranges (ten ranges, two slots: two tasks of five). Its worker SIGKILLed after a
+    range's files are written but not recorded: Spark's retry reads that range again. Killed just after the
+    record: the retry skips the recorded range and reads only the rest. Either way one commit, the snapshot
+    equals the source, and no file of the lost attempt is left in the folder."""
+    source = SqliteHarness(tmp_path / "src.db")
+    source.execute(["CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER)"])
+    source.execute([("INSERT INTO items VALUES (?, ?, ?)", (i, f"n{i}", i)) for i in range(1, 4001)])
+    config = make_config(tmp_path / "lake", source.source_config("shop", [("items", ["id"])]),
+                         merge={"file_rows": 400})
+    capture.install(config, "shop")
+    marker = tmp_path / "worker-killed"
+    context = spark.session.sparkContext
+    lines: list[str] = []
+    context.setLocalProperty(FAULT_PROPERTY, f"{point}:{marker}")
+    try:
+        [result] = sync_source(spark, config, "shop", progress=lines.append)
+    finally:
+        context.setLocalProperty(FAULT_PROPERTY, None)
+        restore(spark_cluster)
+    assert marker.exists(), "no task reached the fault point"
+    assert "items: bootstrapping in 10 key range(s), read by 2 Spark task(s)" in lines, lines
+    assert result.bootstrap_rows == 4000 and result.key_ranges is not None
+    assert result.key_ranges.ranges == 10 and result.key_ranges.most_reads == most_reads
+    snap = DeltaSnapshot(config.lake, "shop", "items")
+    data, current, _ = files_on_disk_and_in_log(snap)
+    assert snap.version() == 0 and data == current and len(current) == 10
+    assert_snapshots_match(config)

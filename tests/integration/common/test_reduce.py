@@ -264,7 +264,8 @@ def test_spark_steps_report_the_tasks_done(tmp_path: Path, monkeypatch: pytest.M
     capture.install(config, "shop")
     lines: list[str] = []
     sync_source(spark, config, "shop", progress=lines.append)
-    assert "items: bootstrapping in 10 key range(s), one Spark task each" in lines
+    # Ten ranges on the test cluster's two slots: two tasks of five (``spark.jobs.range_tasks``).
+    assert "items: bootstrapping in 10 key range(s), read by 2 Spark task(s)" in lines, lines
     done = [line for line in lines if re.fullmatch(r"items: bootstrapping: \d+ of \d+ Spark tasks done", line)]
     assert done, lines
     assert any(re.fullmatch(r"items: bootstrapped 20,000 rows in 10 file\(s\) at SCN \d+", line) for line in lines)
