@@ -104,6 +104,12 @@ def split_keys(key_at: Callable[[tuple[Any, ...] | None, int], tuple[Any, ...] |
         return tuple(KeyRange(lo, hi) for lo, hi in zip([bounds.after, *cuts[:-1]], cuts, strict=True))
     if cuts and key_at(cuts[-1], 0) is None:
         cuts.pop()  # the last full range reached the end: it takes the open end itself
+    return ranges_between(cuts, bounds)
+
+
+def ranges_between(cuts: Sequence[tuple[Any, ...]], bounds: KeyRange = ALL_KEYS) -> tuple[KeyRange, ...]:
+    """The ranges ``cuts`` (keys in key order, within ``bounds``) divide ``bounds`` into: each cut ends a range
+    and the next starts after it; the last range ends where ``bounds`` does."""
     lowers: list[tuple[Any, ...] | None] = [bounds.after, *cuts]
     uppers: list[tuple[Any, ...] | None] = [*cuts, bounds.through]
     return tuple(KeyRange(lo, hi) for lo, hi in zip(lowers, uppers, strict=True))

@@ -24,7 +24,7 @@ from dagster_databus.sources.base import (
 )
 from dagster_databus.sources.filters import Filter, FilterDialect, filter_for, select_clause
 from dagster_databus.sources.fingerprints import in_buckets, streamed_fingerprint
-from dagster_databus.sources.keys import keyset_pages, split_keys
+from dagster_databus.sources.keys import keyset_pages, ranges_between, split_keys
 
 # A query's parameters: positional (a driver that marks them "?" or "%s") or named (":name").
 Params = list[Any] | dict[str, Any]
@@ -33,6 +33,15 @@ Selection = Callable[[Sequence[str], KeyRange, Filter | None], tuple[str, Params
 
 # The most rows a range's task reads in one query: a page's memory stays bounded whatever the range's size.
 MAX_PAGE_ROWS = 10_000
+
+# Cut points from a sample of the table's pages (``KeyedReads.sampled_cuts``), where the dialect samples pages: a
+# walk through the key index reads every key before any range is read (0.1 s a million keys), the sample about
+# SAMPLED_PAGES pages a range. A range's rows are then within about 1/sqrt(SAMPLED_PAGES) of rows_per_range, less
+# close where a page holds neighbouring keys. A sample of more than SAMPLE_MAX_SHARE of the table's pages costs
+# about what the walk does; under SAMPLE_MIN_RANGES ranges the walk's few lookups are cheap anyway.
+SAMPLED_PAGES = 50
+SAMPLE_MAX_SHARE = 0.2
+SAMPLE_MIN_RANGES = 4
 
 S = TypeVar("S", bound=RangeSpec)
 
@@ -51,6 +60,16 @@ def spec_of(read: RangeRead, kind: type[S]) -> S:
 
 def _not_the_drivers(_: Exception) -> str | None:
     return None
+
+
+@dataclass(frozen=True)
+class PageSample:
+    """How a dialect samples a table's pages: ``clause`` follows the table in FROM, its one parameter the
+    percentage of pages to read; ``size`` loads the query of the table's estimated rows and pages (one row,
+    or none), its one parameter the quoted table."""
+
+    clause: str
+    size: Callable[[], str]
 
 
 @dataclass(frozen=True)
@@ -73,6 +92,7 @@ class ReadDialect:
     columns_named: str = "naming the table's columns"  # the refusal's fix: how the filter names them
     # Held while a query with a filter runs: the dialect's own name for a filter failing on a row.
     running: Callable[[str, Filter | None], AbstractContextManager[object]] = lambda _table, _chosen: nullcontext()
+    sample: PageSample | None = None  # None: cut points are found by walking the key index only
 
     def quoted(self, columns: Sequence[str]) -> dict[str, str]:
         """Each of ``columns`` mapped to its quoted name (what a filter may name)."""
@@ -139,9 +159,42 @@ class KeyedReads:
 
     def ranges(self, rows_per_range: int, bounds: KeyRange = ALL_KEYS, first: int | None = None
                ) -> tuple[KeyRange, ...]:
-        """Ranges of about ``rows_per_range`` of the selected rows within ``bounds`` (``keys.split_keys``): only
-        their boundary keys leave the database."""
+        """Ranges of about ``rows_per_range`` of the selected rows within ``bounds``: cut at keys of a sample of
+        a large table's pages (``sampled_cuts``), else at every ``rows_per_range``-th key (``keys.split_keys``).
+        Only the boundary keys leave the database."""
+        if first is None and bounds == ALL_KEYS and (cuts := self.sampled_cuts(rows_per_range)) is not None:
+            return ranges_between(cuts)
         return split_keys(lambda after, n: self.key_at(after, bounds.through, n), rows_per_range, bounds, first)
+
+    def sampled_cuts(self, rows_per_range: int) -> list[tuple[Any, ...]] | None:
+        """Keys about ``rows_per_range`` selected rows apart, in key order: every k-th key of a sample of the
+        table's pages, sized by the table's estimated rows and pages and sorted where the database is. None
+        where the dialect samples no pages, the table has no estimate (never analyzed, a partitioned parent) or
+        is too small for a sample to save time; a stale estimate changes only the sample's cost, since k is
+        the sample's share of ``rows_per_range``."""
+        sample, table = self.dialect.sample, self.table
+        if sample is None or self.dialect.placeholder is None:
+            return None
+        self.cursor.execute(sample.size(), [table.table])
+        found = self.cursor.fetchone()
+        if found is None or None in found:
+            return None
+        rows, pages = float(found[0]), int(found[1])
+        ranges = rows / rows_per_range
+        share = SAMPLED_PAGES * ranges / pages if pages > 0 else 1.0
+        if ranges < SAMPLE_MIN_RANGES or share > SAMPLE_MAX_SHARE:
+            return None
+        clause, params = self.dialect.where(table.keys, ALL_KEYS, table.chosen)
+        assert isinstance(params, list)  # a dialect with a placeholder binds by position
+        mark, keys = self.dialect.placeholder, ", ".join(table.keys)
+        number = next(n for n in (f"databus_sample_{i}" for i in range(len(table.keys) + 1))
+                      if self.dialect.quote(n) not in table.keys)
+        with self.dialect.running(table.name, table.chosen):
+            self.cursor.execute(
+                f"SELECT {keys} FROM (SELECT {keys}, row_number() OVER (ORDER BY {keys}) AS {number} FROM "
+                f"{table.table} {sample.clause} {clause.strip()}) s WHERE mod({number}, {mark}) = 0 ORDER BY {keys}",
+                [100 * share, *params, max(1, round(rows_per_range * share))])
+            return [tuple(row) for row in self.cursor.fetchall()]
 
     def check(self, rows: RowSelection) -> None:
         """Run the selection's query on no rows: the database names what its own check finds."""
