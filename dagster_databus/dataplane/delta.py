@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
+from dagster_databus.core.batch import repeated
 from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.files import delta_writer
@@ -306,11 +307,11 @@ def with_meta(batch: pa.RecordBatch | pa.Table, scn: Scn, op: str, commit_ts_ms:
         scns = batch.column(names.index("__scn"))
         batch = batch.select([i for i, name in enumerate(names) if name != "__scn"])
     else:
-        scns = pa.array([scn.value] * n, pa.int64())
+        scns = repeated(scn.value, pa.int64(), n)
     arrays = [*batch.columns,
               scns,
-              pa.array([op] * n, pa.string()),
-              pa.array([commit_ts_ms * 1000] * n, pa.int64()).cast(META_COLUMNS["__commit_ts"])]
+              repeated(op, pa.string(), n),
+              repeated(commit_ts_ms * 1000, META_COLUMNS["__commit_ts"], n)]
     names = [*batch.schema.names, "__scn", "__op", "__commit_ts"]
     return pa.RecordBatch.from_arrays(arrays, names=names)
 

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dagster_databus.core.batch import repeated
 from dagster_databus.core.schema import META_COLUMNS, TableSchema
 from dagster_databus.core.scn import Scn
 from dagster_databus.dataplane.delta import DeltaFolder
@@ -129,7 +130,7 @@ class Restated:
             ms = pc.divide(rows["__commit_ts"].cast(pa.int64()), 1000)
             op = "r"
         meta = {"__scn": scn, "__seq": pa.array(np.zeros(n, np.int32)), "__window_scn": scn,
-                "__op": pa.array([op] * n, pa.string()), "__commit_ts_ms": ms,
+                "__op": repeated(op, pa.string(), n), "__commit_ts_ms": ms,
                 "__partition": pa.array(np.zeros(n, np.int32))}
         names = rows.column_names
         return pa.Table.from_arrays(

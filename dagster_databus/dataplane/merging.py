@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dagster_databus.core.batch import repeated
 from dagster_databus.dataplane.delta import conform_changes, conform_rows
 from dagster_databus.dataplane.files import DataFile, FileWriter, TableFiles, TableLocation, actions_batch
 from dagster_databus.dataplane.reduce import HELD_ONLY, NewestPerKey, PieceEdges, same_keys
@@ -350,7 +351,7 @@ class ChangeFeed:
 
     def add(self, rows: pa.Table, kind: str) -> None:
         if rows.num_rows:
-            self.parts.append(rows.append_column("_change_type", pa.array([kind] * rows.num_rows, pa.string())))
+            self.parts.append(rows.append_column("_change_type", repeated(kind, pa.string(), rows.num_rows)))
 
     def replaced(self, before: pa.Table, after: pa.Table, deleting: np.ndarray) -> None:
         """Held rows ``before`` replaced by ``after`` (aligned): a delete, or an update's pre- and post-image."""

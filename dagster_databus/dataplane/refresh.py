@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dagster_databus.core.batch import repeated
 from dagster_databus.core.schema import TableSchema
 from dagster_databus.dataplane.delta import conform_rows
 from dagster_databus.dataplane.files import TableFiles, TableLocation
@@ -93,7 +94,7 @@ class RangeChanges:
     def stamped(self, batch: pa.RecordBatch, scn: int, op: str) -> pa.RecordBatch:
         n = batch.num_rows
         meta = {"__scn": pa.array(np.full(n, scn, np.int64)), "__seq": pa.array(np.zeros(n, np.int32)),
-                "__window_scn": pa.array(np.full(n, scn, np.int64)), "__op": pa.array([op] * n, pa.string()),
+                "__window_scn": pa.array(np.full(n, scn, np.int64)), "__op": repeated(op, pa.string(), n),
                 "__commit_ts_ms": pa.array(np.full(n, self.read_at_ms, np.int64)),
                 "__partition": pa.array(np.zeros(n, np.int32))}
         columns = [meta[f.name] if f.name in meta else batch.column(f.name).cast(f.type) for f in self.changes]

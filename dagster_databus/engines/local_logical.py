@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, Transaction, write_deltalake
 
+from dagster_databus.core.batch import repeated
 from dagster_databus.core.event_columns import CHANGE_META, DELIVERED_META
 from dagster_databus.core.progress import Progress
 from dagster_databus.core.schema import META_COLUMNS
@@ -70,7 +71,7 @@ def _conform_snapshot(data: pa.Table, layout: LogicalLayout, label: str) -> pa.T
     columns: list[Any] = []
     for field in layout.arrow():
         if field.name == PART_COLUMN or (layout.shard_from_label and field.name == layout.shard_column):
-            columns.append(pa.array([label] * n, pa.string()))
+            columns.append(repeated(label, pa.string(), n))
         elif field.name in data.column_names:
             columns.append(data[field.name].cast(field.type))
         else:
@@ -133,7 +134,7 @@ def _part_schema(layout: LogicalLayout) -> pa.Schema:
 def _as_part(batch: pa.RecordBatch, layout: LogicalLayout, part: LogicalPart) -> pa.RecordBatch:
     """One part's reduced changes in ``_part_schema``: the part's label in ``PART_COLUMN`` (and in the
     shard column when the label fills it)."""
-    label = pa.array([part.label] * batch.num_rows, pa.string())
+    label = repeated(part.label, pa.string(), batch.num_rows)
     columns = {name: batch.column(name) for name in batch.schema.names}
     columns[PART_COLUMN] = label
     if layout.shard_from_label:

@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from dagster_databus.core.batch import repeated
 from dagster_databus.core.pickle_text import unpack
 from dagster_databus.dataplane.reads import FileRead
 from dagster_databus.errors import DatabusError, for_task
@@ -76,7 +77,7 @@ class _FilesReader(DataSourceReader):
             held = from_snapshot(held)
         data = held.select([n for n in wanted if n in held.column_names])
         for name, value in file.constants.items():
-            data = data.append_column(name, pa.array([value] * data.num_rows, pa.string()))
+            data = data.append_column(name, repeated(value, pa.string(), data.num_rows))
         data = conform_rows(data, schema, file.fills)
         if "sink" not in self.options:
             yield from data.to_batches()

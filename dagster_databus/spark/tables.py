@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from dagster_databus.core.batch import repeated
 from dagster_databus.core.pickle_text import unpack
 from dagster_databus.dataplane.reads import FilesSink
 from dagster_databus.errors import DatabusError, for_task
@@ -73,7 +74,7 @@ class _RowsReader(_RangesReader):
 
         got = read_range(read, index)
         for batch in got.batches:
-            scn = pa.array([got.scn.value] * batch.num_rows, pa.int64())
+            scn = repeated(got.scn.value, pa.int64(), batch.num_rows)
             yield pa.RecordBatch.from_arrays([*batch.columns, scn], names=[*batch.schema.names, "__scn"])
 
 
