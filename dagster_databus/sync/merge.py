@@ -177,15 +177,16 @@ def sync_table(config: DatabusConfig, source_cfg: SourceConfig, table: str, engi
         history = None
         if source_cfg.table(table).history:
             history = sync_history(config, source_cfg, table, snap, log, engine, to_scn, progress, mode)
-        return TableSyncResult(
-            source=source_cfg.name, table=table, engine=engine.name, bootstrapped_at=bootstrapped_at,
-            bootstrap_rows=bootstrap_rows, from_scn=applied,
-            to_scn=to_scn, events=events, windows=windows, events_by_op=by_op, counts=counts,
-            snapshot_rows=snap.row_count(), log_scn=until, delta_version=snap.version(),
-            duration_s=time.monotonic() - started,
-            applied_commit_ms=applied_commit_ms(snap, log, to_scn), log_commit_ms=log.commit_ms_through(until),
-            data_files=files, evolved=evolved, key_ranges=ranges, refreshed=refreshed, history=history,
-        )
+        with snap.one_version():  # the last write is done: one reading of the log answers the figures
+            return TableSyncResult(
+                source=source_cfg.name, table=table, engine=engine.name, bootstrapped_at=bootstrapped_at,
+                bootstrap_rows=bootstrap_rows, from_scn=applied,
+                to_scn=to_scn, events=events, windows=windows, events_by_op=by_op, counts=counts,
+                snapshot_rows=snap.row_count(), log_scn=until, delta_version=snap.version(),
+                duration_s=time.monotonic() - started,
+                applied_commit_ms=applied_commit_ms(snap, log, to_scn), log_commit_ms=log.commit_ms_through(until),
+                data_files=files, evolved=evolved, key_ranges=ranges, refreshed=refreshed, history=history,
+            )
 
 
 @dataclass(frozen=True, slots=True)
