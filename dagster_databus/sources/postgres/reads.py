@@ -37,7 +37,7 @@ from dagster_databus.core.scn import Scn
 from dagster_databus.errors import SourceUnavailableError
 from dagster_databus.sources.base import ALL_KEYS, ALL_ROWS, KeyRange, RangeRead, RangeSpec, RowSelection, TableRead
 from dagster_databus.sources.filters import Filter
-from dagster_databus.sources.generic.reads import KeyedReads, KeyedTable, StreamedFingerprints, page_rows, spec_of
+from dagster_databus.sources.generic.reads import KeyedReads, KeyedTable, StreamedFingerprints, spec_of
 from dagster_databus.sources.postgres.catalog import PostgresCatalog
 from dagster_databus.sources.postgres.connect import Connection, PostgresConnector, ReplicationConnection, connect_spec
 from dagster_databus.sources.postgres.dialect import READS, filter_run
@@ -135,7 +135,7 @@ class PostgresReads(StreamedFingerprints):
             exported.close()
             raise
         spec = PostgresRangeSpec(connection=self.connector.spec(), schema=self.config.schema_,
-                                 snapshot=exported.name, page_rows=page_rows(rows_per_range),
+                                 snapshot=exported.name, page_rows=rows_per_range,  # ``copied`` bounds bytes
                                  lease=SnapshotLease(exported))
         return RangeRead("postgres", self.name, schema, spec, ranges, scn=scn, where=rows.where)
 
@@ -203,11 +203,19 @@ def _keyed(cur: Any, schema_name: str, schema: TableSchema, chosen: Filter | Non
 # The line each page's CSV starts with (and the reader skips): no page's own bytes are at the input's start.
 _LEAD = b"-\n"
 
+# A page holds at most the rows its caller asks for, and about PAGE_BYTES of CSV text by the width of the rows of
+# the page before (the first reads FIRST_PAGE_ROWS to learn it): a page's memory stays bounded whatever the rows'
+# width, and a range of narrow rows is read in two queries, not one per 10,000 rows (each pays the server's
+# planning and a descent of the key index, and this side a parse's set-up: a fifth of a narrow range's time).
+PAGE_BYTES = 16 << 20
+FIRST_PAGE_ROWS = 100
+
 
 def copied(keyed: KeyedReads, schema: TableSchema, keys: KeyRange, rows: int, what: str
            ) -> Iterator[pa.RecordBatch]:
-    """The rows of ``keys`` a page at a time, each page one ``COPY (SELECT ...) TO STDOUT`` in CSV read by
-    ``pyarrow.csv`` as text columns (the output functions' text, as a SELECT gives it) and converted by column."""
+    """The rows of ``keys`` a page of at most ``rows`` rows (and about ``PAGE_BYTES``) at a time, each page one
+    ``COPY (SELECT ...) TO STDOUT`` in CSV read by ``pyarrow.csv`` as text columns (the output functions' text, as
+    a SELECT gives it) and converted by column."""
     cur, chosen = keyed.cursor, keyed.table.chosen
     names = schema.column_names
     columns = ", ".join(map(READS.quote, names))
@@ -220,9 +228,9 @@ def copied(keyed: KeyedReads, schema: TableSchema, keys: KeyRange, rows: int, wh
                                  quoted_strings_can_be_null=False, null_values=[""])
     steps = [(c, text_converter(c)) for c in schema.columns]
     arrow = schema.arrow(with_meta=False)
-    after = keys.after
+    after, page = keys.after, min(rows, FIRST_PAGE_ROWS)
     while True:
-        query, params = keyed.select(columns, KeyRange(after, keys.through), READS.first_rows, rows)
+        query, params = keyed.select(columns, KeyRange(after, keys.through), READS.first_rows, page)
         select = cur.mogrify(query, params)
         buffer = io.BytesIO(_LEAD)
         buffer.seek(len(_LEAD))
@@ -243,9 +251,10 @@ def copied(keyed: KeyedReads, schema: TableSchema, keys: KeyRange, rows: int, wh
                           schema.convert_column(column, to_value, texts.to_pylist(), lambda _: what))
         schema.refuse_null_keys([arrays[i] for i in key_index], what)
         yield pa.RecordBatch.from_arrays(arrays, schema=arrow)
-        if table.num_rows < rows:
+        if table.num_rows < page:
             return
         after = tuple(table.column(i)[-1].as_py() for i in key_index)
+        page = max(1, min(rows, PAGE_BYTES * table.num_rows // buffer.getbuffer().nbytes))
 
 
 def read_range(read: RangeRead, index: int) -> TableRead:

@@ -7,9 +7,12 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from dagster_databus import capture
 from dagster_databus.dataplane.delta import DeltaSnapshot
 from dagster_databus.sources import open_source
+from dagster_databus.sources.postgres import reads as postgres_reads
 from dagster_databus.sources.registry import source_kind
 from dagster_databus.spark.runtime import SparkRuntime
 from tests.support.checks import cycle
@@ -78,3 +81,27 @@ def test_odd_leading_and_trailing_characters_survive_at_every_position_of_a_page
         config = make_config(tmp_path / engine, doc, merge={"engine": engine})
         cycle(config, spark)
         assert snapshot(config, "keyed") == rows(pg, "keyed"), engine
+
+
+def test_pages_are_bounded_by_bytes_and_narrow_rows_come_in_few_pages(pg: PostgresHarness, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page holds at most the rows asked for and about ``PAGE_BYTES`` of text, by the width of the page before:
+    a table of 2 KiB rows pages a few rows at a time under a 64 KiB bound, one of narrow rows at the most asked
+    for. Every row arrives once, exactly, in key order."""
+    monkeypatch.setattr(postgres_reads, "PAGE_BYTES", 64 << 10)
+    pg.execute(["CREATE TABLE wide (id INTEGER PRIMARY KEY, body TEXT NOT NULL)",
+                "INSERT INTO wide SELECT g, repeat(chr(97 + g % 26), 2048) FROM generate_series(1, 3000) g",
+                "CREATE TABLE narrow (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)",
+                "INSERT INTO narrow SELECT g, g * 3 FROM generate_series(1, 12000) g"])
+    config = make_config(tmp_path / "lake", pg.source_config("shop", [("wide", ["id"]), ("narrow", ["id"])]))
+    capture.install(config, "shop")
+    source = open_source(config.sources[0], config.lake)
+    pages = {t: [b.to_pylist() for b in source.reads.read_table(t, batch_rows=5_000).batches]
+             for t in ("wide", "narrow")}
+    sizes = {t: [len(p) for p in found] for t, found in pages.items()}
+    # The first page learns the width (FIRST_PAGE_ROWS rows); then about 64 KiB of 2 KiB rows, or 5,000 narrow ones.
+    assert sizes["wide"][0] == postgres_reads.FIRST_PAGE_ROWS and max(sizes["wide"][1:]) <= 32
+    assert sizes["narrow"] == [100, 5_000, 5_000, 1_900]
+    assert [r["id"] for p in pages["wide"] for r in p] == list(range(1, 3001))
+    assert all(r["body"] == chr(97 + r["id"] % 26) * 2048 for p in pages["wide"] for r in p)
+    assert [(r["id"], r["v"]) for p in pages["narrow"] for r in p] == [(i, i * 3) for i in range(1, 12001)]
