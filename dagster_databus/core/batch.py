@@ -201,7 +201,7 @@ def table_rows(schema: TableSchema, columns: Sequence[pa.Array], *, scn: EventVa
 
 def repeated(value: object, typ: pa.DataType, n: int) -> pa.Array:
     """An array of ``n`` copies of ``value`` as ``typ``, made in Arrow: a Python list of ``n`` items to convert
-    costs about 30 ms a million rows, more than the read it stamps."""
+    costs about 17 ms a million items, ``pa.repeat`` microseconds."""
     return pa.repeat(pa.scalar(value, typ), n)
 
 
