@@ -21,7 +21,6 @@ from dagster_databus.engines.spark import SparkEngine
 from dagster_databus.errors import ConfigError
 from dagster_databus.spark.errors import task_errors
 from dagster_databus.spark.frames import reduce_latest, to_merge_frame
-from dagster_databus.spark.jobs import range_tasks
 from dagster_databus.spark.logread import read_changes
 
 if TYPE_CHECKING:
@@ -50,7 +49,7 @@ class DeltaSparkEngine(SparkEngine):
         F = spark.functions()
         read = source.reads.ranges(table, range_rows(self.config, source))
         rows = (spark.frame("databus_table", read=pack(read),
-                            tasks=pack(range_tasks(range(len(read.ranges)), spark.parallelism())))
+                            tasks=pack(self.range_tasks(range(len(read.ranges)))))
                 .withColumn("__op", F.lit("r"))
                 .withColumn("__commit_ts", F.timestamp_millis(F.lit(int(time.time() * 1000)))))
         rows = rows.select(*[F.col(f"`{n}`") for n in read.schema.arrow(with_meta=True).names])

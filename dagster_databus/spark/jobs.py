@@ -128,6 +128,10 @@ class SparkJobs:
         """``changes`` applied to ``target`` by rewriting the files that hold their keys (``spark.rewrite``)."""
         return rewrite(self.spark, self.config.merge, target, changes, commit, progress)
 
+    def range_tasks(self, indices: Sequence[int]) -> list[tuple[int, ...]]:
+        """The key ranges ``indices`` dealt into tasks for the slots this runtime's Spark has (``range_tasks``)."""
+        return range_tasks(indices, self.spark.parallelism())
+
     def log_changes(self, log: ChangeLog, schema: TableSchema, since: Scn, until: Scn, applied: int,
                     **how: Any) -> Changes:
         """``schema``'s table's changes in (since, until], over ``applied``, for a rewrite (``how``: the rest of

@@ -17,7 +17,7 @@ from dagster_databus.dataplane.merging import count_windows
 from dagster_databus.dataplane.reduce import ChangeStats
 from dagster_databus.dataplane.results import Merged, Refreshed, range_rows, soft_deletes
 from dagster_databus.log.columns import change_schema
-from dagster_databus.spark.jobs import ENGINE, FileCopy, SparkJobs, paths, range_tasks, with_columns
+from dagster_databus.spark.jobs import ENGINE, FileCopy, SparkJobs, paths, with_columns
 from dagster_databus.spark.rewrite import Changes, RewriteCommit, RewriteTarget
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class SnapshotMerging(SparkJobs):
         current = with_columns(snap, current, target, progress)
         deletes = finds_deletes(schema, rows)
         changes = RangeChanges(change_schema(schema), target, schema.primary_key, deletes)
-        tasks = range_tasks(range(len(read.ranges)), self.spark.parallelism())
+        tasks = self.range_tasks(range(len(read.ranges)))
         progress(f"{table}: reading {rows.describe()} again in {len(read.ranges)} key range(s) by {len(tasks)} Spark "
                  "task(s)"
                  + ("" if deletes else "; deletes are not looked for (a filter, or keys the lake orders otherwise)"))

@@ -18,7 +18,7 @@ from dagster_databus.dataplane.commit import commit_bootstrap, location, remove_
 from dagster_databus.dataplane.files import TaskReport
 from dagster_databus.dataplane.results import Bootstrapped, RangeCounts, range_rows
 from dagster_databus.spark.errors import task_errors
-from dagster_databus.spark.jobs import ENGINE, SparkJobs, paths, range_tasks
+from dagster_databus.spark.jobs import ENGINE, SparkJobs, paths
 from dagster_databus.storage.durable import crash_point, disk_errors
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ class RangeReads(SparkJobs):
         store = BootstrapProgress(self.config.lake, snap.source, table)
         read, plan, done = self._plan(snap, store, source.reads.ranges(table, range_rows(self.config, source)))
         remaining = [i for i in range(len(read.ranges)) if i not in done]
-        tasks = range_tasks(remaining, self.spark.parallelism())
+        tasks = self.range_tasks(remaining)
         progress(f"{table}: bootstrapping in {len(read.ranges)} key range(s), read by {len(tasks)} Spark task(s)"
                  + (f", all as of SCN {read.scn}" if read.scn is not None else "")
                  + (f"; resuming: {len(done)} already read" if done else ""))

@@ -36,10 +36,8 @@ class _RangesReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         # ``tasks``: each task's ranges by their index in the whole plan (``spark.jobs.range_tasks``; a resumed
-        # bootstrap leaves out the ranges already read). Without it, a task per range.
-        if "tasks" in self.options:
-            return [InputPartition(tuple(t)) for t in unpack(self.options["tasks"])]
-        return [InputPartition((i,)) for i in range(len(unpack(self.options["read"]).ranges))]
+        # bootstrap leaves out the ranges already read).
+        return [InputPartition(tuple(t)) for t in unpack(self.options["tasks"])]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         read = unpack(self.options["read"])
@@ -54,7 +52,8 @@ class _RangesReader(DataSourceReader):
 
 
 class TableRangesSource(DataSource):
-    """Options: ``read`` (a packed ``RangeRead``). Rows: the table's columns, then ``__scn``."""
+    """Options: ``read`` (a packed ``RangeRead``), ``tasks`` (each task's ranges, packed). Rows: the table's columns,
+    then ``__scn``."""
 
     @classmethod
     def name(cls) -> str:
@@ -79,8 +78,9 @@ class _RowsReader(_RangesReader):
 
 
 class TableFilesSource(DataSource):
-    """Options: ``read`` (a packed ``RangeRead``), ``sink`` (a packed ``FilesSink``). Rows: what each
-    task wrote (``dataplane.files.ACTION_SCHEMA``), and a fact with its range's SCN and row count."""
+    """Options: ``read`` (a packed ``RangeRead``), ``tasks`` (each task's ranges, packed), ``sink`` (a packed
+    ``FilesSink``). Rows: what each task wrote (``dataplane.files.ACTION_SCHEMA``), and a fact with its range's SCN
+    and row count."""
 
     @classmethod
     def name(cls) -> str:
@@ -154,8 +154,9 @@ _END = object()
 
 
 class TableRefreshSource(DataSource):
-    """Options: ``read`` (a packed ``RangeRead``), ``changes`` (a packed ``dataplane.refresh.RangeChanges``),
-    ``route`` (a packed ``dataplane.merging.MergePlan``). Rows: the merge's routed changes (``ROUTED``)."""
+    """Options: ``read`` (a packed ``RangeRead``), ``tasks`` (each task's ranges, packed), ``changes`` (a packed
+    ``dataplane.refresh.RangeChanges``), ``route`` (a packed ``dataplane.merging.MergePlan``). Rows: the merge's
+    routed changes (``ROUTED``)."""
 
     @classmethod
     def name(cls) -> str:

@@ -69,7 +69,6 @@ def test_kernels_compile_where_no_cache_folder_can_be_written_and_one_warning_na
     assert not list((folder / "__pycache__").iterdir())
 
 
-
 COLD = '''
 import hashlib, zlib
 import numpy as np
