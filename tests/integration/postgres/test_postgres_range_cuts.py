@@ -128,3 +128,15 @@ def test_a_bootstrap_read_by_sampled_ranges_is_exact(pg: PostgresHarness, tmp_pa
     assert items.bootstrap_rows == pairs.bootstrap_rows == ROWS
     assert items.key_ranges.ranges > 1 and pairs.key_ranges.ranges > 1
     assert_snapshots_match(config)
+
+
+def test_a_stale_count_changes_the_samples_cost_not_the_ranges(pg: PostgresHarness, tmp_path: Path,
+                                                               few_pages: None) -> None:
+    """Counted at 60,000 rows, then nine tenths deleted with no count since: the sample's pages are mostly empty, and
+    the ranges still cover every live key once, about the size asked (one or two, not twelve)."""
+    load(pg, "shrunk")
+    pg.execute(["DELETE FROM shrunk WHERE id > 6000"])
+    ranges = cut(pg, tmp_path, "shrunk")
+    assert_chained(ranges)
+    sizes = counts(pg, "shrunk", ranges)
+    assert sum(sizes) == 6000 and min(sizes) > 0 and len(ranges) <= 3
